@@ -1,0 +1,370 @@
+"""Fixed-cost regularized incomplete gamma functions for vmapped JAX kernels.
+
+``gammainc_pq(a, x)`` returns ``(P(a, x), Q(a, x))``, the regularized lower and
+upper incomplete gamma functions, for real ``a`` in [1, 5000] and ``x`` in
+[0, 1e7] (plus the edges ``x = 0`` and ``x = +inf``).  Whichever of P, Q is the
+smaller one is computed directly; the other is ``1 - smaller``, which is
+accurate because the directly computed value is never close to 1 (see the
+region notes below).  ``poisson_pmf(n, x)`` is the Poisson probability mass.
+
+Both functions expect float64 (callers enable ``jax_enable_x64``).
+
+Why this module exists
+----------------------
+``jax.scipy.special.gammainc`` uses data-dependent ``while_loop`` trip counts.
+Under ``vmap`` every lane then runs as many iterations as the slowest lane,
+and the loop carries whole arrays through memory, so it manages only ~0.1 M
+evaluations/s for shapes up to 4096.  Here every element does the *same*
+fixed amount of straight-line work: a statically unrolled continued fraction
+(22 steps), a fixed set of Temme polynomials and a handful of transcendental
+calls.  Branches are selected with ``jnp.where`` and every branch is fed
+"safe" dummy arguments on lanes where its result is discarded (the double-where
+trick), so discarded branches never produce inf/NaN.  There is no Python
+control flow on values.
+
+Common prefactor
+----------------
+With ``lam = x/a``, ``s = (x - a)/a`` and the Stirling remainder
+``mu(a) = lgamma(a+1) - (a+1/2) log a + a - log sqrt(2 pi)``::
+
+    D(a, x) = x^a e^-x / Gamma(a+1)
+            = exp(a*log1pmx(s) - log sqrt(2 pi a) - mu(a)),
+    log1pmx(s) = log(1+s) - s = log(lam) - (lam - 1) <= 0.
+
+Writing it this way avoids forming ``a*log(x) - x - lgamma(a+1)``, a small
+difference of numbers up to ~4e4 whose rounding alone would cost ~1e-11
+relative error for a ~ 5000.  ``log1pmx`` is evaluated for -0.6 < s < 1 from
+``log(1+s) = 2 atanh(u)``, ``u = s/(2+s)``: ``log1pmx = -s*u + 2u^3 *
+sum_k u^(2k)/(2k+3)`` with |u| <= 3/7, u^2 <= 0.184 and 22 terms
+(0.184^22 * 3/47 < 5e-18); elsewhere directly as ``log(lam) - (lam - 1)``
+(cancellation factor <= 5).  ``mu(a)`` is the 7-term Stirling series, used
+for a >= 10 (first omitted term < 7e-17); for a < 10 it is evaluated at
+a + 10 and shifted back with ``lgamma(a+1) = lgamma(a+11) - log((a+1)...(a+10))``.
+
+Regions (all computed for every element, selected per element)
+--------------------------------------------------------------
+T. Temme's uniform asymptotic expansion, for a >= 18 and |eta| <= 0.5 where
+   ``eta = sign(x - a) sqrt(-2 log1pmx(s))``  (DiDonato & Morris 1986, ACM
+   TOMS 12; Temme 1979)::
+
+       smaller = erfc(sqrt(a eta^2/2))/2 +/- exp(-a eta^2/2)/sqrt(2 pi a)
+                                             * sum_{k<13} C_k(eta) a^-k
+
+   (+ gives Q for x >= a, - gives P for x < a).  The Taylor coefficients of
+   C_k(eta) were generated exactly (rational arithmetic: invert
+   ``lam - 1 - log lam = eta^2/2``, ``C_0 = 1/(lam-1) - 1/eta``,
+   ``C_k = C_{k-1}'/eta + c_k/(lam-1)`` with c_k cancelling the pole) and
+   agree with Boost's ``igamma_temme_large`` tables.  The Taylor series
+   converge for |eta| < 2 sqrt(pi) ~ 3.54, so at |eta| <= 0.5 the terms fall
+   at least like 0.14^j; each C_k is truncated at the degree where
+   |d_kj| 0.5^j / 18^k < 1e-18 (degrees 18,18,17,15,14,12,10,10,9,7,5,3,1).
+   The 1/a series is asymptotic; at a = 18 the last kept term is ~1e-19 and
+   measured truncation error is < 1e-14.  In this window both P and Q are
+   >= ~erfc(0.5 sqrt(a/2))/2 relative to the other, so no cancellation.
+
+L. Lower continued fraction (Gauss/Euler CF of 1F1(1; a+1; x))::
+
+       P = D * a / (a + K_{n=1..22} alpha_n / (a + n)),
+       alpha_{2k-1} = -(a+k-1) x,  alpha_{2k} = k x,
+
+   used when x < a outside region T (a >= 18) or x < x_s(a) = 3.4 +
+   0.4 (a - 1) (a < 18).  It converges much faster than the power series
+   (whose ratio x/(a+m) tends to 1 near x ~ a).  22 backward steps give a
+   truncation error < 1e-14 (measured against 100 steps) everywhere it is
+   used: the worst places are the boundary of T at a ~ 18..5000 (|eta| = 0.5,
+   needs <= 20 steps) and x ~ x_s for small a (<= 22 steps).
+
+U. Upper (Legendre) continued fraction::
+
+       Q = D * a / (x + 1 - a + K_{n=1..22} n (a - n) / (x + 2n + 1 - a)),
+
+   used when x >= a outside region T (a >= 18) or x >= x_s(a) (a < 18).  For
+   integer a it terminates after a steps (exact).  Its convergence improves
+   with (x - a)^2 / a, so the worst places are again the boundary of T
+   (<= 16 steps for a >= 18) and x ~ x_s for a < 18 (<= 22 steps).  x_s was
+   chosen so that for every a < 18 both CFs reach 1e-14 within 22 steps and
+   the complemented value stays >= ~0.05 (so 1 - smaller loses < 2 digits).
+
+The two CFs share one unrolled backward recurrence ``f <- b_n + c_n / f``
+(one division per step); per-lane ``where`` picks the coefficients.
+
+Edges: x is clamped to 1e9 (Q(a, 1e9) underflows to 0 for a <= 5000), which
+handles x = +inf; at x = 0, log(lam) = -inf gives D = 0 exactly so P = 0,
+Q = 1.  Values below ~1e-308 underflow to 0.
+
+Measured accuracy (against exact decimal references for integer a and scipy
+elsewhere; see tests/test_gamma.py): relative error < 2e-13 for P and Q over
+the whole domain, p + q = 1 to within 2 ulp.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import gammaln, xlogy
+
+__all__ = ["gammainc_pq", "poisson_pmf"]
+
+# Number of backward continued-fraction steps (fixed cost per element).
+_N_CF = 22
+# Temme region: a >= _A_TEMME and |eta| <= _ETA_TEMME.
+_A_TEMME = 18.0
+_ETA_TEMME = 0.5
+# Switch between lower and upper CF for a < _A_TEMME: x_s = max(c0, c1 + c2 a).
+_XS0 = 3.6
+_XS1 = 2.8
+_XS2 = 0.52
+# Clamp for x: Q(a, 1e9) == 0.0 in double precision for all a <= 5000.
+_X_CLAMP = 1e9
+_A_STIRLING = 10.0
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_SQRT_2PI = math.sqrt(2.0 * math.pi)
+
+# 2 u^3 sum_k u^(2k) / (2k + 3): coefficients 1/(2k+3), k = 0..21.
+_LOG1PMX_C = tuple(1.0 / (2 * k + 3) for k in range(22))
+# Stirling series for mu(b) = sum_k B_2k / (2k (2k-1) b^(2k-1)), in powers of 1/b^2.
+_STIRLING_C = (
+    1.0 / 12.0,
+    -1.0 / 360.0,
+    1.0 / 1260.0,
+    -1.0 / 1680.0,
+    1.0 / 1188.0,
+    -691.0 / 360360.0,
+    1.0 / 156.0,
+)
+
+# exp(m) for 0 < m < 0.005: Taylor to m^6 (0.005^7 / 7! < 2e-20).
+_EXP_C = tuple(1.0 / math.factorial(k) for k in range(7))
+
+# Taylor coefficients (in eta) of Temme's C_k(eta), k = 0..12.
+_TEMME_D = (
+    # C_0(eta), degree 18
+    (
+        -0.3333333333333333, 0.08333333333333333, -0.014814814814814815,
+        0.0011574074074074073, 0.0003527336860670194, -0.0001787551440329218,
+        3.919263178522438e-05, -2.185448510679992e-06, -1.85406221071516e-06,
+        8.296711340953087e-07, -1.7665952736826078e-07, 6.707853543401498e-09,
+        1.0261809784240309e-08, -4.382036018453353e-09, 9.14769958223679e-10,
+        -2.5514193994946248e-11, -5.830772132550426e-11, 2.4361948020667415e-11,
+        -5.0276692801141755e-12,
+    ),
+    # C_1(eta), degree 18
+    (
+        -0.001851851851851852, -0.003472222222222222, 0.0026455026455026454,
+        -0.0009902263374485596, 0.00020576131687242798, -4.018775720164609e-07,
+        -1.8098550334489977e-05, 7.64916091608111e-06, -1.6120900894563446e-06,
+        4.647127802807434e-09, 1.378633446915721e-07, -5.752545603517705e-08,
+        1.1951628599778148e-08, -1.7543241719747647e-11, -1.0091543710600413e-09,
+        4.162792991842583e-10, -8.56390702649298e-11, 6.067215101604758e-14,
+        7.1624989648114856e-12,
+    ),
+    # C_2(eta), degree 17
+    (
+        0.004133597883597883, -0.0026813271604938273, 0.0007716049382716049,
+        2.0093878600823047e-06, -0.0001073665322636516, 5.2923448829120125e-05,
+        -1.2760635188618728e-05, 3.423578734096138e-08, 1.3721957309062934e-06,
+        -6.298992138380055e-07, 1.4280614206064242e-07, -2.0477098421990866e-10,
+        -1.409252991086752e-08, 6.228974084922022e-09, -1.3670488396617114e-09,
+        9.428356159014678e-13, 1.2872252400089318e-10, -5.5645956134363323e-11,
+    ),
+    # C_3(eta), degree 15
+    (
+        0.0006494341563786008, 0.00022947209362139917, -0.0004691894943952557,
+        0.00026772063206283885, -7.561801671883977e-05, -2.396505113867297e-07,
+        1.1082654115347302e-05, -5.6749528269915965e-06, 1.4230900732435883e-06,
+        -2.7861080291528143e-11, -1.6958404091930278e-07, 8.099464905388083e-08,
+        -1.9111168485973655e-08, 2.3928620439808118e-12, 2.0620131815488797e-09,
+        -9.460496661855133e-10,
+    ),
+    # C_4(eta), degree 14
+    (
+        -0.0008618882909167117, 0.0007840392217200666, -0.0002990724803031902,
+        -1.4638452578843418e-06, 6.641498215465122e-05, -3.968365047179435e-05,
+        1.1375726970678419e-05, 2.507497226237533e-10, -1.6954149536558305e-06,
+        8.907507532205309e-07, -2.292934834000805e-07, 2.956794137544049e-11,
+        2.8865829742708783e-08, -1.4189739437803219e-08, 3.4463580499464896e-09,
+    ),
+    # C_5(eta), degree 12
+    (
+        -0.00033679855336635813, -6.972813758365857e-05, 0.0002772753244959392,
+        -0.00019932570516188847, 6.797780477937208e-05, 1.419062920643967e-07,
+        -1.3594048189768693e-05, 8.018470256334202e-06, -2.291481176508095e-06,
+        -3.252473551298454e-10, 3.4652846491085265e-07, -1.8447187191171344e-07,
+        4.8240967037894184e-08,
+    ),
+    # C_6(eta), degree 10
+    (
+        0.0005313079364639922, -0.0005921664373536939, 0.0002708782096718045,
+        7.902353232660328e-07, -8.153969367561969e-05, 5.61168275310625e-05,
+        -1.8329116582843375e-05, -3.0796134506033047e-09, 3.465155368803609e-06,
+        -2.0291327396058603e-06, 5.788792863149004e-07,
+    ),
+    # C_7(eta), degree 10
+    (
+        0.00034436760689237765, 5.171790908260592e-05, -0.00033493161081142234,
+        0.0002812695154763237, -0.00010976582244684731, -1.2741009095484485e-07,
+        2.7744451511563645e-05, -1.8263488805711332e-05, 5.7876949497350525e-06,
+        4.93875893393627e-10, -1.0595367014026043e-06,
+    ),
+    # C_8(eta), degree 9
+    (
+        -0.0006526239185953094, 0.0008394987206720873, -0.000438297098541721,
+        -6.969091458420552e-07, 0.00016644846642067547, -0.00012783517679769218,
+        4.629953263691304e-05, 4.557909867922708e-09, -1.0595271125805195e-05,
+        6.783342904865167e-06,
+    ),
+    # C_9(eta), degree 7
+    (
+        -0.0005967612901927463, -7.204895416020011e-05, 0.0006782308837667328,
+        -0.0006401475260262758, 0.00027750107634328704, 1.819700838046515e-07,
+        -8.479507117068503e-05, 6.105192082501531e-05,
+    ),
+    # C_10(eta), degree 5
+    (
+        0.0013324454494800656, -0.0019144384985654776, 0.0011089369134596636,
+        9.9324041226423e-07, -0.0005087450129309319, 0.00042735056665392886,
+    ),
+    # C_11(eta), degree 3
+    (
+        0.001579727660730835, 0.00016251626278391583, -0.0020633421035543276,
+        0.00213896861856891,
+    ),
+    # C_12(eta), degree 1
+    (
+        -0.004072512119514016, 0.00640336283380807,
+    ),
+)
+
+
+def _horner(coefs, z):
+    """sum_j coefs[j] z^j (static coefficient tuple)."""
+    r = jnp.full_like(z, coefs[-1])
+    for c in coefs[-2::-1]:
+        r = r * z + c
+    return r
+
+
+def _log1pmx(s, lam):
+    """log(1 + s) - s, with lam = 1 + s (= x/a, rounded once)."""
+    use_ser = (s > -0.6) & (s < 1.0)
+    ss = jnp.where(use_ser, s, 0.0)
+    u = ss / (2.0 + ss)
+    u2 = u * u
+    v_ser = 2.0 * u * u2 * _horner(_LOG1PMX_C, u2) - ss * u
+    lam_d = jnp.where(use_ser, 1.0, lam)
+    v_dir = jnp.log(lam_d) - (lam_d - 1.0)
+    return jnp.where(use_ser, v_ser, v_dir)
+
+
+def _log_scale(a):
+    """log(a^a e^-a / Gamma(a+1)) = -log sqrt(2 pi a) - mu(a), and mu(a) for a >= 10.
+
+    mu(a) = lgamma(a+1) - (a + 1/2) log a + a - log sqrt(2 pi) is the Stirling
+    remainder.  Each log is used exactly once (keeps XLA's fusion to one loop).
+    """
+    shift = a < _A_STIRLING
+    b = jnp.where(shift, a + 10.0, a)
+    ib = 1.0 / b
+    mu_b = ib * _horner(_STIRLING_C, ib * ib)
+    prod = a + 1.0
+    for i in range(2, 11):
+        prod = prod * (a + float(i))
+    # a < 10:  -log sqrt(2 pi a) - mu(a)
+    #        = a log a + 10 + log(prod) - (b + 1/2) log b - log sqrt(2 pi) - mu(b)
+    k = jnp.where(shift, b + 0.5, 0.5)
+    extra = jnp.where(shift, a * jnp.log(a) + 10.0 + jnp.log(prod), 0.0)
+    return extra - k * jnp.log(b) - _LOG_SQRT_2PI - mu_b, mu_b
+
+
+def _pq(a, x):
+    xc = jnp.minimum(x, _X_CLAMP)
+    s = (xc - a) / a
+    lam = xc / a
+    l1 = _log1pmx(s, lam)  # <= 0, = -eta^2 / 2
+    log_scale, mu_b = _log_scale(a)
+    d = jnp.exp(a * l1 + log_scale)  # x^a e^-x / Gamma(a+1)
+
+    big_a = a >= _A_TEMME
+    use_t = big_a & (l1 >= -0.5 * _ETA_TEMME * _ETA_TEMME)
+    upper = jnp.where(big_a, xc >= a, xc >= jnp.maximum(_XS0, _XS1 + _XS2 * a))
+
+    # ---- regions L and U: one unrolled backward continued fraction ----
+    # Temme lanes get a harmless dummy x (fast-converging upper CF, no zeros).
+    xf = jnp.where(use_t, 1.5 * a + 10.0, xc)
+    up = upper | use_t
+    xma = xf - a
+    # Backward recurrence f <- b_n + c_n / f carried as a ratio f = num/den,
+    # so the 22 steps need no division (magnitudes stay < ~1e200 because
+    # x <= 1e9 and |c_n| <= 5e7 where the lower CF is used).
+    n_cf = _N_CF
+    num = jnp.where(up, xma + float(2 * n_cf + 1), a + float(n_cf))
+    den = jnp.ones_like(num)
+    for n in range(n_cf, 0, -1):
+        if n % 2:
+            c_lo = -(a + float((n - 1) // 2)) * xf
+        else:
+            c_lo = float(n // 2) * xf
+        c_up = float(n) * (a - float(n))
+        b = jnp.where(up, xma + float(2 * n - 1), a + float(n - 1))
+        num, den = b * num + jnp.where(up, c_up, c_lo) * den, num
+    small_cf = d * a * den / num
+
+    # ---- region T: Temme's uniform asymptotic expansion ----
+    l1t = jnp.where(use_t, l1, 0.0)
+    y = -a * l1t
+    eta = jnp.sign(s) * jnp.sqrt(-2.0 * l1t)
+    ia = 1.0 / a
+    rsum = _horner(_TEMME_D[-1], eta)
+    for coefs in _TEMME_D[-2::-1]:
+        rsum = rsum * ia + _horner(coefs, eta)
+    # exp(-y) / sqrt(2 pi a) = d * exp(mu(a)) with mu(a) = mu_b < 0.005 here
+    exp_mu = _horner(_EXP_C, mu_b)
+    r = rsum * d * exp_mu
+    below = xc < a
+    small_t = 0.5 * jax.lax.erfc(jnp.sqrt(y)) + jnp.where(below, -r, r)
+
+    small = jnp.where(use_t, small_t, small_cf)
+    is_q = jnp.where(use_t, ~below, upper)
+    # Pack (small, is_q) into one signed array and end it with an (exact)
+    # division by a runtime 1.0.  A division is an "expensive" op for XLA's
+    # fusion heuristics, so the whole computation above becomes ONE loop
+    # fusion whose result is written once; otherwise XLA duplicates the long
+    # cheap-op chains into the p and q outputs and materializes many
+    # intermediates (about 2x slower, memory bound).
+    one = jnp.where(jnp.isnan(a), a, 1.0)  # 1.0 (NaN for NaN a), opaque to XLA
+    v = jnp.where(is_q, -small, small) / one
+    neg = jnp.signbit(v)
+    p = jnp.where(neg, 1.0 + v, v)
+    q = jnp.where(neg, -v, 1.0 - v)
+    return p, q
+
+
+def gammainc_pq(a, x):
+    """Regularized incomplete gamma functions ``(P(a, x), Q(a, x))``.
+
+    Elementwise over broadcast ``a`` (real, 1 <= a <= 5000) and ``x``
+    (0 <= x <= 1e7, and +inf).  Fixed cost per element: safe inside
+    ``jax.jit``/``jax.vmap``.  Relative error < ~2e-13 for both outputs where
+    they exceed ~1e-280 (smaller values may underflow to 0).
+    """
+    a = jnp.asarray(a, dtype=jnp.float64)
+    x = jnp.asarray(x, dtype=jnp.float64)
+    a, x = jnp.broadcast_arrays(a, x)
+    return _pq(a, x)
+
+
+def poisson_pmf(n, x):
+    """P(N = n) for N ~ Poisson(x), via ``exp(xlogy(n, x) - x - gammaln(n+1))``.
+
+    0 for n < 0; at x = 0 it is 1 for n = 0 and 0 otherwise; 0 for x = inf.
+    """
+    n = jnp.asarray(n, dtype=jnp.float64)
+    x = jnp.asarray(x, dtype=jnp.float64)
+    n, x = jnp.broadcast_arrays(n, x)
+    bad = (n < 0) | jnp.isinf(x)
+    n_s = jnp.where(bad, 0.0, n)
+    x_s = jnp.where(bad, 1.0, x)
+    pmf = jnp.exp(xlogy(n_s, x_s) - x_s - gammaln(n_s + 1.0))
+    return jnp.where(bad, 0.0, pmf)

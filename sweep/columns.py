@@ -1,0 +1,116 @@
+"""The public column contract of `points/` (SPEC 9): names, types, units, meanings.
+
+This table is the single source of truth: the writer builds the Parquet schema from it,
+each field carries its unit and meaning as Parquet field metadata, and the README's column
+reference is generated from it (`python -m sweep.columns`). Types are BI-safe: float64,
+int64, bool, and dictionary-encoded strings; no unsigned integers, no nested types. `+inf`
+stays `+inf`, so integer-valued quantities that can be infinite are float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+DType = Literal["float64", "int64", "bool", "dict"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: DType
+    unit: str
+    doc: str
+    when: str = ""  # empty: always present; else the condition under which it is written
+
+
+_ROOFLINE = "service_source = roofline"
+
+POINT_COLUMNS: tuple[Column, ...] = (
+    Column("point_id", "int64", "-", "Flat index of the point in the grid (row-major over the axes in canonical order); stable across runs of the same grid file."),
+    # ---- scenario axes
+    Column("model", "dict", "-", "Model catalog name."),
+    Column("gpu", "dict", "-", "GPU catalog name."),
+    Column("gpus_per_replica", "int64", "GPUs", "GPUs per replica (tensor parallel degree)."),
+    Column("seq_len", "int64", "tokens", "S_max: sequence length a request may reach (contiguous KV reservation)."),
+    Column("mean_seq_len", "float64", "tokens", "S_mean: mean sequence length (paged KV reservation; roofline KV read)."),
+    Column("arrival_rps", "float64", "requests/s", "Total arrival rate for the fleet."),
+    Column("replicas", "int64", "replicas", "Replicas sharing the load (random split)."),
+    Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
+    Column("batch_size", "int64", "requests", "B, the batch cap B_max when a window is set."),
+    Column("batch_window_ms", "float64", "ms", "Batching window T_max; +inf = full-batch regime."),
+    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (seed eq. 1)."),
+    Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch."),
+    Column("service_source", "dict", "-", "Where T_fixed and t_req came from: given | fitted | roofline."),
+    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency.", _ROOFLINE),
+    Column("eta_flops", "float64", "-", "Roofline compute efficiency.", _ROOFLINE),
+    Column("tokens_per_request", "float64", "tokens", "Roofline: new tokens per request in one forward pass.", _ROOFLINE),
+    Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size (fp16 2, fp8 1, int4 0.5)."),
+    Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
+    Column("slo_ms", "float64", "ms", "Latency SLO at `percentile`."),
+    Column("percentile", "float64", "-", "Percentile q of the SLO (0.99 = P99)."),
+    Column("rho_target", "float64", "-", "Target utilisation for b_min_rho_target (seed eq. 2)."),
+    Column("rho_max", "float64", "-", "Near-saturation threshold (action, replicas_min)."),
+    Column("rho_min", "float64", "-", "Over-provisioning threshold (action)."),
+    Column("workers", "int64", "workers", "Workers sharing one queue per replica (simulator; analytic models use 1)."),
+    Column("queue_capacity", "float64", "requests", "K, waiting-request capacity (simulator); +inf = unbounded."),
+    Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative service-time noise (enters the proxy's E[S^2], E[S^3])."),
+    # ---- service and queue
+    Column("t_svc_ms", "float64", "ms", "T_svc(B) at the batch cap."),
+    Column("capacity_rps", "float64", "requests/s", "Per-replica capacity B / T_svc(B)."),
+    Column("fleet_capacity_rps", "float64", "requests/s", "replicas x capacity_rps."),
+    Column("rho", "float64", "-", "Proxy utilisation lambda_b E[S] = lambda E[S] / E[B]."),
+    Column("proxy_ok", "bool", "-", "rho < 1: the M/G/1 proxy's own validity; where false its waits are +inf."),
+    Column("stable", "bool", "-", "lambda < B / T_svc(B): the batcher can keep up at all."),
+    Column("mean_batch", "float64", "requests", "E[B], mean actual batch size per batch (= B for full batches)."),
+    Column("e_wait_ms", "float64", "ms", "E[W], queue wait before the batch starts (P-K); +inf where not proxy_ok."),
+    Column("e_batch_ms", "float64", "ms", "E[T_batch], request-weighted accumulation delay in the batcher."),
+    Column("e_svc_ms", "float64", "ms", "E[T_svc], request-weighted service time."),
+    Column("e_resp_ms", "float64", "ms", "E[T] = E[W] + E[T_batch] + E[T_svc]."),
+    Column("sd_resp_ms", "float64", "ms", "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed)."),
+    Column("p_gauss_ms", "float64", "ms", "Gaussian percentile estimate E[T] + z_q sigma_T."),
+    Column("p_exp_ms", "float64", "ms", "Exponential percentile estimate -ln(1-q) E[T]."),
+    Column("latency_ms", "float64", "ms", "The estimate the SLO is checked against ([options] latency_model)."),
+    Column("slo_ok", "bool", "-", "latency_ms <= slo_ms (+inf fails)."),
+    Column("little_l", "float64", "requests", "Little's law L = lambda E[T], requests in the replica."),
+    Column("in_service", "float64", "requests", "lambda E[T_svc], requests being served (= B rho for full batches)."),
+    Column("in_queue", "float64", "requests", "L - in_service, requests waiting or accumulating."),
+    Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (seed step 2); +inf if infeasible."),
+    Column("b_min_stable_int", "float64", "requests", "Smallest integer batch that is strictly stable; +inf if none."),
+    Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) (seed eq. 2); +inf if infeasible."),
+    Column("b_min_rho_target_int", "float64", "requests", "Smallest integer batch with rho <= rho_target (seed: 7.14 -> 8); +inf if none."),
+    # ---- memory
+    Column("kv_gb_per_req", "float64", "GB", "KV reservation per request under the allocation (1 GB = 1e9 bytes)."),
+    Column("kv_gb_at_cap", "float64", "GB", "KV reservation for a full batch: kv_gb_per_req x batch_size."),
+    Column("kv_waste_frac", "float64", "-", "1 - S_mean / S_alloc: share of the reservation no token uses."),
+    Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param."),
+    Column("free_gb", "float64", "GB", "HBM left for the KV cache after weights and reserve (negative: weights do not fit)."),
+    Column("weights_fit", "bool", "-", "free_gb >= 0."),
+    Column("b_mem_max", "int64", "requests", "floor(free / per-request reservation); 0 where the weights do not fit."),
+    Column("mem_ok", "bool", "-", "weights_fit and batch_size <= b_mem_max."),
+    # ---- decisions
+    Column("feasible", "bool", "-", "stable and mem_ok and latency_ms finite: considered by every decision."),
+    Column("action", "dict", "-", "Seed Table 1: out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok."),
+    Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
+)
+
+COLUMN_BY_NAME = {c.name: c for c in POINT_COLUMNS}
+
+
+def point_columns(service_source: str) -> tuple[Column, ...]:
+    """The columns a run writes, in order (roofline inputs only for roofline grids)."""
+    return tuple(c for c in POINT_COLUMNS if not c.when or (c.when == _ROOFLINE and service_source == "roofline"))
+
+
+def markdown_table(columns: tuple[Column, ...] = POINT_COLUMNS) -> str:
+    """The README's column reference."""
+    rows = ["| column | type | unit | meaning |", "|---|---|---|---|"]
+    for c in columns:
+        dtype = "string (dictionary)" if c.dtype == "dict" else c.dtype
+        doc = c.doc + (f" Only when {c.when}." if c.when else "")
+        rows.append(f"| `{c.name}` | {dtype} | {c.unit} | {doc} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover - docs helper
+    print(markdown_table())

@@ -1,0 +1,259 @@
+"""Chunked evaluation of a grid: the only place that batches (jit + vmap).
+
+A grid is never materialised. A chunk is `chunk_size` consecutive flat indices; inside one
+jitted call each index is decoded into axis coordinates (mixed radix over the axes in
+canonical order), the axis values and catalog attributes are gathered, and
+`kernels.evaluate_point` is vmapped over the chunk. Every chunk has the same shape (the
+last one is padded by repeating the final index and trimmed on the host), so a run
+compiles once. Dispatch is asynchronous: `iter_chunks` queues the next chunk's compute
+before handing back the current one, so the caller's writing overlaps the next compute.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sweep import kernels
+from sweep.spec import GridSpec
+
+jax.config.update("jax_enable_x64", True)
+
+DEFAULT_CHUNK = 1 << 16
+SERVICE_SOURCES = ("given", "fitted", "roofline")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One evaluated chunk: rows [start, stop) of the grid, columns in file units."""
+
+    index: int
+    start: int
+    stop: int
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+class Evaluator:
+    """Evaluates a `GridSpec` chunk by chunk. Build once per run; compiles on first use."""
+
+    def __init__(self, spec: GridSpec, chunk_size: int = DEFAULT_CHUNK) -> None:
+        self.spec = spec
+        self.n_points = spec.n_points
+        self.chunk_size = int(max(1, min(chunk_size, _pow2_at_least(self.n_points))))
+        self.n_chunks = math.ceil(self.n_points / self.chunk_size)
+        self._axes = _axis_arrays(spec)
+        self._tables = _catalog_tables(spec)
+        self._fn = jax.jit(
+            functools.partial(
+                _evaluate_chunk,
+                keys=tuple(a.key for a in spec.axes),
+                shape=spec.shape,
+                n_points=self.n_points,
+                chunk_size=self.chunk_size,
+                windowed=spec.windowed,
+                full=spec.full_batch,
+                paged=spec.options.kv_allocation == "paged",
+                latency_model=spec.options.latency_model,
+                service_source=spec.service_source,
+                mean_follows=spec.mean_follows_seq_len,
+                block_tokens=float(spec.options.block_tokens),
+                reserve_fraction=spec.options.reserve_fraction,
+            )
+        )
+
+    def dispatch(self, index: int) -> dict[str, jax.Array]:
+        """Queue chunk `index` on the device; returns device arrays without waiting."""
+        return self._fn(jnp.asarray(index * self.chunk_size, dtype=jnp.int64), self._axes, self._tables)
+
+    def fetch(self, index: int, device_out: dict[str, jax.Array]) -> Chunk:
+        start = index * self.chunk_size
+        stop = min(start + self.chunk_size, self.n_points)
+        host = jax.device_get(device_out)
+        n = stop - start
+        return Chunk(index, start, stop, {k: np.asarray(v)[:n] for k, v in host.items()})
+
+    def chunk(self, index: int) -> Chunk:
+        return self.fetch(index, self.dispatch(index))
+
+    def iter_chunks(self, indices: range | None = None) -> Iterator[Chunk]:
+        """Yield chunks in order, the next one computing while the caller handles this one."""
+        indices = range(self.n_chunks) if indices is None else indices
+        pending: tuple[int, dict[str, jax.Array]] | None = None
+        for i in indices:
+            queued = (i, self.dispatch(i))
+            if pending is not None:
+                yield self.fetch(*pending)
+            pending = queued
+        if pending is not None:
+            yield self.fetch(*pending)
+
+    def compile_count(self) -> int:
+        """Number of compiled variants of the chunk function (1 after any number of chunks)."""
+        return self._fn._cache_size()  # noqa: SLF001 - jax exposes no public counter
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _axis_arrays(spec: GridSpec) -> dict[str, jax.Array]:
+    """Numeric axis values as float64 device arrays; name axes as their index."""
+    out: dict[str, jax.Array] = {}
+    for axis in spec.axes:
+        if axis.key in ("model", "gpu"):
+            out[axis.key] = jnp.arange(len(axis), dtype=jnp.int32)
+        else:
+            out[axis.key] = jnp.asarray(np.asarray(axis.values, dtype=np.float64))
+    return out
+
+
+def _catalog_tables(spec: GridSpec) -> dict[str, jax.Array]:
+    """Catalog attributes indexed by the model/gpu axis coordinate."""
+    f = lambda xs: jnp.asarray(np.asarray(xs, dtype=np.float64))  # noqa: E731
+    return {
+        "kv_elems_per_token": f([m.n_layers * m.kv_elems_per_token_per_layer for m in spec.models]),
+        "n_params": f([m.n_params for m in spec.models]),
+        "active_params": f([m.active_params for m in spec.models]),
+        "hbm_bytes": f([g.hbm_bytes for g in spec.gpus]),
+        "hbm_bw": f([g.hbm_bandwidth_bytes_per_s for g in spec.gpus]),
+        "flops": f([g.bf16_dense_flops for g in spec.gpus]),
+        "usd": f([g.usd_per_gpu_hour for g in spec.gpus]),
+    }
+
+
+def _evaluate_chunk(
+    offset: jax.Array,
+    axes: dict[str, jax.Array],
+    tables: dict[str, jax.Array],
+    *,
+    keys: tuple[str, ...],
+    shape: tuple[int, ...],
+    n_points: int,
+    chunk_size: int,
+    windowed: bool,
+    full: bool,
+    paged: bool,
+    latency_model: str,
+    service_source: str,
+    mean_follows: bool,
+    block_tokens: float,
+    reserve_fraction: float,
+) -> dict[str, jax.Array]:
+    idx = jnp.minimum(offset + jnp.arange(chunk_size, dtype=jnp.int64), n_points - 1)
+    v: dict[str, jax.Array] = {}
+    stride = 1
+    for key, n in zip(reversed(keys), reversed(shape)):  # innermost axis varies fastest
+        coord = (idx // stride) % n if n > 1 else jnp.zeros_like(idx)
+        v[key] = axes[key][coord]
+        stride *= n
+    m, g = v["model"], v["gpu"]
+    gpus = v["gpus_per_replica"]
+    mean_seq = v["seq_len"] if mean_follows else v["mean_seq_len"]
+    kv_per_token = tables["kv_elems_per_token"][m] * v["kv_bytes_per_elem"]
+    weights = tables["n_params"][m] * v["weight_bytes_per_param"]
+    if service_source == "roofline":
+        t_fixed, t_req = kernels.roofline_times(
+            weights, tables["active_params"][m], kv_per_token, mean_seq, v["tokens_per_request"],
+            gpus, tables["hbm_bw"][g], tables["flops"][g], v["eta_bw"], v["eta_flops"],
+        )
+    else:
+        t_fixed, t_req = v["t_fixed_ms"] * 1e-3, v["t_req_ms"] * 1e-3
+    lam = v["arrival_rps"] / v["replicas"]
+    point = kernels.Point(
+        lam=lam,
+        b_max=v["batch_size"],
+        t_max=v["batch_window_ms"] * 1e-3,
+        t_fixed=t_fixed,
+        t_req=t_req,
+        service_cv=v["service_cv"],
+        q=v["percentile"],
+        slo=v["slo_ms"] * 1e-3,
+        rho_target=v["rho_target"],
+        rho_max=v["rho_max"],
+        rho_min=v["rho_min"],
+        kv_bytes_per_token=kv_per_token,
+        seq_len=v["seq_len"],
+        mean_seq_len=mean_seq,
+        block_tokens=jnp.full_like(lam, block_tokens),
+        weights_bytes=weights,
+        usable_hbm_bytes=gpus * tables["hbm_bytes"][g] * (1.0 - reserve_fraction),
+    )
+    kernel = functools.partial(
+        kernels.evaluate_point, windowed=windowed, full=full, paged=paged, latency_model=latency_model
+    )
+    r = jax.vmap(kernel)(point)
+    ms = 1e3
+    out: dict[str, jax.Array] = {
+        "point_id": idx,
+        "model": m,
+        "gpu": g,
+        "gpus_per_replica": gpus.astype(jnp.int64),
+        "seq_len": v["seq_len"].astype(jnp.int64),
+        "mean_seq_len": mean_seq,
+        "arrival_rps": v["arrival_rps"],
+        "replicas": v["replicas"].astype(jnp.int64),
+        "lambda_per_replica_rps": lam,
+        "batch_size": v["batch_size"].astype(jnp.int64),
+        "batch_window_ms": v["batch_window_ms"],
+        "t_fixed_ms": t_fixed * ms,
+        "t_req_ms": t_req * ms,
+        "service_source": jnp.full(idx.shape, SERVICE_SOURCES.index(service_source), dtype=jnp.int32),
+        "weight_bytes_per_param": v["weight_bytes_per_param"],
+        "kv_bytes_per_elem": v["kv_bytes_per_elem"],
+        "slo_ms": v["slo_ms"],
+        "percentile": v["percentile"],
+        "rho_target": v["rho_target"],
+        "rho_max": v["rho_max"],
+        "rho_min": v["rho_min"],
+        "workers": v["workers"].astype(jnp.int64),
+        "queue_capacity": v["queue_capacity"],
+        "service_cv": v["service_cv"],
+        "t_svc_ms": r["t_svc"] * ms,
+        "capacity_rps": r["capacity"],
+        "fleet_capacity_rps": r["capacity"] * v["replicas"],
+        "rho": r["rho"],
+        "proxy_ok": r["proxy_ok"],
+        "stable": r["stable"],
+        "mean_batch": r["mean_batch"],
+        "e_wait_ms": r["e_wait"] * ms,
+        "e_batch_ms": r["e_batch"] * ms,
+        "e_svc_ms": r["e_svc"] * ms,
+        "e_resp_ms": r["e_resp"] * ms,
+        "sd_resp_ms": r["sd_resp"] * ms,
+        "p_gauss_ms": r["p_gauss"] * ms,
+        "p_exp_ms": r["p_exp"] * ms,
+        "latency_ms": r["latency"] * ms,
+        "slo_ok": r["slo_ok"],
+        "little_l": r["little_l"],
+        "in_service": r["in_service"],
+        "in_queue": r["in_queue"],
+        "b_min_stable": r["b_min_stable"],
+        "b_min_stable_int": r["b_min_stable_int"],
+        "b_min_rho_target": r["b_min_rho_target"],
+        "b_min_rho_target_int": r["b_min_rho_target_int"],
+        "kv_gb_per_req": r["kv_bytes_per_req"] * 1e-9,
+        "kv_gb_at_cap": r["kv_bytes_per_req"] * v["batch_size"] * 1e-9,
+        "kv_waste_frac": r["kv_waste_frac"],
+        "weights_gb": weights * 1e-9,
+        "free_gb": r["free_bytes"] * 1e-9,
+        "weights_fit": r["weights_fit"],
+        "b_mem_max": r["b_mem_max"].astype(jnp.int64),
+        "mem_ok": r["mem_ok"],
+        "feasible": r["stable"] & r["mem_ok"] & jnp.isfinite(r["latency"]),
+        "action": r["action"],
+        "cost_usd_per_hour": v["replicas"] * gpus * tables["usd"][g],
+    }
+    if service_source == "roofline":
+        out["eta_bw"] = v["eta_bw"]
+        out["eta_flops"] = v["eta_flops"]
+        out["tokens_per_request"] = v["tokens_per_request"]
+    return out

@@ -1,0 +1,19 @@
+"""Keep JAX honest: float64 everywhere and strict promotion, so a silent float32 or an
+accidental broadcast in a kernel fails the tests instead of skewing the numbers."""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT

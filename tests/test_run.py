@@ -1,0 +1,177 @@
+"""End to end: grid file -> chunks -> Parquet + manifest, as BI tools and schedulers see it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from sweep import columns, spec, writers
+from sweep.cli import main
+from sweep.evaluate import Evaluator
+from sweep.run import run_grid
+
+WINDOWED = """
+name = "w"
+[grid]
+arrival_rps = [50.0, 120.0]
+replicas = [1, 2]
+batch_size = [1, 2, 8, 32, 128]
+batch_window_ms = [0, 5, 40, inf]
+seq_len = [1024, 4096]
+model = ["llama-3.1-8b", "llama-2-7b"]
+gpu = ["h100-sxm", "l4"]
+gpus_per_replica = [1, 2]
+t_fixed_ms = 12.0
+t_req_ms = 0.4
+slo_ms = 150.0
+"""
+
+
+@pytest.fixture(scope="module")
+def seed_run(tmp_path_factory, root):
+    out = tmp_path_factory.mktemp("seed")
+    assert main(["run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_outputs_exist_and_manifest(seed_run, root):
+    m = json.loads((seed_run / "manifest.json").read_text())
+    text = (root / "grids" / "seed-gpt3.toml").read_text()
+    assert m["grid"]["toml"] == text and len(m["grid"]["sha256"]) == 64
+    assert m["rows"]["grid_points"] == 5 and m["rows"]["points_written"] == 5
+    assert m["service_source"] == "given" and m["latency_model"] == "gaussian"
+    assert m["chunks"]["compilations"] == 1
+    assert {"total", "evaluate", "write"} <= set(m["timings_s"])
+    assert m["sweep_version"]
+    assert not [p for p in seed_run.iterdir() if p.name.startswith(writers.STAGING_PREFIX)]
+
+
+def test_parquet_is_bi_safe(seed_run):
+    files = sorted((seed_run / "points").glob("*.parquet"))
+    assert files
+    meta = pq.ParquetFile(files[0]).metadata
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+    table = ds.dataset(seed_run / "points").to_table()
+    names = [c.name for c in columns.point_columns("given")]
+    assert table.column_names == names
+    for field in table.schema:
+        t = field.type
+        assert not pa.types.is_unsigned_integer(t) and not pa.types.is_nested(t), field
+        if pa.types.is_dictionary(t):
+            assert pa.types.is_string(t.value_type)
+        assert field.metadata[b"unit"]
+    for name in ("model", "gpu", "action", "service_source"):
+        assert pa.types.is_dictionary(table.schema.field(name).type)
+    prov = json.loads(table.schema.metadata[b"sweep"])
+    assert prov["grid_name"] == "seed-gpt3" and len(prov["grid_sha256"]) == 64
+    # +inf stays +inf, never NaN or null.
+    ew = table.column("e_wait_ms").to_numpy()
+    assert math.isinf(ew[0]) and ew[0] > 0
+    for name in table.column_names:
+        col = table.column(name)
+        assert col.null_count == 0
+        if pa.types.is_floating(col.type):
+            assert not np.isnan(col.to_numpy()).any(), name
+
+
+def test_duckdb_reads_the_output(seed_run):
+    con = duckdb.connect()
+    rows = con.execute(
+        f"""SELECT batch_size, round(e_resp_ms, 1) AS e_t, action
+            FROM read_parquet('{seed_run}/points/*.parquet')
+            WHERE stable ORDER BY batch_size"""
+    ).fetchall()
+    # Seed table: stable from B = 8; E[T] 145.1, 149.5, 229.6 ms.
+    assert rows == [(8, 145.1, "slo_violated"), (16, 149.5, "slo_violated"), (32, 229.6, "out_of_memory")]
+    inf_rows = con.execute(
+        f"SELECT count(*) FROM read_parquet('{seed_run}/points/*.parquet') WHERE e_wait_ms = 'inf'::DOUBLE"
+    ).fetchone()
+    assert inf_rows == (2,)
+
+
+def test_chunking_does_not_change_results_and_compiles_once(tmp_path):
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED)
+    g = spec.load(p)
+    assert g.n_points == 2 * 2 * 5 * 4 * 2 * 2 * 2 * 2
+    whole = Evaluator(g, chunk_size=1 << 12).chunk(0).columns
+    ev = Evaluator(g, chunk_size=96)  # does not divide the grid: the last chunk is padded
+    parts = list(ev.iter_chunks())
+    assert ev.compile_count() == 1  # one compilation for every chunk
+    assert sum(len(c) for c in parts) == g.n_points
+    for key, full in whole.items():
+        np.testing.assert_array_equal(np.concatenate([c.columns[key] for c in parts]), full, err_msg=key)
+    assert np.array_equal(whole["point_id"], np.arange(g.n_points))
+
+
+def test_point_ids_decode_the_axes(tmp_path):
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED)
+    g = spec.load(p)
+    cols = Evaluator(g).chunk(0).columns
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in g.shape], indexing="ij"), -1).reshape(-1, len(g.shape))
+    for i, axis in enumerate(g.axes):
+        if axis.key in ("model", "gpu"):
+            np.testing.assert_array_equal(cols[axis.key], grid[:, i])
+        elif axis.key in cols:
+            np.testing.assert_array_equal(cols[axis.key], np.asarray(axis.values, dtype=float)[grid[:, i]])
+
+
+@pytest.mark.parametrize("mode", ["feasible", "none"])
+def test_points_modes(tmp_path, mode):
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED + f'\n[output]\npoints = "{mode}"\n')
+    result = run_grid(spec.load(p), tmp_path / "out", chunk_size=128)
+    m = result.manifest
+    if mode == "none":
+        assert m["rows"]["points_written"] == 0 and not (tmp_path / "out" / "points").exists()
+    else:
+        t = ds.dataset(tmp_path / "out" / "points").to_table()
+        assert t.num_rows == m["rows"]["feasible"] == m["rows"]["points_written"] > 0
+        assert pa.compute.all(t.column("feasible")).as_py()
+
+
+def test_failed_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatch, root):
+    out = tmp_path / "out"
+    g = spec.load(root / "grids" / "seed-gpt3.toml")
+    run_grid(g, out)  # a complete earlier run
+    assert (out / "manifest.json").exists()
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED)
+    calls = {"n": 0}
+    real_write = writers.DatasetWriter.write
+
+    def failing_write(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # as if killed half way
+        real_write(self, batch)
+
+    monkeypatch.setattr(writers.DatasetWriter, "write", failing_write)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(spec.load(p), out, chunk_size=64)
+    # The earlier complete run is untouched; no staging folder is left behind.
+    assert json.loads((out / "manifest.json").read_text())["grid_name"] == "seed-gpt3"
+    assert ds.dataset(out / "points").count_rows() == 5
+    assert not [x for x in out.iterdir() if x.name.startswith(writers.STAGING_PREFIX)]
+
+
+def test_readme_documents_every_column(root):
+    readme = (root / "README.md").read_text()
+    for c in columns.POINT_COLUMNS:
+        assert f"`{c.name}`" in readme, c.name
+
+
+def test_summary_prints_the_seed_table(root, capsys, tmp_path):
+    assert main(["run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    for fragment in ("54.0", "148.1", "67.5%", "56.1", "35.0", "145.1", "149.5", "229.6", "7.14 -> 8", "14.95", "5.80", "9.66 GB"):
+        assert fragment in out, fragment
