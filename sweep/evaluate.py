@@ -50,8 +50,8 @@ class Evaluator:
         self.n_points = spec.n_points
         self.chunk_size = int(max(1, min(chunk_size, _pow2_at_least(self.n_points))))
         self.n_chunks = math.ceil(self.n_points / self.chunk_size)
-        self._axes = _axis_arrays(spec)
-        self._tables = _catalog_tables(spec)
+        self._axes = axis_arrays(spec)
+        self._tables = catalog_tables(spec)
         self._fn = jax.jit(
             functools.partial(
                 _evaluate_chunk,
@@ -59,14 +59,7 @@ class Evaluator:
                 shape=spec.shape,
                 n_points=self.n_points,
                 chunk_size=self.chunk_size,
-                windowed=spec.windowed,
-                full=spec.full_batch,
-                paged=spec.options.kv_allocation == "paged",
-                latency_model=spec.options.latency_model,
-                service_source=spec.service_source,
-                mean_follows=spec.mean_follows_seq_len,
-                block_tokens=float(spec.options.block_tokens),
-                reserve_fraction=spec.options.reserve_fraction,
+                **kernel_options(spec),
             )
         )
 
@@ -101,11 +94,25 @@ class Evaluator:
         return self._fn._cache_size()  # noqa: SLF001 - jax exposes no public counter
 
 
+def kernel_options(spec: GridSpec) -> dict[str, object]:
+    """The static (compile-time) keywords of `evaluate_values` for a grid."""
+    return dict(
+        windowed=spec.windowed,
+        full=spec.full_batch,
+        paged=spec.options.kv_allocation == "paged",
+        latency_model=spec.options.latency_model,
+        service_source=spec.service_source,
+        mean_follows=spec.mean_follows_seq_len,
+        block_tokens=float(spec.options.block_tokens),
+        reserve_fraction=spec.options.reserve_fraction,
+    )
+
+
 def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _axis_arrays(spec: GridSpec) -> dict[str, jax.Array]:
+def axis_arrays(spec: GridSpec) -> dict[str, jax.Array]:
     """Numeric axis values as float64 device arrays; name axes as their index."""
     out: dict[str, jax.Array] = {}
     for axis in spec.axes:
@@ -116,7 +123,7 @@ def _axis_arrays(spec: GridSpec) -> dict[str, jax.Array]:
     return out
 
 
-def _catalog_tables(spec: GridSpec) -> dict[str, jax.Array]:
+def catalog_tables(spec: GridSpec) -> dict[str, jax.Array]:
     """Catalog attributes indexed by the model/gpu axis coordinate."""
     f = lambda xs: jnp.asarray(np.asarray(xs, dtype=np.float64))  # noqa: E731
     return {
@@ -149,12 +156,45 @@ def _evaluate_chunk(
     reserve_fraction: float,
 ) -> dict[str, jax.Array]:
     idx = jnp.minimum(offset + jnp.arange(chunk_size, dtype=jnp.int64), n_points - 1)
+    v = decode(idx, axes, keys=keys, shape=shape)
+    out = evaluate_values(
+        v, tables, windowed=windowed, full=full, paged=paged, latency_model=latency_model,
+        service_source=service_source, mean_follows=mean_follows, block_tokens=block_tokens,
+        reserve_fraction=reserve_fraction,
+    )
+    out["point_id"] = idx
+    return out
+
+
+def decode(idx: jax.Array, axes: dict[str, jax.Array], *, keys: tuple[str, ...], shape: tuple[int, ...]) -> dict[str, jax.Array]:
+    """Flat indices -> every axis's value (mixed radix, innermost axis fastest)."""
     v: dict[str, jax.Array] = {}
     stride = 1
-    for key, n in zip(reversed(keys), reversed(shape)):  # innermost axis varies fastest
+    for key, n in zip(reversed(keys), reversed(shape)):
         coord = (idx // stride) % n if n > 1 else jnp.zeros_like(idx)
         v[key] = axes[key][coord]
         stride *= n
+    return v
+
+
+def evaluate_values(
+    v: dict[str, jax.Array],
+    tables: dict[str, jax.Array],
+    *,
+    windowed: bool,
+    full: bool,
+    paged: bool,
+    latency_model: str,
+    service_source: str,
+    mean_follows: bool,
+    block_tokens: float,
+    reserve_fraction: float,
+) -> dict[str, jax.Array]:
+    """Every output column (file units) for points given by their parameter values.
+
+    `v` maps each [grid] key to a 1-D array (model and gpu as catalog-table indices);
+    this is what both a grid chunk and a search batch feed the kernel.
+    """
     m, g = v["model"], v["gpu"]
     gpus = v["gpus_per_replica"]
     mean_seq = v["seq_len"] if mean_follows else v["mean_seq_len"]
@@ -192,8 +232,8 @@ def _evaluate_chunk(
     )
     r = jax.vmap(kernel)(point)
     ms = 1e3
+    n = lam.shape[0]
     out: dict[str, jax.Array] = {
-        "point_id": idx,
         "model": m,
         "gpu": g,
         "gpus_per_replica": gpus.astype(jnp.int64),
@@ -206,7 +246,7 @@ def _evaluate_chunk(
         "batch_window_ms": v["batch_window_ms"],
         "t_fixed_ms": t_fixed * ms,
         "t_req_ms": t_req * ms,
-        "service_source": jnp.full(idx.shape, SERVICE_SOURCES.index(service_source), dtype=jnp.int32),
+        "service_source": jnp.full((n,), SERVICE_SOURCES.index(service_source), dtype=jnp.int32),
         "weight_bytes_per_param": v["weight_bytes_per_param"],
         "kv_bytes_per_elem": v["kv_bytes_per_elem"],
         "slo_ms": v["slo_ms"],
