@@ -9,6 +9,7 @@ stays `+inf`, so integer-valued quantities that can be infinite are float64.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -96,6 +97,80 @@ POINT_COLUMNS: tuple[Column, ...] = (
 
 COLUMN_BY_NAME = {c.name: c for c in POINT_COLUMNS}
 
+#: Point columns that are constant within a (scenario group, replicas) row; optimum.parquet
+#: repeats them so each row reads on its own.
+ROW_CONSTANT: tuple[str, ...] = (
+    "model", "gpu", "gpus_per_replica", "seq_len", "mean_seq_len", "arrival_rps", "replicas",
+    "lambda_per_replica_rps", "t_fixed_ms", "t_req_ms", "service_source", "eta_bw", "eta_flops",
+    "tokens_per_request", "weight_bytes_per_param", "kv_bytes_per_elem", "slo_ms", "percentile",
+    "rho_target", "rho_max", "rho_min", "workers", "queue_capacity", "service_cv",
+    "b_min_stable", "b_min_stable_int", "b_min_rho_target", "b_min_rho_target_int",
+    "kv_gb_per_req", "weights_gb", "free_gb", "weights_fit", "b_mem_max", "cost_usd_per_hour",
+)
+
+#: The answers of optimum.parquet: (prefix, what it is). Each gets the columns of ANSWER_FIELDS.
+ANSWERS: tuple[tuple[str, str], ...] = (
+    ("b_max_slo", "the largest batch with latency_ms <= slo_ms (seed step 5); ties: lowest latency"),
+    ("b_latency_opt", "the batch minimising e_resp_ms; ties: smallest batch"),
+    ("slo_opt", "the most capacity with latency_ms <= slo_ms (the SLO-optimal point); ties: lowest latency"),
+    ("knee", "the frontier's knee (SPEC 6)"),
+    ("replicas_min", "at replicas_min: the largest batch meeting the SLO with rho <= rho_max"),
+)
+ANSWER_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    # (suffix, point column, dtype, unit)
+    ("", "batch_size", "int64", "requests"),
+    ("_window_ms", "batch_window_ms", "float64", "ms"),
+    ("_latency_ms", "latency_ms", "float64", "ms"),
+    ("_e_resp_ms", "e_resp_ms", "float64", "ms"),
+    ("_capacity_rps", "capacity_rps", "float64", "requests/s"),
+    ("_rho", "rho", "float64", "-"),
+    ("_point_id", "point_id", "int64", "-"),
+)
+#: What an answer's columns hold when there is none (see `reason`).
+ANSWER_MISSING = {"batch_size": 0, "batch_window_ms": math.inf, "latency_ms": math.inf,
+                  "e_resp_ms": math.inf, "capacity_rps": 0.0, "rho": math.inf, "point_id": -1}
+
+
+def _answer_columns() -> tuple[Column, ...]:
+    out = []
+    for prefix, what in ANSWERS:
+        for suffix, source, dtype, unit in ANSWER_FIELDS:
+            name = prefix + suffix if (prefix, suffix) != ("replicas_min", "") else "replicas_min_batch"
+            out.append(Column(name, dtype, unit, f"{source} of {what}; {ANSWER_MISSING[source]} when there is none."))
+    return tuple(out)
+
+
+OPTIMUM_COLUMNS: tuple[Column, ...] = (
+    Column("group_id", "int64", "-", "Scenario group: flat index over every axis except replicas, batch_size, batch_window_ms."),
+    Column("row_id", "int64", "-", "(scenario group, replicas) row: point_id // (n_windows x n_batch)."),
+    *(COLUMN_BY_NAME[n] for n in ROW_CONSTANT),
+    Column("n_points", "int64", "points", "Points in the row (n_windows x n_batch)."),
+    Column("n_feasible", "int64", "points", "Feasible points in the row."),
+    Column("n_frontier", "int64", "points", "Pareto points of the row (rows of frontier.parquet)."),
+    Column("reason", "dict", "-", "ok, or the first constraint that left no feasible batch: out_of_memory | unstable | proxy_invalid (stable, but the latency estimate is +inf) | slo_violated."),
+    Column("replicas_min", "float64", "replicas", "Per scenario group: the fewest replicas of the grid's replicas axis for which some batch meets the SLO with rho <= rho_max; +inf when none. On every row of the group."),
+    Column("is_replicas_min", "bool", "-", "This row is at replicas_min."),
+    Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); +inf when none."),
+    *_answer_columns(),
+    Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
+)
+
+FRONTIER_EXTRA: tuple[Column, ...] = (
+    Column("group_id", "int64", "-", "Scenario group (see optimum.parquet)."),
+    Column("row_id", "int64", "-", "(scenario group, replicas) row this frontier belongs to."),
+    Column("is_knee", "bool", "-", "The row's knee: largest capacity_norm - latency_norm over the frontier (SPEC 6)."),
+    Column("is_slo_opt", "bool", "-", "The row's SLO-optimal point: most capacity with latency_ms <= slo_ms."),
+)
+
+
+def optimum_columns(service_source: str) -> tuple[Column, ...]:
+    skip = {c.name for c in POINT_COLUMNS if c.when and not (c.when == _ROOFLINE and service_source == "roofline")}
+    return tuple(c for c in OPTIMUM_COLUMNS if c.name not in skip)
+
+
+def frontier_columns(service_source: str) -> tuple[Column, ...]:
+    return (*point_columns(service_source), *FRONTIER_EXTRA)
+
 
 def point_columns(service_source: str) -> tuple[Column, ...]:
     """The columns a run writes, in order (roofline inputs only for roofline grids)."""
@@ -113,4 +188,7 @@ def markdown_table(columns: tuple[Column, ...] = POINT_COLUMNS) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover - docs helper
-    print(markdown_table())
+    import sys
+
+    table = {"points": POINT_COLUMNS, "optimum": OPTIMUM_COLUMNS, "frontier": FRONTIER_EXTRA}
+    print(markdown_table(table[sys.argv[1] if len(sys.argv) > 1 else "points"]))

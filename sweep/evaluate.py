@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sweep import kernels
+from sweep import decide, kernels
 from sweep.spec import GridSpec
 
 jax.config.update("jax_enable_x64", True)
@@ -36,7 +36,8 @@ class Chunk:
     index: int
     start: int
     stop: int
-    columns: dict[str, np.ndarray]
+    columns: dict[str, np.ndarray]  # per point, (stop - start,)
+    rows: dict[str, np.ndarray]  # per (group, replicas) row, (n_rows,); see sweep.decide
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -48,7 +49,11 @@ class Evaluator:
     def __init__(self, spec: GridSpec, chunk_size: int = DEFAULT_CHUNK) -> None:
         self.spec = spec
         self.n_points = spec.n_points
-        self.chunk_size = int(max(1, min(chunk_size, _pow2_at_least(self.n_points))))
+        self.row_size = len(spec.axis("batch_window_ms")) * len(spec.axis("batch_size"))
+        self.group_size = self.row_size * len(spec.axis("replicas"))
+        # Chunks hold whole groups, so every decision reduces inside one chunk.
+        groups = max(1, min(chunk_size, self.n_points) // self.group_size)
+        self.chunk_size = groups * self.group_size
         self.n_chunks = math.ceil(self.n_points / self.chunk_size)
         self._axes = axis_arrays(spec)
         self._tables = catalog_tables(spec)
@@ -59,6 +64,8 @@ class Evaluator:
                 shape=spec.shape,
                 n_points=self.n_points,
                 chunk_size=self.chunk_size,
+                row_size=self.row_size,
+                n_replicas=len(spec.axis("replicas")),
                 **kernel_options(spec),
             )
         )
@@ -72,7 +79,13 @@ class Evaluator:
         stop = min(start + self.chunk_size, self.n_points)
         host = jax.device_get(device_out)
         n = stop - start
-        return Chunk(index, start, stop, {k: np.asarray(v)[:n] for k, v in host.items()})
+        rows = host.pop("_rows")
+        n_rows = n // self.row_size
+        return Chunk(
+            index, start, stop,
+            {k: np.asarray(v)[:n] for k, v in host.items()},
+            {k: np.asarray(v)[:n_rows] for k, v in rows.items()},
+        )
 
     def chunk(self, index: int) -> Chunk:
         return self.fetch(index, self.dispatch(index))
@@ -106,10 +119,6 @@ def kernel_options(spec: GridSpec) -> dict[str, object]:
         block_tokens=float(spec.options.block_tokens),
         reserve_fraction=spec.options.reserve_fraction,
     )
-
-
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def axis_arrays(spec: GridSpec) -> dict[str, jax.Array]:
@@ -146,6 +155,8 @@ def _evaluate_chunk(
     shape: tuple[int, ...],
     n_points: int,
     chunk_size: int,
+    row_size: int,
+    n_replicas: int,
     windowed: bool,
     full: bool,
     paged: bool,
@@ -163,7 +174,39 @@ def _evaluate_chunk(
         reserve_fraction=reserve_fraction,
     )
     out["point_id"] = idx
+    out.update(_reduce(out, row_size, n_replicas))
     return out
+
+
+def _reduce(out: dict[str, jax.Array], row_size: int, n_replicas: int) -> dict[str, jax.Array]:
+    """SPEC 6 per row and per group, vmapped over the chunk's rows and groups."""
+    n_rows = out["feasible"].shape[0] // row_size
+    as_rows = lambda x: x.reshape(n_rows, row_size)  # noqa: E731
+    row = decide.Row(
+        feasible=as_rows(out["feasible"]),
+        mem_ok=as_rows(out["mem_ok"]),
+        stable=as_rows(out["stable"]),
+        latency=as_rows(out["latency_ms"]),
+        e_resp=as_rows(out["e_resp_ms"]),
+        slo=as_rows(out["slo_ms"]),
+        capacity=as_rows(out["capacity_rps"]),
+        batch=as_rows(out["batch_size"]).astype(jnp.float64),
+        rho=as_rows(out["rho"]),
+        rho_max=as_rows(out["rho_max"]),
+    )
+    red = jax.vmap(decide.reduce_row)(row)
+    replicas = as_rows(out["replicas"])[:, 0].astype(jnp.float64).reshape(-1, n_replicas)
+    rmin, is_rmin = jax.vmap(decide.reduce_group)(replicas, red["replicas_ok"].reshape(-1, n_replicas))
+    pos = jnp.arange(row_size)[None, :]
+    rows = {k: v for k, v in red.items() if k != "frontier"}
+    rows["replicas_min"] = jnp.repeat(rmin, n_replicas)
+    rows["is_replicas_min"] = is_rmin.reshape(-1)
+    return {
+        "_rows": rows,
+        "on_frontier": red["frontier"].reshape(-1),
+        "is_knee": (pos == red["knee_idx"][:, None]).reshape(-1),
+        "is_slo_opt": (pos == red["slo_opt_idx"][:, None]).reshape(-1),
+    }
 
 
 def decode(idx: jax.Array, axes: dict[str, jax.Array], *, keys: tuple[str, ...], shape: tuple[int, ...]) -> dict[str, jax.Array]:

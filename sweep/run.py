@@ -16,7 +16,9 @@ import numpy as np
 import sweep
 from sweep import columns as cols
 from sweep.evaluate import DEFAULT_CHUNK, SERVICE_SOURCES, Evaluator
+from sweep.decide import REASONS
 from sweep.kernels import ACTIONS
+from sweep.reduced import frontier_rows, optimum_rows
 from sweep.spec import GridSpec
 from sweep.writers import DatasetWriter, Staging, arrow_schema, record_batch
 
@@ -45,6 +47,7 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
         "grid_sha256": spec.sha256,
         "grid_toml": spec.text,
         "service_source": spec.service_source,
+        "service_fit": getattr(spec, "fit", None),  # profile fit (file, T_fixed, t_req, R^2) when "fitted"
         "latency_model": spec.options.latency_model,
         "kv_allocation": spec.options.kv_allocation,
     }
@@ -78,6 +81,13 @@ def _run(spec: GridSpec, out_dir: Path, staging: Staging, chunk_size: int, progr
     }
     mode = spec.output.points
     writer = DatasetWriter(staging.path / "points", schema) if mode != "none" else None
+    dictionaries["reason"] = list(REASONS)
+    dictionaries["method"] = ["exact"]
+    opt_schema = arrow_schema(cols.optimum_columns(spec.service_source), meta)
+    front_schema = arrow_schema(cols.frontier_columns(spec.service_source), meta)
+    opt_writer = DatasetWriter(staging.path, opt_schema, single_file="optimum.parquet")
+    front_writer = DatasetWriter(staging.path, front_schema, single_file="frontier.parquet")
+    n_replicas = len(spec.axis("replicas"))
     keep_rows = spec.n_points <= SUMMARY_ROWS
     kept: list[dict[str, np.ndarray]] = []
     action_counts = np.zeros(len(ACTIONS), dtype=np.int64)
@@ -104,14 +114,19 @@ def _run(spec: GridSpec, out_dir: Path, staging: Staging, chunk_size: int, progr
                 batch = batch.filter(mask)
             writer.write(batch)
             t_write += time.perf_counter() - w0
+        w0 = time.perf_counter()
+        opt_writer.write(record_batch(optimum_rows(chunk, evaluator.row_size, n_replicas), opt_schema, dictionaries))
+        front_writer.write(record_batch(frontier_rows(chunk, evaluator.row_size, n_replicas), front_schema, dictionaries))
+        t_write += time.perf_counter() - w0
         done += len(chunk)
         if progress is not None:
             progress(done, spec.n_points)
         tick = time.perf_counter()
-    if writer is not None:
-        w0 = time.perf_counter()
-        writer.close()
-        t_write += time.perf_counter() - w0
+    w0 = time.perf_counter()
+    for w in (writer, opt_writer, front_writer):
+        if w is not None:
+            w.close()
+    t_write += time.perf_counter() - w0
     counts = {a: int(n) for a, n in zip(ACTIONS, action_counts)}
     manifest = {
         **{k: v for k, v in meta.items() if k != "grid_toml"},
@@ -124,10 +139,17 @@ def _run(spec: GridSpec, out_dir: Path, staging: Staging, chunk_size: int, progr
             "grid_points": spec.n_points,
             "points_written": writer.rows if writer is not None else 0,
             "points_mode": mode,
+            "optimum": opt_writer.rows,
+            "frontier": front_writer.rows,
             "feasible": feasible,
             "actions": counts,
         },
-        "files": {"points": [str(p.relative_to(staging.path)) for p in writer.files] if writer else []},
+        "files": {
+            "points": [str(p.relative_to(staging.path)) for p in writer.files] if writer else [],
+            "optimum": "optimum.parquet",
+            "frontier": "frontier.parquet",
+        },
+        "decisions": {"method": "exact", "row_axes": ["batch_window_ms", "batch_size"], "group_axis": "replicas"},
         "chunks": {"size": evaluator.chunk_size, "count": evaluator.n_chunks, "compilations": evaluator.compile_count()},
         "timings_s": {
             "first_chunk_incl_compile": round(t_first, 4),

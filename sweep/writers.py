@@ -61,11 +61,20 @@ class DatasetWriter:
     whatever the evaluation chunk size.
     """
 
-    def __init__(self, folder: Path, schema: pa.Schema, *, row_group_rows: int = 1 << 18, rows_per_file: int = 1 << 23) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        schema: pa.Schema,
+        *,
+        row_group_rows: int = 1 << 18,
+        rows_per_file: int = 1 << 23,
+        single_file: str | None = None,
+    ) -> None:
         self.folder = folder
         self.schema = schema
         self.row_group_rows = row_group_rows
-        self.rows_per_file = max(rows_per_file, row_group_rows)
+        self.rows_per_file = max(rows_per_file, row_group_rows) if single_file is None else 1 << 62
+        self.single_file = single_file
         folder.mkdir(parents=True, exist_ok=True)
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
@@ -85,6 +94,8 @@ class DatasetWriter:
     def close(self) -> None:
         if self._buffered:
             self._flush(self._buffered)
+        if self._writer is None and self.single_file is not None:
+            self._open_next()  # an empty table is still a valid file with the schema
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -104,7 +115,8 @@ class DatasetWriter:
     def _open_next(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        path = self.folder / f"part-{len(self.files):05d}.parquet"
+        name = self.single_file or f"part-{len(self.files):05d}.parquet"
+        path = self.folder / name
         self._writer = pq.ParquetWriter(path, self.schema, compression=COMPRESSION, write_statistics=True)
         self.files.append(path)
         self._file_rows = 0

@@ -1,0 +1,135 @@
+"""Exact decisions over the batcher's knobs (SPEC 6), in pure JAX.
+
+A *row* is one (scenario group, replicas) combination: the `K = n_windows x n_batch` points
+that differ only in `batch_window_ms` and `batch_size`. A *group* is the `n_replicas` rows
+that differ only in `replicas`. Because the decision axes are the innermost axes of the
+grid (see `sweep.spec.PARAMS`), a row is a contiguous block of K points and a group a
+contiguous block of `n_replicas` rows, so a chunk of whole groups reshapes to
+`(groups, n_replicas, K)` with no gathering.
+
+`reduce_row` is written for ONE row (arrays of shape (K,)) and `reduce_group` for one
+group's row results (shape (n_replicas,)); `sweep.evaluate` vmaps them. Every decision
+considers feasible points only (stable, mem_ok, finite latency). Indices are positions
+inside the row (-1 where there is no answer); `has_*` flags say whether there is one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from jax import Array
+
+INF = jnp.inf
+
+#: `reason` codes for rows: the first constraint that left no candidate.
+REASONS: tuple[str, ...] = ("ok", "out_of_memory", "unstable", "proxy_invalid", "slo_violated")
+KNEE_TIE = 1e-9
+
+
+class Row(NamedTuple):
+    """One row's points, each of shape (K,)."""
+
+    feasible: Array
+    mem_ok: Array
+    stable: Array
+    latency: Array  # the SLO estimate, ms
+    e_resp: Array  # E[T], ms
+    slo: Array  # ms
+    capacity: Array  # requests/s
+    batch: Array
+    rho: Array
+    rho_max: Array
+
+
+def _argbest(mask: Array, primary: Array, secondary: Array) -> tuple[Array, Array]:
+    """Index of the masked point with the largest `primary`, ties to the smallest
+    `secondary`, then to the first position; (-1, False) when the mask is empty."""
+    has = jnp.any(mask)
+    top = jnp.max(jnp.where(mask, primary, -INF))
+    tied = mask & (primary == top)
+    idx = jnp.argmin(jnp.where(tied, secondary, INF))
+    return jnp.where(has, idx, -1), has
+
+
+def pareto_mask(capacity: Array, latency: Array, valid: Array) -> Array:
+    """Non-dominated points over (capacity up, latency down), exact float comparison.
+
+    Seed definition: a point is dominated when another has capacity >= and latency <=
+    with one of them strictly better. Sorting by (capacity desc, latency asc), a point is
+    dominated exactly when some point of strictly higher capacity has latency <= its own,
+    or the first point of its equal-capacity run has strictly lower latency. Identical
+    points do not dominate each other and are all kept. O(K log K).
+    """
+    k = capacity.shape[0]
+    cap = jnp.where(valid, capacity, -INF)
+    lat = jnp.where(valid, latency, INF)
+    order = jnp.lexsort((lat, -cap))
+    cap_s, lat_s = cap[order], lat[order]
+    pos = jnp.arange(k)
+    new_run = jnp.concatenate([jnp.array([True]), cap_s[1:] != cap_s[:-1]])
+    run_start = jnp.maximum.accumulate(jnp.where(new_run, pos, 0))
+    cummin = jnp.minimum.accumulate(lat_s)
+    before = jnp.where(run_start > 0, cummin[jnp.maximum(run_start - 1, 0)], INF)
+    dominated = (before <= lat_s) | (lat_s[run_start] < lat_s)
+    on_sorted = ~dominated & valid[order]
+    return jnp.zeros(k, dtype=bool).at[order].set(on_sorted)
+
+
+def knee_index(capacity: Array, latency: Array, on_frontier: Array) -> Array:
+    """The frontier point farthest above the chord (SPEC 6); -1 for an empty frontier.
+
+    Capacity and latency are normalised over the frontier to [0, 1] ((x - min)/(max -
+    min), 0 where max = min); the knee maximises capacity_norm - latency_norm; scores
+    within 1e-9 of the best are ties, and ties go to the smaller capacity. A frontier of
+    one point is its own knee.
+    """
+    def norm(x: Array) -> Array:
+        lo = jnp.min(jnp.where(on_frontier, x, INF))
+        hi = jnp.max(jnp.where(on_frontier, x, -INF))
+        span = hi - lo
+        ok = on_frontier & (span > 0)
+        return jnp.where(ok, (x - lo) / jnp.where(ok, span, 1.0), 0.0)
+
+    score = jnp.where(on_frontier, norm(capacity) - norm(latency), -INF)
+    best = jnp.max(score)
+    tied = on_frontier & (score >= best - KNEE_TIE)
+    idx = jnp.argmin(jnp.where(tied, capacity, INF))
+    return jnp.where(jnp.any(on_frontier), idx, -1)
+
+
+def reduce_row(r: Row) -> dict[str, Array]:
+    """Every per-row answer of SPEC 6 for one row of K points."""
+    meets = r.feasible & (r.latency <= r.slo)
+    b_max_slo, has_slo = _argbest(meets, r.batch, r.latency)
+    lat_opt, has_feasible = _argbest(r.feasible, -r.e_resp, r.batch)
+    slo_opt, _ = _argbest(meets, r.capacity, r.latency)
+    headroom = meets & (r.rho <= r.rho_max)
+    rmin_pick, row_ok = _argbest(headroom, r.batch, r.latency)
+    frontier = pareto_mask(r.capacity, r.latency, r.feasible)
+    knee = knee_index(r.capacity, r.latency, frontier)
+    reason = jnp.where(
+        ~jnp.any(r.mem_ok), 1,
+        jnp.where(~jnp.any(r.mem_ok & r.stable), 2,
+                  jnp.where(~has_feasible, 3, jnp.where(~has_slo, 4, 0))),
+    )
+    return {
+        "b_max_slo_idx": b_max_slo,
+        "b_latency_opt_idx": lat_opt,
+        "slo_opt_idx": slo_opt,
+        "knee_idx": knee,
+        "replicas_ok": row_ok,
+        "replicas_ok_idx": rmin_pick,
+        "frontier": frontier,
+        "n_feasible": jnp.sum(r.feasible),
+        "n_frontier": jnp.sum(frontier),
+        "reason": reason.astype(jnp.int32),
+    }
+
+
+def reduce_group(replicas: Array, row_ok: Array) -> tuple[Array, Array]:
+    """replicas_min over one group's rows (shape (n_replicas,)): the fewest replicas for
+    which some batch meets the SLO with rho <= rho_max (+inf when none), and the mask of
+    the row at that count."""
+    rmin = jnp.min(jnp.where(row_ok, replicas, INF))
+    return rmin, row_ok & (replicas == rmin)
