@@ -76,6 +76,41 @@ def pareto_mask(capacity: Array, latency: Array, valid: Array) -> Array:
     return jnp.zeros(k, dtype=bool).at[order].set(on_sorted)
 
 
+def pareto_mask_columns(capacity: Array, latency: Array, valid: Array) -> Array:
+    """`pareto_mask` for a row laid out as (n_windows, n_batch) whose capacity depends on
+    the batch column only and does not decrease along it (capacity_rps = B / T_svc(B) with
+    batch sizes ascending). O(K), no sort; same answer as `pareto_mask` bit for bit.
+
+    With c_j the column's capacity and m_j the smallest latency in column j, a point of
+    column j with latency l is dominated iff A_j <= l or S_j < l, where A_j is the smallest
+    m over columns of strictly larger capacity (the suffix after j's equal-capacity run)
+    and S_j the smallest m from the start of j's run onwards (A_j > l makes S_j < l exactly
+    "some equal-capacity point is strictly faster").
+    """
+    n_b = capacity.shape[-1]
+    cap = capacity[0]
+    lat = jnp.where(valid, latency, INF)
+    col_min = jnp.min(lat, axis=0)
+    suffix = jnp.concatenate([jnp.minimum.accumulate(col_min[::-1])[::-1], jnp.array([INF])])
+    pos = jnp.arange(n_b)
+    new_run = jnp.concatenate([jnp.array([True]), cap[1:] != cap[:-1]])
+    is_last = jnp.concatenate([cap[1:] != cap[:-1], jnp.array([True])])
+    run_start = jnp.maximum.accumulate(jnp.where(new_run, pos, 0))
+    run_end = jnp.minimum.accumulate(jnp.where(is_last, pos, n_b)[::-1])[::-1]
+    above = suffix[run_end + 1]
+    from_run = suffix[run_start]
+    dominated = (above[None, :] <= lat) | (from_run[None, :] < lat)
+    return ~dominated & valid
+
+
+def columns_sorted(capacity: Array) -> Array:
+    """True when every row of `capacity` (rows, n_windows, n_batch) is the same in every
+    window and non-decreasing along the batch axis: `pareto_mask_columns` applies."""
+    same = jnp.all(capacity == capacity[:, :1, :])
+    rising = jnp.all(capacity[:, 0, 1:] >= capacity[:, 0, :-1])
+    return same & rising
+
+
 def knee_index(capacity: Array, latency: Array, on_frontier: Array) -> Array:
     """The frontier point farthest above the chord (SPEC 6); -1 for an empty frontier.
 
@@ -98,15 +133,14 @@ def knee_index(capacity: Array, latency: Array, on_frontier: Array) -> Array:
     return jnp.where(jnp.any(on_frontier), idx, -1)
 
 
-def reduce_row(r: Row) -> dict[str, Array]:
-    """Every per-row answer of SPEC 6 for one row of K points."""
+def reduce_row(r: Row, frontier: Array) -> dict[str, Array]:
+    """Every per-row answer of SPEC 6 for one row of K points, given its Pareto mask."""
     meets = r.feasible & (r.latency <= r.slo)
     b_max_slo, has_slo = _argbest(meets, r.batch, r.latency)
     lat_opt, has_feasible = _argbest(r.feasible, -r.e_resp, r.batch)
     slo_opt, _ = _argbest(meets, r.capacity, r.latency)
     headroom = meets & (r.rho <= r.rho_max)
     rmin_pick, row_ok = _argbest(headroom, r.batch, r.latency)
-    frontier = pareto_mask(r.capacity, r.latency, r.feasible)
     knee = knee_index(r.capacity, r.latency, frontier)
     reason = jnp.where(
         ~jnp.any(r.mem_ok), 1,

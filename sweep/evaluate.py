@@ -65,6 +65,7 @@ class Evaluator:
                 n_points=self.n_points,
                 chunk_size=self.chunk_size,
                 row_size=self.row_size,
+                n_batch=len(spec.axis("batch_size")),
                 n_replicas=len(spec.axis("replicas")),
                 **kernel_options(spec),
             )
@@ -156,6 +157,7 @@ def _evaluate_chunk(
     n_points: int,
     chunk_size: int,
     row_size: int,
+    n_batch: int,
     n_replicas: int,
     windowed: bool,
     full: bool,
@@ -174,11 +176,11 @@ def _evaluate_chunk(
         reserve_fraction=reserve_fraction,
     )
     out["point_id"] = idx
-    out.update(_reduce(out, row_size, n_replicas))
+    out.update(_reduce(out, row_size, n_batch, n_replicas))
     return out
 
 
-def _reduce(out: dict[str, jax.Array], row_size: int, n_replicas: int) -> dict[str, jax.Array]:
+def _reduce(out: dict[str, jax.Array], row_size: int, n_batch: int, n_replicas: int) -> dict[str, jax.Array]:
     """SPEC 6 per row and per group, vmapped over the chunk's rows and groups."""
     n_rows = out["feasible"].shape[0] // row_size
     as_rows = lambda x: x.reshape(n_rows, row_size)  # noqa: E731
@@ -194,16 +196,28 @@ def _reduce(out: dict[str, jax.Array], row_size: int, n_replicas: int) -> dict[s
         rho=as_rows(out["rho"]),
         rho_max=as_rows(out["rho_max"]),
     )
-    red = jax.vmap(decide.reduce_row)(row)
+    # The frontier: O(K) when capacity depends on the batch column only (the usual case,
+    # checked here), else the general sort-based mask. The branch is per chunk, outside
+    # vmap, so only one side runs.
+    n_win = row_size // n_batch
+    cap3 = row.capacity.reshape(n_rows, n_win, n_batch)
+    frontier = jax.lax.cond(
+        decide.columns_sorted(cap3),
+        lambda: jax.vmap(decide.pareto_mask_columns)(
+            cap3, row.latency.reshape(n_rows, n_win, n_batch), row.feasible.reshape(n_rows, n_win, n_batch)
+        ).reshape(n_rows, row_size),
+        lambda: jax.vmap(decide.pareto_mask)(row.capacity, row.latency, row.feasible),
+    )
+    red = jax.vmap(decide.reduce_row)(row, frontier)
     replicas = as_rows(out["replicas"])[:, 0].astype(jnp.float64).reshape(-1, n_replicas)
     rmin, is_rmin = jax.vmap(decide.reduce_group)(replicas, red["replicas_ok"].reshape(-1, n_replicas))
     pos = jnp.arange(row_size)[None, :]
-    rows = {k: v for k, v in red.items() if k != "frontier"}
+    rows = dict(red)
     rows["replicas_min"] = jnp.repeat(rmin, n_replicas)
     rows["is_replicas_min"] = is_rmin.reshape(-1)
     return {
         "_rows": rows,
-        "on_frontier": red["frontier"].reshape(-1),
+        "on_frontier": frontier.reshape(-1),
         "is_knee": (pos == red["knee_idx"][:, None]).reshape(-1),
         "is_slo_opt": (pos == red["slo_opt_idx"][:, None]).reshape(-1),
     }

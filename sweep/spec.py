@@ -25,6 +25,7 @@ import numpy as np
 
 from sweep.catalog import Catalog, Gpu, Model, load_catalog
 from sweep.errors import CatalogError, GridError
+from sweep.search_spec import SearchSpec, fill_searched, parse_search, resolve_search
 
 # --------------------------------------------------------------------------- parameters
 
@@ -116,7 +117,7 @@ MAX_WINDOWED_BATCH = 4096
 LATENCY_MODELS = ("gaussian", "exponential", "simulated")
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
-TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog")
+TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -165,6 +166,10 @@ class GridSpec:
     gpus: tuple[Gpu, ...]
     description: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: service_source "fitted": the profile fit (file, t_fixed_ms, t_req_ms, r2, n, residuals), else None
+    fit: Mapping[str, Any] | None = None
+    #: the validated `[search]` table (sweep.search_spec), else None
+    search: SearchSpec | None = None
 
     def axis(self, key: str) -> Axis:
         for a in self.axes:
@@ -220,11 +225,19 @@ def build(
     if not isinstance(grid, Mapping):
         raise GridError(source, "grid", grid, "a [grid] table is required")
     values = _normalise_grid(grid, source)
+    search = parse_search(doc["search"], source, values) if "search" in doc else None
+    if search is not None:
+        values = fill_searched(search, values)
     options = _build_options(doc.get("options", {}), source)
     output = _build_output(doc.get("output", {}), source)
+    fit = _fit_profile(doc.get("profile"), values, source) if "profile" in doc else None
     values, service_source, mean_follows = _fill_defaults(values, source)
+    if fit is not None:
+        service_source = "fitted"
     _cross_checks(values, options, source)
     catalog = _resolve_catalog(doc.get("catalog", {}), source, catalog)
+    if search is not None:
+        search = resolve_search(search, catalog, values, source)
     models = tuple(_lookup(catalog.model, n, source, "grid.model") for n in values["model"])
     gpus = tuple(_lookup(catalog.gpu, n, source, "grid.gpu") for n in values["gpu"])
     axes = tuple(Axis(p.key, tuple(values[p.key])) for p in PARAMS if p.key in values)
@@ -241,10 +254,40 @@ def build(
         models=models,
         gpus=gpus,
         description=str(doc.get("description", "")),
+        fit=fit,
+        search=search,
     )
 
 
 # --------------------------------------------------------------------------- stage 2: shape
+
+
+def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str) -> dict[str, Any]:
+    """`[profile] file = "x.csv"` (relative to the grid file): fit T_fixed, t_req (sweep.fit)
+    and put them in `values` as scalar axes. Exclusive with t_fixed_ms/t_req_ms and the
+    roofline inputs. A bad profile raises `ProfileError` naming the CSV file and row."""
+    from sweep.fit import fit_file
+
+    if not isinstance(raw, Mapping):
+        raise GridError(source, "profile", raw, 'must be a table, e.g. [profile] file = "profiles/my-model.csv"')
+    for k in raw:
+        if k != "file":
+            raise GridError(source, f"profile.{k}", raw[k], "unknown profile key; expected file")
+    file = raw.get("file")
+    if not isinstance(file, str) or not file.strip():
+        raise GridError(source, "profile.file", file,
+                        'must be a path (string) to a CSV relative to the grid file, e.g. file = "profiles/gpt3-a100.csv"')
+    for key in ("t_fixed_ms", "t_req_ms", "eta_bw", "eta_flops", "tokens_per_request"):
+        if key in values:
+            raise GridError(source, f"grid.{key}", values[key][0],
+                            "[profile] gives the service times; drop it or the profile, not both")
+    path = Path(file)
+    if not path.is_absolute():
+        path = Path(source).parent / path
+    fit = fit_file(path)
+    values["t_fixed_ms"] = [fit.t_fixed_ms]
+    values["t_req_ms"] = [fit.t_req_ms]
+    return fit.as_dict()
 
 
 def _check_top_level(doc: Mapping[str, Any], source: str) -> None:
@@ -293,6 +336,8 @@ def _axis_values(param: Param, raw: Any, source: str) -> list[Any]:
     if len(set(values)) != len(values):
         dup = next(v for v in values if values.count(v) > 1)
         raise GridError(source, where, dup, "appears twice in the axis; each value once")
+    if param.key == "batch_size":
+        values.sort()  # ascending batch sizes let the frontier skip a sort (sweep.decide)
     return values
 
 

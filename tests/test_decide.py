@@ -23,7 +23,8 @@ from sweep.run import run_grid
 
 _pareto = jax.jit(jax.vmap(decide.pareto_mask))
 _knee = jax.jit(jax.vmap(decide.knee_index))
-_row = jax.jit(jax.vmap(decide.reduce_row))
+_row = jax.jit(jax.vmap(lambda r: decide.reduce_row(r, decide.pareto_mask(r.capacity, r.latency, r.feasible))))
+_cols = jax.jit(jax.vmap(decide.pareto_mask_columns))
 
 
 def brute_pareto(cap, lat, valid):
@@ -75,6 +76,28 @@ def test_pareto_and_knee_match_brute_force(k, levels):
         want = brute_pareto(cap[r], lat[r], valid[r])
         np.testing.assert_array_equal(got[r], want)
         assert knees[r] == brute_knee(cap[r], lat[r], want)
+
+
+@pytest.mark.parametrize("n_win,n_b,levels", [(1, 1, 3), (1, 9, 4), (3, 7, 3), (4, 33, 6), (2, 64, 1000)])
+def test_column_frontier_matches_general(n_win, n_b, levels):
+    rng = np.random.default_rng(n_win * 100 + n_b)
+    rows = 80
+    cap_cols = np.sort(rng.integers(1, levels + 1, (rows, n_b)).astype(float), axis=1)  # ties included
+    cap = np.repeat(cap_cols[:, None, :], n_win, axis=1)
+    lat = rng.integers(1, levels + 1, (rows, n_win, n_b)).astype(float)
+    valid = rng.random((rows, n_win, n_b)) < 0.8
+    assert bool(decide.columns_sorted(jnp.asarray(cap)))
+    got = np.asarray(_cols(jnp.asarray(cap), jnp.asarray(lat), jnp.asarray(valid))).reshape(rows, -1)
+    for r in range(rows):
+        want = brute_pareto(cap[r].ravel(), lat[r].ravel(), valid[r].ravel())
+        np.testing.assert_array_equal(got[r], want)
+
+
+def test_columns_sorted_detects_other_layouts():
+    cap = jnp.asarray([[[1.0, 2.0], [1.0, 2.0]]])
+    assert bool(decide.columns_sorted(cap))
+    assert not bool(decide.columns_sorted(cap[:, :, ::-1]))
+    assert not bool(decide.columns_sorted(jnp.asarray([[[1.0, 2.0], [1.0, 3.0]]])))
 
 
 @settings(max_examples=80, deadline=None)
