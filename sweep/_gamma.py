@@ -2,25 +2,24 @@
 
 ``gammainc_pq(a, x)`` returns ``(P(a, x), Q(a, x))``, the regularized lower and
 upper incomplete gamma functions, for real ``a`` in [1, 5000] and ``x`` in
-[0, 1e7] (plus the edges ``x = 0`` and ``x = +inf``).  Whichever of P, Q is the
-smaller one is computed directly; the other is ``1 - smaller``, which is
-accurate because the directly computed value is never close to 1 (see the
-region notes below).  ``poisson_pmf(n, x)`` is the Poisson probability mass.
-
-Both functions expect float64 (callers enable ``jax_enable_x64``).
+[0, 1e7] (plus the edges ``x = 0`` and ``x = +inf``).  Whichever of P, Q is
+selected as "small" for the region is computed directly; the other one is
+``1 - small``, which is accurate because the direct value is never close to 1
+(at worst 0.973, see the region notes).  ``poisson_pmf(n, x)`` is the Poisson
+probability mass.  Both expect float64 (callers enable ``jax_enable_x64``).
 
 Why this module exists
 ----------------------
 ``jax.scipy.special.gammainc`` uses data-dependent ``while_loop`` trip counts.
-Under ``vmap`` every lane then runs as many iterations as the slowest lane,
-and the loop carries whole arrays through memory, so it manages only ~0.1 M
-evaluations/s for shapes up to 4096.  Here every element does the *same*
-fixed amount of straight-line work: a statically unrolled continued fraction
-(22 steps), a fixed set of Temme polynomials and a handful of transcendental
-calls.  Branches are selected with ``jnp.where`` and every branch is fed
-"safe" dummy arguments on lanes where its result is discarded (the double-where
-trick), so discarded branches never produce inf/NaN.  There is no Python
-control flow on values.
+Under ``vmap`` every lane runs as many iterations as the slowest one and the
+loop carries whole arrays through memory (~0.1-0.4 M evaluations/s on CPU).
+Here every element does the *same* fixed, straight-line work: a statically
+unrolled 22-step continued fraction, a fixed set of Temme polynomials and a
+handful of transcendental calls -- no ``while_loop``, no Python control flow
+on values.  Branches are selected with ``jnp.where`` and every branch gets
+"safe" dummy arguments on lanes where its result is discarded (double-where
+trick), so discarded branches never produce inf/NaN that could leak (also
+under autodiff).
 
 Common prefactor
 ----------------
@@ -31,70 +30,86 @@ With ``lam = x/a``, ``s = (x - a)/a`` and the Stirling remainder
             = exp(a*log1pmx(s) - log sqrt(2 pi a) - mu(a)),
     log1pmx(s) = log(1+s) - s = log(lam) - (lam - 1) <= 0.
 
-Writing it this way avoids forming ``a*log(x) - x - lgamma(a+1)``, a small
-difference of numbers up to ~4e4 whose rounding alone would cost ~1e-11
-relative error for a ~ 5000.  ``log1pmx`` is evaluated for -0.6 < s < 1 from
-``log(1+s) = 2 atanh(u)``, ``u = s/(2+s)``: ``log1pmx = -s*u + 2u^3 *
-sum_k u^(2k)/(2k+3)`` with |u| <= 3/7, u^2 <= 0.184 and 22 terms
-(0.184^22 * 3/47 < 5e-18); elsewhere directly as ``log(lam) - (lam - 1)``
-(cancellation factor <= 5).  ``mu(a)`` is the 7-term Stirling series, used
-for a >= 10 (first omitted term < 7e-17); for a < 10 it is evaluated at
-a + 10 and shifted back with ``lgamma(a+1) = lgamma(a+11) - log((a+1)...(a+10))``.
+This avoids forming ``a*log(x) - x - lgamma(a+1)``, a small difference of
+numbers up to ~5e4 whose rounding alone costs ~1e-11 relative error at
+a ~ 5000 (scipy's Cephes code does exactly that away from x ~ a, and is off by
+up to ~5e-12 there).  ``log1pmx`` is evaluated for 0.4 a < x < 2 a (-0.6 < s
+< 1) from ``log(1+s) = 2 atanh(u)``, ``u = s/(2+s) = (x-a)/(x+a)``::
 
-Regions (all computed for every element, selected per element)
---------------------------------------------------------------
+    log1pmx = 2 u^3 sum_{k<22} u^(2k)/(2k+3) - s u,   |u| <= 3/7, u^2 <= 0.184
+
+(omitted tail < 0.184^22 * 3/47 < 5e-18 relative to the u^3 term); elsewhere
+directly as ``log(lam) - (lam - 1)`` (cancellation factor <= 5 there).  The
+absolute error of ``a*log1pmx`` -- the relative error of D -- stays
+<= ~2e-13 wherever D > 1e-280 (|a log1pmx| <= 645).  ``mu(a)`` is the 7-term
+Stirling series in 1/a, used for a >= 10 (first omitted term < 7e-17); for
+a < 10 it is evaluated at b = a + 10 and shifted back with
+``lgamma(a+1) = lgamma(a+11) - log((a+1)...(a+10))`` (error ~1e-14 absolute).
+
+Regions (every element computes all of them; ``where`` selects)
+---------------------------------------------------------------
 T. Temme's uniform asymptotic expansion, for a >= 18 and |eta| <= 0.5 where
-   ``eta = sign(x - a) sqrt(-2 log1pmx(s))``  (DiDonato & Morris 1986, ACM
-   TOMS 12; Temme 1979)::
+   ``eta = sign(x - a) sqrt(-2 log1pmx(s))``, i.e. 0.5796 a <= x <= 1.5866 a
+   (DiDonato & Morris 1986, ACM TOMS 12; Temme 1979)::
 
-       smaller = erfc(sqrt(a eta^2/2))/2 +/- exp(-a eta^2/2)/sqrt(2 pi a)
-                                             * sum_{k<13} C_k(eta) a^-k
+       small = erfc(sqrt(y))/2 +/- D e^mu(a) sum_{k<13} C_k(eta) a^-k,
+       y = a eta^2 / 2,  D e^mu = e^-y / sqrt(2 pi a),
 
-   (+ gives Q for x >= a, - gives P for x < a).  The Taylor coefficients of
-   C_k(eta) were generated exactly (rational arithmetic: invert
-   ``lam - 1 - log lam = eta^2/2``, ``C_0 = 1/(lam-1) - 1/eta``,
+   (+: small = Q for x >= a; -: small = P for x < a).  The Taylor
+   coefficients of C_k(eta) were generated exactly in rational arithmetic
+   (invert ``lam - 1 - log lam = eta^2/2``; ``C_0 = 1/(lam-1) - 1/eta``;
    ``C_k = C_{k-1}'/eta + c_k/(lam-1)`` with c_k cancelling the pole) and
-   agree with Boost's ``igamma_temme_large`` tables.  The Taylor series
-   converge for |eta| < 2 sqrt(pi) ~ 3.54, so at |eta| <= 0.5 the terms fall
-   at least like 0.14^j; each C_k is truncated at the degree where
-   |d_kj| 0.5^j / 18^k < 1e-18 (degrees 18,18,17,15,14,12,10,10,9,7,5,3,1).
-   The 1/a series is asymptotic; at a = 18 the last kept term is ~1e-19 and
-   measured truncation error is < 1e-14.  In this window both P and Q are
-   >= ~erfc(0.5 sqrt(a/2))/2 relative to the other, so no cancellation.
+   agree with Boost's ``igamma_temme_large`` tables.  They converge for
+   |eta| < 2 sqrt(pi) ~ 3.54, so at |eta| <= 0.5 the terms fall at least like
+   0.14^j; C_k is truncated where |d_kj| 0.5^j / 18^k < 1e-18 (degrees
+   18,18,17,15,14,12,10,10,9,7,5,3,1).  The 1/a series is asymptotic; at
+   a = 18 its last kept term is ~1e-19 (measured error < 1e-14).  In T the
+   direct value is >= erfc(0)/2 - O(1/sqrt(a)) or a tail whose complement is
+   ~1, so there is no cancellation.  erfc is ``jax.lax.erfc`` (<= 2 ulp).
 
-L. Lower continued fraction (Gauss/Euler CF of 1F1(1; a+1; x))::
+L. Lower continued fraction (Gauss CF of 1F1(1; a+1; x))::
 
-       P = D * a / (a + K_{n=1..22} alpha_n / (a + n)),
+       P = D a / (a + K_{n=1..22} alpha_n / (a + n)),
        alpha_{2k-1} = -(a+k-1) x,  alpha_{2k} = k x,
 
-   used when x < a outside region T (a >= 18) or x < x_s(a) = 3.4 +
-   0.4 (a - 1) (a < 18).  It converges much faster than the power series
-   (whose ratio x/(a+m) tends to 1 near x ~ a).  22 backward steps give a
-   truncation error < 1e-14 (measured against 100 steps) everywhere it is
-   used: the worst places are the boundary of T at a ~ 18..5000 (|eta| = 0.5,
-   needs <= 20 steps) and x ~ x_s for small a (<= 22 steps).
+   for x < 0.5796 a (a >= 18) and for x < x_s(a) = max(3.6, 2.8 + 0.52 a)
+   (a < 18).  It converges much faster than the power series (whose ratio
+   x/(a+m) tends to 1 as x -> a): its rate depends on (a - x)^2 / a, so the
+   worst spots are the edge of T (at most 21 steps for 1e-15, reached near
+   a ~ 110; fewer further from T) and x -> x_s for small a.
 
 U. Upper (Legendre) continued fraction::
 
-       Q = D * a / (x + 1 - a + K_{n=1..22} n (a - n) / (x + 2n + 1 - a)),
+       Q = D a / (x + 1 - a + K_{n=1..22} n (a - n) / (x + 2n + 1 - a)),
 
-   used when x >= a outside region T (a >= 18) or x >= x_s(a) (a < 18).  For
-   integer a it terminates after a steps (exact).  Its convergence improves
-   with (x - a)^2 / a, so the worst places are again the boundary of T
-   (<= 16 steps for a >= 18) and x ~ x_s for a < 18 (<= 22 steps).  x_s was
-   chosen so that for every a < 18 both CFs reach 1e-14 within 22 steps and
-   the complemented value stays >= ~0.05 (so 1 - smaller loses < 2 digits).
+   for x > 1.5866 a (a >= 18) and x >= x_s(a) (a < 18); it terminates (is
+   exact) for integer a <= 22.  Worst spots: the edge of T (<= 15 steps for
+   1e-15) and x ~ x_s for a < 18.  x_s(a) was chosen inside the window where
+   both CFs converge in 22 steps for every a in [1, 18): the measured
+   truncation error of the 22-step CFs against 100 steps is <= 1.2e-13
+   relative for P and Q over the whole domain, including the amplification
+   by 1/0.027 (min Q(a, x_s)) and 1/0.069 (min P(a, x_s)) of the complement.
 
-The two CFs share one unrolled backward recurrence ``f <- b_n + c_n / f``
-(one division per step); per-lane ``where`` picks the coefficients.
+Both CFs share one unrolled backward recurrence ``f <- b_n + c_n / f`` with
+per-lane coefficients, carried as a ratio num/den (no division per step).
+Magnitudes stay below ~1e200: x is clamped to 1e9 and |c_n| < 3e7 where the
+lower CF is used.
 
 Edges: x is clamped to 1e9 (Q(a, 1e9) underflows to 0 for a <= 5000), which
-handles x = +inf; at x = 0, log(lam) = -inf gives D = 0 exactly so P = 0,
-Q = 1.  Values below ~1e-308 underflow to 0.
+handles x = +inf; at x = 0, D is set to 0 exactly (log sees a dummy
+lam = 1e-300 instead of 0), so P = 0, Q = 1 and no inf reaches a gradient.
+Results below ~1e-308 underflow to 0 (no NaN anywhere on the domain).
+Gradients are finite everywhere but are not a design target (they are not
+accuracy-tested, and are inexact at x == a exactly inside region T).
 
-Measured accuracy (against exact decimal references for integer a and scipy
-elsewhere; see tests/test_gamma.py): relative error < 2e-13 for P and Q over
-the whole domain, p + q = 1 to within 2 ulp.
+Performance notes (XLA CPU): the result is packed into one signed array and
+several multi-use intermediates are multiplied by an XLA-opaque ``one``; this
+keeps XLA from materializing ~15 intermediate arrays (the computation then
+compiles to essentially one loop fusion) and halves the run time.
+
+Measured accuracy (exact decimal references for integer a, scipy where it is
+accurate otherwise; tests/test_gamma.py): relative error <= ~2e-13 for both P
+and Q wherever the reference is >= 1e-280; |p + q - 1| <= 1e-16.
 """
 
 from __future__ import annotations
@@ -120,7 +135,6 @@ _XS2 = 0.52
 _X_CLAMP = 1e9
 _A_STIRLING = 10.0
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
-_SQRT_2PI = math.sqrt(2.0 * math.pi)
 
 # 2 u^3 sum_k u^(2k) / (2k + 3): coefficients 1/(2k+3), k = 0..21.
 _LOG1PMX_C = tuple(1.0 / (2 * k + 3) for k in range(22))
@@ -246,19 +260,22 @@ def _horner(coefs, z):
     return r
 
 
-def _log1pmx(s, lam):
-    """log(1 + s) - s, with lam = 1 + s (= x/a, rounded once)."""
-    use_ser = (s > -0.6) & (s < 1.0)
-    ss = jnp.where(use_ser, s, 0.0)
-    u = ss / (2.0 + ss)
+def _log1pmx(xc, a, one):
+    """log(x/a) - (x/a - 1) = log(1 + s) - s with s = (x - a)/a, accurately."""
+    use_ser = (xc > 0.4 * a) & (xc < 2.0 * a)  # -0.6 < s < 1
+    # u = s / (2 + s) = (x - a) / (x + a); |u| <= 3/7
+    u = jnp.where(use_ser, (xc - a) / (xc + a), 0.0) * one
+    ss = jnp.where(use_ser, (xc - a) / a, 0.0)
     u2 = u * u
     v_ser = 2.0 * u * u2 * _horner(_LOG1PMX_C, u2) - ss * u
-    lam_d = jnp.where(use_ser, 1.0, lam)
-    v_dir = jnp.log(lam_d) - (lam_d - 1.0)
-    return jnp.where(use_ser, v_ser, v_dir)
+    # x = 0 is fed lam = 1e-300 (finite log, finite gradient); the caller
+    # zeroes D there explicitly
+    lam = jnp.where(use_ser, 1.0, jnp.where(xc > 0.0, xc / a, 1e-300)) * one
+    v_dir = jnp.log(lam) - (lam - 1.0)
+    return jnp.where(use_ser, v_ser, v_dir) * one
 
 
-def _log_scale(a):
+def _log_scale(a, one):
     """log(a^a e^-a / Gamma(a+1)) = -log sqrt(2 pi a) - mu(a), and mu(a) for a >= 10.
 
     mu(a) = lgamma(a+1) - (a + 1/2) log a + a - log sqrt(2 pi) is the Stirling
@@ -266,7 +283,7 @@ def _log_scale(a):
     """
     shift = a < _A_STIRLING
     b = jnp.where(shift, a + 10.0, a)
-    ib = 1.0 / b
+    ib = (1.0 / b) * one
     mu_b = ib * _horner(_STIRLING_C, ib * ib)
     prod = a + 1.0
     for i in range(2, 11):
@@ -279,12 +296,16 @@ def _log_scale(a):
 
 
 def _pq(a, x):
+    # `one` is 1.0 (NaN where a is NaN) but opaque to XLA.  Multiplying an
+    # expensive intermediate (div/exp) that has several uses by it keeps XLA
+    # from materializing that intermediate in memory: the whole function then
+    # compiles to a single loop fusion (see the comment at the end).
+    one = jnp.where(jnp.isnan(a), a, 1.0)
     xc = jnp.minimum(x, _X_CLAMP)
-    s = (xc - a) / a
-    lam = xc / a
-    l1 = _log1pmx(s, lam)  # <= 0, = -eta^2 / 2
-    log_scale, mu_b = _log_scale(a)
-    d = jnp.exp(a * l1 + log_scale)  # x^a e^-x / Gamma(a+1)
+    l1 = _log1pmx(xc, a, one)  # <= 0, = -eta^2 / 2
+    log_scale, mu_b = _log_scale(a, one)
+    # x^a e^-x / Gamma(a+1); exactly 0 at x = 0
+    d = jnp.where(xc > 0.0, jnp.exp(a * l1 + log_scale), 0.0) * one
 
     big_a = a >= _A_TEMME
     use_t = big_a & (l1 >= -0.5 * _ETA_TEMME * _ETA_TEMME)
@@ -297,7 +318,7 @@ def _pq(a, x):
     xma = xf - a
     # Backward recurrence f <- b_n + c_n / f carried as a ratio f = num/den,
     # so the 22 steps need no division (magnitudes stay < ~1e200 because
-    # x <= 1e9 and |c_n| <= 5e7 where the lower CF is used).
+    # x <= 1e9 and |c_n| < 3e7 where the lower CF is used).
     n_cf = _N_CF
     num = jnp.where(up, xma + float(2 * n_cf + 1), a + float(n_cf))
     den = jnp.ones_like(num)
@@ -312,18 +333,26 @@ def _pq(a, x):
     small_cf = d * a * den / num
 
     # ---- region T: Temme's uniform asymptotic expansion ----
-    l1t = jnp.where(use_t, l1, 0.0)
-    y = -a * l1t
-    eta = jnp.sign(s) * jnp.sqrt(-2.0 * l1t)
-    ia = 1.0 / a
+    # Discarded lanes get l1 = -1/8 (|eta| = 1/2) so that nothing non-finite
+    # can leak through `where`, not even in gradients.  At x == a exactly
+    # (y = 0) the sqrt is guarded the same way.
+    below = xc < a
+    l1t = jnp.where(use_t, l1, -0.125)
+    y = -a * l1t  # = a eta^2 / 2 >= 0
+    y_pos = y > 0.0
+    # erfc argument sqrt(y) straight from y (fewest roundings: erfc amplifies
+    # the relative error of its argument z by 2 z^2, up to ~1300 here)
+    z = jnp.where(y_pos, jnp.sqrt(jnp.where(y_pos, y, 1.0)), 0.0)
+    e2 = jnp.where(y_pos, -2.0 * l1t, 1.0)
+    eta = jnp.where(y_pos, jnp.where(below, -1.0, 1.0) * jnp.sqrt(e2), 0.0)
+    ia = (1.0 / a) * one
     rsum = _horner(_TEMME_D[-1], eta)
     for coefs in _TEMME_D[-2::-1]:
         rsum = rsum * ia + _horner(coefs, eta)
     # exp(-y) / sqrt(2 pi a) = d * exp(mu(a)) with mu(a) = mu_b < 0.005 here
     exp_mu = _horner(_EXP_C, mu_b)
     r = rsum * d * exp_mu
-    below = xc < a
-    small_t = 0.5 * jax.lax.erfc(jnp.sqrt(y)) + jnp.where(below, -r, r)
+    small_t = 0.5 * jax.lax.erfc(z) + jnp.where(below, -r, r)
 
     small = jnp.where(use_t, small_t, small_cf)
     is_q = jnp.where(use_t, ~below, upper)
@@ -333,7 +362,6 @@ def _pq(a, x):
     # fusion whose result is written once; otherwise XLA duplicates the long
     # cheap-op chains into the p and q outputs and materializes many
     # intermediates (about 2x slower, memory bound).
-    one = jnp.where(jnp.isnan(a), a, 1.0)  # 1.0 (NaN for NaN a), opaque to XLA
     v = jnp.where(is_q, -small, small) / one
     neg = jnp.signbit(v)
     p = jnp.where(neg, 1.0 + v, v)
