@@ -41,7 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, required=True, help="output folder")
     r.add_argument("--chunk-size", type=_positive_int, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    r.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                   help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
     r.set_defaults(handler=_cmd_run)
+    from sweep import cli_tools
+
+    cli_tools.add_commands(sub)  # sweep fit, sweep kv, sweep catalog
     return p
 
 
@@ -60,7 +65,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sweep.evaluate import DEFAULT_CHUNK
     from sweep.run import run_grid
 
-    grid = spec.load(args.grid)
+    from sweep.catalog import load_catalog
+
+    grid = spec.load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
     result = run_grid(grid, args.out, chunk_size=args.chunk_size or DEFAULT_CHUNK)
     if not args.quiet:
         report.print_summary(grid, result)

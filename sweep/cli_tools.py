@@ -1,0 +1,293 @@
+"""Quick command-line answers: `sweep fit`, `sweep kv`, `sweep catalog` (no grid file needed).
+
+`add_commands(sub)` registers them on the `sweep` parser (`sweep.cli`). Each handler calls
+one pure library function (`sweep.fit.fit_file`, `sweep.quick.kv_answer`, the catalog) and
+prints rich tables; bad input raises a `SweepError`, which `sweep.cli.main` turns into one
+line on stderr and exit code 2. Argument errors are also one line, exit 2. Nothing here
+writes a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sweep.errors import CatalogError
+
+
+def add_commands(sub: Any) -> None:
+    """Register `fit`, `kv` and `catalog` on the subparsers action `sub`."""
+    f = sub.add_parser("fit", help="fit T_svc(B) = T_fixed + t_req B to a profile CSV (batch_size,latency_ms)")
+    f.add_argument("profile", type=Path, help="CSV with header batch_size,latency_ms; '#' comments allowed")
+    f.set_defaults(handler=cmd_fit)
+    _one_line_errors(f)
+
+    k = sub.add_parser("kv", help="KV-cache memory and the largest batch that fits, one model on one GPU type")
+    k.add_argument("--model", required=True, help="model catalog name, e.g. llama-3.1-70b")
+    k.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
+    k.add_argument("--gpus", type=_int_at_least_one, default=1, help="GPUs per replica (default 1)")
+    k.add_argument("--seq-len", type=_int_at_least_one, required=True, help="S_max, tokens a request may reach")
+    k.add_argument("--mean-seq-len", type=_positive_float, default=None,
+                   help="S_mean for the paged reservation (default: --seq-len)")
+    k.add_argument("--kv-dtype", type=_dtype, default=2.0, help="KV-cache dtype: fp16/bf16 (default), fp8, int8, int4, or bytes")
+    k.add_argument("--weight-dtype", type=_dtype, default=2.0, help="weights dtype: bf16/fp16 (default), fp8, int8, int4, or bytes")
+    k.add_argument("--block-tokens", type=_int_at_least_one, default=16, help="paged block size, tokens (default 16)")
+    k.add_argument("--reserve-fraction", type=_unit_fraction, default=0.0,
+                   help="share of HBM kept free for activations etc., [0, 1) (default 0)")
+    _catalog_arg(k)
+    k.set_defaults(handler=cmd_kv)
+    _one_line_errors(k)
+
+    c = sub.add_parser("catalog", help="list the model and GPU catalogs, or `catalog show NAME` for one entry")
+    c.add_argument("action", nargs="?", choices=("list", "show"), default="list", help="list (default) or show")
+    c.add_argument("name", nargs="?", help="with show: a model or GPU name")
+    _catalog_arg(c)
+    c.set_defaults(handler=cmd_catalog)
+    _one_line_errors(c)
+
+
+def _catalog_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                   help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+
+
+def _one_line_errors(p: argparse.ArgumentParser) -> None:
+    """Argument errors as one line (`sweep kv: error: ...`), exit 2, like every bad input."""
+
+    def error(self: argparse.ArgumentParser, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    p.error = types.MethodType(error, p)  # type: ignore[method-assign]
+
+
+def _int_at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be an integer >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value
+
+
+def _unit_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must lie in [0, 1)")
+    return value
+
+
+def _dtype(text: str) -> float:
+    from sweep.spec import DTYPE_BYTES
+
+    if text.lower() in DTYPE_BYTES:
+        return DTYPE_BYTES[text.lower()]
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a dtype; use bytes or one of {', '.join(DTYPE_BYTES)}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} bytes per element must be a finite number > 0")
+    return value
+
+
+def _console() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:  # logs, pipes and tests: never truncate a table
+        console = Console(highlight=False, width=200)
+    return console
+
+
+def _catalog(args: argparse.Namespace):
+    from sweep.catalog import load_catalog
+
+    return load_catalog(args.catalog)
+
+
+# --------------------------------------------------------------------------- sweep fit
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from sweep.fit import fit_file
+
+    fit = fit_file(args.profile)
+    console = _console()
+    console.print(
+        f"[bold]{args.profile}[/bold]: T_svc(B) = T_fixed + t_req B fitted to {fit.n} rows, "
+        f"{len(fit.residuals)} batch sizes"
+    )
+    console.print(f"T_fixed = {fit.t_fixed_ms:.4f} ms")
+    console.print(f"t_req   = {fit.t_req_ms:.4f} ms per request")
+    console.print(f"R^2     = {fit.r2:.6f}   (RMS residual {fit.rmse_ms:.4f} ms)")
+    t = Table(title="residuals per batch size (ms; residual = mean measured - fitted)", title_justify="left")
+    for name in ("batch_size", "rows", "mean measured", "fitted", "residual", "max |residual|"):
+        t.add_column(name, justify="right")
+    for r in fit.residuals:
+        t.add_row(str(r.batch_size), str(r.n), f"{r.mean_latency_ms:.3f}", f"{r.fitted_ms:.3f}",
+                  f"{r.residual_ms:+.3f}", f"{r.max_abs_residual_ms:.3f}")
+    console.print(t)
+    return 0
+
+
+# --------------------------------------------------------------------------- sweep kv
+
+
+def _dtype_name(nbytes: float) -> str:
+    names = {4.0: "fp32", 2.0: "fp16/bf16", 1.0: "fp8/int8", 0.5: "fp4/int4"}
+    return f"{nbytes:g} B/elem ({names[nbytes]})" if nbytes in names else f"{nbytes:g} B/elem"
+
+
+def cmd_kv(args: argparse.Namespace) -> int:
+    from sweep.quick import kv_answer
+
+    if args.mean_seq_len is not None and args.mean_seq_len > args.seq_len:
+        raise CatalogError("sweep kv", "--mean-seq-len", args.mean_seq_len,
+                           f"must be <= --seq-len ({args.seq_len})")
+    cat = _catalog(args)
+    model = cat.model(args.model, source="sweep kv", key="--model")
+    gpu = cat.gpu(args.gpu, source="sweep kv", key="--gpu")
+    a = kv_answer(
+        model, gpu, gpus=args.gpus, seq_len=args.seq_len, mean_seq_len=args.mean_seq_len,
+        kv_bytes_per_elem=args.kv_dtype, weight_bytes_per_param=args.weight_dtype,
+        block_tokens=args.block_tokens, reserve_fraction=args.reserve_fraction,
+    )
+    console = _console()
+    console.print(
+        f"[bold]{a.model}[/bold] on {a.gpus} x {a.gpu}: S_max {a.seq_len} tokens, S_mean {a.mean_seq_len:g}, "
+        f"KV {_dtype_name(a.kv_bytes_per_elem)}, weights {_dtype_name(a.weight_bytes_per_param)}, "
+        f"reserve {100 * a.reserve_fraction:g}%"
+    )
+    t = Table(show_header=False)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_row("KV bytes per token", f"{a.kv_bytes_per_token:,.0f} B")
+    t.add_row("KV per request at S_max", f"{a.contiguous.kv_gb_per_req:.3f} GB")
+    t.add_row("weights", f"{a.weights_gb:.1f} GB")
+    t.add_row("usable HBM", f"{a.usable_gb:.1f} GB")
+    t.add_row("free for KV", f"{a.free_gb:.1f} GB")
+    console.print(t)
+    t = Table(title="largest batch that fits (b_mem_max)", title_justify="left")
+    for name in ("allocation", "tokens reserved/request", "KV GB/request", "waste", "max batch"):
+        t.add_column(name, justify="right")
+    for label, al in (("contiguous", a.contiguous), (f"paged ({a.block_tokens}-token blocks)", a.paged)):
+        t.add_row(label, f"{al.s_alloc_tokens:g}", f"{al.kv_gb_per_req:.3f}", f"{100 * al.kv_waste_frac:.1f}%",
+                  str(al.b_mem_max))
+    console.print(t)
+    if not a.weights_fit:
+        console.print(f"the weights ({a.weights_gb:.1f} GB) do not fit in {a.usable_gb:.1f} GB: "
+                      "more GPUs per replica, a smaller weight dtype, or a smaller reserve")
+    return 0
+
+
+# --------------------------------------------------------------------------- sweep catalog
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    cat = _catalog(args)
+    console = _console()
+    if args.action == "list":
+        if args.name is not None:
+            raise CatalogError("sweep catalog", "name", args.name, "only with show: sweep catalog show NAME")
+        _list(cat, console)
+        return 0
+    if args.name is None:
+        raise CatalogError("sweep catalog", "show", None, "needs a name, e.g. sweep catalog show llama-3.1-70b")
+    if args.name in cat.models:
+        _show_entry(console, "model", cat.models[args.name], _MODEL_ROWS)
+    elif args.name in cat.gpus:
+        _show_entry(console, "GPU", cat.gpus[args.name], _GPU_ROWS)
+    else:
+        import difflib
+
+        known = sorted([*cat.models, *cat.gpus])
+        near = difflib.get_close_matches(args.name.lower(), known, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(n) for n in near)}? " if near else ""
+        raise CatalogError("sweep catalog", "show", args.name,
+                           f"unknown model or GPU; {hint}`sweep catalog` lists them")
+    return 0
+
+
+def _list(cat: Any, console: Console) -> None:
+    t = Table(title="models (KV per token at fp16/bf16)", title_justify="left")
+    for name in ("name", "attention", "layers", "hidden", "heads", "kv heads", "head dim",
+                 "params (B)", "active (B)", "KV KB/token", "weights GB (bf16)", "origin"):
+        t.add_column(name, justify="left" if name in ("name", "attention", "origin") else "right")
+    for m in cat.models.values():
+        kv_heads = "-" if m.attention == "latent" else str(m.n_kv_heads)
+        if m.attention == "latent":
+            kv_heads = f"latent {m.latent_width:g}"
+        t.add_row(m.name, m.attention, str(m.n_layers), str(m.hidden), str(m.n_heads), kv_heads,
+                  str(m.head_dim), f"{m.n_params / 1e9:.1f}", f"{m.active_params / 1e9:.1f}",
+                  f"{m.kv_bytes_per_token(2.0) / 1e3:.1f}", f"{m.weights_bytes(2.0) / 1e9:.1f}",
+                  _origin(m.origin))
+    console.print(t)
+    t = Table(title="GPUs", title_justify="left")
+    for name in ("name", "HBM GB", "HBM TB/s", "bf16 dense TFLOP/s", "USD/GPU-hour", "price date", "origin"):
+        t.add_column(name, justify="left" if name in ("name", "origin") else "right")
+    for g in cat.gpus.values():
+        t.add_row(g.name, f"{g.hbm_bytes / 1e9:g}", f"{g.hbm_bandwidth_bytes_per_s / 1e12:.3g}",
+                  f"{g.bf16_dense_flops / 1e12:g}", f"{g.usd_per_gpu_hour:g}", g.price_date or "-",
+                  _origin(g.origin))
+    console.print(t)
+    console.print("`sweep catalog show NAME` shows one entry with its sources; add entries with "
+                  "--catalog DIR or inline [catalog.models.NAME] / [catalog.gpus.NAME] tables in a grid",
+                  markup=False)
+
+
+def _origin(origin: str) -> str:
+    return "packaged" if origin.startswith("sweep/catalog/") else origin
+
+
+_MODEL_ROWS = ("attention", "n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "latent_width",
+               "n_params", "active_params")
+_GPU_ROWS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops", "usd_per_gpu_hour", "price_date")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        if abs(value) >= 1e6 and value == int(value):
+            return f"{value:,.0f}"
+        return f"{value:g}"
+    return str(value)
+
+
+def _show_entry(console: Console, what: str, entry: Any, fields: tuple[str, ...]) -> None:
+    console.print(f"[bold]{escape(entry.name)}[/bold] ({what}, from {escape(entry.origin)})")
+    if entry.description:
+        console.print(entry.description, markup=False)
+    t = Table()
+    t.add_column("field")
+    t.add_column("value", justify="right")
+    t.add_column("source", overflow="fold")
+    for key in fields:
+        value = getattr(entry, key)
+        if value is None or value == "":
+            continue
+        t.add_row(key, _value(value), escape(entry.source.get(key, "-")))
+    if what == "model":
+        t.add_row("kv bytes/token (fp16)", f"{entry.kv_bytes_per_token(2.0):,.0f}", "derived: n_layers x kv elems x 2 B")
+    console.print(t)
+    if getattr(entry, "price_note", ""):
+        console.print(f"price note: {entry.price_note}", markup=False)
