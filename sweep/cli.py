@@ -40,10 +40,23 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("grid", type=Path, help="grid file (TOML), see grids/example.toml")
     r.add_argument("--out", type=Path, required=True, help="output folder")
     r.add_argument("--chunk-size", type=_positive_int, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
+    r.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
+                   help="bound the run's memory to about MB megabytes (sets the chunk size; see README)")
+    r.add_argument("--shard", default=None, metavar="I/N",
+                   help="run shard I of N (1-based): a disjoint slice of the scenario groups, written to OUT/shards/; "
+                        "combine with `sweep merge OUT`")
+    r.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
+    r.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto",
+                   help="auto: a bar on a terminal, JSON log lines otherwise")
+    r.add_argument("--log-interval", type=float, default=10.0, metavar="S", help="seconds between progress log lines")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
     r.set_defaults(handler=_cmd_run)
+    m = sub.add_parser("merge", help="combine the shards in OUT/shards/ into one output")
+    m.add_argument("out", type=Path, help="the --out folder the shards were run with")
+    m.add_argument("--quiet", action="store_true")
+    m.set_defaults(handler=_cmd_merge)
     from sweep import cli_tools
 
     cli_tools.add_commands(sub)  # sweep fit, sweep kv, sweep catalog
@@ -67,10 +80,53 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from sweep.catalog import load_catalog
 
+    from sweep.progress import ProgressReporter, enable_compile_cache
+    from sweep.run import Shard
+
     grid = spec.load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
-    result = run_grid(grid, args.out, chunk_size=args.chunk_size or DEFAULT_CHUNK)
+    shard = Shard.parse(args.shard) if args.shard else None
+    chunk = args.chunk_size or (chunk_for_memory(args.memory_limit) if args.memory_limit else DEFAULT_CHUNK)
+    enable_compile_cache(compile_cache_dir())
+    mode = "none" if args.quiet else args.progress
+    with ProgressReporter(grid.name, mode, args.log_interval) as progress:
+        result = run_grid(grid, args.out, chunk_size=chunk, shard=shard, force=args.force,
+                          progress=None if mode == "none" else progress)
     if not args.quiet:
         report.print_summary(grid, result)
+    return EXIT_OK
+
+
+#: Bytes of memory per point of a chunk: ~65 float64 columns held as device output, host
+#: view, Arrow batch and writer buffer (measured: benchmarks/scale.py).
+BYTES_PER_POINT = 2600
+#: Memory a run needs whatever its chunk size: Python, JAX/XLA, pyarrow, compiled code.
+BASE_MB = 700
+
+
+def chunk_for_memory(limit_mb: int) -> int:
+    """The chunk size that keeps a run near `limit_mb` megabytes (at least 4096 points)."""
+    return max(4096, int((limit_mb - BASE_MB) * 1e6 / BYTES_PER_POINT))
+
+
+def compile_cache_dir() -> str | None:
+    """Where compiled kernels persist across runs: $SWEEP_CACHE_DIR, else
+    $XDG_CACHE_HOME/sweep/jax or ~/.cache/sweep/jax; SWEEP_CACHE_DIR="" turns it off."""
+    import os
+
+    if "SWEEP_CACHE_DIR" in os.environ:
+        return os.environ["SWEEP_CACHE_DIR"] or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sweep", "jax")
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from sweep.shards import merge_shards
+
+    manifest = merge_shards(args.out)
+    if not args.quiet:
+        r = manifest["rows"]
+        print(f"merged {manifest['shards']['count']} shards into {args.out}: {r['grid_points']:,} points, "
+              f"{r['optimum']:,} optimum rows, {r['frontier']:,} frontier rows, {r['points_written']:,} points written")
     return EXIT_OK
 
 

@@ -62,7 +62,6 @@ class Evaluator:
                 _evaluate_chunk,
                 keys=tuple(a.key for a in spec.axes),
                 shape=spec.shape,
-                n_points=self.n_points,
                 chunk_size=self.chunk_size,
                 row_size=self.row_size,
                 n_batch=len(spec.axis("batch_size")),
@@ -71,13 +70,17 @@ class Evaluator:
             )
         )
 
-    def dispatch(self, index: int) -> dict[str, jax.Array]:
-        """Queue chunk `index` on the device; returns device arrays without waiting."""
-        return self._fn(jnp.asarray(index * self.chunk_size, dtype=jnp.int64), self._axes, self._tables)
+    def dispatch(self, start: int, stop: int | None = None) -> dict[str, jax.Array]:
+        """Queue the chunk of points [start, min(start + chunk_size, stop)) on the device;
+        returns device arrays without waiting. `start` is a multiple of the group size."""
+        stop = self.n_points if stop is None else stop
+        return self._fn(
+            jnp.asarray(start, dtype=jnp.int64), jnp.asarray(stop, dtype=jnp.int64), self._axes, self._tables
+        )
 
-    def fetch(self, index: int, device_out: dict[str, jax.Array]) -> Chunk:
-        start = index * self.chunk_size
-        stop = min(start + self.chunk_size, self.n_points)
+    def fetch(self, start: int, stop: int | None, device_out: dict[str, jax.Array]) -> Chunk:
+        stop = min(start + self.chunk_size, self.n_points if stop is None else stop)
+        index = start // self.chunk_size
         host = jax.device_get(device_out)
         n = stop - start
         rows = host.pop("_rows")
@@ -89,19 +92,21 @@ class Evaluator:
         )
 
     def chunk(self, index: int) -> Chunk:
-        return self.fetch(index, self.dispatch(index))
+        start = index * self.chunk_size
+        return self.fetch(start, None, self.dispatch(start))
 
-    def iter_chunks(self, indices: range | None = None) -> Iterator[Chunk]:
-        """Yield chunks in order, the next one computing while the caller handles this one."""
-        indices = range(self.n_chunks) if indices is None else indices
+    def iter_chunks(self, start: int = 0, stop: int | None = None) -> Iterator[Chunk]:
+        """Yield the chunks covering points [start, stop) in order, the next one computing
+        while the caller handles this one (JAX dispatches asynchronously)."""
+        stop = self.n_points if stop is None else stop
         pending: tuple[int, dict[str, jax.Array]] | None = None
-        for i in indices:
-            queued = (i, self.dispatch(i))
+        for begin in range(start, stop, self.chunk_size):
+            queued = (begin, self.dispatch(begin, stop))
             if pending is not None:
-                yield self.fetch(*pending)
+                yield self.fetch(pending[0], stop, pending[1])
             pending = queued
         if pending is not None:
-            yield self.fetch(*pending)
+            yield self.fetch(pending[0], stop, pending[1])
 
     def compile_count(self) -> int:
         """Number of compiled variants of the chunk function (1 after any number of chunks)."""
@@ -149,12 +154,12 @@ def catalog_tables(spec: GridSpec) -> dict[str, jax.Array]:
 
 def _evaluate_chunk(
     offset: jax.Array,
+    limit: jax.Array,
     axes: dict[str, jax.Array],
     tables: dict[str, jax.Array],
     *,
     keys: tuple[str, ...],
     shape: tuple[int, ...],
-    n_points: int,
     chunk_size: int,
     row_size: int,
     n_batch: int,
@@ -168,7 +173,8 @@ def _evaluate_chunk(
     block_tokens: float,
     reserve_fraction: float,
 ) -> dict[str, jax.Array]:
-    idx = jnp.minimum(offset + jnp.arange(chunk_size, dtype=jnp.int64), n_points - 1)
+    # Past `limit` (the last chunk of a range) repeat the last point; the host trims it.
+    idx = jnp.minimum(offset + jnp.arange(chunk_size, dtype=jnp.int64), limit - 1)
     v = decode(idx, axes, keys=keys, shape=shape)
     out = evaluate_values(
         v, tables, windowed=windowed, full=full, paged=paged, latency_model=latency_model,

@@ -25,6 +25,10 @@ def print_summary(spec: GridSpec, result: RunResult, console: Console | None = N
         if not console.is_terminal:  # logs and pipes: never truncate the table
             console = Console(highlight=False, width=200)
     m = result.manifest
+    if result.skipped:
+        console.print(f"[bold]{spec.name}[/bold]: already complete in {result.out_dir} "
+                      f"(same grid, version and settings); nothing to do. --force runs it again.")
+        return
     console.print(
         f"[bold]{spec.name}[/bold]: {m['rows']['grid_points']:,} points, "
         f"{result.feasible:,} feasible, {m['rows']['points_written']:,} written to {result.out_dir}/points "

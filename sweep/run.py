@@ -1,7 +1,19 @@
-"""One grid run: evaluate chunk by chunk, stream to Parquet, publish atomically (SPEC 9)."""
+"""One grid run: evaluate chunk by chunk, stream to Parquet, publish atomically (SPEC 9).
+
+A run (or one shard of it, `--shard i/n`) covers a contiguous range of scenario groups and
+works through it in *segments* of whole chunks. Each segment's files (points parts, its
+optimum rows, its frontier rows) go to a staging folder inside the output folder and are
+sealed by a `done` marker; an interrupted run restarted with the same command skips the
+sealed segments and resumes. When every segment is sealed, the optimum and frontier parts
+are concatenated in order into `optimum.parquet` and `frontier.parquet`, the points parts
+are moved into `points/`, and `manifest.json` is written last. A finished run with the
+same grid, version and settings is not run again (`force` overrides).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import platform
 import time
 from collections.abc import Callable
@@ -12,20 +24,49 @@ from typing import Any
 
 import jax
 import numpy as np
+import pyarrow as pa
 
 import sweep
 from sweep import columns as cols
-from sweep.evaluate import DEFAULT_CHUNK, SERVICE_SOURCES, Evaluator
 from sweep.decide import REASONS
+from sweep.errors import OutputError
+from sweep.evaluate import DEFAULT_CHUNK, SERVICE_SOURCES, Chunk, Evaluator
 from sweep.kernels import ACTIONS
 from sweep.reduced import frontier_rows, optimum_rows
 from sweep.spec import GridSpec
-from sweep.writers import DatasetWriter, Staging, arrow_schema, record_batch
+from sweep.writers import DatasetWriter, Staging, arrow_schema, concat_parquet, record_batch
 
 #: Grids at most this large keep every row in memory for the terminal summary.
 SUMMARY_ROWS = 64
+#: Points per resumable segment (rounded to whole chunks).
+SEGMENT_POINTS = 1 << 23
 
 Progress = Callable[[int, int], None]  # (points done, points total)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` of `count` (1-based): a contiguous, disjoint range of scenario groups."""
+
+    index: int = 1
+    count: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        try:
+            i, n = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise OutputError(f"--shard {text!r}: expected i/n with integers, e.g. --shard 3/8") from None
+        if not (n >= 1 and 1 <= i <= n):
+            raise OutputError(f"--shard {text!r}: need 1 <= i <= n, e.g. --shard 3/8")
+        return cls(i, n)
+
+    @property
+    def folder(self) -> str:
+        return f"{self.index:04d}-of-{self.count:04d}"
+
+    def groups(self, n_groups: int) -> tuple[int, int]:
+        return (self.index - 1) * n_groups // self.count, self.index * n_groups // self.count
 
 
 @dataclass
@@ -35,6 +76,7 @@ class RunResult:
     rows: dict[str, np.ndarray] | None  # every point, for small grids (terminal summary)
     action_counts: dict[str, int] = field(default_factory=dict)
     feasible: int = 0
+    skipped: bool = False  # an identical finished run was found: nothing was done
 
 
 def provenance(spec: GridSpec) -> dict[str, Any]:
@@ -47,118 +89,229 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
         "grid_sha256": spec.sha256,
         "grid_toml": spec.text,
         "service_source": spec.service_source,
-        "service_fit": getattr(spec, "fit", None),  # profile fit (file, T_fixed, t_req, R^2) when "fitted"
+        "service_fit": getattr(spec, "fit", None),
         "latency_model": spec.options.latency_model,
         "kv_allocation": spec.options.kv_allocation,
     }
 
 
+def output_folder(out_dir: Path, shard: Shard | None) -> Path:
+    return out_dir if shard is None or shard.count == 1 else out_dir / "shards" / shard.folder
+
+
 def run_grid(
-    spec: GridSpec, out_dir: str | Path, *, chunk_size: int = DEFAULT_CHUNK, progress: Progress | None = None
+    spec: GridSpec,
+    out_dir: str | Path,
+    *,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: Progress | None = None,
+    shard: Shard | None = None,
+    force: bool = False,
+    segment_points: int = SEGMENT_POINTS,
 ) -> RunResult:
-    """Evaluate every point of `spec` and write `out_dir/points/` and `manifest.json`."""
+    """Evaluate `spec` (or one shard of it) and write points/, optimum, frontier, manifest."""
     t0 = time.perf_counter()
-    out_dir = Path(out_dir)
-    staging = Staging(out_dir)
-    try:
-        result = _run(spec, out_dir, staging, chunk_size, progress, t0)
-    except BaseException:
-        staging.abort()
-        raise
-    return result
-
-
-def _run(spec: GridSpec, out_dir: Path, staging: Staging, chunk_size: int, progress: Progress | None, t0: float) -> RunResult:
-    meta = provenance(spec)
+    target = output_folder(Path(out_dir), shard)
+    shard = shard or Shard()
     evaluator = Evaluator(spec, chunk_size)
-    columns = cols.point_columns(spec.service_source)
-    schema = arrow_schema(columns, meta)
-    dictionaries = {
-        "model": [m.name for m in spec.models],
-        "gpu": [g.name for g in spec.gpus],
-        "action": list(ACTIONS),
-        "service_source": list(SERVICE_SOURCES),
-    }
-    mode = spec.output.points
-    writer = DatasetWriter(staging.path / "points", schema) if mode != "none" else None
-    dictionaries["reason"] = list(REASONS)
-    dictionaries["method"] = ["exact"]
-    opt_schema = arrow_schema(cols.optimum_columns(spec.service_source), meta)
-    front_schema = arrow_schema(cols.frontier_columns(spec.service_source), meta)
-    opt_writer = DatasetWriter(staging.path, opt_schema, single_file="optimum.parquet")
-    front_writer = DatasetWriter(staging.path, front_schema, single_file="frontier.parquet")
-    n_replicas = len(spec.axis("replicas"))
-    keep_rows = spec.n_points <= SUMMARY_ROWS
-    kept: list[dict[str, np.ndarray]] = []
-    action_counts = np.zeros(len(ACTIONS), dtype=np.int64)
-    feasible = 0
-    t_first = t_eval = t_write = 0.0
-    done = 0
-    tick = time.perf_counter()
-    for chunk in evaluator.iter_chunks():
-        now = time.perf_counter()
-        if chunk.index == 0:
-            t_first = now - tick  # includes compilation
-        else:
-            t_eval += now - tick
-        data = chunk.columns
-        action_counts += np.bincount(data["action"], minlength=len(ACTIONS))
-        mask = data["feasible"]
-        feasible += int(mask.sum())
-        if keep_rows:
-            kept.append(data)
-        if writer is not None:
-            w0 = time.perf_counter()
-            batch = record_batch(data, schema, dictionaries)
-            if mode == "feasible":
-                batch = batch.filter(mask)
-            writer.write(batch)
-            t_write += time.perf_counter() - w0
+    seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
+    run_key = hashlib.sha256(
+        json.dumps([spec.sha256, sweep.__version__, shard.index, shard.count, evaluator.chunk_size, seg]).encode()
+    ).hexdigest()[:16]
+    done = _finished(target, run_key)
+    if done is not None and not force:
+        return RunResult(target, done, None, done["rows"]["actions"], done["rows"]["feasible"], skipped=True)
+    staging = Staging(target, run_key)
+    return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0).execute()
+
+
+def _finished(target: Path, run_key: str) -> dict[str, Any] | None:
+    path = target / Staging.MANIFEST
+    if not path.exists():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if manifest.get("run_key") == run_key else None
+
+
+class _Run:
+    """The state of one run; `execute` does it."""
+
+    def __init__(self, spec: GridSpec, ev: Evaluator, staging: Staging, shard: Shard, seg: int,
+                 run_key: str, progress: Progress | None, t0: float) -> None:
+        self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
+        self.seg, self.run_key, self.progress, self.t0 = seg, run_key, progress, t0
+        self.meta = provenance(spec)
+        service = spec.service_source
+        out = spec.output
+        point_cols = [c for c in cols.point_columns(service) if not out.columns or c.name in out.columns]
+        point_cols = [c for c in point_cols if c.name not in out.partition_by]
+        self.point_schema = arrow_schema(point_cols, self.meta)
+        self.opt_schema = arrow_schema(cols.optimum_columns(service), self.meta)
+        self.front_schema = arrow_schema(cols.frontier_columns(service), self.meta)
+        self.dictionaries = {
+            "model": [m.name for m in spec.models],
+            "gpu": [g.name for g in spec.gpus],
+            "action": list(ACTIONS),
+            "service_source": list(SERVICE_SOURCES),
+            "reason": list(REASONS),
+            "method": ["exact"],
+        }
+        g0, g1 = shard.groups(spec.n_points // ev.group_size)
+        self.start, self.stop = g0 * ev.group_size, g1 * ev.group_size
+        self.n_replicas = len(spec.axis("replicas"))
+        self.keep_rows = spec.n_points <= 64
+        self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}
+
+    # ------------------------------------------------------------------ driver
+
+    def execute(self) -> RunResult:
+        stats = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0, "actions": [0] * len(ACTIONS)}
+        kept: list[dict[str, np.ndarray]] = []
+        resumed = 0
+        bounds = list(range(self.start, self.stop, self.seg))
+        done_points = 0
+        for k, begin in enumerate(bounds):
+            end = min(begin + self.seg, self.stop)
+            marker = self.staging.path / "segments" / f"{k:05d}.json"
+            if marker.exists():
+                seg_stats = json.loads(marker.read_text())
+                resumed += 1
+            else:
+                seg_stats = self._segment(k, begin, end, kept, done_points)
+                _write_json_atomic(marker, seg_stats)
+            for key in ("points_written", "optimum", "frontier", "feasible"):
+                stats[key] += seg_stats[key]
+            stats["actions"] = [a + b for a, b in zip(stats["actions"], seg_stats["actions"])]
+            done_points += end - begin
+            if self.progress is not None:
+                self.progress(done_points, self.stop - self.start)
         w0 = time.perf_counter()
-        opt_writer.write(record_batch(optimum_rows(chunk, evaluator.row_size, n_replicas), opt_schema, dictionaries))
-        front_writer.write(record_batch(frontier_rows(chunk, evaluator.row_size, n_replicas), front_schema, dictionaries))
-        t_write += time.perf_counter() - w0
-        done += len(chunk)
-        if progress is not None:
-            progress(done, spec.n_points)
+        final = self.staging.final
+        n_seg = len(bounds)
+        concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
+        concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
+        self.timings["write"] += time.perf_counter() - w0
+        manifest = self._manifest(stats, n_seg, resumed)
+        self.staging.commit(manifest)
+        counts = dict(zip(ACTIONS, stats["actions"]))
+        rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None
+        return RunResult(self.staging.out_dir, manifest, rows, counts, stats["feasible"])
+
+    def _segment(self, k: int, begin: int, end: int, kept: list, done_before: int) -> dict[str, Any]:
+        """Evaluate and write points [begin, end): its points parts, optimum and frontier rows."""
+        prefix = f"seg-{k:05d}-"
+        self.staging.clear_segment(prefix, k)
+        out = self.spec.output
+        point_writers: dict[str, DatasetWriter] = {}
+        opt_w = DatasetWriter(self.staging.path / "optimum", self.opt_schema, single_file=f"{k:05d}.parquet")
+        front_w = DatasetWriter(self.staging.path / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
+                                row_group_rows=out.row_group_rows)
+        stats = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
         tick = time.perf_counter()
-    w0 = time.perf_counter()
-    for w in (writer, opt_writer, front_writer):
-        if w is not None:
+        first = done_before == 0 and self.timings["first_chunk_incl_compile"] == 0.0
+        for chunk in self.ev.iter_chunks(begin, end):
+            now = time.perf_counter()
+            if first:
+                self.timings["first_chunk_incl_compile"] = now - tick
+                first = False
+            else:
+                self.timings["evaluate"] += now - tick
+            w0 = time.perf_counter()
+            data = chunk.columns
+            stats["actions"] += np.bincount(data["action"], minlength=len(ACTIONS))
+            stats["feasible"] += int(data["feasible"].sum())
+            if self.keep_rows:
+                kept.append(data)
+            if out.points != "none":
+                self._write_points(chunk, point_writers, prefix)
+            opt_w.write(record_batch(optimum_rows(chunk, self.ev.row_size, self.n_replicas), self.opt_schema, self.dictionaries))
+            front_w.write(record_batch(frontier_rows(chunk, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
+            self.timings["write"] += time.perf_counter() - w0
+            tick = time.perf_counter()
+        w0 = time.perf_counter()
+        for w in (*point_writers.values(), opt_w, front_w):
             w.close()
-    t_write += time.perf_counter() - w0
-    counts = {a: int(n) for a, n in zip(ACTIONS, action_counts)}
-    manifest = {
-        **{k: v for k, v in meta.items() if k != "grid_toml"},
-        "grid": {"file": spec.source, "sha256": spec.sha256, "toml": spec.text},
-        "jax": {"version": jax.__version__, "backend": jax.default_backend(), "x64": bool(jax.config.jax_enable_x64)},
-        "python": platform.python_version(),
-        "axes": {a.key: len(a) for a in spec.axes},
-        "estimates": ["gaussian", "exponential"],
-        "rows": {
-            "grid_points": spec.n_points,
-            "points_written": writer.rows if writer is not None else 0,
-            "points_mode": mode,
-            "optimum": opt_writer.rows,
-            "frontier": front_writer.rows,
-            "feasible": feasible,
-            "actions": counts,
-        },
-        "files": {
-            "points": [str(p.relative_to(staging.path)) for p in writer.files] if writer else [],
-            "optimum": "optimum.parquet",
-            "frontier": "frontier.parquet",
-        },
-        "decisions": {"method": "exact", "row_axes": ["batch_window_ms", "batch_size"], "group_axis": "replicas"},
-        "chunks": {"size": evaluator.chunk_size, "count": evaluator.n_chunks, "compilations": evaluator.compile_count()},
-        "timings_s": {
-            "first_chunk_incl_compile": round(t_first, 4),
-            "evaluate": round(t_eval, 4),
-            "write": round(t_write, 4),
-            "total": round(time.perf_counter() - t0, 4),
-        },
-    }
-    manifest["timings_s"]["points_per_s"] = round(spec.n_points / max(manifest["timings_s"]["total"], 1e-9), 1)
-    staging.commit(manifest)
-    rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None
-    return RunResult(out_dir, manifest, rows, counts, feasible)
+        self.timings["write"] += time.perf_counter() - w0
+        return {
+            "points_written": sum(w.rows for w in point_writers.values()),
+            "optimum": opt_w.rows,
+            "frontier": front_w.rows,
+            "feasible": stats["feasible"],
+            "actions": [int(x) for x in stats["actions"]],
+        }
+
+    def _write_points(self, chunk: Chunk, writers: dict[str, DatasetWriter], prefix: str) -> None:
+        data = chunk.columns
+        mask = data["feasible"] if self.spec.output.points == "feasible" else None
+        parts = self.spec.output.partition_by
+        if not parts:
+            self._writer(writers, "", prefix).write(self._batch(data, mask, slice(None)))
+            return
+        # Model and gpu are the outermost axes: a chunk holds a few contiguous runs of them.
+        key = np.zeros(len(data["point_id"]), dtype=np.int64)
+        for p in parts:
+            key = key * 1_000_003 + data[p]
+        cuts = np.flatnonzero(np.diff(key)) + 1
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(key)]):
+            folder = "/".join(f"{p}={self.dictionaries[p][data[p][lo]]}" for p in parts)
+            self._writer(writers, folder, prefix).write(self._batch(data, mask, slice(lo, hi)))
+
+    def _batch(self, data: dict[str, np.ndarray], mask: np.ndarray | None, rows: slice) -> pa.RecordBatch:
+        view = {k: v[rows] for k, v in data.items()}
+        batch = record_batch(view, self.point_schema, self.dictionaries)
+        return batch.filter(mask[rows]) if mask is not None else batch
+
+    def _writer(self, writers: dict[str, DatasetWriter], folder: str, prefix: str) -> DatasetWriter:
+        if folder not in writers:
+            path = self.staging.final / "points" / folder if folder else self.staging.final / "points"
+            writers[folder] = DatasetWriter(path, self.point_schema, row_group_rows=self.spec.output.row_group_rows, prefix=prefix)
+        return writers[folder]
+
+    # ------------------------------------------------------------------ manifest
+
+    def _manifest(self, stats: dict[str, Any], n_seg: int, resumed: int) -> dict[str, Any]:
+        spec, ev = self.spec, self.ev
+        total = time.perf_counter() - self.t0
+        final = self.staging.final
+        points = sorted(str(p.relative_to(final)) for p in (final / "points").rglob("*.parquet")) if (final / "points").exists() else []
+        n = self.stop - self.start
+        return {
+            **{k: v for k, v in self.meta.items() if k != "grid_toml"},
+            "run_key": self.run_key,
+            "grid": {"file": spec.source, "sha256": spec.sha256, "toml": spec.text},
+            "jax": {"version": jax.__version__, "backend": jax.default_backend(), "x64": bool(jax.config.jax_enable_x64)},
+            "python": platform.python_version(),
+            "axes": {a.key: len(a) for a in spec.axes},
+            "estimates": ["gaussian", "exponential"],
+            "shard": {"index": self.shard.index, "count": self.shard.count,
+                      "groups": [self.start // ev.group_size, self.stop // ev.group_size],
+                      "points": [self.start, self.stop]},
+            "rows": {
+                "grid_points": spec.n_points,
+                "shard_points": n,
+                "points_written": stats["points_written"],
+                "points_mode": spec.output.points,
+                "optimum": stats["optimum"],
+                "frontier": stats["frontier"],
+                "feasible": stats["feasible"],
+                "actions": dict(zip(ACTIONS, stats["actions"])),
+            },
+            "output": {"columns": list(spec.output.columns) or "all", "partition_by": list(spec.output.partition_by),
+                       "row_group_rows": spec.output.row_group_rows},
+            "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet"},
+            "decisions": {"method": "exact", "row_axes": ["batch_window_ms", "batch_size"], "group_axis": "replicas"},
+            "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
+                       "resumed_segments": resumed, "compilations": ev.compile_count()},
+            "timings_s": {**{k: round(v, 4) for k, v in self.timings.items()},
+                          "total": round(total, 4), "points_per_s": round(n / max(total, 1e-9), 1)},
+        }
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj))
+    tmp.replace(path)

@@ -147,6 +147,9 @@ class Options:
 @dataclass(frozen=True)
 class OutputOptions:
     points: str = "all"
+    columns: tuple[str, ...] = ()  # empty: every point column
+    partition_by: tuple[str, ...] = ()  # hive partitioning of points/ ("model", "gpu")
+    row_group_rows: int = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -447,14 +450,36 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
     return Options(lm, alloc, block, float(reserve))
 
 
+PARTITION_KEYS = ("model", "gpu")
+
+
 def _build_output(raw: Mapping[str, Any], source: str) -> OutputOptions:
+    from sweep.columns import COLUMN_BY_NAME
+
+    known = ("points", "columns", "partition_by", "row_group_rows")
     for k in raw:
-        if k != "points":
-            raise GridError(source, f"output.{k}", raw[k], "unknown output option; expected points")
+        if k not in known:
+            raise GridError(source, f"output.{k}", raw[k], f"unknown output option{_close(k, known)}; expected one of {', '.join(known)}")
     points = raw.get("points", "all")
     if points not in POINTS_MODES:
         raise GridError(source, "output.points", points, f"must be one of {', '.join(POINTS_MODES)}")
-    return OutputOptions(points)
+    columns = raw.get("columns", [])
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise GridError(source, "output.columns", columns, 'must be a list of column names, e.g. columns = ["batch_size", "latency_ms"]')
+    for c in columns:
+        if c not in COLUMN_BY_NAME:
+            raise GridError(source, "output.columns", c, f"is not a points column{_close(c, COLUMN_BY_NAME)} (README: columns of points/)")
+    if "columns" in raw and not columns:
+        raise GridError(source, "output.columns", columns, 'must not be empty; omit it for every column, or use points = "none"')
+    part = raw.get("partition_by", [])
+    if not isinstance(part, list) or any(p not in PARTITION_KEYS for p in part) or len(set(part)) != len(part):
+        raise GridError(source, "output.partition_by", part, 'must be a list of distinct keys from "model", "gpu", e.g. partition_by = ["model", "gpu"]')
+    rg = raw.get("row_group_rows", 1 << 18)
+    if isinstance(rg, bool) or not isinstance(rg, int) or rg < 1024:
+        raise GridError(source, "output.row_group_rows", rg, "must be an integer >= 1024, e.g. row_group_rows = 262144")
+    # Keep the canonical order of the partition keys (outermost axes first).
+    ordered = tuple(p for p in PARTITION_KEYS if p in part)
+    return OutputOptions(points, tuple(columns), ordered, rg)
 
 
 # --------------------------------------------------------------------------- stage 4: defaults

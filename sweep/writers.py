@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,12 +68,14 @@ class DatasetWriter:
         row_group_rows: int = 1 << 18,
         rows_per_file: int = 1 << 23,
         single_file: str | None = None,
+        prefix: str = "",
     ) -> None:
         self.folder = folder
         self.schema = schema
         self.row_group_rows = row_group_rows
         self.rows_per_file = max(rows_per_file, row_group_rows) if single_file is None else 1 << 62
         self.single_file = single_file
+        self.prefix = prefix
         folder.mkdir(parents=True, exist_ok=True)
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
@@ -115,24 +116,37 @@ class DatasetWriter:
     def _open_next(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        name = self.single_file or f"part-{len(self.files):05d}.parquet"
+        name = self.single_file or f"{self.prefix}part-{len(self.files):05d}.parquet"
         path = self.folder / name
         self._writer = pq.ParquetWriter(path, self.schema, compression=COMPRESSION, write_statistics=True)
         self.files.append(path)
         self._file_rows = 0
 
 
-def write_table(path: Path, table: pa.Table) -> None:
-    """One Parquet file (for the small reduced outputs)."""
-    pq.write_table(table, path, compression=COMPRESSION)
+def concat_parquet(parts: Sequence[Path], target: Path, schema: pa.Schema) -> int:
+    """Stream Parquet files, in order, into one file (row group by row group, bounded memory)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    rows = 0
+    with pq.ParquetWriter(target, schema, compression=COMPRESSION, write_statistics=True) as out:
+        for part in parts:
+            f = pq.ParquetFile(part)
+            for i in range(f.num_row_groups):
+                table = f.read_row_group(i).cast(schema)
+                out.write_table(table, row_group_size=max(table.num_rows, 1))
+                rows += table.num_rows
+    return rows
 
 
 class Staging:
-    """A hidden folder inside the output folder where a run writes; `commit` publishes it."""
+    """A hidden folder inside the output folder where a run writes; `commit` publishes it.
+
+    The folder is named by the run's key, so rerunning the same command finds it again and
+    resumes; `final/` holds what will be published, the rest is per-segment work.
+    """
 
     MANIFEST = "manifest.json"
 
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, key: str) -> None:
         self.out_dir = out_dir
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -140,14 +154,25 @@ class Staging:
             raise OutputError(f"{out_dir}: cannot create the output folder ({exc.strerror})") from None
         if not os.access(out_dir, os.W_OK):
             raise OutputError(f"{out_dir}: the output folder is not writable")
-        self.path = out_dir / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
-        self.path.mkdir()
+        self.path = out_dir / f"{STAGING_PREFIX}{key}"
+        for other in out_dir.glob(f"{STAGING_PREFIX}*"):
+            if other != self.path:  # an abandoned run of other settings: it cannot resume here
+                shutil.rmtree(other, ignore_errors=True)
+        self.final = self.path / "final"
+        self.final.mkdir(parents=True, exist_ok=True)
+
+    def clear_segment(self, prefix: str, k: int) -> None:
+        """Remove what an interrupted attempt at segment `k` may have left."""
+        for p in (self.final / "points").rglob(f"{prefix}*") if (self.final / "points").exists() else ():
+            p.unlink()
+        for sub in ("optimum", "frontier"):
+            (self.path / sub / f"{k:05d}.parquet").unlink(missing_ok=True)
 
     def commit(self, manifest: Mapping[str, Any]) -> None:
-        """Publish every staged entry, then the manifest. Old outputs of the same names go."""
+        """Publish every entry of `final/`, then the manifest. Old outputs of the same names go."""
         final_manifest = self.out_dir / self.MANIFEST
         final_manifest.unlink(missing_ok=True)
-        for entry in sorted(self.path.iterdir()):
+        for entry in sorted(self.final.iterdir()):
             target = self.out_dir / entry.name
             if target.is_dir():
                 trash = self.path / f".old-{entry.name}"
@@ -159,7 +184,4 @@ class Staging:
         tmp = self.path / f".{self.MANIFEST}.tmp"
         tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
         os.replace(tmp, final_manifest)
-        shutil.rmtree(self.path, ignore_errors=True)
-
-    def abort(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

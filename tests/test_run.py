@@ -139,29 +139,129 @@ def test_points_modes(tmp_path, mode):
         assert pa.compute.all(t.column("feasible")).as_py()
 
 
-def test_failed_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatch, root):
-    out = tmp_path / "out"
-    g = spec.load(root / "grids" / "seed-gpt3.toml")
-    run_grid(g, out)  # a complete earlier run
-    assert (out / "manifest.json").exists()
-    p = tmp_path / "w.toml"
-    p.write_text(WINDOWED)
+def _interrupting_writes(monkeypatch, after: int) -> None:
     calls = {"n": 0}
     real_write = writers.DatasetWriter.write
 
     def failing_write(self, batch):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == after:
             raise KeyboardInterrupt  # as if killed half way
         real_write(self, batch)
 
     monkeypatch.setattr(writers.DatasetWriter, "write", failing_write)
+
+
+def test_failed_run_leaves_nothing_that_looks_complete(tmp_path, monkeypatch, root):
+    out = tmp_path / "out"
+    run_grid(spec.load(root / "grids" / "seed-gpt3.toml"), out)  # a complete earlier run
+    assert (out / "manifest.json").exists()
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED)
+    _interrupting_writes(monkeypatch, after=3)
     with pytest.raises(KeyboardInterrupt):
         run_grid(spec.load(p), out, chunk_size=64)
-    # The earlier complete run is untouched; no staging folder is left behind.
+    # The earlier complete run is untouched; the interrupted one is only in a hidden folder.
     assert json.loads((out / "manifest.json").read_text())["grid_name"] == "seed-gpt3"
     assert ds.dataset(out / "points").count_rows() == 5
-    assert not [x for x in out.iterdir() if x.name.startswith(writers.STAGING_PREFIX)]
+    visible = sorted(x.name for x in out.iterdir() if not x.name.startswith("."))
+    assert visible == ["frontier.parquet", "manifest.json", "optimum.parquet", "points"]
+
+
+def _tables(out: Path) -> dict[str, pa.Table]:
+    return {
+        "points": ds.dataset(out / "points", partitioning="hive").to_table().sort_by("point_id"),
+        "optimum": pq.read_table(out / "optimum.parquet").sort_by("row_id"),
+        "frontier": pq.read_table(out / "frontier.parquet").sort_by("point_id"),
+    }
+
+
+def _same(a: dict[str, pa.Table], b: dict[str, pa.Table]) -> None:
+    for name in a:
+        ta, tb = a[name], b[name]
+        assert ta.num_rows == tb.num_rows, name
+        for col in ta.column_names:
+            x, y = ta.column(col).to_pylist(), tb.column(col).to_pylist()
+            assert x == y, (name, col)
+
+
+def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED)
+    g = spec.load(p)
+    clean = run_grid(g, tmp_path / "clean", chunk_size=64, segment_points=128)
+    _interrupting_writes(monkeypatch, after=14)  # 3 writes a chunk, 3 chunks a segment
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(g, tmp_path / "resumed", chunk_size=64, segment_points=128)
+    monkeypatch.undo()
+    again = run_grid(g, tmp_path / "resumed", chunk_size=64, segment_points=128)
+    assert again.manifest["chunks"]["resumed_segments"] >= 1
+    assert again.manifest["rows"] == clean.manifest["rows"]
+    _same(_tables(tmp_path / "clean"), _tables(tmp_path / "resumed"))
+    # A finished run is not run again; --force runs it.
+    t0 = (tmp_path / "resumed" / "manifest.json").stat().st_mtime_ns
+    assert run_grid(g, tmp_path / "resumed", chunk_size=64, segment_points=128).skipped
+    assert (tmp_path / "resumed" / "manifest.json").stat().st_mtime_ns == t0
+    assert not run_grid(g, tmp_path / "resumed", chunk_size=64, segment_points=128, force=True).skipped
+
+
+def test_shards_combine_to_exactly_one_run(tmp_path):
+    from sweep.run import Shard
+    from sweep.shards import merge_shards
+
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED + '\n[output]\npartition_by = ["model", "gpu"]\n')
+    g = spec.load(p)
+    run_grid(g, tmp_path / "one", chunk_size=64)
+    for i in (1, 2, 3):
+        r = run_grid(g, tmp_path / "split", chunk_size=64, shard=Shard(i, 3))
+        assert r.out_dir == tmp_path / "split" / "shards" / f"{i:04d}-of-0003"
+    with pytest.raises(Exception, match="missing"):
+        import shutil
+
+        shutil.move(tmp_path / "split" / "shards" / "0002-of-0003", tmp_path / "away")
+        merge_shards(tmp_path / "split")
+    shutil.move(tmp_path / "away", tmp_path / "split" / "shards" / "0002-of-0003")
+    merged = merge_shards(tmp_path / "split")
+    assert merged["rows"]["points_written"] == g.n_points
+    _same(_tables(tmp_path / "one"), _tables(tmp_path / "split"))
+    # Shards are disjoint slices: their point ranges tile the grid.
+    ranges = [json.loads((tmp_path / "split" / "shards" / f"{i:04d}-of-0003" / "manifest.json").read_text())["shard"]["points"] for i in (1, 2, 3)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == g.n_points and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+def test_hive_partitions_columns_and_row_groups(tmp_path):
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED + '\n[output]\npartition_by = ["gpu", "model"]\ncolumns = ["point_id", "model", "gpu", "batch_size", "latency_ms"]\nrow_group_rows = 1024\n')
+    run_grid(spec.load(p), tmp_path / "o", chunk_size=64)
+    dirs = sorted(str(d.relative_to(tmp_path / "o" / "points")) for d in (tmp_path / "o" / "points").glob("*/*"))
+    assert dirs == ["model=llama-2-7b/gpu=h100-sxm", "model=llama-2-7b/gpu=l4", "model=llama-3.1-8b/gpu=h100-sxm", "model=llama-3.1-8b/gpu=l4"]
+    f = next((tmp_path / "o" / "points").rglob("*.parquet"))
+    assert pq.read_schema(f).names == ["point_id", "batch_size", "latency_ms"]  # partition keys live in the path
+    assert pq.ParquetFile(f).metadata.num_rows == 320  # one partition's share of the grid
+    p.write_text(WINDOWED + '\n[output]\nrow_group_rows = 1024\n')
+    run_grid(spec.load(p), tmp_path / "flat", chunk_size=64)
+    meta = pq.ParquetFile(next((tmp_path / "flat" / "points").glob("*.parquet"))).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1024, 256]
+    con = duckdb.connect()
+    n = con.execute(f"SELECT count(DISTINCT model || gpu) FROM read_parquet('{tmp_path}/o/points/**/*.parquet', hive_partitioning = true)").fetchone()
+    assert n == (4,)
+
+
+def test_progress_log_lines_for_schedulers(tmp_path, root, capsys):
+    assert main(["run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(tmp_path / "o"), "--progress", "log"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().err.strip().splitlines()]
+    assert [x["event"] for x in lines] == ["start", "progress", "done"]
+    assert lines[1]["done"] == lines[1]["total"] == 5 and "eta_s" in lines[1] and "points_per_s" in lines[1]
+
+
+def test_bad_shard_and_output_options_exit_2(tmp_path, root, capsys):
+    assert main(["run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(tmp_path / "o"), "--shard", "4/3"]) == 2
+    assert "--shard" in capsys.readouterr().err
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED + '\n[output]\ncolumns = ["latency"]\n')
+    assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert "output.columns" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_readme_documents_every_column(root):

@@ -1,0 +1,82 @@
+"""Progress a person can watch, and log lines a scheduler can keep.
+
+On a terminal: a rich progress bar with points done, points/s and ETA. Elsewhere (cron,
+job arrays, CI): one JSON object per line on stderr every `interval_s` seconds and at the
+end, e.g. {"event": "progress", "grid": "fleet-nightly", "done": 1048576, "total": ...,
+"pct": 12.5, "points_per_s": 812345.0, "eta_s": 93.1}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+
+class ProgressReporter:
+    """Callable `(done, total)`; use as a context manager around a run."""
+
+    def __init__(self, grid: str, mode: str = "auto", interval_s: float = 10.0, stream: TextIO | None = None) -> None:
+        self.grid = grid
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "bar" if self.stream.isatty() else "log"
+        self.mode = mode
+        self.interval_s = interval_s
+        self._bar: Any = None
+        self._task: Any = None
+        self._t0 = time.perf_counter()
+        self._last = 0.0
+
+    def __enter__(self) -> ProgressReporter:
+        self._t0 = time.perf_counter()
+        if self.mode == "bar":
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._bar = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]} points/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                console=Console(file=self.stream), transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.grid, total=None, rate="-")
+        elif self.mode == "log":
+            self._emit({"event": "start", "grid": self.grid})
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        elapsed = max(now - self._t0, 1e-9)
+        rate = done / elapsed
+        if self.mode == "bar":
+            self._bar.update(self._task, completed=done, total=total, rate=f"{rate:,.0f}")
+        elif self.mode == "log" and (now - self._last >= self.interval_s or done >= total):
+            self._last = now
+            eta = (total - done) / rate if rate > 0 else None
+            self._emit({"event": "progress", "grid": self.grid, "done": done, "total": total,
+                        "pct": round(100.0 * done / max(total, 1), 2), "points_per_s": round(rate, 1),
+                        "eta_s": None if eta is None else round(eta, 1)})
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        if self.mode == "log":
+            status = "done" if exc_type is None else "failed"
+            self._emit({"event": status, "grid": self.grid, "elapsed_s": round(time.perf_counter() - self._t0, 3)})
+
+    def _emit(self, obj: dict[str, Any]) -> None:
+        obj = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **obj}
+        print(json.dumps(obj), file=self.stream, flush=True)
+
+
+def enable_compile_cache(path: str | None) -> None:
+    """Persist JAX compilations across runs in `path` (None: leave JAX's default, off)."""
+    if not path:
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
