@@ -57,18 +57,16 @@ class Evaluator:
         self.n_chunks = math.ceil(self.n_points / self.chunk_size)
         self._axes = axis_arrays(spec)
         self._tables = catalog_tables(spec)
-        self._fn = jax.jit(
-            functools.partial(
-                _evaluate_chunk,
-                keys=tuple(a.key for a in spec.axes),
-                shape=spec.shape,
-                chunk_size=self.chunk_size,
-                row_size=self.row_size,
-                n_batch=len(spec.axis("batch_size")),
-                n_replicas=len(spec.axis("replicas")),
-                **kernel_options(spec),
-            )
+        static = dict(
+            keys=tuple(a.key for a in spec.axes),
+            shape=spec.shape,
+            chunk_size=self.chunk_size,
+            row_size=self.row_size,
+            n_batch=len(spec.axis("batch_size")),
+            n_replicas=len(spec.axis("replicas")),
+            **kernel_options(spec),
         )
+        self._fn = _compiled_chunk(tuple(sorted(static.items())))
 
     def dispatch(self, start: int, stop: int | None = None) -> dict[str, jax.Array]:
         """Queue the chunk of points [start, min(start + chunk_size, stop)) on the device;
@@ -111,6 +109,13 @@ class Evaluator:
     def compile_count(self) -> int:
         """Number of compiled variants of the chunk function (1 after any number of chunks)."""
         return self._fn._cache_size()  # noqa: SLF001 - jax exposes no public counter
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled_chunk(static: tuple[tuple[str, object], ...]):  # noqa: ANN202 - a jitted callable
+    """One jitted chunk function per static configuration, shared by every run in the
+    process (a second run of the same grid shape does not compile again)."""
+    return jax.jit(functools.partial(_evaluate_chunk, **dict(static)))
 
 
 def kernel_options(spec: GridSpec) -> dict[str, object]:

@@ -16,7 +16,9 @@ import hashlib
 import json
 import platform
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -210,15 +212,9 @@ class _Run:
         front_w = DatasetWriter(self.staging.path / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
                                 row_group_rows=out.row_group_rows)
         stats = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
-        tick = time.perf_counter()
-        first = done_before == 0 and self.timings["first_chunk_incl_compile"] == 0.0
-        for chunk in self.ev.iter_chunks(begin, end):
-            now = time.perf_counter()
-            if first:
-                self.timings["first_chunk_incl_compile"] = now - tick
-                first = False
-            else:
-                self.timings["evaluate"] += now - tick
+
+        def handle(chunk: Chunk) -> None:
+            """Host work for one chunk, on the writer thread (pyarrow releases the GIL)."""
             w0 = time.perf_counter()
             data = chunk.columns
             stats["actions"] += np.bincount(data["action"], minlength=len(ACTIONS))
@@ -230,7 +226,24 @@ class _Run:
             opt_w.write(record_batch(optimum_rows(chunk, self.ev.row_size, self.n_replicas), self.opt_schema, self.dictionaries))
             front_w.write(record_batch(frontier_rows(chunk, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
             self.timings["write"] += time.perf_counter() - w0
+
+        # One writer thread keeps the files in order; at most two chunks wait for it, so
+        # memory stays bounded while the next chunk computes.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-writer") as pool:
+            pending: deque[Future[None]] = deque()
             tick = time.perf_counter()
+            first = done_before == 0 and self.timings["first_chunk_incl_compile"] == 0.0
+            for chunk in self.ev.iter_chunks(begin, end):
+                now = time.perf_counter()
+                key = "first_chunk_incl_compile" if first else "evaluate"
+                self.timings[key] += now - tick
+                first = False
+                pending.append(pool.submit(handle, chunk))
+                while len(pending) > 2:
+                    pending.popleft().result()
+                tick = time.perf_counter()
+            while pending:
+                pending.popleft().result()
         w0 = time.perf_counter()
         for w in (*point_writers.values(), opt_w, front_w):
             w.close()

@@ -124,8 +124,12 @@ class DatasetWriter:
 
 
 def concat_parquet(parts: Sequence[Path], target: Path, schema: pa.Schema) -> int:
-    """Stream Parquet files, in order, into one file (row group by row group, bounded memory)."""
+    """Stream Parquet files, in order, into one file (row group by row group, bounded memory).
+    A single part is moved, not copied."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    if len(parts) == 1 and pq.read_schema(parts[0]).equals(schema, check_metadata=True):
+        os.replace(parts[0], target)
+        return pq.ParquetFile(target).metadata.num_rows
     rows = 0
     with pq.ParquetWriter(target, schema, compression=COMPRESSION, write_statistics=True) as out:
         for part in parts:

@@ -1,0 +1,114 @@
+"""Scale: end-to-end rows/s against raw pyarrow, and peak memory against grid size.
+
+Part 1 runs `sweep run` on a grid with `points = "all"` (every column of every point to
+Parquet, zstd, the engine's row groups, plus optimum and frontier), then writes the very
+same points table with plain `pyarrow.parquet.write_table` and the same settings from
+memory, in the same process. The ratio says how close the whole engine (evaluation,
+decisions, three outputs) comes to the cost of the Parquet write alone.
+
+Part 2 runs grids of growing size with `points = "none"` in fresh processes and prints
+seconds, points/s and peak resident memory (VmHWM of the child: ru_maxrss would carry the
+parent's high-water mark across fork and exec): memory must stay flat.
+
+    python benchmarks/scale.py [--points 2000000] [--sizes 1e6,1e7,1e8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+GRID = """
+name = "scale"
+[grid]
+model = ["llama-3.1-8b", "llama-3.1-70b"]
+gpu = ["h100-sxm", "a100-80gb"]
+gpus_per_replica = [1, 2, 4, 8]
+seq_len = 4096
+arrival_rps = {{start = 1.0, stop = 2000.0, num = {rates}, scale = "log"}}
+batch_size = {{start = 1, stop = 512, step = 1}}
+batch_window_ms = {windows}
+slo_ms = 250.0
+[output]
+points = "{points}"
+"""
+
+
+def grid_text(points: int, mode: str, windowed: bool) -> str:
+    per_rate = 2 * 2 * 4 * 512 * (2 if windowed else 1)
+    rates = max(1, round(points / per_rate))
+    return GRID.format(rates=rates, points=mode, windows="[20, inf]" if windowed else "inf")
+
+
+def part1(points: int, windowed: bool) -> dict:
+    from sweep import spec
+    from sweep.run import run_grid
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "g.toml"
+        p.write_text(grid_text(points, "all", windowed))
+        g = spec.load(p)
+        run_grid(g, Path(d) / "warm")  # compile once, so both sides are measured warm
+        t0 = time.perf_counter()
+        r = run_grid(g, Path(d) / "out", force=True)
+        engine_s = time.perf_counter() - t0
+        table = ds.dataset(Path(d) / "out" / "points").to_table()
+        files = sorted((Path(d) / "out" / "points").glob("*.parquet"))
+        rg = pq.ParquetFile(files[0]).metadata.row_group(0).num_rows
+        t0 = time.perf_counter()
+        pq.write_table(table, Path(d) / "raw.parquet", compression="zstd", row_group_size=rg)
+        raw_s = time.perf_counter() - t0
+    n = r.manifest["rows"]["points_written"]
+    return {"regime": "windowed" if windowed else "full", "rows": n, "columns": table.num_columns,
+            "engine_rows_per_s": n / engine_s, "pyarrow_rows_per_s": n / raw_s, "ratio": raw_s / engine_s}
+
+
+def part2(points: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "g.toml"
+        p.write_text(grid_text(points, "none", True))
+        code = (
+            "import json, time; from sweep import spec; from sweep.run import run_grid;"
+            f"g=spec.load({str(p)!r}); t=time.perf_counter(); r=run_grid(g, {d + '/out'!r});"
+            "print(json.dumps({'s': time.perf_counter()-t, 'rss_mb': int([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])/1024,"
+            " 'points': g.n_points, 'frontier': r.manifest['rows']['frontier']}))"
+        )
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    row = json.loads(res.stdout.strip().splitlines()[-1])
+    row["points_per_s"] = row["points"] / row["s"]
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=float, default=2e6)
+    ap.add_argument("--sizes", default="1e6,1e7,1e8")
+    args = ap.parse_args()
+    results: dict = {"part1": [], "part2": []}
+    print("part 1: sweep run (points = all) against raw pyarrow writing the same table")
+    print(f"  {'regime':<9} {'rows':>10} {'cols':>5} {'engine rows/s':>14} {'pyarrow rows/s':>15} {'engine/pyarrow':>15}")
+    for windowed in (False, True):
+        r = part1(int(args.points), windowed)
+        results["part1"].append(r)
+        print(f"  {r['regime']:<9} {r['rows']:>10,} {r['columns']:>5} {r['engine_rows_per_s']:>14,.0f} {r['pyarrow_rows_per_s']:>15,.0f} {r['ratio']:>14.0%}")
+    print("part 2: peak memory against grid size (points = none, fresh process each)")
+    print(f"  {'points':>13} {'seconds':>9} {'points/s':>12} {'frontier rows':>14} {'peak RSS MB':>12}")
+    for size in (int(float(x)) for x in args.sizes.split(",")):
+        r = part2(size)
+        results["part2"].append(r)
+        print(f"  {r['points']:>13,} {r['s']:>9.1f} {r['points_per_s']:>12,.0f} {r['frontier']:>14,} {r['rss_mb']:>12,.0f}")
+    out = Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
