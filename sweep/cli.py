@@ -85,6 +85,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     grid = spec.load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
     shard = Shard.parse(args.shard) if args.shard else None
+    if grid.search is not None:
+        from sweep.search_spec import check_storage
+
+        check_storage(grid.search, args.out)  # an unreachable database is refused before any work
     chunk = args.chunk_size or (chunk_for_memory(args.memory_limit) if args.memory_limit else DEFAULT_CHUNK)
     enable_compile_cache(compile_cache_dir())
     mode = "none" if args.quiet else args.progress

@@ -196,7 +196,15 @@ class _Run:
         concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
         concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
         self.timings["write"] += time.perf_counter() - w0
+        search_meta = None
+        if self.spec.search is not None and self.shard.count == 1:
+            from sweep.search import run_search, search_metadata
+
+            table = run_search(self.spec, self.staging.out_dir, self.staging.final)
+            search_meta = search_metadata(table) | {"file": "search.parquet", "rows": table.num_rows}
         manifest = self._manifest(stats, n_seg, resumed)
+        if search_meta is not None:
+            manifest["search"] = search_meta
         self.staging.commit(manifest)
         counts = dict(zip(ACTIONS, stats["actions"]))
         rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None

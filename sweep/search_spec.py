@@ -281,7 +281,7 @@ def _value(param: Any, v: Any, source: str, where: str, finite: bool = False) ->
         raise GridError(source, where, v, "must be an integer" if param.kind == "int" else "must be a number")
     if isinstance(v, float) and math.isinf(v):
         if finite or not (param.allow_inf and v > 0):
-            raise GridError(source, where, v, "must be finite" + ("" if finite else ""))
+            raise GridError(source, where, v, "must be finite")
         return math.inf
     if param.kind == "int" and not isinstance(v, int):
         raise GridError(source, where, v, "must be an integer (not a float)")

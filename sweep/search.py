@@ -1,0 +1,664 @@
+"""Optuna search over the spaces a grid declares in `[search]` (SPEC 6), checked against
+the exact optimum where the space is small enough to enumerate.
+
+How a search runs:
+
+* The `[grid]` fixes the scenario. Each searched key replaces that key's `[grid]` value;
+  every other list-valued `[grid]` key splits the search into separate *studies*, one per
+  combination, named deterministically `GRID/key=value,.../DIGEST` (the digest covers the
+  space, the objectives, the seed and the study's fixed values, so editing any of them
+  starts a new study while raising `trials` resumes the old one).
+* Batched ask/tell: each round asks up to `batch` trials, evaluates all of them in ONE
+  jitted, vmapped call of `sweep.evaluate.evaluate_values` (the same kernel as a grid run)
+  with a fixed batch shape (short rounds are padded), so a search compiles once, and tells
+  every trial its objective values and its constraint values.
+* Objectives: `min_cost` (`cost_usd_per_hour` = replicas * gpus_per_replica *
+  usd_per_gpu_hour), `max_capacity` (`fleet_capacity_rps` = replicas * B / T_svc(B), the
+  fleet's throughput ceiling), `min_latency` (`latency_ms`, the grid's SLO estimate), or a
+  list of them (multi-objective: the answer is the Pareto set from `study.best_trials`).
+* Constraints, Optuna's convention (<= 0 feasible), one per rule: `slo` latency_ms/slo_ms-1,
+  `stable` lambda/capacity-1, `rho` rho-rho_max, `memory` (batch_size-b_mem_max)/batch_size.
+  Each value's sign is forced to agree with the boolean verdict the kernel reports, so
+  Optuna's feasibility is exactly the planner's: stable & mem_ok & latency_ms <= slo_ms &
+  rho <= rho_max. They are set with `Trial.set_constraint`, which Optuna 5 reads for
+  `best_trial(s)` and for TPE's constrained sampling (it replaces the deprecated
+  `constraints_func` of the samplers; same semantics).
+* Sampler: TPE (multivariate, constant liar for the trials of a batch asked together),
+  seeded with `seed + worker`.
+* Storage (`storage`): `sqlite` -> `OUT/search.db` (default, one process), `journal` ->
+  `OUT/search.journal` (Optuna's journal file, several processes on one host), an RDB URL
+  (`postgresql://...`, workers on many machines), or `memory` (nothing kept). A rerun
+  loads the same study (`load_if_exists`), counts its COMPLETE trials and runs only the
+  remainder of the budget (recounted every round, so workers sharing a study share it).
+* Exact check: where every searched parameter is categorical/integer and the space has at
+  most `EXACT_LIMIT` combinations, every combination is evaluated (same kernel, same
+  objective and constraints) and the answer reports the exact optimum and the gap.
+
+Optuna is imported inside functions so `import sweep` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from sweep.search_spec import EXACT_LIMIT, OBJECTIVES, STORAGE_FILES, SearchSpec, _hide_password, check_storage
+from sweep.spec import Axis, GridSpec
+
+#: Relative tolerance for "Optuna found the exact optimum" (the exact pass uses a different
+#: batch shape, so latencies may differ in the last bits).
+EXACT_RTOL = 1e-9
+ENUM_CHUNK = 1 << 15
+RESULT_FILE = "search.parquet"
+CONSTRAINTS = ("slo", "stable", "rho", "memory")
+_BIG = 1e6  # constraint value standing in for +inf / NaN violations
+
+
+@dataclass
+class StudyStats:
+    name: str
+    trials_run: int = 0
+    search_calls: int = 0
+    answer_calls: int = 0
+    exact_calls: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class _Plan:
+    spec: GridSpec
+    search: SearchSpec
+    gpus: tuple[Any, ...]
+    tables: dict[str, Any]
+    opts: dict[str, Any]
+    fixed_keys: tuple[str, ...]  # [grid] keys not searched (every axis key minus searched)
+    studies: list[dict[str, Any]]  # per study: key -> (value, index-into-axis)
+    stats: list[StudyStats] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- public entry
+
+
+def run_search(spec: GridSpec, out_dir: Path, staging_dir: Path | None = None, *, worker: int = 0) -> pa.Table:
+    """Run (or resume) every study of `spec.search`; return one row per answer.
+
+    The study storage lives in `out_dir` (so reruns resume); the answer table is also
+    written to `staging_dir/search.parquet` when a staging folder is given (published with
+    the rest of the run). Single objective: one row per study (its best feasible trial, or
+    its least-violating trial with `meets_constraints = false` and a `reason`).
+    Multi-objective: one row per Pareto trial of `study.best_trials`.
+    """
+    import optuna
+
+    search = spec.search
+    if search is None:
+        raise ValueError(f"{spec.source}: the grid has no [search] table")
+    out_dir = Path(out_dir)
+    check_storage(search, out_dir)
+    if search.storage in STORAGE_FILES:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    plan = make_plan(spec)
+    evaluator = BatchEvaluator(plan, search.batch)
+    storage = _storage(search, out_dir)
+    rows: list[dict[str, Any]] = []
+    old = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        for scenario in plan.studies:
+            t0 = time.perf_counter()
+            stats = StudyStats(study_name(plan, scenario))
+            study = _open_study(plan, stats.name, storage, worker)
+            _optimise(plan, study, scenario, evaluator, stats)
+            answers = _answers(plan, study, scenario, evaluator, stats)
+            exact = exact_solution(plan, scenario, stats) if search.enumerable else None
+            rows.extend(_rows(plan, study, stats, answers, exact))
+            stats.seconds = round(time.perf_counter() - t0, 4)
+            plan.stats.append(stats)
+    finally:
+        optuna.logging.set_verbosity(old)
+        engine = getattr(storage, "engine", None)
+        if engine is not None:  # close the connections (SQLite then folds its WAL back in)
+            engine.dispose()
+    table = _table(plan, rows, evaluator)
+    if staging_dir is not None:
+        write_result(table, Path(staging_dir) / RESULT_FILE)
+    return table
+
+
+def write_result(table: pa.Table, path: Path) -> None:
+    """The answer table as one zstd Parquet file, written under a temporary name and renamed."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def search_metadata(table: pa.Table) -> dict[str, Any]:
+    """The run facts stored in the answer table (studies, kernel calls, compilations)."""
+    return json.loads(table.schema.metadata[b"sweep_search"])
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def make_plan(spec: GridSpec) -> _Plan:
+    """Catalog tables that cover every searched gpu, static kernel options for the searched
+    domains, and the list of studies (one per combination of the unsearched list axes)."""
+    from sweep.evaluate import catalog_tables, kernel_options
+
+    search = spec.search
+    assert search is not None
+    gpus = search.gpus if "gpu" in search.keys else spec.gpus
+    axes = []
+    for a in spec.axes:
+        if a.key in search.keys:
+            p = search.param(a.key)
+            axes.append(Axis(a.key, tuple(p.extremes)))
+        else:
+            axes.append(a)
+    eff = replace(spec, axes=tuple(axes), gpus=tuple(gpus))
+    fixed = tuple(a.key for a in spec.axes if a.key not in search.keys)
+    listed = [a for a in spec.axes if a.key in fixed and len(a) > 1]
+    studies = []
+    for combo in itertools.product(*[range(len(a)) for a in listed]):
+        scen = {a.key: (a.values[i], i) for a, i in zip(listed, combo)}
+        for k in fixed:
+            if k not in scen:
+                scen[k] = (spec.axis(k).values[0], 0)
+        studies.append(scen)
+    return _Plan(spec, search, tuple(gpus), catalog_tables(eff), kernel_options(eff), fixed, studies)
+
+
+def study_name(plan: _Plan, scenario: dict[str, Any]) -> str:
+    spec, search = plan.spec, plan.search
+    listed = [k for k in plan.fixed_keys if len(spec.axis(k)) > 1]
+    label = ",".join(f"{k}={_fmt(scenario[k][0])}" for k in listed) or "-"
+    ident = {
+        "params": [[p.key, p.kind, [_fmt(c) for c in p.choices], p.low, p.high, p.log] for p in search.params],
+        "objectives": list(search.objectives),
+        "seed": search.seed,
+        "scenario": {k: _fmt(scenario[k][0]) for k in plan.fixed_keys},
+        "options": {k: _fmt(v) for k, v in plan.opts.items()},
+        "tables": {k: np.asarray(v).tolist() for k, v in plan.tables.items()},
+        "models": [m.name for m in spec.models],
+        "gpus": [g.name for g in plan.gpus],
+    }
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{spec.name}/{label}/{digest}"
+
+
+def _fmt(v: Any) -> Any:
+    if isinstance(v, float):
+        return "inf" if math.isinf(v) else repr(v)
+    return v
+
+
+# --------------------------------------------------------------------------- the kernel call
+
+
+class BatchEvaluator:
+    """One jitted, vmapped `evaluate_values` call for a fixed number of points.
+
+    `search_fn` (shape `batch`) serves every search round and every answer, so a search
+    compiles it once; `enum_fn` (shape `ENUM_CHUNK` or less) serves the exact pass.
+    """
+
+    def __init__(self, plan: _Plan, batch: int) -> None:
+        import jax
+
+        from sweep.evaluate import evaluate_values
+
+        self.plan = plan
+        self.batch = batch
+        self.search_fn = jax.jit(functools.partial(evaluate_values, **plan.opts))
+        self.calls = 0
+
+    def evaluate(self, scenario: dict[str, Any], searched: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Evaluate up to `batch` points in one call (padded to `batch` by repeating the last)."""
+        import jax
+
+        n = len(next(iter(searched.values()))) if searched else 1
+        assert 1 <= n <= self.batch
+        padded = {k: np.concatenate([a, np.repeat(a[-1:], self.batch - n)]) for k, a in searched.items()}
+        out = self.search_fn(kernel_values(self.plan, scenario, padded, self.batch), self.plan.tables)
+        self.calls += 1
+        host = jax.device_get(out)
+        return {k: np.asarray(a)[:n] for k, a in host.items()}
+
+    def compilations(self) -> int:
+        return int(self.search_fn._cache_size())  # noqa: SLF001 - jax exposes no public counter
+
+
+def kernel_values(plan: _Plan, scenario: dict[str, Any], searched: dict[str, np.ndarray], n: int) -> dict[str, Any]:
+    """The `v` dict of `evaluate_values` for `n` points: fixed keys broadcast from the
+    scenario, searched keys from `searched` (gpu/model as catalog-table indices)."""
+    import jax.numpy as jnp
+
+    v: dict[str, Any] = {}
+    for axis in plan.spec.axes:
+        k = axis.key
+        if k in searched:
+            arr = np.asarray(searched[k])
+        else:
+            val, idx = scenario[k]
+            arr = np.full(n, idx if k in ("model", "gpu") else val)
+        v[k] = jnp.asarray(arr.astype(np.int32 if k in ("model", "gpu") else np.float64))
+    return v
+
+
+_REDUCED = ("cost_usd_per_hour", "fleet_capacity_rps", "latency_ms", "slo_ms", "lambda_per_replica_rps",
+            "capacity_rps", "stable", "rho", "rho_max", "batch_size", "b_mem_max", "mem_ok")
+
+
+def _evaluate_reduced(v: dict[str, Any], tables: dict[str, Any], **opts: Any) -> dict[str, Any]:
+    from sweep.evaluate import evaluate_values
+
+    out = evaluate_values(v, tables, **opts)
+    return {k: out[k] for k in _REDUCED}
+
+
+# --------------------------------------------------------------------------- objectives, constraints
+
+
+def objective_matrix(out: dict[str, np.ndarray], objectives: tuple[str, ...]) -> np.ndarray:
+    """(n, n_objectives) objective values in their natural units and signs."""
+    return np.stack([np.asarray(out[OBJECTIVES[o][0]], dtype=np.float64) for o in objectives], axis=1)
+
+
+def minimisation_form(values: np.ndarray, objectives: tuple[str, ...]) -> np.ndarray:
+    sign = np.array([-1.0 if OBJECTIVES[o][1] == "maximize" else 1.0 for o in objectives])
+    return values * sign
+
+
+def constraint_values(out: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Optuna constraint values (<= 0 feasible) and the boolean verdict they agree with."""
+    lat, slo = np.asarray(out["latency_ms"], float), np.asarray(out["slo_ms"], float)
+    verdicts = {
+        "slo": (lat <= slo, _graded(lat / slo - 1.0)),
+        "stable": (np.asarray(out["stable"], bool), _graded(out["lambda_per_replica_rps"] / out["capacity_rps"] - 1.0)),
+        "rho": (np.asarray(out["rho"]) <= np.asarray(out["rho_max"]), _graded(np.asarray(out["rho"]) - out["rho_max"])),
+        "memory": (np.asarray(out["mem_ok"], bool),
+                   _graded((np.asarray(out["batch_size"], float) - out["b_mem_max"]) / np.asarray(out["batch_size"], float))),
+    }
+    cons = {}
+    for name, (ok, graded) in verdicts.items():
+        cons[name] = np.where(ok, np.minimum(graded, 0.0), np.maximum(graded, 1e-9))
+    feasible = np.logical_and.reduce([ok for ok, _ in verdicts.values()])
+    return cons, feasible
+
+
+def _graded(x: Any) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.nan_to_num(np.asarray(x, dtype=np.float64), nan=_BIG, posinf=_BIG, neginf=-_BIG)
+
+
+# --------------------------------------------------------------------------- optuna
+
+
+def _storage(search: SearchSpec, out_dir: Path) -> Any:
+    url = search.storage_url(out_dir)
+    if url is None:
+        return None
+    if url.startswith("journal:"):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        return JournalStorage(JournalFileBackend(url[len("journal:"):]))
+    from optuna.storages import RDBStorage
+
+    if url.startswith("sqlite"):
+        return _fast_sqlite(RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}))
+    return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
+def _fast_sqlite(storage: Any) -> Any:
+    """SQLite in WAL mode with synchronous=NORMAL: a commit no longer waits for an fsync
+    (ask/tell commits several times per trial; the default costs ~40 ms each). A crash can
+    lose the last commits, never corrupt the file; a rerun redoes those trials."""
+    from sqlalchemy import event
+
+    def pragmas(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    event.listen(storage.engine, "connect", pragmas)
+    storage.engine.dispose()  # reopen pooled connections with the pragmas
+    return storage
+
+
+def _open_study(plan: _Plan, name: str, storage: Any, worker: int) -> Any:
+    import optuna
+
+    search = plan.search
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=(search.seed + worker) % 2**32, multivariate=True, constant_liar=True,
+            n_startup_trials=max(10, min(search.batch, search.trials // 4)),
+        )
+    directions = [OBJECTIVES[o][1] for o in search.objectives]
+    study = optuna.create_study(storage=storage, sampler=sampler, study_name=name, directions=directions, load_if_exists=True)
+    if "sweep_search" not in study.user_attrs:
+        study.set_user_attr("sweep_search", {
+            "grid": plan.spec.name, "grid_file": plan.spec.source,
+            "objectives": list(search.objectives), "searched": list(search.keys),
+        })
+    return study
+
+
+def _distributions(search: SearchSpec) -> dict[str, Any]:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    d: dict[str, Any] = {}
+    for p in search.params:
+        if p.kind == "categorical":
+            d[p.key] = CategoricalDistribution(list(p.choices))
+        elif p.kind == "int":
+            d[p.key] = IntDistribution(int(p.low), int(p.high), log=p.log)
+        else:
+            d[p.key] = FloatDistribution(float(p.low), float(p.high), log=p.log)
+    return d
+
+
+def _complete(study: Any) -> list[Any]:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def _encode(plan: _Plan, params: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Trial params -> kernel inputs (a gpu name becomes its catalog-table index)."""
+    out = {}
+    for p in plan.search.params:
+        col = [tp[p.key] for tp in params]
+        if p.key == "gpu":
+            out[p.key] = np.array([p.choices.index(c) for c in col], dtype=np.int64)
+        else:
+            out[p.key] = np.array(col, dtype=np.float64)
+    return out
+
+
+def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats) -> None:
+    import optuna
+
+    search = plan.search
+    dists = _distributions(search)
+    done = len(_complete(study))
+    while done < search.trials:
+        n = min(search.batch, search.trials - done)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+            asked = [study.ask(dists) for _ in range(n)]
+        out = ev.evaluate(scenario, _encode(plan, [t.params for t in asked]))
+        stats.search_calls += 1
+        values = objective_matrix(out, search.objectives)
+        cons, _ = constraint_values(out)
+        for i, trial in enumerate(asked):
+            for name in CONSTRAINTS:
+                trial.set_constraint(name, float(cons[name][i]))
+            vals = [float(x) for x in values[i]]
+            study.tell(trial, vals if len(vals) > 1 else vals[0])
+        stats.trials_run += n
+        done = len(_complete(study))
+
+
+def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats) -> dict[str, Any]:
+    """The study's answer trials re-evaluated (every output column), with a reason."""
+    search = plan.search
+    complete = _complete(study)
+    feasible = [t for t in complete if all(v <= 0.0 for v in t.constraints.values())]
+    if feasible:
+        if search.multi_objective:
+            sign = [-1.0 if OBJECTIVES[o][1] == "maximize" else 1.0 for o in search.objectives]
+            chosen = sorted(study.best_trials, key=lambda t: ([s * v for s, v in zip(sign, t.values)], t.number))
+        else:
+            chosen = [study.best_trial]
+        reason = ""
+    else:
+        # No feasible trial: show the least-violating one, as a planner's hint.
+        chosen = [min(complete, key=lambda t: (sum(max(v, 0.0) for v in t.constraints.values()), t.number))]
+        reason = f"no trial of {len(complete)} meets every constraint (slo, stable, rho <= rho_max, memory); least-violating trial shown"
+    seen, unique = set(), []
+    for t in chosen:  # the same point asked twice is one answer
+        key = tuple(_fmt(t.params[k]) for k in search.keys)
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    parts = []
+    for i in range(0, len(unique), search.batch):
+        part = unique[i:i + search.batch]
+        parts.append(ev.evaluate(scenario, _encode(plan, [t.params for t in part])))
+        stats.answer_calls += 1
+    out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    _, ok = constraint_values(out)
+    return {"trials": unique, "out": out, "meets": ok, "reason": reason,
+            "n_complete": len(complete), "n_feasible": len(feasible)}
+
+
+# --------------------------------------------------------------------------- exact
+
+
+def exact_solution(plan: _Plan, scenario: dict[str, Any], stats: StudyStats | None = None) -> dict[str, Any]:
+    """Every combination of the searched values, evaluated in fixed-shape chunks through the
+    same kernel: feasible objective vectors (minimisation form) and their combinations."""
+    import jax
+
+    search = plan.search
+    assert search.enumerable
+    sizes = [int(p.size) for p in search.params]
+    total = math.prod(sizes)
+    chunk = min(ENUM_CHUNK, 1 << max(0, (total - 1).bit_length()))
+    keep_f, keep_x = [], []
+    enum_fn = _enum_fn(plan)
+    for start in range(0, total, chunk):
+        idx = np.minimum(np.arange(start, start + chunk), total - 1)
+        coords = np.unravel_index(idx, sizes)
+        searched = {}
+        for p, c in zip(search.params, coords):
+            if p.key == "gpu":
+                searched[p.key] = c.astype(np.int64)
+            else:
+                searched[p.key] = np.asarray(p.values, dtype=np.float64)[c]
+        v = kernel_values(plan, scenario, searched, chunk)
+        out = {k: np.asarray(a) for k, a in jax.device_get(enum_fn(v, plan.tables)).items()}
+        if stats is not None:
+            stats.exact_calls += 1
+        n = min(chunk, total - start)
+        out = {k: a[:n] for k, a in out.items()}
+        _, ok = constraint_values(out)
+        f = minimisation_form(objective_matrix(out, search.objectives), search.objectives)
+        keep_f.append(f[ok])
+        keep_x.append(idx[:n][ok])
+    f = np.concatenate(keep_f) if keep_f else np.zeros((0, len(search.objectives)))
+    x = np.concatenate(keep_x) if keep_x else np.zeros(0, dtype=np.int64)
+    if len(search.objectives) == 1:
+        if len(f):
+            i = int(np.argmin(f[:, 0]))  # first in enumeration order among ties
+            front, front_x = f[i:i + 1], x[i:i + 1]
+        else:
+            front, front_x = f, x
+    else:
+        front, front_x = pareto_front(f, x)
+    return {"front": front, "front_x": front_x, "points": total, "feasible": int(len(f)), "sizes": sizes}
+
+
+@functools.lru_cache(maxsize=8)
+def _enum_fn_cached(opts_key: tuple[tuple[str, Any], ...]) -> Any:
+    import jax
+
+    return jax.jit(functools.partial(_evaluate_reduced, **dict(opts_key)))
+
+
+def _enum_fn(plan: _Plan) -> Any:
+    return _enum_fn_cached(tuple(sorted(plan.opts.items())))
+
+
+def pareto_front(f: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Non-dominated rows of `f` (minimisation), one per distinct objective vector (the
+    first combination in enumeration order), sorted by the first objective."""
+    if len(f) == 0:
+        return f, x
+    uniq, first = np.unique(f, axis=0, return_index=True)  # lexicographic order
+    xs = x[first]
+    # The lexicographically smallest remaining vector is never dominated (a dominator would
+    # come before it and would have removed it); keep it, drop all it dominates, repeat:
+    # O(front size x points), not O(points^2).
+    idx = np.arange(len(uniq))
+    keep: list[int] = []
+    while len(idx):
+        p = uniq[idx[0]]
+        keep.append(int(idx[0]))
+        idx = idx[~np.all(uniq[idx] >= p, axis=1)]
+    return uniq[keep], xs[keep]
+
+
+def _point_label(plan: _Plan, flat: int, sizes: list[int]) -> str:
+    coords = np.unravel_index(int(flat), sizes)
+    return ",".join(f"{p.key}={_fmt(p.values[int(c)])}" for p, c in zip(plan.search.params, coords))
+
+
+def _gap(found: np.ndarray, front: np.ndarray) -> tuple[float, int]:
+    """Relative gap of one found vector to the exact front (minimisation form): the
+    smallest, over front points that weakly dominate it, of the largest relative excess."""
+    scale = np.maximum(np.abs(front), 1e-300)
+    excess = (found[None, :] - front) / scale  # >= 0 where the front point is at least as good
+    dominating = np.all(excess >= -EXACT_RTOL, axis=1)
+    if not dominating.any():  # numerically on (or beyond) the front
+        j = int(np.argmin(np.max(np.abs(excess), axis=1)))
+        return 0.0, j
+    cand = np.where(dominating, np.max(np.maximum(excess, 0.0), axis=1), np.inf)
+    j = int(np.argmin(cand))
+    g = float(cand[j])
+    return (0.0 if g <= EXACT_RTOL else g), j
+
+
+# --------------------------------------------------------------------------- rows and table
+
+
+def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact: dict[str, Any] | None) -> list[dict[str, Any]]:
+    search = plan.search
+    objectives = search.objectives
+    out = ans["out"]
+    found = minimisation_form(objective_matrix(out, objectives), objectives)
+    primary_sign = -1.0 if OBJECTIVES[objectives[0]][1] == "maximize" else 1.0
+    n = len(ans["trials"])
+    coverage = 0.0
+    if exact is not None and len(exact["front"]):
+        met = found[ans["meets"]]
+        hits = 0
+        for q in exact["front"]:
+            if len(met) and np.any(np.all(np.abs(met - q) <= EXACT_RTOL * np.maximum(np.abs(q), 1e-300), axis=1)):
+                hits += 1
+        coverage = hits / len(exact["front"])
+    rows = []
+    for i in range(n):
+        row = {k: out[k][i] for k in out}
+        row["study_name"] = stats.name
+        row["method"] = "optuna"
+        row["objective"] = "+".join(objectives)
+        row["objective_value"] = float(objective_matrix(out, objectives)[i, 0])
+        row["rank"] = i
+        row["meets_constraints"] = bool(ans["meets"][i])
+        row["reason"] = ans["reason"]
+        row["trial_number"] = int(ans["trials"][i].number)
+        row["trials"] = ans["n_complete"]
+        row["feasible_trials"] = ans["n_feasible"]
+        row["enumerable"] = exact is not None
+        row["space_size"] = float(search.space_size)
+        if exact is None:
+            row.update(exact_value=primary_sign * math.inf, exact_point="", exact_points=0, exact_feasible=0,
+                       gap_rel=math.inf, found_exact=False, front_coverage=0.0)
+        elif not len(exact["front"]):  # nothing feasible anywhere: agreeing is exact
+            row.update(exact_value=primary_sign * math.inf, exact_point="", exact_points=exact["points"],
+                       exact_feasible=0, gap_rel=0.0 if not ans["meets"][i] else math.inf,
+                       found_exact=not bool(ans["meets"][i]), front_coverage=1.0)
+            if not ans["meets"][i]:
+                row["reason"] = f"no point of the {exact['points']} combinations meets every constraint (exact check); " + ans["reason"]
+        elif not ans["meets"][i]:
+            j = 0
+            row.update(exact_value=float(primary_sign * exact["front"][j, 0]),
+                       exact_point=_point_label(plan, exact["front_x"][j], exact["sizes"]),
+                       exact_points=exact["points"], exact_feasible=exact["feasible"],
+                       gap_rel=math.inf, found_exact=False, front_coverage=coverage)
+        else:
+            g, j = _gap(found[i], exact["front"])
+            row.update(exact_value=float(primary_sign * exact["front"][j, 0]),
+                       exact_point=_point_label(plan, exact["front_x"][j], exact["sizes"]),
+                       exact_points=exact["points"], exact_feasible=exact["feasible"],
+                       gap_rel=g, found_exact=g <= EXACT_RTOL,
+                       front_coverage=coverage if search.multi_objective else float(g <= EXACT_RTOL))
+        row["seed"] = search.seed
+        row["storage"] = _hide_password(search.storage)
+        rows.append(row)
+    return rows
+
+
+_META_FIRST = ("study_name", "method", "objective", "objective_value", "rank", "meets_constraints", "reason")
+_META_LAST = ("trial_number", "trials", "feasible_trials", "enumerable", "space_size", "exact_points",
+              "exact_feasible", "exact_value", "exact_point", "gap_rel", "found_exact", "front_coverage",
+              "seed", "storage")
+_STRINGS = ("study_name", "method", "objective", "reason", "exact_point", "storage", "model", "gpu",
+            "action", "service_source")
+
+
+def _table(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> pa.Table:
+    from sweep.evaluate import SERVICE_SOURCES
+    from sweep.kernels import ACTIONS
+
+    names = {
+        "model": [m.name for m in plan.spec.models],
+        "gpu": [g.name for g in plan.gpus],
+        "action": list(ACTIONS),
+        "service_source": list(SERVICE_SOURCES),
+    }
+    kernel_cols = [k for k in (rows[0] if rows else {}) if k not in _META_FIRST and k not in _META_LAST]
+    order = list(_META_FIRST) + kernel_cols + list(_META_LAST)
+    arrays, fields = [], []
+    for k in order:
+        col = [r[k] for r in rows]
+        if k in names:
+            col = [names[k][int(c)] for c in col]
+        if k in _STRINGS:
+            arr = pa.array(col, pa.string()).dictionary_encode()
+        else:
+            sample = np.asarray(col)
+            if sample.dtype == bool:
+                arr = pa.array(sample, pa.bool_())
+            elif np.issubdtype(sample.dtype, np.integer):
+                arr = pa.array(sample.astype(np.int64), pa.int64())
+            else:
+                arr = pa.array(sample.astype(np.float64), pa.float64())
+        arrays.append(arr)
+        fields.append(pa.field(k, arr.type, nullable=False))
+    meta = {
+        "grid_name": plan.spec.name,
+        "grid_file": plan.spec.source,
+        "grid_sha256": plan.spec.sha256,
+        "objectives": list(plan.search.objectives),
+        "searched": list(plan.search.keys),
+        "trials": plan.search.trials,
+        "batch": plan.search.batch,
+        "seed": plan.search.seed,
+        "storage": _hide_password(plan.search.storage),
+        "exact_limit": EXACT_LIMIT,
+        "compilations": ev.compilations(),
+        "studies": [s.__dict__ for s in plan.stats],
+    }
+    schema = pa.schema(fields, metadata={"sweep_search": json.dumps(meta, default=str)})
+    return pa.Table.from_arrays(arrays, schema=schema)
