@@ -266,7 +266,7 @@ def test_bad_shard_and_output_options_exit_2(tmp_path, root, capsys):
 
 def test_readme_documents_every_column(root):
     readme = (root / "README.md").read_text()
-    for c in columns.POINT_COLUMNS:
+    for c in (*columns.POINT_COLUMNS, *columns.OPTIMUM_COLUMNS, *columns.FRONTIER_EXTRA):
         assert f"`{c.name}`" in readme, c.name
 
 
