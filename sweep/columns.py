@@ -26,6 +26,7 @@ class Column:
 
 
 _ROOFLINE = "service_source = roofline"
+_SIM = "the grid simulates (latency_model = simulated, or a [simulation] table)"
 
 POINT_COLUMNS: tuple[Column, ...] = (
     Column("point_id", "int64", "-", "Flat index of the point in the grid (row-major over the axes in canonical order); stable across runs of the same grid file."),
@@ -93,6 +94,18 @@ POINT_COLUMNS: tuple[Column, ...] = (
     Column("feasible", "bool", "-", "stable and mem_ok and latency_ms finite: considered by every decision."),
     Column("action", "dict", "-", "Seed Table 1: out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok."),
     Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
+    # ---- the simulator (SPEC 7)
+    Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _SIM),
+    Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _SIM),
+    Column("sim_p90_ms", "float64", "ms", "Simulated P90 latency.", _SIM),
+    Column("sim_p99_ms", "float64", "ms", "Simulated P99 latency.", _SIM),
+    Column("sim_p999_ms", "float64", "ms", "Simulated P99.9 latency.", _SIM),
+    Column("sim_p_ms", "float64", "ms", "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).", _SIM),
+    Column("sim_p_hw_ms", "float64", "ms", "95% half-width of sim_p_ms across replications (Student t).", _SIM),
+    Column("sim_mean_batch", "float64", "requests", "Simulated mean batch size per dispatched batch.", _SIM),
+    Column("sim_utilization", "float64", "-", "Simulated busy time / (workers x simulated span).", _SIM),
+    Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped at a full queue (queue_capacity).", _SIM),
+    Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; +inf where the proxy is +inf.", _SIM),
 )
 
 COLUMN_BY_NAME = {c.name: c for c in POINT_COLUMNS}
@@ -163,18 +176,23 @@ FRONTIER_EXTRA: tuple[Column, ...] = (
 )
 
 
-def optimum_columns(service_source: str) -> tuple[Column, ...]:
-    skip = {c.name for c in POINT_COLUMNS if c.when and not (c.when == _ROOFLINE and service_source == "roofline")}
+def optimum_columns(service_source: str, simulated: bool = False) -> tuple[Column, ...]:
+    skip = {c.name for c in POINT_COLUMNS if not _present(c, service_source, simulated)}
     return tuple(c for c in OPTIMUM_COLUMNS if c.name not in skip)
 
 
-def frontier_columns(service_source: str) -> tuple[Column, ...]:
-    return (*point_columns(service_source), *FRONTIER_EXTRA)
+def frontier_columns(service_source: str, simulated: bool = False) -> tuple[Column, ...]:
+    return (*point_columns(service_source, simulated), *FRONTIER_EXTRA)
 
 
-def point_columns(service_source: str) -> tuple[Column, ...]:
-    """The columns a run writes, in order (roofline inputs only for roofline grids)."""
-    return tuple(c for c in POINT_COLUMNS if not c.when or (c.when == _ROOFLINE and service_source == "roofline"))
+def _present(c: Column, service_source: str, simulated: bool) -> bool:
+    return not c.when or (c.when == _ROOFLINE and service_source == "roofline") or (c.when == _SIM and simulated)
+
+
+def point_columns(service_source: str, simulated: bool = False) -> tuple[Column, ...]:
+    """The columns a run writes, in order (roofline inputs only for roofline grids, the
+    simulator's only when the grid simulates)."""
+    return tuple(c for c in POINT_COLUMNS if _present(c, service_source, simulated))
 
 
 def markdown_table(columns: tuple[Column, ...] = POINT_COLUMNS) -> str:

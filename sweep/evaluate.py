@@ -66,7 +66,14 @@ class Evaluator:
             n_replicas=len(spec.axis("replicas")),
             **kernel_options(spec),
         )
+        self.simulation = spec.simulation
+        static["reduce"] = self.simulation is None
         self._fn = _compiled_chunk(tuple(sorted(static.items())))
+        if self.simulation is not None:
+            self._decide = _compiled_decide(tuple(sorted(dict(
+                row_size=self.row_size, n_batch=static["n_batch"], n_replicas=static["n_replicas"],
+                use_simulated=spec.options.latency_model == "simulated",
+            ).items())))
 
     def dispatch(self, start: int, stop: int | None = None) -> dict[str, jax.Array]:
         """Queue the chunk of points [start, min(start + chunk_size, stop)) on the device;
@@ -81,6 +88,8 @@ class Evaluator:
         index = start // self.chunk_size
         host = jax.device_get(device_out)
         n = stop - start
+        if self.simulation is not None:
+            host = jax.device_get(self._decide(host, self._simulate(host, n)))
         rows = host.pop("_rows")
         n_rows = n // self.row_size
         return Chunk(
@@ -105,6 +114,29 @@ class Evaluator:
             pending = queued
         if pending is not None:
             yield self.fetch(pending[0], stop, pending[1])
+
+    def _simulate(self, host: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        """Simulate the chunk's first `n` points (the rest is padding) and pad the results."""
+        from sweep.simulate import SimSettings, simulate
+
+        sim = self.simulation
+        assert sim is not None
+        params = {
+            "lam": host["lambda_per_replica_rps"][:n],
+            "b_max": host["batch_size"][:n].astype(np.float64),
+            "t_max_s": host["batch_window_ms"][:n] * 1e-3,
+            "t_fixed_s": host["t_fixed_ms"][:n] * 1e-3,
+            "t_req_s": host["t_req_ms"][:n] * 1e-3,
+            "workers": host["workers"][:n].astype(np.float64),
+            "queue_capacity": host["queue_capacity"][:n],
+            "service_cv": host["service_cv"][:n],
+        }
+        settings = SimSettings(n_requests=sim.n_requests, warmup=sim.warmup, replications=sim.replications, seed=sim.seed)
+        trace = np.asarray(sim.trace_times) if sim.trace_times else None
+        out = simulate(params, settings, percentile=host["percentile"][:n], trace=trace,
+                       scenario_ids=host["point_id"][:n])
+        pad = np.minimum(np.arange(self.chunk_size), n - 1)
+        return {k: np.asarray(v)[pad] for k, v in out.items()}
 
     def compile_count(self) -> int:
         """Number of compiled variants of the chunk function (1 after any number of chunks)."""
@@ -169,6 +201,7 @@ def _evaluate_chunk(
     row_size: int,
     n_batch: int,
     n_replicas: int,
+    reduce: bool,
     windowed: bool,
     full: bool,
     paged: bool,
@@ -187,6 +220,49 @@ def _evaluate_chunk(
         reserve_fraction=reserve_fraction,
     )
     out["point_id"] = idx
+    if reduce:
+        out.update(_reduce(out, row_size, n_batch, n_replicas))
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled_decide(static: tuple[tuple[str, object], ...]):  # noqa: ANN202 - a jitted callable
+    return jax.jit(functools.partial(_decide_simulated, **dict(static)))
+
+
+def _decide_simulated(
+    out: dict[str, jax.Array], sim: dict[str, jax.Array], *, row_size: int, n_batch: int, n_replicas: int, use_simulated: bool
+) -> dict[str, jax.Array]:
+    """Add the simulator's columns; with latency_model = simulated, check the SLO against the
+    simulated percentile; then the decisions (SPEC 6) on the updated columns.
+
+    With c workers a replica keeps up when lambda T_svc(B) < c B, and serves c B / T_svc(B).
+    """
+    out = dict(out)
+    ms = 1e3
+    for key in ("mean", "p50", "p90", "p99", "p999", "p"):
+        out[f"sim_{key}_ms"] = sim[f"{key}_s"] * ms
+    out["sim_p_hw_ms"] = sim["p_hw_s"] * ms
+    out["sim_mean_batch"] = sim["mean_batch"]
+    out["sim_utilization"] = sim["utilization"]
+    out["sim_drop_rate"] = sim["drop_rate"]
+    e, m = out["e_resp_ms"], out["sim_mean_ms"]
+    both = jnp.isfinite(e) & jnp.isfinite(m) & (m > 0)
+    out["proxy_rel_err"] = jnp.where(both, (e - jnp.where(both, m, 1.0)) / jnp.where(both, m, 1.0), jnp.inf)
+    if use_simulated:
+        workers = out["workers"].astype(jnp.float64)
+        lam, b = out["lambda_per_replica_rps"], out["batch_size"].astype(jnp.float64)
+        t_svc = out["t_svc_ms"] * 1e-3
+        out["stable"] = lam * t_svc < workers * b
+        out["capacity_rps"] = out["capacity_rps"] * workers
+        out["fleet_capacity_rps"] = out["fleet_capacity_rps"] * workers
+        latency = out["sim_p_ms"]
+        out["latency_ms"] = latency
+        out["slo_ok"] = latency <= out["slo_ms"]
+        # Measured utilisation replaces the proxy's rho in the operating rules.
+        out["rho_decide"] = out["sim_utilization"]
+        out["action"] = kernels.action_code(out["mem_ok"], out["stable"], latency, out["slo_ms"], out["rho_decide"], out["rho_max"], out["rho_min"])
+        out["feasible"] = out["stable"] & out["mem_ok"] & jnp.isfinite(latency)
     out.update(_reduce(out, row_size, n_batch, n_replicas))
     return out
 
@@ -204,7 +280,7 @@ def _reduce(out: dict[str, jax.Array], row_size: int, n_batch: int, n_replicas: 
         slo=as_rows(out["slo_ms"]),
         capacity=as_rows(out["capacity_rps"]),
         batch=as_rows(out["batch_size"]).astype(jnp.float64),
-        rho=as_rows(out["rho"]),
+        rho=as_rows(out.get("rho_decide", out["rho"])),
         rho_max=as_rows(out["rho_max"]),
     )
     # The frontier: O(K) when capacity depends on the batch column only (the usual case,

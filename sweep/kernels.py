@@ -330,7 +330,9 @@ def evaluate_point(
     z = ndtri(p.q)
     p_gauss = jnp.where(qu.proxy_ok, e_resp + z * jnp.where(qu.proxy_ok, sd_resp, 0.0), INF)
     p_exp = -jnp.log1p(-p.q) * e_resp
-    latency = {"gaussian": p_gauss, "exponential": p_exp}[latency_model]
+    # "simulated": the gaussian estimate stands in until sweep.evaluate replaces it with
+    # the simulator's percentile (and recomputes slo_ok, action and the decisions).
+    latency = {"gaussian": p_gauss, "exponential": p_exp, "simulated": p_gauss}[latency_model]
     little_l = p.lam * e_resp
     in_service = p.lam * qu.e_svc
     raw_stable = b_min(p.lam, p.t_fixed, p.t_req, 1.0)

@@ -147,12 +147,13 @@ class _Run:
         self.seg, self.run_key, self.progress, self.t0 = seg, run_key, progress, t0
         self.meta = provenance(spec)
         service = spec.service_source
+        sim = spec.simulation is not None
         out = spec.output
-        point_cols = [c for c in cols.point_columns(service) if not out.columns or c.name in out.columns]
+        point_cols = [c for c in cols.point_columns(service, sim) if not out.columns or c.name in out.columns]
         point_cols = [c for c in point_cols if c.name not in out.partition_by]
         self.point_schema = arrow_schema(point_cols, self.meta)
-        self.opt_schema = arrow_schema(cols.optimum_columns(service), self.meta)
-        self.front_schema = arrow_schema(cols.frontier_columns(service), self.meta)
+        self.opt_schema = arrow_schema(cols.optimum_columns(service, sim), self.meta)
+        self.front_schema = arrow_schema(cols.frontier_columns(service, sim), self.meta)
         self.dictionaries = {
             "model": [m.name for m in spec.models],
             "gpu": [g.name for g in spec.gpus],

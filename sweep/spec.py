@@ -117,7 +117,7 @@ MAX_WINDOWED_BATCH = 4096
 LATENCY_MODELS = ("gaussian", "exponential", "simulated")
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
-TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search")
+TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
@@ -142,6 +142,19 @@ class Options:
     kv_allocation: str = "contiguous"
     block_tokens: int = 16
     reserve_fraction: float = 0.0
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    """`[simulation]`: the simulator's settings (SPEC 7). Present when the grid asks for
+    simulated latencies (`latency_model = "simulated"`) or declares the table."""
+
+    n_requests: int = 20_000  # arrivals per replication, after the warm-up
+    warmup: int = 2_000  # leading arrivals discarded from the statistics
+    replications: int = 8  # independent replications: the CI of the percentile
+    seed: int = 0
+    trace: str | None = None  # arrival-time trace (seconds), replayed instead of Poisson
+    trace_times: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,6 +186,9 @@ class GridSpec:
     fit: Mapping[str, Any] | None = None
     #: the validated `[search]` table (sweep.search_spec), else None
     search: SearchSpec | None = None
+    #: the simulator's settings when the grid simulates (latency_model "simulated" or a
+    #: [simulation] table), else None
+    simulation: SimulationOptions | None = None
 
     def axis(self, key: str) -> Axis:
         for a in self.axes:
@@ -232,6 +248,7 @@ def build(
     if search is not None:
         values = fill_searched(search, values)
     options = _build_options(doc.get("options", {}), source)
+    simulation = _build_simulation(doc.get("simulation"), options, source)
     output = _build_output(doc.get("output", {}), source)
     fit = _fit_profile(doc.get("profile"), values, source) if "profile" in doc else None
     values, service_source, mean_follows = _fill_defaults(values, source)
@@ -259,6 +276,7 @@ def build(
         description=str(doc.get("description", "")),
         fit=fit,
         search=search,
+        simulation=simulation,
     )
 
 
@@ -436,8 +454,6 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
     lm = raw.get("latency_model", "gaussian")
     if lm not in LATENCY_MODELS:
         raise GridError(source, "options.latency_model", lm, f"must be one of {', '.join(LATENCY_MODELS)}")
-    if lm == "simulated":
-        raise GridError(source, "options.latency_model", lm, "the simulator is not wired into grid runs yet; use gaussian or exponential")
     alloc = raw.get("kv_allocation", "contiguous")
     if alloc not in KV_ALLOCATIONS:
         raise GridError(source, "options.kv_allocation", alloc, f"must be one of {', '.join(KV_ALLOCATIONS)}")
@@ -448,6 +464,68 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
     if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not (0 <= reserve < 1):
         raise GridError(source, "options.reserve_fraction", reserve, "must be a number in [0, 1), e.g. reserve_fraction = 0.1")
     return Options(lm, alloc, block, float(reserve))
+
+
+def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOptions | None:
+    """`[simulation]` -> SimulationOptions; None when the grid does not simulate."""
+    if raw is None:
+        return SimulationOptions() if options.latency_model == "simulated" else None
+    if not isinstance(raw, Mapping):
+        raise GridError(source, "simulation", raw, "must be a table, e.g. [simulation] n_requests = 20000")
+    rules = {
+        "n_requests": (1000, "an integer >= 1000 (arrivals per replication after the warm-up), e.g. n_requests = 20000"),
+        "warmup": (0, "an integer >= 0 (arrivals discarded at the start), e.g. warmup = 2000"),
+        "replications": (2, "an integer >= 2 (the confidence interval needs two), e.g. replications = 8"),
+        "seed": (0, "an integer >= 0, e.g. seed = 0"),
+    }
+    values: dict[str, Any] = {}
+    for k, v in raw.items():
+        if k == "trace":
+            continue
+        if k not in rules:
+            raise GridError(source, f"simulation.{k}", v, f"unknown simulation setting{_close(k, [*rules, 'trace'])}")
+        low, rule = rules[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise GridError(source, f"simulation.{k}", v, f"must be {rule}")
+        values[k] = v
+    sim = SimulationOptions(**values)
+    if sim.n_requests > 5_000_000:
+        raise GridError(source, "simulation.n_requests", sim.n_requests, "must be <= 5,000,000 (memory per simulated scenario)")
+    if "trace" in raw:
+        times = _read_trace(raw["trace"], source, sim.warmup)
+        sim = SimulationOptions(**values, trace=str(raw["trace"]), trace_times=times)
+    return sim
+
+
+def _read_trace(path_value: Any, source: str, warmup: int) -> tuple[float, ...]:
+    """An arrival-time trace: one time in seconds per line (a header line and `#` comments
+    allowed), sorted ascending, finite, >= 0, longer than the warm-up."""
+    if not isinstance(path_value, str):
+        raise GridError(source, "simulation.trace", path_value, 'must be a path relative to the grid file, e.g. trace = "traces/monday.csv"')
+    path = Path(source).parent / path_value
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise GridError(source, "simulation.trace", path_value, f"cannot be read ({exc.strerror})") from None
+    times: list[float] = []
+    for n, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip().split(",", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            t = float(text)
+        except ValueError:
+            if not times and n == 1:
+                continue  # a header
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{text!r} is not a time in seconds") from None
+        if not math.isfinite(t) or t < 0:
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{t} must be a finite time >= 0 s")
+        if times and t < times[-1]:
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{t} is earlier than the line before ({times[-1]}): the trace must be sorted")
+        times.append(t)
+    if len(times) <= warmup + 100:
+        raise GridError(source, "simulation.trace", path_value, f"has {len(times)} arrivals; needs more than warmup + 100 = {warmup + 100}")
+    return tuple(times)
 
 
 PARTITION_KEYS = ("model", "gpu")
