@@ -42,6 +42,8 @@ from sweep.writers import DatasetWriter, Staging, arrow_schema, concat_parquet, 
 SUMMARY_ROWS = 64
 #: Points per resumable segment (rounded to whole chunks).
 SEGMENT_POINTS = 1 << 23
+#: Row-group size of frontier.parquet (it is concatenated row group by row group).
+FRONTIER_ROW_GROUP = 1 << 16
 
 Progress = Callable[[int, int], None]  # (points done, points total)
 
@@ -218,8 +220,10 @@ class _Run:
         out = self.spec.output
         point_writers: dict[str, DatasetWriter] = {}
         opt_w = DatasetWriter(self.staging.path / "optimum", self.opt_schema, single_file=f"{k:05d}.parquet")
+        # The frontier carries every point column; smaller row groups keep the concatenation
+        # at the end of the run (one row group in memory at a time) light.
         front_w = DatasetWriter(self.staging.path / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
-                                row_group_rows=out.row_group_rows)
+                                row_group_rows=min(out.row_group_rows, FRONTIER_ROW_GROUP))
         stats = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
 
         def handle(chunk: Chunk) -> None:
@@ -256,6 +260,7 @@ class _Run:
         w0 = time.perf_counter()
         for w in (*point_writers.values(), opt_w, front_w):
             w.close()
+        pa.default_memory_pool().release_unused()  # hand freed buffers back between segments
         self.timings["write"] += time.perf_counter() - w0
         return {
             "points_written": sum(w.rows for w in point_writers.values()),

@@ -134,8 +134,10 @@ def concat_parquet(parts: Sequence[Path], target: Path, schema: pa.Schema) -> in
     with pq.ParquetWriter(target, schema, compression=COMPRESSION, write_statistics=True) as out:
         for part in parts:
             f = pq.ParquetFile(part)
+            same = f.schema_arrow.equals(schema)
             for i in range(f.num_row_groups):
-                table = f.read_row_group(i).cast(schema)
+                table = f.read_row_group(i)
+                table = table if same else table.cast(schema)
                 out.write_table(table, row_group_size=max(table.num_rows, 1))
                 rows += table.num_rows
     return rows
