@@ -27,6 +27,7 @@ class Column:
 
 _ROOFLINE = "service_source = roofline"
 _SIM = "the grid simulates (latency_model = simulated, or a [simulation] table)"
+_BATCHER = "latency_model = batcher"
 
 POINT_COLUMNS: tuple[Column, ...] = (
     Column("point_id", "int64", "-", "Flat index of the point in the grid (row-major over the axes in canonical order); stable across runs of the same grid file."),
@@ -94,6 +95,11 @@ POINT_COLUMNS: tuple[Column, ...] = (
     Column("feasible", "bool", "-", "stable and mem_ok and latency_ms finite: considered by every decision."),
     Column("action", "dict", "-", "Seed Table 1: out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok."),
     Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
+    # ---- the greedy-batcher model (latency_model = "batcher")
+    Column("batcher_e_resp_ms", "float64", "ms", "E[T] of the greedy-batcher model (sweep/batcher.py); +inf where not stable.", _BATCHER),
+    Column("batcher_p_ms", "float64", "ms", "Its percentile estimate at `percentile` (latency_ms with latency_model = batcher).", _BATCHER),
+    Column("batcher_mean_batch", "float64", "requests", "Its mean batch size: the fixed point between load and batch size.", _BATCHER),
+    Column("batcher_rho", "float64", "-", "Its utilisation lambda T_svc(b*) / b* (drives the operating rules with latency_model = batcher).", _BATCHER),
     # ---- the simulator (SPEC 7)
     Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _SIM),
     Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _SIM),
@@ -176,23 +182,24 @@ FRONTIER_EXTRA: tuple[Column, ...] = (
 )
 
 
-def optimum_columns(service_source: str, simulated: bool = False) -> tuple[Column, ...]:
-    skip = {c.name for c in POINT_COLUMNS if not _present(c, service_source, simulated)}
+def optimum_columns(service_source: str, simulated: bool = False, batcher: bool = False) -> tuple[Column, ...]:
+    skip = {c.name for c in POINT_COLUMNS if not _present(c, service_source, simulated, batcher)}
     return tuple(c for c in OPTIMUM_COLUMNS if c.name not in skip)
 
 
-def frontier_columns(service_source: str, simulated: bool = False) -> tuple[Column, ...]:
-    return (*point_columns(service_source, simulated), *FRONTIER_EXTRA)
+def frontier_columns(service_source: str, simulated: bool = False, batcher: bool = False) -> tuple[Column, ...]:
+    return (*point_columns(service_source, simulated, batcher), *FRONTIER_EXTRA)
 
 
-def _present(c: Column, service_source: str, simulated: bool) -> bool:
-    return not c.when or (c.when == _ROOFLINE and service_source == "roofline") or (c.when == _SIM and simulated)
+def _present(c: Column, service_source: str, simulated: bool, batcher: bool = False) -> bool:
+    return (not c.when or (c.when == _ROOFLINE and service_source == "roofline")
+            or (c.when == _SIM and simulated) or (c.when == _BATCHER and batcher))
 
 
-def point_columns(service_source: str, simulated: bool = False) -> tuple[Column, ...]:
+def point_columns(service_source: str, simulated: bool = False, batcher: bool = False) -> tuple[Column, ...]:
     """The columns a run writes, in order (roofline inputs only for roofline grids, the
-    simulator's only when the grid simulates)."""
-    return tuple(c for c in POINT_COLUMNS if _present(c, service_source, simulated))
+    simulator's only when the grid simulates, the batcher model's only when it is used)."""
+    return tuple(c for c in POINT_COLUMNS if _present(c, service_source, simulated, batcher))
 
 
 def markdown_table(columns: tuple[Column, ...] = POINT_COLUMNS) -> str:

@@ -435,7 +435,13 @@ def evaluate_values(
         "feasible": r["stable"] & r["mem_ok"] & jnp.isfinite(r["latency"]),
         "action": r["action"],
         "cost_usd_per_hour": v["replicas"] * gpus * tables["usd"][g],
+        "rho_decide": r["rho_rules"],
     }
+    if latency_model == "batcher":
+        out["batcher_e_resp_ms"] = r["batcher_e_resp"] * ms
+        out["batcher_p_ms"] = r["batcher_p"] * ms
+        out["batcher_mean_batch"] = r["batcher_mean_batch"]
+        out["batcher_rho"] = r["batcher_rho"]
     if service_source == "roofline":
         out["eta_bw"] = v["eta_bw"]
         out["eta_flops"] = v["eta_flops"]

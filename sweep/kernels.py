@@ -332,7 +332,17 @@ def evaluate_point(
     p_exp = -jnp.log1p(-p.q) * e_resp
     # "simulated": the gaussian estimate stands in until sweep.evaluate replaces it with
     # the simulator's percentile (and recomputes slo_ok, action and the decisions).
-    latency = {"gaussian": p_gauss, "exponential": p_exp, "simulated": p_gauss}[latency_model]
+    extra: dict[str, Array] = {}
+    rho_rules = qu.rho
+    if latency_model == "batcher":
+        from sweep.batcher import batcher_point  # the greedy-batcher model (issue: simulator, item 7)
+
+        bt = batcher_point(p.lam, p.b_max, p.t_max, p.t_fixed, p.t_req, p.service_cv, p.q)
+        latency = bt["p_q"]
+        rho_rules = bt["rho"]  # its utilisation drives the operating rules, like its latency
+        extra = {"batcher_e_resp": bt["e_resp"], "batcher_p": bt["p_q"], "batcher_mean_batch": bt["mean_batch"], "batcher_rho": bt["rho"]}
+    else:
+        latency = {"gaussian": p_gauss, "exponential": p_exp, "simulated": p_gauss}[latency_model]
     little_l = p.lam * e_resp
     in_service = p.lam * qu.e_svc
     raw_stable = b_min(p.lam, p.t_fixed, p.t_req, 1.0)
@@ -368,5 +378,7 @@ def evaluate_point(
         "weights_fit": mem.weights_fit,
         "b_mem_max": mem.b_mem_max,
         "mem_ok": mem.mem_ok,
-        "action": action_code(mem.mem_ok, qu.stable, latency, p.slo, qu.rho, p.rho_max, p.rho_min),
+        "action": action_code(mem.mem_ok, qu.stable, latency, p.slo, rho_rules, p.rho_max, p.rho_min),
+        "rho_rules": rho_rules,
+        **extra,
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -150,12 +151,13 @@ class _Run:
         self.meta = provenance(spec)
         service = spec.service_source
         sim = spec.simulation is not None
+        bat = spec.options.latency_model == "batcher"
         out = spec.output
-        point_cols = [c for c in cols.point_columns(service, sim) if not out.columns or c.name in out.columns]
+        point_cols = [c for c in cols.point_columns(service, sim, bat) if not out.columns or c.name in out.columns]
         point_cols = [c for c in point_cols if c.name not in out.partition_by]
         self.point_schema = arrow_schema(point_cols, self.meta)
-        self.opt_schema = arrow_schema(cols.optimum_columns(service, sim), self.meta)
-        self.front_schema = arrow_schema(cols.frontier_columns(service, sim), self.meta)
+        self.opt_schema = arrow_schema(cols.optimum_columns(service, sim, bat), self.meta)
+        self.front_schema = arrow_schema(cols.frontier_columns(service, sim, bat), self.meta)
         self.dictionaries = {
             "model": [m.name for m in spec.models],
             "gpu": [g.name for g in spec.gpus],
@@ -226,37 +228,52 @@ class _Run:
                                 row_group_rows=min(out.row_group_rows, FRONTIER_ROW_GROUP))
         stats = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
 
-        def handle(chunk: Chunk) -> None:
-            """Host work for one chunk, on the writer thread (pyarrow releases the GIL)."""
+        timings_lock = threading.Lock()
+
+        def timed(key: str, t0: float) -> None:
+            with timings_lock:
+                self.timings[key] += time.perf_counter() - t0
+
+        def handle_points(chunk: Chunk) -> None:
+            """Points for one chunk, on the points writer thread (pyarrow releases the GIL)."""
+            w0 = time.perf_counter()
+            self._write_points(chunk, point_writers, prefix)
+            timed("write", w0)
+
+        def handle_decisions(chunk: Chunk) -> None:
+            """Counts, optimum and frontier rows for one chunk, on the decisions thread."""
             w0 = time.perf_counter()
             data = chunk.columns
             stats["actions"] += np.bincount(data["action"], minlength=len(ACTIONS))
             stats["feasible"] += int(data["feasible"].sum())
             if self.keep_rows:
                 kept.append(data)
-            if out.points != "none":
-                self._write_points(chunk, point_writers, prefix)
             opt_w.write(record_batch(optimum_rows(chunk, self.ev.row_size, self.n_replicas), self.opt_schema, self.dictionaries))
             front_w.write(record_batch(frontier_rows(chunk, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
-            self.timings["write"] += time.perf_counter() - w0
+            timed("write", w0)
 
-        # One writer thread keeps the files in order; at most two chunks wait for it, so
-        # memory stays bounded while the next chunk computes.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-writer") as pool:
-            pending: deque[Future[None]] = deque()
+        # Two writer threads, each keeping its files in order: points on one, decisions on
+        # the other, so the Parquet encoding of both runs on both cores while the next chunk
+        # computes. At most two chunks wait for them: memory stays bounded.
+        write_points = out.points != "none"
+        with ThreadPoolExecutor(1, "sweep-points") as points_pool, ThreadPoolExecutor(1, "sweep-decisions") as dec_pool:
+            pending: deque[list[Future[None]]] = deque()
             tick = time.perf_counter()
             first = done_before == 0 and self.timings["first_chunk_incl_compile"] == 0.0
             for chunk in self.ev.iter_chunks(begin, end):
-                now = time.perf_counter()
-                key = "first_chunk_incl_compile" if first else "evaluate"
-                self.timings[key] += now - tick
+                timed("first_chunk_incl_compile" if first else "evaluate", tick)
                 first = False
-                pending.append(pool.submit(handle, chunk))
+                futures = [dec_pool.submit(handle_decisions, chunk)]
+                if write_points:
+                    futures.append(points_pool.submit(handle_points, chunk))
+                pending.append(futures)
                 while len(pending) > 2:
-                    pending.popleft().result()
+                    for f in pending.popleft():
+                        f.result()
                 tick = time.perf_counter()
             while pending:
-                pending.popleft().result()
+                for f in pending.popleft():
+                    f.result()
         w0 = time.perf_counter()
         for w in (*point_writers.values(), opt_w, front_w):
             w.close()

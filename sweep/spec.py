@@ -114,7 +114,7 @@ REQUIRED_GRID_KEYS: tuple[str, ...] = (
 #: Largest batch cap the windowed closed forms are validated for (SPEC 2).
 MAX_WINDOWED_BATCH = 4096
 
-LATENCY_MODELS = ("gaussian", "exponential", "simulated")
+LATENCY_MODELS = ("gaussian", "exponential", "batcher", "simulated")
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
 TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation")
