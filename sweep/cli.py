@@ -101,14 +101,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 #: Bytes of memory per point of a chunk: ~65 float64 columns held as device output, host
-#: view, Arrow batch and writer buffer (measured: benchmarks/scale.py).
-BYTES_PER_POINT = 2600
+#: view, Arrow batches and writer buffers, for the chunks in flight. Measured on a
+#: 29M-point roofline grid (peak RSS 525 / 573 / 881 MB at chunks of 16k / 64k / 256k).
+BYTES_PER_POINT = 1600
 #: Memory a run needs whatever its chunk size: Python, JAX/XLA, pyarrow, compiled code.
-BASE_MB = 700
+BASE_MB = 480
 
 
 def chunk_for_memory(limit_mb: int) -> int:
-    """The chunk size that keeps a run near `limit_mb` megabytes (at least 4096 points)."""
+    """The chunk size that keeps a run near `limit_mb` megabytes (at least 4096 points;
+    below about 500 MB the engine's fixed cost dominates and the limit cannot be met)."""
     return max(4096, int((limit_mb - BASE_MB) * 1e6 / BYTES_PER_POINT))
 
 
