@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sweep.cli_tools import int_at_least_one, one_line_errors
 from sweep.errors import SweepError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -39,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="evaluate a grid file and write Parquet")
     r.add_argument("grid", type=Path, help="grid file (TOML), see grids/example.toml")
     r.add_argument("--out", type=Path, required=True, help="output folder")
-    r.add_argument("--chunk-size", type=_positive_int, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
-    r.add_argument("--memory-limit", type=_positive_int, default=None, metavar="MB",
+    r.add_argument("--chunk-size", type=int_at_least_one, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
+    r.add_argument("--memory-limit", type=int_at_least_one, default=None, metavar="MB",
                    help="bound the run's memory to about MB megabytes (sets the chunk size; see README)")
     r.add_argument("--shard", default=None, metavar="I/N",
                    help="run shard I of N (1-based): a disjoint slice of the scenario groups, written to OUT/shards/; "
@@ -53,24 +54,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
     r.set_defaults(handler=_cmd_run)
+    one_line_errors(r)
     m = sub.add_parser("merge", help="combine the shards in OUT/shards/ into one output")
     m.add_argument("out", type=Path, help="the --out folder the shards were run with")
     m.add_argument("--quiet", action="store_true")
     m.set_defaults(handler=_cmd_merge)
+    one_line_errors(m)
     from sweep import cli_tools
 
     cli_tools.add_commands(sub)  # sweep fit, sweep kv, sweep catalog
     return p
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

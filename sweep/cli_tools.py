@@ -27,30 +27,30 @@ def add_commands(sub: Any) -> None:
     f = sub.add_parser("fit", help="fit T_svc(B) = T_fixed + t_req B to a profile CSV (batch_size,latency_ms)")
     f.add_argument("profile", type=Path, help="CSV with header batch_size,latency_ms; '#' comments allowed")
     f.set_defaults(handler=cmd_fit)
-    _one_line_errors(f)
+    one_line_errors(f)
 
     k = sub.add_parser("kv", help="KV-cache memory and the largest batch that fits, one model on one GPU type")
     k.add_argument("--model", required=True, help="model catalog name, e.g. llama-3.1-70b")
     k.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
-    k.add_argument("--gpus", type=_int_at_least_one, default=1, help="GPUs per replica (default 1)")
-    k.add_argument("--seq-len", type=_int_at_least_one, required=True, help="S_max, tokens a request may reach")
+    k.add_argument("--gpus", type=int_at_least_one, default=1, help="GPUs per replica (default 1)")
+    k.add_argument("--seq-len", type=int_at_least_one, required=True, help="S_max, tokens a request may reach")
     k.add_argument("--mean-seq-len", type=_positive_float, default=None,
                    help="S_mean for the paged reservation (default: --seq-len)")
     k.add_argument("--kv-dtype", type=_dtype, default=2.0, help="KV-cache dtype: fp16/bf16 (default), fp8, int8, int4, or bytes")
     k.add_argument("--weight-dtype", type=_dtype, default=2.0, help="weights dtype: bf16/fp16 (default), fp8, int8, int4, or bytes")
-    k.add_argument("--block-tokens", type=_int_at_least_one, default=16, help="paged block size, tokens (default 16)")
+    k.add_argument("--block-tokens", type=int_at_least_one, default=16, help="paged block size, tokens (default 16)")
     k.add_argument("--reserve-fraction", type=_unit_fraction, default=0.0,
                    help="share of HBM kept free for activations etc., [0, 1) (default 0)")
     _catalog_arg(k)
     k.set_defaults(handler=cmd_kv)
-    _one_line_errors(k)
+    one_line_errors(k)
 
     c = sub.add_parser("catalog", help="list the model and GPU catalogs, or `catalog show NAME` for one entry")
     c.add_argument("action", nargs="?", choices=("list", "show"), default="list", help="list (default) or show")
     c.add_argument("name", nargs="?", help="with show: a model or GPU name")
     _catalog_arg(c)
     c.set_defaults(handler=cmd_catalog)
-    _one_line_errors(c)
+    one_line_errors(c)
 
 
 def _catalog_arg(p: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def _catalog_arg(p: argparse.ArgumentParser) -> None:
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
 
 
-def _one_line_errors(p: argparse.ArgumentParser) -> None:
+def one_line_errors(p: argparse.ArgumentParser) -> None:
     """Argument errors as one line (`sweep kv: error: ...`), exit 2, like every bad input."""
 
     def error(self: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -68,7 +68,7 @@ def _one_line_errors(p: argparse.ArgumentParser) -> None:
     p.error = types.MethodType(error, p)  # type: ignore[method-assign]
 
 
-def _int_at_least_one(text: str) -> int:
+def int_at_least_one(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
