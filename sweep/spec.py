@@ -108,6 +108,7 @@ PARAMS: tuple[Param, ...] = (
 )
 PARAM_BY_KEY: dict[str, Param] = {p.key: p for p in PARAMS}
 DECISION_AXES: tuple[str, ...] = ("replicas", "batch_window_ms", "batch_size")
+ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops", "tokens_per_request")
 REQUIRED_GRID_KEYS: tuple[str, ...] = (
     "arrival_rps", "batch_size", "seq_len", "model", "gpu", "slo_ms",
 )
@@ -573,18 +574,14 @@ def _fill_defaults(values: dict[str, list[Any]], source: str) -> tuple[dict[str,
         missing = "t_req_ms" if has_fixed else "t_fixed_ms"
         raise GridError(source, f"grid.{missing}", None, "give both t_fixed_ms and t_req_ms, or neither (roofline estimate from the catalogs)")
     service_source = "given" if has_fixed else "roofline"
-    if not has_fixed:
-        # Roofline inputs are only meaningful without measured times; keep them all.
-        pass
-    else:
-        for key in ("eta_bw", "eta_flops", "tokens_per_request"):
+    # Roofline inputs mean something only without measured times: one would be ignored.
+    if has_fixed:
+        for key in ROOFLINE_KEYS:
             if key in values:
                 raise GridError(source, f"grid.{key}", values[key][0], "roofline input given, but t_fixed_ms/t_req_ms are given too; drop one")
     out = dict(values)
     for p in PARAMS:
-        if p.key not in out and p.default is not None:
-            if p.key in ("eta_bw", "eta_flops", "tokens_per_request") and has_fixed:
-                continue
+        if p.key not in out and p.default is not None and not (has_fixed and p.key in ROOFLINE_KEYS):
             out[p.key] = [p.default]
     mean_follows = "mean_seq_len" not in out
     return out, service_source, mean_follows
