@@ -5,33 +5,51 @@ Exit codes (documented for schedulers in the README):
     1  internal error (a bug: please report it with the traceback)
     2  bad input: grid file, catalog, profile or arguments; nothing was written
     130 interrupted (Ctrl-C / SIGINT); nothing half-written looks complete
+    143 terminated (SIGTERM, e.g. a scheduler's time limit); likewise, and it resumes
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 from sweep.cli_tools import int_at_least_one, one_line_errors
 from sweep.errors import SweepError
 
-EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+class Terminated(BaseException):
+    """SIGTERM (a scheduler's stop or timeout): unwind like Ctrl-C, so the run stops cleanly
+    and the same command resumes it."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return int(args.handler(args) or EXIT_OK)
     except SweepError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
     except KeyboardInterrupt:
-        print("sweep: interrupted", file=sys.stderr)
+        print("sweep: interrupted; rerun the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:
+        print("sweep: terminated (SIGTERM); rerun the same command to resume", file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,0 +1,54 @@
+"""A scheduler's SIGTERM mid-run: exit 143, a `failed` log line, nothing that looks complete,
+and the same command resumes to exactly the result of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+
+GRID = """
+name = "term"
+[grid]
+arrival_rps = {start = 1.0, stop = 2000.0, num = 40, scale = "log"}
+slo_ms = {start = 50.0, stop = 500.0, num = 800}  # 16,384,000 points: two segments
+batch_size = {start = 1, stop = 512, step = 1}
+seq_len = 2048
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+t_fixed_ms = 8.0
+t_req_ms = 0.05
+[output]
+points = "none"
+"""
+
+
+def _cmd(grid, out, *extra):
+    return [sys.executable, "-m", "sweep.cli", "run", str(grid), "--out", str(out), *extra]
+
+
+def test_sigterm_exits_143_and_the_rerun_resumes(tmp_path):
+    grid = tmp_path / "g.toml"
+    grid.write_text(GRID)
+    out = tmp_path / "o"
+    proc = subprocess.Popen(_cmd(grid, out, "--progress", "log", "--log-interval", "0"), stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # wait until a whole segment (8,388,608 points) is sealed
+        event = json.loads(line)
+        if event["event"] == "progress" and event["done"] > 8_388_608:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 143
+    assert '"event": "failed"' in rest and "rerun the same command" in rest
+    assert not (out / "manifest.json").exists()
+    subprocess.run(_cmd(grid, out, "--quiet"), check=True, timeout=300)
+    resumed = json.loads((out / "manifest.json").read_text())
+    assert resumed["chunks"]["resumed_segments"] >= 1
+    subprocess.run(_cmd(grid, tmp_path / "clean", "--quiet"), check=True, timeout=300)
+    clean = json.loads((tmp_path / "clean" / "manifest.json").read_text())
+    assert resumed["rows"] == clean["rows"]
+    for name in ("optimum.parquet", "frontier.parquet"):
+        assert pq.read_table(out / name).equals(pq.read_table(tmp_path / "clean" / name))
