@@ -202,23 +202,14 @@ def _evaluate_chunk(
     n_batch: int,
     n_replicas: int,
     reduce: bool,
-    windowed: bool,
-    full: bool,
-    paged: bool,
-    latency_model: str,
-    service_source: str,
-    mean_follows: bool,
-    block_tokens: float,
-    reserve_fraction: float,
+    **kernel_opts: object,
 ) -> dict[str, jax.Array]:
+    """One chunk: decode, evaluate (`kernel_opts`: see `kernel_options`), and unless the
+    grid simulates, reduce to the decisions in the same call."""
     # Past `limit` (the last chunk of a range) repeat the last point; the host trims it.
     idx = jnp.minimum(offset + jnp.arange(chunk_size, dtype=jnp.int64), limit - 1)
     v = decode(idx, axes, keys=keys, shape=shape)
-    out = evaluate_values(
-        v, tables, windowed=windowed, full=full, paged=paged, latency_model=latency_model,
-        service_source=service_source, mean_follows=mean_follows, block_tokens=block_tokens,
-        reserve_fraction=reserve_fraction,
-    )
+    out = evaluate_values(v, tables, **kernel_opts)  # type: ignore[arg-type]
     out["point_id"] = idx
     if reduce:
         out.update(_reduce(out, row_size, n_batch, n_replicas))
