@@ -39,7 +39,6 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.special as sc  # noqa: E402
 

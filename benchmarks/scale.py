@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+from _fresh import run_fresh
 
 GRID = """
 name = "scale"
@@ -83,16 +82,7 @@ def part2(points: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "g.toml"
         p.write_text(grid_text(points, "none", True))
-        code = (
-            "import json, time; from sweep import spec; from sweep.run import run_grid;"
-            f"g=spec.load({str(p)!r}); t=time.perf_counter(); r=run_grid(g, {d + '/out'!r});"
-            "print(json.dumps({'s': time.perf_counter()-t, 'rss_mb': int([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])/1024,"
-            " 'points': g.n_points, 'frontier': r.manifest['rows']['frontier']}))"
-        )
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    row = json.loads(res.stdout.strip().splitlines()[-1])
-    row["points_per_s"] = row["points"] / row["s"]
-    return row
+        return run_fresh(p, Path(d) / "out")
 
 
 def main() -> None:

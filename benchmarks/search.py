@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +24,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _fresh import run_fresh
 
 jax.config.update("jax_enable_x64", True)
 
@@ -145,20 +143,11 @@ points = "none"
 
 def part2_one(groups: int) -> dict:
     rates = 100 if groups >= 100 else groups
-    slos = groups // rates
     with tempfile.TemporaryDirectory() as d:
         grid = Path(d) / "g.toml"
-        grid.write_text(GRID.format(rates=rates, slos=slos))
-        code = (
-            "import json, sys, time; from sweep import spec; from sweep.run import run_grid;"
-            f"t=time.perf_counter(); r=run_grid(spec.load({str(grid)!r}), {d + '/out'!r});"
-            "print(json.dumps({'s': time.perf_counter()-t, 'rss_mb': int([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])/1024,"
-            " 'points': r.manifest['rows']['grid_points'], 'frontier': r.manifest['rows']['frontier']}))"
-        )
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        row = json.loads(res.stdout.strip().splitlines()[-1])
+        grid.write_text(GRID.format(rates=rates, slos=groups // rates))
+        row = run_fresh(grid, Path(d) / "out")
     row["groups"] = groups
-    row["points_per_s"] = row["points"] / row["s"]
     return row
 
 

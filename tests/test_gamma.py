@@ -22,7 +22,6 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 import scipy.special as sc  # noqa: E402
 import scipy.stats  # noqa: E402
 from hypothesis import given, settings  # noqa: E402

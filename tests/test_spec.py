@@ -56,7 +56,13 @@ def test_seed_grid_loads(root):
 
 def test_example_grid_loads(root):
     g = spec.load(root / "grids" / "example.toml")
-    assert g.n_points >= 1
+    # 3 rates x 3 replicas x 7 batch sizes x 3 windows x 2 models x 2 GPUs x 3 GPU counts
+    assert g.n_points == 3 * 3 * 7 * 3 * 2 * 2 * 3 == 2268
+    assert g.service_source == "roofline" and g.options.kv_allocation == "paged"
+    assert [m.name for m in g.models] == ["llama-3.1-8b", "my-70b"]
+    gpus = {x.name: x for x in g.gpus}
+    assert gpus["h100-sxm"].usd_per_gpu_hour == 2.10  # the inline override of one field
+    assert gpus["my-gpu"].hbm_bytes == 80e9
 
 
 def test_scalars_lists_and_ranges(tmp_path):
