@@ -14,8 +14,8 @@ from pathlib import Path
 
 _CODE = """
 import json, time
-from sweep import spec
-from sweep.run import run_grid
+from sweep import grid as spec
+from sweep.runner import run_grid
 g = spec.load({grid!r})
 t = time.perf_counter()
 r = run_grid(g, {out!r})

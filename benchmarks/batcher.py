@@ -3,7 +3,7 @@
 For a grid over load (``rho_full = lam T_svc(B_max) / B_max``), batching window and batch
 cap, with two realistic service-time shapes, every point is simulated
 (`sweep.simulate`, one worker, Poisson arrivals, deterministic service) and evaluated by
-the SPEC 2-4 window proxy (`kernels.evaluate_point`: ``e_resp``, ``p_gauss``, ``p_exp``)
+the SPEC 2-4 window proxy (the gaussian model: ``e_resp``, ``p_gauss``, ``p_exp``)
 and by `sweep.batcher.batcher_point` (``e_resp``, ``p_q``). Prints, per load band and per
 window, the median and the largest absolute relative error against the simulated mean and
 P99, and how often the proxy gives ``+inf`` (counted as a failure, never as an error);
@@ -28,9 +28,9 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sweep import kernels  # noqa: E402
-from sweep.batcher import batcher_point  # noqa: E402
-from sweep.simulate import SimSettings, simulate  # noqa: E402
+from _proxy import window_proxy  # noqa: E402
+from sweep.models.batcher import batcher_point  # noqa: E402
+from sweep.models.batch_sim import SimSettings, simulate  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
 CAPS = (4, 16, 64)
@@ -53,19 +53,7 @@ def grid() -> dict[str, np.ndarray]:
 
 
 def proxy(g: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    n = g["lam"].shape[0]
-    one = np.ones(n)
-    p = kernels.Point(
-        lam=g["lam"], b_max=g["b_max"], t_max=g["t_max"], t_fixed=g["t_fixed"], t_req=g["t_req"],
-        service_cv=0 * one, q=Q * one, slo=one, rho_target=0.75 * one, rho_max=0.85 * one,
-        rho_min=0.5 * one, kv_bytes_per_token=one, seq_len=one, mean_seq_len=one,
-        block_tokens=one, weights_bytes=0 * one, usable_hbm_bytes=1e12 * one,
-    )
-    p = kernels.Point(*(jnp.asarray(x) for x in p))
-    f = jax.jit(jax.vmap(lambda pt: kernels.evaluate_point(pt, windowed=True, full=True, paged=False,
-                                                            latency_model="gaussian")))
-    o = f(p)
-    return {k: np.asarray(o[k]) for k in ("e_resp", "p_gauss", "p_exp", "rho", "mean_batch")}
+    return window_proxy(g["lam"], g["b_max"], g["t_max"], g["t_fixed"], g["t_req"], 0.0, Q)
 
 
 def model(g: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:

@@ -1,12 +1,14 @@
-"""Kernel throughput: the jitted, vmapped JAX kernel against plain NumPy/SciPy.
+"""Kernel throughput: the jitted, vmapped JAX model against plain NumPy/SciPy.
 
-Both sides evaluate the same formulas (SPEC 2-4: batch moments, P-K queue, Takacs
-variance, gaussian and exponential percentiles) on the same inputs, in the same run, for
-the full-batch and the windowed regime. The NumPy side uses `scipy.special.gammainc` /
-`gammaincc` for its Poisson tails. Prints points/s, the ratio, compile time, and the
-largest relative difference between the two answers (they must agree).
+Both sides evaluate every column the seed's model computes (SPEC 1-6: batch moments, P-K
+queue, Takacs variance, gaussian and exponential percentiles, B_min, Little's law, memory,
+the verdicts) on the same inputs, in the same run, for the full-batch and the windowed
+regime. The JAX side is the engine's own `evaluate_values` (the per-point model vmapped,
+plus the verdicts); the NumPy side uses `scipy.special.gammainc` / `gammaincc` for its
+Poisson tails. Prints points/s, the ratio, compile time, and the largest relative
+difference between the two answers (they must agree on every declared column).
 
-    python benchmarks/kernel.py [--points 1048576] [--repeats 5]
+    python benchmarks/kernel.py [--points 1048576] [--repeats 5] [--smoke]
 
 Figures land in benchmarks/results/kernel.json. Machines here are shared and noisy: the
 best of several repeats is reported, and nothing in the test suite depends on speed.
@@ -29,24 +31,34 @@ from scipy import special
 
 jax.config.update("jax_enable_x64", True)
 
-from sweep import kernels  # noqa: E402
+from sweep.engine.evaluate import evaluate_values  # noqa: E402
+from sweep.models import get_model  # noqa: E402
+from sweep.models.base import CATALOG_FIELDS  # noqa: E402
 
-FIELDS = kernels.Point._fields
+MODEL = get_model("dynamic", "gaussian")
+#: The model's computed columns (echoes of grid keys and the id are not computed).
+COLUMNS = tuple(c.name for c in MODEL.columns if not c.when and c.name != "point_id")
+COMPUTED = tuple(n for n in COLUMNS if n not in MODEL.echo)
 
 
 def make_inputs(n: int, windowed: bool, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random points in file units (the grid's keys) plus catalog figures (a 70B-class
+    model on one 80 GB GPU)."""
     rng = np.random.default_rng(seed)
-    lam = 10 ** rng.uniform(0, 3, n)
-    b = rng.integers(1, 4097 if windowed else 1025, n).astype(float)
-    t_max = 10 ** rng.uniform(-3, 0, n) if windowed else np.full(n, np.inf)
+    full = np.full
     return {
-        "lam": lam, "b_max": b, "t_max": t_max,
-        "t_fixed": rng.uniform(0.001, 0.1, n), "t_req": 10 ** rng.uniform(-6, -3, n),
-        "service_cv": np.zeros(n), "q": np.full(n, 0.99), "slo": np.full(n, 0.2),
-        "rho_target": np.full(n, 0.75), "rho_max": np.full(n, 0.85), "rho_min": np.full(n, 0.5),
-        "kv_bytes_per_token": np.full(n, 131072.0), "seq_len": np.full(n, 4096.0),
-        "mean_seq_len": np.full(n, 2048.0), "block_tokens": np.full(n, 16.0),
-        "weights_bytes": np.full(n, 16e9), "usable_hbm_bytes": np.full(n, 80e9),
+        "arrival_rps": 10 ** rng.uniform(0, 3, n), "replicas": full(n, 1.0),
+        "batch_size": rng.integers(1, 4097 if windowed else 1025, n).astype(float),
+        "batch_window_ms": 10 ** rng.uniform(0, 3, n) if windowed else full(n, np.inf),
+        "t_fixed_ms": rng.uniform(1.0, 100.0, n), "t_req_ms": 10 ** rng.uniform(-3, 0, n),
+        "service_cv": np.zeros(n), "percentile": full(n, 0.99), "slo_ms": full(n, 200.0),
+        "rho_target": full(n, 0.75), "rho_max": full(n, 0.85), "rho_min": full(n, 0.5),
+        "seq_len": full(n, 4096.0), "mean_seq_len": full(n, 2048.0), "gpus_per_replica": full(n, 1.0),
+        "kv_bytes_per_elem": full(n, 2.0), "weight_bytes_per_param": full(n, 2.0), "workers": full(n, 1.0),
+        "queue_capacity": full(n, np.inf),
+        "kv_elems_per_token": full(n, 65536.0), "n_params": full(n, 8e9), "active_params": full(n, 8e9),
+        "hbm_bytes": full(n, 80e9), "hbm_bw": full(n, 3.35e12), "flops": full(n, 989e12),
+        "usd_per_gpu_hour": full(n, 2.5),
     }
 
 
@@ -54,8 +66,11 @@ def make_inputs(n: int, windowed: bool, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def numpy_kernel(x: dict[str, np.ndarray], windowed: bool) -> dict[str, np.ndarray]:
-    """The same formulas as `sweep.kernels`, written plainly with NumPy and SciPy."""
-    lam, b, t, tf, tr, q = x["lam"], x["b_max"], x["t_max"], x["t_fixed"], x["t_req"], x["q"]
+    """The same formulas as the dynamic model (`sweep.models.dynamic`), written plainly with
+    NumPy and SciPy; file units out."""
+    lam = x["arrival_rps"] / x["replicas"]
+    b, t, q = x["batch_size"], x["batch_window_ms"] * 1e-3, x["percentile"]
+    tf, tr = x["t_fixed_ms"] * 1e-3, x["t_req_ms"] * 1e-3
     with np.errstate(all="ignore"):
         if windowed:
             k = b - 1
@@ -123,25 +138,35 @@ def numpy_kernel(x: dict[str, np.ndarray], windowed: bool) -> dict[str, np.ndarr
         int_s = adjust(raw_s, lambda c: lam * (tf + tr * c) < c, lambda v: np.floor(v) + 1)
         int_t = adjust(raw_t, lambda c: lam * (tf + tr * c) <= x["rho_target"] * c, np.ceil)
         s_alloc = x["seq_len"]
-        per_req = x["kv_bytes_per_token"] * s_alloc
-        free = x["usable_hbm_bytes"] - x["weights_bytes"]
+        kv_tok = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
+        weights = x["n_params"] * x["weight_bytes_per_param"]
+        per_req = kv_tok * s_alloc
+        free = x["gpus_per_replica"] * x["hbm_bytes"] * 1.0 - weights
         fit = free >= 0
         b_mem = np.where(fit, np.floor(np.where(fit, free, 0.0) / per_req), 0.0)
         mem_ok = fit & (b <= b_mem)
+        latency_ms = p_gauss * 1e3
+        slo_ok = latency_ms <= x["slo_ms"]
         action = np.full(b.shape, 5, dtype=np.int32)
         action = np.where(rho < x["rho_min"], 4, action)
         action = np.where(rho > x["rho_max"], 3, action)
-        action = np.where(~(p_gauss <= x["slo"]), 2, action)
+        action = np.where(~slo_ok, 2, action)
         action = np.where(~stable, 1, action)
         action = np.where(~mem_ok, 0, action)
-        return {"t_svc": t_cap, "capacity": b / t_cap, "rho": rho, "proxy_ok": ok, "stable": stable,
-                "mean_batch": eb, "e_wait": ew, "e_batch": etb, "e_svc": e_svc, "e_resp": et, "sd_resp": sd,
-                "p_gauss": p_gauss, "p_exp": p_exp, "latency": p_gauss, "slo_ok": p_gauss <= x["slo"],
+        ms = 1e3
+        return {"mean_seq_len": x["seq_len"], "lambda_per_replica_rps": lam, "t_fixed_ms": tf * ms,
+                "t_req_ms": tr * ms, "service_source": np.zeros(b.shape, dtype=np.int32),
+                "t_svc_ms": t_cap * ms, "capacity_rps": b / t_cap, "fleet_capacity_rps": b / t_cap * x["replicas"],
+                "rho": rho, "proxy_ok": ok, "stable": stable, "mean_batch": eb, "e_wait_ms": ew * ms,
+                "e_batch_ms": etb * ms, "e_svc_ms": e_svc * ms, "e_resp_ms": et * ms, "sd_resp_ms": sd * ms,
+                "p_gauss_ms": p_gauss * ms, "p_exp_ms": p_exp * ms, "latency_ms": latency_ms, "slo_ok": slo_ok,
                 "little_l": little, "in_service": in_service, "in_queue": little - in_service,
                 "b_min_stable": raw_s, "b_min_stable_int": int_s, "b_min_rho_target": raw_t,
-                "b_min_rho_target_int": int_t, "kv_bytes_per_req": per_req,
-                "kv_waste_frac": 1 - x["mean_seq_len"] / s_alloc, "free_bytes": free, "weights_fit": fit,
-                "b_mem_max": b_mem, "mem_ok": mem_ok, "action": action}
+                "b_min_rho_target_int": int_t, "kv_gb_per_req": per_req * 1e-9, "kv_gb_at_cap": per_req * b * 1e-9,
+                "kv_waste_frac": 1 - x["seq_len"] / s_alloc, "weights_gb": weights * 1e-9, "free_gb": free * 1e-9,
+                "weights_fit": fit, "b_mem_max": b_mem, "mem_ok": mem_ok,
+                "feasible": stable & mem_ok & np.isfinite(latency_ms), "action": action,
+                "cost_usd_per_hour": x["replicas"] * x["gpus_per_replica"] * x["usd_per_gpu_hour"]}
 
 
 # --------------------------------------------------------------------------- timing
@@ -158,16 +183,21 @@ def best_of(fn, repeats: int) -> float:
 
 def bench(n: int, windowed: bool, repeats: int) -> dict[str, float]:
     x = make_inputs(n, windowed)
-    kernel = functools.partial(kernels.evaluate_point, windowed=windowed, full=not windowed, paged=False, latency_model="gaussian")
-    fn = jax.jit(jax.vmap(kernel))
-    point = kernels.Point(**{k: jnp.asarray(x[k]) for k in FIELDS})
+    static = dict(windowed=windowed, full=not windowed, paged=False, service_source="given", mean_follows=True,
+                  block_tokens=16.0, reserve_fraction=0.0)
+    fn = jax.jit(functools.partial(evaluate_values, model=MODEL, static=tuple(sorted(static.items())), columns=COLUMNS))
+    v = {k: jnp.asarray(a) for k, a in x.items() if k not in CATALOG_FIELDS}
+    v["model"] = v["gpu"] = jnp.arange(n, dtype=jnp.int32)
+    tables = {k: jnp.asarray(x[k]) for k in CATALOG_FIELDS}
     t0 = time.perf_counter()
-    out = jax.block_until_ready(fn(point))
+    out = jax.block_until_ready(fn(v, tables))
     compile_s = time.perf_counter() - t0
-    jax_s = best_of(lambda: jax.block_until_ready(fn(point)), repeats)
+    jax_s = best_of(lambda: jax.block_until_ready(fn(v, tables)), repeats)
     ref = numpy_kernel(x, windowed)
     np_s = best_of(lambda: numpy_kernel(x, windowed), repeats)
-    assert set(ref) == set(out), set(ref) ^ set(out)  # the same outputs on both sides
+    # Both sides produce every computed column the model declares, no more, no less.
+    missing = set(COMPUTED) ^ set(ref)
+    assert not missing, f"the NumPy twin and the model's declared columns differ: {sorted(missing)}"
     worst = 0.0
     for key, want in ref.items():
         got = np.asarray(out[key], dtype=float)
@@ -180,11 +210,14 @@ def bench(n: int, windowed: bool, repeats: int) -> dict[str, float]:
             "speedup": np_s / jax_s, "compile_s": compile_s, "max_rel_diff": worst}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=1 << 20)
     ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="a tiny run (the test suite's check that this script works)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.points, args.repeats = 256, 1
     rows = {}
     print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs, {args.points:,} points, best of {args.repeats}")
     print(f"{'regime':<10} {'JAX points/s':>14} {'NumPy points/s':>15} {'JAX/NumPy':>10} {'compile s':>10} {'max rel diff':>13}")
@@ -192,9 +225,11 @@ def main() -> None:
         r = bench(args.points, windowed, args.repeats)
         rows[regime] = r
         print(f"{regime:<10} {r['jax_points_per_s']:>14,.0f} {r['numpy_points_per_s']:>15,.0f} {r['speedup']:>9.1f}x {r['compile_s']:>10.2f} {r['max_rel_diff']:>13.1e}")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "kernel.json").write_text(json.dumps(rows, indent=2) + "\n")
+    if not args.smoke:
+        out = Path(__file__).parent / "results"
+        out.mkdir(exist_ok=True)
+        (out / "kernel.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return rows
 
 
 if __name__ == "__main__":

@@ -26,9 +26,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sweep import kernels  # noqa: E402
-from sweep.batcher import batcher_point  # noqa: E402
-from sweep.simulate import SimSettings, simulate  # noqa: E402
+from _proxy import window_proxy  # noqa: E402
+from sweep.models.batcher import batcher_point  # noqa: E402
+from sweep.models.batch_sim import SimSettings, simulate  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "proxy_vs_sim.png"
 TF, TR = 0.05, 0.0005
@@ -48,11 +48,7 @@ def main() -> None:
              queue_capacity=np.inf * one, service_cv=0 * one),
         SimSettings(n_requests=100_000, warmup=5_000, replications=6, seed=5), Q,
     )
-    p = kernels.Point(*(jnp.asarray(x) for x in (
-        lam, b, t, TF * one, TR * one, 0 * one, Q * one, one, 0.75 * one, 0.85 * one, 0.5 * one,
-        one, one, one, one, 0 * one, 1e12 * one)))
-    px = jax.jit(jax.vmap(lambda pt: kernels.evaluate_point(
-        pt, windowed=True, full=True, paged=False, latency_model="gaussian")))(p)
+    px = window_proxy(lam, b, t, TF * one, TR * one, 0.0, Q)
     bm = jax.jit(jax.vmap(batcher_point))(*(jnp.asarray(x) for x in (lam, b, t, TF * one, TR * one,
                                                                       0 * one, Q * one)))
     px = {k: np.asarray(v) * 1e3 for k, v in px.items() if k in ("e_resp",)}

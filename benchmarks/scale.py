@@ -49,8 +49,8 @@ def grid_text(points: int, mode: str, windowed: bool) -> str:
 
 
 def part1(points: int, windowed: bool) -> dict:
-    from sweep import spec
-    from sweep.run import run_grid
+    from sweep import grid as spec
+    from sweep.runner import run_grid
 
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "g.toml"

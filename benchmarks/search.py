@@ -28,7 +28,8 @@ from _fresh import run_fresh
 
 jax.config.update("jax_enable_x64", True)
 
-from sweep import decide  # noqa: E402
+from sweep.decide import pareto as decide  # noqa: E402
+from sweep.decide.reduce import Row, reduce_row  # noqa: E402
 
 
 def numpy_decide(cap, lat, e_resp, batch, feasible, slo):
@@ -84,17 +85,17 @@ def part1(rows: int, k: int, repeats: int = 3) -> dict:
     lat = e_resp * 2.0
     feasible = ok
     slo = np.full((rows, k), 300.0)
-    row = decide.Row(
+    row = Row(
         feasible=jnp.asarray(feasible), mem_ok=jnp.ones((rows, k), bool), stable=jnp.asarray(ok),
-        latency=jnp.asarray(lat), e_resp=jnp.asarray(e_resp), slo=jnp.asarray(slo), capacity=jnp.asarray(cap),
+        slo_ok=jnp.asarray(lat <= slo), latency=jnp.asarray(lat), e_resp=jnp.asarray(e_resp), capacity=jnp.asarray(cap),
         batch=jnp.asarray(batch), rho=jnp.asarray(rho), rho_max=jnp.full((rows, k), 0.85),
     )
     def columns(r):  # the engine's path: capacity rises along the batch axis (one window)
         front = decide.pareto_mask_columns(r.capacity[None], r.latency[None], r.feasible[None])[0]
-        return decide.reduce_row(r, front)
+        return reduce_row(r, front)
 
     def general(r):  # the fallback: sort-based frontier
-        return decide.reduce_row(r, decide.pareto_mask(r.capacity, r.latency, r.feasible))
+        return reduce_row(r, decide.pareto_mask(r.capacity, r.latency, r.feasible))
 
     fn = jax.jit(jax.vmap(columns))
     t0 = time.perf_counter()

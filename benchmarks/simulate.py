@@ -22,8 +22,8 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-from sweep import simulate as sim  # noqa: E402
-from sweep.simulate import SimSettings, replication_draws, simulate, simulate_requests  # noqa: E402
+from sweep.models import batch_sim as sim  # noqa: E402
+from sweep.models.batch_sim import SimSettings, replication_draws, simulate, simulate_requests  # noqa: E402
 
 
 def python_event_loop(arrivals, z, *, b_max, t_max_s, t_fixed_s, t_req_s, workers,

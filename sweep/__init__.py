@@ -1,10 +1,55 @@
-"""sweep: capacity planning for batched inference serving."""
+"""sweep: capacity planning for batched inference serving.
+
+Layers, each importing only those before it (data flows this way):
+
+    catalog  models  grid  decide  engine  search  io  runner  api  cli
+
+`catalog` (model and GPU figures) -> `models` (serving models: per-point JAX functions,
+simulators, the registry) -> `grid` (grid files -> GridSpec) -> `decide` (verdicts,
+frontiers, exact reductions) -> `engine` (jit + vmap over chunks) -> `search` (Optuna) ->
+`io` (Parquet, staging) -> `runner` (resumable runs, shards) -> `api` (the notebook API
+below) -> `cli` (the `sweep` command).
+
+Importing `sweep` switches JAX to float64 (`jax_enable_x64`): every kernel is written for
+it. This is the one place that does so.
+"""
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
 try:
     __version__ = version("sweep")
 except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0.0.0+unknown"
+
+from sweep.api import MAX_IN_MEMORY, decide, evaluate, grid_from_dict, load_grid, run  # noqa: E402
+from sweep.catalog import Catalog, load_catalog, packaged_catalog  # noqa: E402
+from sweep.errors import (  # noqa: E402
+    CatalogError,
+    GridError,
+    OutputError,
+    ProfileError,
+    SimulationError,
+    StorageError,
+    SweepError,
+)
+from sweep.grid import GridSpec  # noqa: E402
+from sweep.grid.profile import fit_file  # noqa: E402
+from sweep.models import REGISTRY, ServingModel, get_model  # noqa: E402
+from sweep.models.batch_sim import SimSettings, simulate  # noqa: E402
+from sweep.models.memory import kv_answer  # noqa: E402
+from sweep.runner import RunResult, merge_shards  # noqa: E402
+from sweep.search import run_search  # noqa: E402
+
+__all__ = [
+    "MAX_IN_MEMORY", "REGISTRY", "Catalog", "CatalogError", "GridError", "GridSpec", "OutputError",
+    "ProfileError", "RunResult", "ServingModel", "SimSettings", "SimulationError", "StorageError",
+    "SweepError", "__version__", "decide", "evaluate", "fit_file", "get_model", "grid_from_dict",
+    "kv_answer", "load_catalog", "load_grid", "merge_shards", "packaged_catalog", "run", "run_search",
+    "simulate",
+]

@@ -1,40 +1,59 @@
 """Error hierarchy: one root, one subclass per layer.
 
 Every message is one line a user can act on: where (file, key), what (the value), the
-rule, and where it helps a correct example. The CLI maps every `SweepError` to exit code 2.
+rule, and where it helps a correct example. The CLI maps every `SweepError` to exit code 2
+(bad input, nothing written), except `ResourceError` (exit 1: the machine, not the input).
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class SweepError(Exception):
     """Root of every error `sweep` raises on purpose (bad input, not a bug)."""
 
 
-class GridError(SweepError):
+class _Located(SweepError):
+    """An error at a place in a file: `SOURCE: KEY = VALUE: RULE`."""
+
+    def __init__(self, source: str, key: str, value: object, rule: str) -> None:
+        self.source, self.key, self.value, self.rule = source, key, value, rule
+        super().__init__(f"{source}: {key} = {show(value)}: {rule}")
+
+
+class GridError(_Located):
     """A grid file is malformed: unknown key, wrong type, empty axis, out-of-domain value."""
 
-    def __init__(self, source: str, key: str, value: object, rule: str) -> None:
-        self.source, self.key, self.value, self.rule = source, key, value, rule
-        super().__init__(f"{source}: {key} = {_show(value)}: {rule}")
 
-
-class CatalogError(SweepError):
+class CatalogError(_Located):
     """A catalog entry (packaged, inline or from a user folder) is malformed."""
 
-    def __init__(self, source: str, key: str, value: object, rule: str) -> None:
-        self.source, self.key, self.value, self.rule = source, key, value, rule
-        super().__init__(f"{source}: {key} = {_show(value)}: {rule}")
+
+class StorageError(_Located):
+    """A search's study storage (SQLite, journal file, database URL) cannot be used."""
 
 
 class ProfileError(SweepError):
     """A profiling file (batch_size, latency_ms rows) cannot be fitted."""
 
 
+class SimulationError(SweepError, ValueError):
+    """Simulator input is invalid (shape mismatch, out-of-domain parameter)."""
+
+
 class OutputError(SweepError):
     """The output folder cannot be written as asked."""
 
 
-def _show(value: object) -> str:
+def show(value: object) -> str:
+    """`repr(value)`, cut to 80 characters for a one-line message."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`"; did you mean 'x'?"` for the closest of `choices`, or `""`."""
+    match = difflib.get_close_matches(word, list(choices), n=1)
+    return f"; did you mean '{match[0]}'?" if match else ""

@@ -18,12 +18,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweep import decide, spec
-from sweep.run import run_grid
+from sweep import grid as spec
+from sweep.decide import pareto as decide
+from sweep.decide.reduce import Row, reduce_row
+from sweep.runner import run_grid
 
 _pareto = jax.jit(jax.vmap(decide.pareto_mask))
 _knee = jax.jit(jax.vmap(decide.knee_index))
-_row = jax.jit(jax.vmap(lambda r: decide.reduce_row(r, decide.pareto_mask(r.capacity, r.latency, r.feasible))))
+_row = jax.jit(jax.vmap(lambda r: reduce_row(r, decide.pareto_mask(r.capacity, r.latency, r.feasible))))
 _cols = jax.jit(jax.vmap(decide.pareto_mask_columns))
 
 
@@ -149,7 +151,8 @@ def test_reduce_row_matches_brute_force():
         "rho": rng.random((rows, k)),
         "rho_max": np.full((rows, k), 0.85),
     }
-    got = _row(decide.Row(**{f: jnp.asarray(r[f]) for f in decide.Row._fields}))
+    r["slo_ok"] = r["latency"] <= r["slo"]
+    got = _row(Row(**{f: jnp.asarray(r[f]) for f in Row._fields}))
     for i in range(rows):
         want = brute_row({f: r[f][i] for f in r})
         assert (int(got["b_max_slo_idx"][i]), int(got["b_latency_opt_idx"][i]), int(got["slo_opt_idx"][i]), int(got["replicas_ok_idx"][i])) == want

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep import spec
+from sweep import grid as spec
 from sweep.cli import main
 from sweep.errors import GridError, ProfileError
-from sweep.fit import fit_file, fit_rows, parse_profile
+from sweep.grid.profile import fit_file, fit_rows, parse_profile
 
 
 def test_exact_line_is_recovered():

@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow.dataset as ds
 import pytest
 
-from sweep import spec
+from sweep import grid as spec
 from sweep.catalog import packaged_catalog
-from sweep.evaluate import Evaluator
-from sweep.run import run_grid
+from sweep.engine import Evaluator
+from sweep.runner import run_grid
 
 
 def _columns(text: str) -> dict[str, np.ndarray]:

@@ -13,10 +13,15 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from sweep import columns, spec, writers
+from sweep import grid as spec
+from sweep.io import parquet as writers
+from sweep.io.columns import all_point_columns
+from sweep.io.staging import STAGING_PREFIX
+from sweep.decide.tables import FRONTIER_EXTRA, optimum_columns
+from sweep.models import get_model
 from sweep.cli import main
-from sweep.evaluate import Evaluator
-from sweep.run import run_grid
+from sweep.engine import Evaluator
+from sweep.runner import run_grid
 
 WINDOWED = """
 name = "w"
@@ -51,7 +56,7 @@ def test_outputs_exist_and_manifest(seed_run, root):
     assert m["chunks"]["compilations"] == 1
     assert {"total", "evaluate", "write"} <= set(m["timings_s"])
     assert m["sweep_version"]
-    assert not [p for p in seed_run.iterdir() if p.name.startswith(writers.STAGING_PREFIX)]
+    assert not [p for p in seed_run.iterdir() if p.name.startswith(STAGING_PREFIX)]
 
 
 def test_parquet_is_bi_safe(seed_run):
@@ -60,7 +65,7 @@ def test_parquet_is_bi_safe(seed_run):
     meta = pq.ParquetFile(files[0]).metadata
     assert meta.row_group(0).column(0).compression == "ZSTD"
     table = ds.dataset(seed_run / "points").to_table()
-    names = [c.name for c in columns.point_columns("given")]
+    names = [c.name for c in get_model().point_columns(roofline=False, simulation=False)]
     assert table.column_names == names
     for field in table.schema:
         t = field.type
@@ -206,8 +211,8 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
 
 
 def test_shards_combine_to_exactly_one_run(tmp_path):
-    from sweep.run import Shard
-    from sweep.shards import merge_shards
+    from sweep.runner import Shard
+    from sweep.runner import merge_shards
 
     p = tmp_path / "w.toml"
     p.write_text(WINDOWED + '\n[output]\npartition_by = ["model", "gpu"]\n')
@@ -266,7 +271,8 @@ def test_bad_shard_and_output_options_exit_2(tmp_path, root, capsys):
 
 def test_readme_documents_every_column(root):
     readme = (root / "README.md").read_text()
-    for c in (*columns.POINT_COLUMNS, *columns.OPTIMUM_COLUMNS, *columns.FRONTIER_EXTRA):
+    every = all_point_columns()
+    for c in (*every, *optimum_columns(get_model(), every), *FRONTIER_EXTRA):
         assert f"`{c.name}`" in readme, c.name
 
 

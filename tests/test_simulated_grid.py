@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from sweep import spec
+from sweep import grid as spec
 from sweep.errors import GridError
-from sweep.evaluate import Evaluator
-from sweep.run import run_grid
+from sweep.engine import Evaluator
+from sweep.runner import run_grid
 
 GRID = """
 name = "sim"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep import spec
+from sweep import grid as spec
 from sweep.cli import main
 from sweep.errors import GridError
 
@@ -50,8 +50,9 @@ def test_seed_grid_loads(root):
     g = spec.load(root / "grids" / "seed-gpt3.toml")
     assert g.n_points == 5
     assert g.axis("batch_size").values == (1, 4, 8, 16, 32)
-    assert g.service_source == "given" and not g.windowed and g.full_batch
-    assert g.axes[-3:] == tuple(g.axis(k) for k in spec.DECISION_AXES)
+    static = g.model.static(g)
+    assert g.service_source == "given" and not static["windowed"] and static["full"]
+    assert [a.key for a in g.axes[-3:]] == ["replicas", *g.model.row_axes] == ["replicas", "batch_window_ms", "batch_size"]
 
 
 def test_example_grid_loads(root):
@@ -77,7 +78,7 @@ def test_scalars_lists_and_ranges(tmp_path):
     assert g.axis("batch_window_ms").values == (5.0, 20.0, math.inf)
     assert g.axis("slo_ms").values == (100.0, 150.0, 200.0)
     assert g.n_points == 7 * 3 * 3 * 3
-    assert g.windowed and g.full_batch
+    assert g.model.static(g)["windowed"] and g.model.static(g)["full"]
 
 
 def test_integer_accepted_for_float_and_dtype_names(tmp_path):
@@ -92,7 +93,7 @@ def test_defaults(tmp_path):
     assert g.axis("replicas").values == (1,)
     assert g.axis("percentile").values == (0.99,)
     assert g.axis("batch_window_ms").values == (math.inf,)
-    assert g.mean_follows_seq_len
+    assert g.facts["mean_follows_seq_len"]
     assert g.options == spec.Options() and g.output.points == "all"
 
 

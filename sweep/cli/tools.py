@@ -99,7 +99,7 @@ def _unit_fraction(text: str) -> float:
 
 
 def _dtype(text: str) -> float:
-    from sweep.spec import DTYPE_BYTES
+    from sweep.models.base import DTYPE_BYTES
 
     if text.lower() in DTYPE_BYTES:
         return DTYPE_BYTES[text.lower()]
@@ -130,7 +130,7 @@ def _catalog(args: argparse.Namespace):
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from sweep.fit import fit_file
+    from sweep.grid.profile import fit_file
 
     fit = fit_file(args.profile)
     console = _console()
@@ -160,7 +160,7 @@ def _dtype_name(nbytes: float) -> str:
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
-    from sweep.quick import kv_answer
+    from sweep.models.memory import kv_answer
 
     if args.mean_seq_len is not None and args.mean_seq_len > args.seq_len:
         raise CatalogError("sweep kv", "--mean-seq-len", args.mean_seq_len,

@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from sweep.errors import OutputError
-from sweep.writers import Staging, concat_parquet
+from sweep.io.parquet import concat_parquet
+from sweep.io.staging import Staging
 
 
 def merge_shards(out_dir: str | Path) -> dict[str, Any]:

@@ -101,7 +101,7 @@ from jax import lax
 from jax.scipy.special import ndtri
 from numpy.typing import ArrayLike
 
-from sweep.errors import SweepError
+from sweep.errors import SimulationError
 
 __all__ = [
     "PARAM_KEYS",
@@ -113,6 +113,7 @@ __all__ = [
     "simulate_lane",
     "simulate_requests",
     "replication_draws",
+    "never_fills",
 ]
 
 PARAM_KEYS = (
@@ -136,10 +137,6 @@ _MEM_BUDGET = 2 << 30  # bytes of device buffers per chunk (also caps lanes for 
 _BYTES_PER_REQUEST = 80  # per lane and arrival: draws, scan outputs, dispatch buffer, ...
 _IN_FLIGHT = 1  # chunks dispatched ahead of the host-side quantile work
 _TRACES = 0  # number of times the batched kernel has been traced (compiled)
-
-
-class SimulationError(SweepError, ValueError):
-    """Simulation input is invalid (shape mismatch, out-of-domain parameter)."""
 
 
 @dataclass(frozen=True)
@@ -501,6 +498,12 @@ def _chunk(seed, scen_idx, p, trace, *, n, warmup, reps, max_workers, use_trace)
     return stats, lat
 
 
+def never_fills(t_max_s: ArrayLike, queue_capacity: ArrayLike, b_max: ArrayLike) -> np.ndarray:
+    """True where a batch can never fill: no window (T_max = inf) and fewer waiting places
+    (K) than the batch needs. Such a grid is rejected at validation (SPEC 7)."""
+    return np.isinf(t_max_s) & (np.asarray(queue_capacity) < np.round(b_max))
+
+
 def _pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -597,7 +600,7 @@ def simulate(
                               f"({s}), got shape {np.shape(percentile)}") from None
     if np.any(~((q >= 0) & (q <= 1))):
         raise SimulationError(f"simulate: percentile must lie in [0, 1], got {percentile!r}")
-    bad_full = np.isinf(p["t_max_s"]) & (p["queue_capacity"] < np.round(p["b_max"]))
+    bad_full = never_fills(p["t_max_s"], p["queue_capacity"], p["b_max"])
     if np.any(bad_full):
         i = int(np.argmax(bad_full))
         raise SimulationError(f"simulate: scenario {i}: t_max_s = inf with queue_capacity "

@@ -1,55 +1,17 @@
-"""Exact decisions over the batcher's knobs (SPEC 6), in pure JAX.
+"""The Pareto frontier of a row and its knee (SPEC 6), in pure JAX, for ONE row.
 
-A *row* is one (scenario group, replicas) combination: the `K = n_windows x n_batch` points
-that differ only in `batch_window_ms` and `batch_size`. A *group* is the `n_replicas` rows
-that differ only in `replicas`. Because the decision axes are the innermost axes of the
-grid (see `sweep.spec.PARAMS`), a row is a contiguous block of K points and a group a
-contiguous block of `n_replicas` rows, so a chunk of whole groups reshapes to
-`(groups, n_replicas, K)` with no gathering.
-
-`reduce_row` is written for ONE row (arrays of shape (K,)) and `reduce_group` for one
-group's row results (shape (n_replicas,)); `sweep.evaluate` vmaps them. Every decision
-considers feasible points only (stable, mem_ok, finite latency). Indices are positions
-inside the row (-1 where there is no answer); `has_*` flags say whether there is one.
+Points are (capacity up, latency down); a model whose second objective rises (tokens/s per
+user) passes its negation as `latency`. Exact float comparison throughout.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import jax.numpy as jnp
 from jax import Array
 
 INF = jnp.inf
-
-#: `reason` codes for rows: the first constraint that left no candidate.
-REASONS: tuple[str, ...] = ("ok", "out_of_memory", "unstable", "proxy_invalid", "slo_violated")
+#: Knee scores within this of the best are ties (SPEC 6).
 KNEE_TIE = 1e-9
-
-
-class Row(NamedTuple):
-    """One row's points, each of shape (K,)."""
-
-    feasible: Array
-    mem_ok: Array
-    stable: Array
-    latency: Array  # the SLO estimate, ms
-    e_resp: Array  # E[T], ms
-    slo: Array  # ms
-    capacity: Array  # requests/s
-    batch: Array
-    rho: Array
-    rho_max: Array
-
-
-def _argbest(mask: Array, primary: Array, secondary: Array) -> tuple[Array, Array]:
-    """Index of the masked point with the largest `primary`, ties to the smallest
-    `secondary`, then to the first position; (-1, False) when the mask is empty."""
-    has = jnp.any(mask)
-    top = jnp.max(jnp.where(mask, primary, -INF))
-    tied = mask & (primary == top)
-    idx = jnp.argmin(jnp.where(tied, secondary, INF))
-    return jnp.where(has, idx, -1), has
 
 
 def pareto_mask(capacity: Array, latency: Array, valid: Array) -> Array:
@@ -131,39 +93,3 @@ def knee_index(capacity: Array, latency: Array, on_frontier: Array) -> Array:
     tied = on_frontier & (score >= best - KNEE_TIE)
     idx = jnp.argmin(jnp.where(tied, capacity, INF))
     return jnp.where(jnp.any(on_frontier), idx, -1)
-
-
-def reduce_row(r: Row, frontier: Array) -> dict[str, Array]:
-    """Every per-row answer of SPEC 6 for one row of K points, given its Pareto mask."""
-    meets = r.feasible & (r.latency <= r.slo)
-    b_max_slo, has_slo = _argbest(meets, r.batch, r.latency)
-    lat_opt, has_feasible = _argbest(r.feasible, -r.e_resp, r.batch)
-    slo_opt, _ = _argbest(meets, r.capacity, r.latency)
-    headroom = meets & (r.rho <= r.rho_max)
-    rmin_pick, row_ok = _argbest(headroom, r.batch, r.latency)
-    knee = knee_index(r.capacity, r.latency, frontier)
-    reason = jnp.where(
-        ~jnp.any(r.mem_ok), 1,
-        jnp.where(~jnp.any(r.mem_ok & r.stable), 2,
-                  jnp.where(~has_feasible, 3, jnp.where(~has_slo, 4, 0))),
-    )
-    return {
-        "b_max_slo_idx": b_max_slo,
-        "b_latency_opt_idx": lat_opt,
-        "slo_opt_idx": slo_opt,
-        "knee_idx": knee,
-        "replicas_ok": row_ok,
-        "replicas_ok_idx": rmin_pick,
-        "frontier": frontier,
-        "n_feasible": jnp.sum(r.feasible),
-        "n_frontier": jnp.sum(frontier),
-        "reason": reason.astype(jnp.int32),
-    }
-
-
-def reduce_group(replicas: Array, row_ok: Array) -> tuple[Array, Array]:
-    """replicas_min over one group's rows (shape (n_replicas,)): the fewest replicas for
-    which some batch meets the SLO with rho <= rho_max (+inf when none), and the mask of
-    the row at that count."""
-    rmin = jnp.min(jnp.where(row_ok, replicas, INF))
-    return rmin, row_ok & (replicas == rmin)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from sweep.cli_tools import int_at_least_one, one_line_errors
+from sweep.cli.tools import int_at_least_one, one_line_errors
 from sweep.errors import SweepError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -78,26 +78,24 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--quiet", action="store_true")
     m.set_defaults(handler=_cmd_merge)
     one_line_errors(m)
-    from sweep import cli_tools
+    from sweep.cli import tools
 
-    cli_tools.add_commands(sub)  # sweep fit, sweep kv, sweep catalog
+    tools.add_commands(sub)  # sweep fit, sweep kv, sweep catalog
     return p
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sweep import report, spec
-    from sweep.evaluate import DEFAULT_CHUNK
-    from sweep.run import run_grid
-
     from sweep.catalog import load_catalog
+    from sweep.cli.summary import print_summary
+    from sweep.engine import DEFAULT_CHUNK
+    from sweep.grid import load
+    from sweep.runner import Shard, run_grid
+    from sweep.runner.progress import ProgressReporter, enable_compile_cache
 
-    from sweep.progress import ProgressReporter, enable_compile_cache
-    from sweep.run import Shard
-
-    grid = spec.load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
     shard = Shard.parse(args.shard) if args.shard else None
     if grid.search is not None:
-        from sweep.search_spec import check_storage
+        from sweep.grid.search_table import check_storage
 
         check_storage(grid.search, args.out)  # an unreachable database is refused before any work
     chunk = args.chunk_size or (chunk_for_memory(args.memory_limit) if args.memory_limit else DEFAULT_CHUNK)
@@ -107,7 +105,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = run_grid(grid, args.out, chunk_size=chunk, shard=shard, force=args.force,
                           progress=None if mode == "none" else progress)
     if not args.quiet:
-        report.print_summary(grid, result)
+        print_summary(grid, result)
     return EXIT_OK
 
 
@@ -137,7 +135,7 @@ def compile_cache_dir() -> str | None:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from sweep.shards import merge_shards
+    from sweep.runner import merge_shards
 
     manifest = merge_shards(args.out)
     if not args.quiet:

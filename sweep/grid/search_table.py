@@ -17,11 +17,12 @@ impure check, `check_storage(search, out_dir)`, that the CLI calls before any wo
     batch_size       = {low = 1, high = 512, log = true}
     batch_window_ms  = {low = 0.0, high = 200.0}     # float range (continuous)
 
-Loading runs in two steps because the grid loader resolves the catalog in between:
-`parse_search` (shape, types, domains) right after the `[grid]` values are normalised, then
-`resolve_search` (catalog names of a searched `gpu`, cross-checks against the filled-in
-`[grid]`) right after the catalog is resolved. `fill_searched` lets a grid omit a searched
-key from `[grid]` (a required one such as `batch_size` or `gpu` included).
+Loading runs in steps because the grid loader resolves the catalog in between:
+`parse_search` (shape, types, domains: the same value rules as `[grid]`) right after the
+`[grid]` values are normalised, then `resolve_search` (catalog names of a searched `gpu`)
+and `check_search_space` (the model's cross-field rules over the searched domain) right
+after the catalog is resolved. `fill_searched` lets a grid omit a searched key from `[grid]`
+(a required one such as `batch_size` or `gpu` included).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sweep.errors import CatalogError, GridError
+from sweep.errors import CatalogError, GridError, StorageError, did_you_mean
+from sweep.grid.values import check_value
+from sweep.models import ServingModel
 
 #: Objective name -> (output column, direction).
 OBJECTIVES: dict[str, tuple[str, str]] = {
@@ -42,8 +45,14 @@ OBJECTIVES: dict[str, tuple[str, str]] = {
     "max_capacity": ("fleet_capacity_rps", "maximize"),
     "min_latency": ("latency_ms", "minimize"),
 }
-#: The [grid] parameters a search may vary (the fleet and batcher decisions).
-SEARCHABLE: tuple[str, ...] = ("gpu", "gpus_per_replica", "replicas", "batch_size", "batch_window_ms")
+#: The [grid] parameters a search may vary besides the model's row axes (the engine's knobs).
+FLEET_KEYS: tuple[str, ...] = ("gpu", "gpus_per_replica", "replicas")
+
+
+def searchable(model: ServingModel) -> tuple[str, ...]:
+    """The fleet and the model's knobs: for the dynamic batcher gpu, gpus_per_replica,
+    replicas, batch_window_ms and batch_size."""
+    return FLEET_KEYS + model.row_axes
 #: Storage keywords; anything else must be an RDB URL (`dialect[+driver]://...`).
 STORAGE_KINDS: tuple[str, ...] = ("sqlite", "journal", "memory")
 STORAGE_FILES: dict[str, str] = {"sqlite": "search.db", "journal": "search.journal"}
@@ -142,13 +151,13 @@ class SearchSpec:
 # --------------------------------------------------------------------------- parsing
 
 
-def parse_search(raw: Any, source: str, grid_values: Mapping[str, list[Any]]) -> SearchSpec:
+def parse_search(raw: Any, source: str, model: ServingModel) -> SearchSpec:
     """Validate a `[search]` table (shape, types, domains); catalog names come later."""
     if not isinstance(raw, Mapping):
         raise GridError(source, "search", raw, "must be a table, e.g. [search] with objective, trials and [search.params]")
     for k in raw:
         if k not in TABLE_KEYS:
-            raise GridError(source, f"search.{k}", raw[k], f"unknown search key{_close(k, TABLE_KEYS)}; expected one of {', '.join(TABLE_KEYS)}")
+            raise GridError(source, f"search.{k}", raw[k], f"unknown search key{did_you_mean(k, TABLE_KEYS)}; expected one of {', '.join(TABLE_KEYS)}")
     objectives = _objectives(raw.get("objective", DEFAULTS["objective"]), source)
     if "trials" not in raw:
         raise GridError(source, "search.trials", None, "is required: the trial budget per study, e.g. trials = 256")
@@ -165,7 +174,7 @@ def parse_search(raw: Any, source: str, grid_values: Mapping[str, list[Any]]) ->
         raise GridError(source, "search.params", None, "is required: a [search.params] table naming the searched parameters, e.g. replicas = {low = 1, high = 64}")
     if not isinstance(params_raw, Mapping) or not params_raw:
         raise GridError(source, "search.params", params_raw, "must be a non-empty table, e.g. [search.params] replicas = {low = 1, high = 64}")
-    params = tuple(_param(k, v, source) for k, v in params_raw.items())
+    params = tuple(_param(k, v, source, model) for k, v in params_raw.items())
     return SearchSpec(source, objectives, trials, batch, seed, storage, params)
 
 
@@ -181,10 +190,8 @@ def fill_searched(search: SearchSpec, values: Mapping[str, list[Any]]) -> dict[s
     return out
 
 
-def resolve_search(search: SearchSpec, catalog: Any, values: Mapping[str, list[Any]], source: str) -> SearchSpec:
-    """Look up a searched gpu's catalog names; check the space against the filled [grid]."""
-    from sweep.spec import MAX_WINDOWED_BATCH
-
+def resolve_search(search: SearchSpec, catalog: Any, source: str) -> SearchSpec:
+    """Look up a searched gpu's catalog names."""
     gpus: tuple[Any, ...] = ()
     if "gpu" in search.keys:
         found = []
@@ -194,16 +201,20 @@ def resolve_search(search: SearchSpec, catalog: Any, values: Mapping[str, list[A
             except CatalogError as exc:
                 raise GridError(source, "search.params.gpu", name, exc.rule) from None
         gpus = tuple(found)
-    windows = search.param("batch_window_ms").extremes if "batch_window_ms" in search.keys else tuple(values["batch_window_ms"])
-    sizes = search.param("batch_size").extremes if "batch_size" in search.keys else tuple(values["batch_size"])
-    if any(math.isfinite(w) for w in windows) and max(sizes) > MAX_WINDOWED_BATCH:
-        key = "search.params.batch_size" if "batch_size" in search.keys else "search.params.batch_window_ms"
-        raise GridError(source, key, max(sizes), f"batch_size must be <= {MAX_WINDOWED_BATCH} with a finite batch_window_ms (the windowed closed forms are validated up to there)")
-    finite_k = [k for k in values.get("queue_capacity", [math.inf]) if math.isfinite(k)]
-    if finite_k and any(math.isinf(w) for w in windows) and min(finite_k) < max(sizes):
-        raise GridError(source, "search.params.batch_size", max(sizes),
-                        f"is above queue_capacity {min(finite_k)} with batch_window_ms = inf: a batch could never fill")
     return replace(search, gpus=gpus)
+
+
+def check_search_space(search: SearchSpec, model: ServingModel, values: Mapping[str, list[Any]], options: Any) -> None:
+    """The model's cross-field rules (the same that check `[grid]`) over the searched
+    domain: each searched key takes the values that bound its range."""
+    space = dict(values)
+    for p in search.params:
+        space[p.key] = list(p.extremes)
+
+    def where(key: str) -> str:
+        return f"search.params.{key}" if key in search.keys else f"grid.{key}"
+
+    model.check(space, options, where, search.source)
 
 
 def _objectives(raw: Any, source: str) -> tuple[str, ...]:
@@ -212,7 +223,7 @@ def _objectives(raw: Any, source: str) -> tuple[str, ...]:
         raise GridError(source, "search.objective", raw, f"must name at least one objective: {', '.join(OBJECTIVES)}")
     for o in items:
         if not isinstance(o, str) or o not in OBJECTIVES:
-            raise GridError(source, "search.objective", o, f"unknown objective{_close(str(o), OBJECTIVES)}; use one of {', '.join(OBJECTIVES)} or a list of them")
+            raise GridError(source, "search.objective", o, f"unknown objective{did_you_mean(str(o), OBJECTIVES)}; use one of {', '.join(OBJECTIVES)} or a list of them")
     if len(set(items)) != len(items):
         raise GridError(source, "search.objective", raw, "lists an objective twice")
     return tuple(items)
@@ -234,18 +245,17 @@ def _storage(v: Any, source: str) -> str:
     return v
 
 
-def _param(key: str, raw: Any, source: str) -> SearchParam:
-    from sweep.spec import PARAM_BY_KEY
-
+def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
     where = f"search.params.{key}"
-    if key not in SEARCHABLE:
-        rule = f"unknown searched parameter{_close(key, SEARCHABLE)}; a search varies {', '.join(SEARCHABLE)} (fix every other key in [grid])"
+    keys = searchable(model)
+    if key not in keys:
+        rule = f"unknown searched parameter{did_you_mean(key, keys)}; a search varies {', '.join(keys)} (fix every other key in [grid])"
         raise GridError(source, where, raw, rule)
-    param = PARAM_BY_KEY[key]
+    param = model.param_by_key[key]
     if isinstance(raw, list):
         if not raw:
             raise GridError(source, where, raw, f"an empty list searches nothing; give at least one value, e.g. {_example(key)}")
-        choices = tuple(_value(param, v, source, where) for v in raw)
+        choices = tuple(check_value(param, v, source, where) for v in raw)
         if len(set(choices)) != len(choices):
             dup = next(c for c in choices if choices.count(c) > 1)
             raise GridError(source, where, dup, "appears twice; each value once")
@@ -259,8 +269,8 @@ def _param(key: str, raw: Any, source: str) -> SearchParam:
         for k in ("low", "high"):
             if k not in raw:
                 raise GridError(source, where, dict(raw), f"a range needs '{k}', e.g. {_example(key)}")
-        low = _value(param, raw["low"], source, f"{where}.low", finite=True)
-        high = _value(param, raw["high"], source, f"{where}.high", finite=True)
+        low = check_value(param, raw["low"], source, f"{where}.low", finite=True)
+        high = check_value(param, raw["high"], source, f"{where}.high", finite=True)
         if high < low:
             raise GridError(source, f"{where}.high", high, f"empty range: must be >= low ({low})")
         log = raw.get("log", False)
@@ -272,40 +282,15 @@ def _param(key: str, raw: Any, source: str) -> SearchParam:
     raise GridError(source, where, raw, f"a searched parameter takes a list or a {{low, high}} range, e.g. {_example(key)}; a fixed value belongs in [grid]")
 
 
-def _value(param: Any, v: Any, source: str, where: str, finite: bool = False) -> Any:
-    if param.kind == "name":
-        if not isinstance(v, str):
-            raise GridError(source, where, v, "must be a catalog name (string)")
-        return v
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
-        raise GridError(source, where, v, "must be an integer" if param.kind == "int" else "must be a number")
-    if isinstance(v, float) and math.isinf(v):
-        if finite or not (param.allow_inf and v > 0):
-            raise GridError(source, where, v, "must be finite")
-        return math.inf
-    if param.kind == "int" and not isinstance(v, int):
-        raise GridError(source, where, v, "must be an integer (not a float)")
-    problem = param.rule(float(v))
-    if problem:
-        raise GridError(source, where, v, problem)
-    return int(v) if param.kind == "int" else float(v)
-
-
 def _example(key: str) -> str:
     return {
+        "max_batched_tokens": "max_batched_tokens = [2048, 8192]",
         "gpu": 'gpu = ["a100-80gb", "h100-sxm"]',
         "gpus_per_replica": "gpus_per_replica = [1, 2, 4, 8]",
         "replicas": "replicas = {low = 1, high = 64}",
         "batch_size": "batch_size = {low = 1, high = 512, log = true}",
         "batch_window_ms": "batch_window_ms = {low = 0.0, high = 200.0}",
-    }[key]
-
-
-def _close(word: str, choices: Any) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(word, list(choices), n=1)
-    return f"; did you mean '{match[0]}'?" if match else ""
+    }.get(key, f"{key} = [1, 2]")
 
 
 def _hide_password(url: str) -> str:
@@ -320,7 +305,7 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
 
     sqlite/journal: the output folder (or its nearest existing parent) must be writable.
     An RDB URL: the host must accept a TCP connection, the driver must be installed, and a
-    connection must open. Raises `GridError(source, "search.storage", url, reason)`.
+    connection must open. Raises `StorageError(source, "search.storage", url, reason)`.
     """
     import os
 
@@ -332,7 +317,7 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
         while not d.exists() and d != d.parent:
             d = d.parent
         if not (d.is_dir() and os.access(d, os.W_OK)):
-            raise GridError(search.source, "search.storage", search.storage, f"the output folder {out_dir} is not writable for {STORAGE_FILES[search.storage]}")
+            raise StorageError(search.source, "search.storage", search.storage, f"the output folder {out_dir} is not writable for {STORAGE_FILES[search.storage]}")
         return
     try:
         from sqlalchemy.engine import make_url
@@ -340,14 +325,14 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
 
         url = make_url(search.storage)
     except (ArgumentError, ValueError) as exc:
-        raise GridError(search.source, "search.storage", shown, f"is not a valid database URL ({exc})") from None
+        raise StorageError(search.source, "search.storage", shown, f"is not a valid database URL ({exc})") from None
     backend = url.get_backend_name()
     if backend == "sqlite":
         db = url.database or ""
         if db and db != ":memory:":
             parent = Path(db).resolve().parent
             if not parent.is_dir() or not os.access(parent, os.W_OK):
-                raise GridError(search.source, "search.storage", shown, f"the folder {parent} does not exist or is not writable")
+                raise StorageError(search.source, "search.storage", shown, f"the folder {parent} does not exist or is not writable")
         return
     host, port = url.host or "localhost", url.port or _DEFAULT_PORTS.get(backend)
     if port is not None and not (host.startswith("/") or url.query.get("host")):
@@ -355,7 +340,7 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
             socket.create_connection((host, int(port)), timeout=timeout_s).close()
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
-            raise GridError(search.source, "search.storage", shown, f"cannot reach {host}:{port} ({reason}); start the database or fix the URL") from None
+            raise StorageError(search.source, "search.storage", shown, f"cannot reach {host}:{port} ({reason}); start the database or fix the URL") from None
     try:
         import sqlalchemy
 
@@ -365,7 +350,7 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
             pass
         engine.dispose()
     except ImportError as exc:
-        raise GridError(search.source, "search.storage", shown, f"the database driver is not installed ({exc.name or exc}); install it, e.g. psycopg2-binary for postgresql") from None
+        raise StorageError(search.source, "search.storage", shown, f"the database driver is not installed ({exc.name or exc}); install it, e.g. psycopg2-binary for postgresql") from None
     except Exception as exc:  # noqa: BLE001 - any connection failure is a refusal
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise GridError(search.source, "search.storage", shown, f"cannot connect ({first[:160]})") from None
+        raise StorageError(search.source, "search.storage", shown, f"cannot connect ({first[:160]})") from None

@@ -1,20 +1,66 @@
-"""Quick answers for one model on one GPU (`sweep kv`), through the same kernels as a grid.
+"""KV-cache memory (seed eq. 3, SPEC 5): one point's reservation and the batch that fits.
 
-`kv_answer` builds one `kernels.Point` and calls `kernels.kv_memory` twice (contiguous and
-paged), so the command line, the grid run and the tests share one set of formulas (SPEC 5).
+`kv_memory` is the per-point function every serving model calls; `kv_answer` is the quick
+answer for one model on one GPU (`sweep kv`), through the same function, so the command
+line, a grid run and the tests share one set of formulas.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
+from jax import Array
 
-from sweep import kernels
 from sweep.catalog import Gpu, Model
 
-jax.config.update("jax_enable_x64", True)
+
+class Memory(NamedTuple):
+    s_alloc: Array  # tokens reserved per request
+    kv_bytes_per_req: Array
+    kv_waste_frac: Array
+    free_bytes: Array
+    weights_fit: Array
+    b_mem_max: Array
+    mem_ok: Array
+
+
+def kv_memory(
+    kv_bytes_per_token: Array,
+    seq_len: Array,
+    mean_seq_len: Array,
+    block_tokens: Array,
+    weights_bytes: Array,
+    usable_hbm_bytes: Array,
+    b_max: Array,
+    *,
+    paged: bool,
+) -> Memory:
+    """KV-cache memory (seed eq. 3, SPEC 5), float64 scalars, bytes and tokens.
+
+    Contiguous allocation reserves S_max (`seq_len`) per request; paged reserves the mean
+    length rounded up to whole blocks. B_mem_max = floor(free / per-request reservation),
+    0 when the weights alone do not fit; `mem_ok` when the batch cap `b_max` fits too.
+    `usable_hbm_bytes` = gpus_per_replica x HBM x (1 - reserve_fraction).
+    """
+    if paged:
+        s_alloc = jnp.ceil(mean_seq_len / block_tokens) * block_tokens
+    else:
+        s_alloc = seq_len
+    per_req = kv_bytes_per_token * s_alloc
+    free = usable_hbm_bytes - weights_bytes
+    fit = free >= 0.0
+    b_mem = jnp.where(fit, jnp.floor(jnp.where(fit, free, 0.0) / per_req), 0.0)
+    return Memory(
+        s_alloc=s_alloc,
+        kv_bytes_per_req=per_req,
+        kv_waste_frac=1.0 - mean_seq_len / s_alloc,
+        free_bytes=free,
+        weights_fit=fit,
+        b_mem_max=b_mem,
+        mem_ok=fit & (b_max <= b_mem),
+    )
 
 
 @dataclass(frozen=True)
@@ -65,16 +111,10 @@ def kv_answer(
     weights = model.weights_bytes(weight_bytes_per_param)
     usable = gpus * gpu.hbm_bytes * (1.0 - reserve_fraction)
     f = lambda x: jnp.asarray(float(x), dtype=jnp.float64)  # noqa: E731
-    point = kernels.Point(
-        lam=f(1.0), b_max=f(1.0), t_max=f(jnp.inf), t_fixed=f(0.0), t_req=f(0.0),
-        service_cv=f(0.0), q=f(0.99), slo=f(1.0), rho_target=f(0.75), rho_max=f(0.85),
-        rho_min=f(0.5), kv_bytes_per_token=f(kv_tok), seq_len=f(seq_len), mean_seq_len=f(mean),
-        block_tokens=f(block_tokens), weights_bytes=f(weights), usable_hbm_bytes=f(usable),
-    )
     allocs = {}
     mem = None
     for paged in (False, True):
-        mem = kernels.kv_memory(point, paged=paged)
+        mem = kv_memory(f(kv_tok), f(seq_len), f(mean), f(block_tokens), f(weights), f(usable), f(1.0), paged=paged)
         allocs[paged] = Allocation(
             s_alloc_tokens=float(mem.s_alloc),
             kv_gb_per_req=float(mem.kv_bytes_per_req) * 1e-9,

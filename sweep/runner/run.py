@@ -30,14 +30,15 @@ import numpy as np
 import pyarrow as pa
 
 import sweep
-from sweep import columns as cols
-from sweep.decide import REASONS
+from sweep.decide.reduce import REASONS
+from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
+from sweep.decide.verdict import ACTIONS
+from sweep.engine.evaluate import DEFAULT_CHUNK, Chunk, Evaluator
 from sweep.errors import OutputError
-from sweep.evaluate import DEFAULT_CHUNK, SERVICE_SOURCES, Chunk, Evaluator
-from sweep.kernels import ACTIONS
-from sweep.reduced import frontier_rows, optimum_rows
-from sweep.spec import GridSpec
-from sweep.writers import DatasetWriter, Staging, arrow_schema, concat_parquet, record_batch
+from sweep.grid.spec import GridSpec
+from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
+from sweep.io.staging import Staging
+from sweep.models.base import SERVICE_SOURCES
 
 #: Grids at most this large keep every row in memory for the terminal summary.
 SUMMARY_ROWS = 64
@@ -95,6 +96,7 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
         "grid_toml": spec.text,
         "service_source": spec.service_source,
         "service_fit": getattr(spec, "fit", None),
+        "serving": spec.options.serving,
         "latency_model": spec.options.latency_model,
         "kv_allocation": spec.options.kv_allocation,
     }
@@ -149,15 +151,13 @@ class _Run:
         self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
         self.seg, self.run_key, self.progress, self.t0 = seg, run_key, progress, t0
         self.meta = provenance(spec)
-        service = spec.service_source
-        sim = spec.simulation is not None
-        bat = spec.options.latency_model == "batcher"
         out = spec.output
-        point_cols = [c for c in cols.point_columns(service, sim, bat) if not out.columns or c.name in out.columns]
+        every = spec.point_columns()
+        point_cols = [c for c in every if not out.columns or c.name in out.columns]
         point_cols = [c for c in point_cols if c.name not in out.partition_by]
         self.point_schema = arrow_schema(point_cols, self.meta)
-        self.opt_schema = arrow_schema(cols.optimum_columns(service, sim, bat), self.meta)
-        self.front_schema = arrow_schema(cols.frontier_columns(service, sim, bat), self.meta)
+        self.opt_schema = arrow_schema(optimum_columns(spec.model, every), self.meta)
+        self.front_schema = arrow_schema(frontier_columns(every), self.meta)
         self.dictionaries = {
             "model": [m.name for m in spec.models],
             "gpu": [g.name for g in spec.gpus],
@@ -203,10 +203,7 @@ class _Run:
         self.timings["write"] += time.perf_counter() - w0
         search_meta = None
         if self.spec.search is not None and self.shard.count == 1:
-            from sweep.search import run_search, search_metadata
-
-            table = run_search(self.spec, self.staging.out_dir, self.staging.final)
-            search_meta = search_metadata(table) | {"file": "search.parquet", "rows": table.num_rows}
+            search_meta = self._search()
         manifest = self._manifest(stats, n_seg, resumed)
         if search_meta is not None:
             manifest["search"] = search_meta
@@ -214,6 +211,18 @@ class _Run:
         counts = dict(zip(ACTIONS, stats["actions"]))
         rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None
         return RunResult(self.staging.out_dir, manifest, rows, counts, stats["feasible"])
+
+    def _search(self) -> dict[str, Any]:
+        """Run the `[search]` studies; their answers go through the same writer and staging."""
+        from sweep.search import RESULT_FILE, run_search
+
+        result = run_search(self.spec, self.staging.out_dir)
+        schema = arrow_schema(result.columns, {**self.meta, "search": result.meta})
+        writer = DatasetWriter(self.staging.final, schema, single_file=RESULT_FILE)
+        if result.num_rows:
+            writer.write(record_batch(result.rows, schema, result.dictionaries))
+        writer.close()
+        return result.meta | {"file": RESULT_FILE, "rows": result.num_rows}
 
     def _segment(self, k: int, begin: int, end: int, kept: list, done_before: int) -> dict[str, Any]:
         """Evaluate and write points [begin, end): its points parts, optimum and frontier rows."""
@@ -248,8 +257,9 @@ class _Run:
             stats["feasible"] += int(data["feasible"].sum())
             if self.keep_rows:
                 kept.append(data)
-            opt_w.write(record_batch(optimum_rows(chunk, self.ev.row_size, self.n_replicas), self.opt_schema, self.dictionaries))
-            front_w.write(record_batch(frontier_rows(chunk, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
+            opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size, self.n_replicas),
+                                     self.opt_schema, self.dictionaries))
+            front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
             timed("write", w0)
 
         # Two writer threads, each keeping its files in order: points on one, decisions on
@@ -346,7 +356,7 @@ class _Run:
             "output": {"columns": list(spec.output.columns) or "all", "partition_by": list(spec.output.partition_by),
                        "row_group_rows": spec.output.row_group_rows},
             "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet"},
-            "decisions": {"method": "exact", "row_axes": ["batch_window_ms", "batch_size"], "group_axis": "replicas"},
+            "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes), "group_axis": "replicas"},
             "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
                        "resumed_segments": resumed, "compilations": ev.compile_count()},
             "timings_s": {**{k: round(v, 4) for k, v in self.timings.items()},

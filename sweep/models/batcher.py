@@ -102,13 +102,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from typing import ClassVar
+
 from jax import Array, lax
 from jax.scipy.special import ndtri
 
 from sweep._numerics import poisson_tails
-from sweep.kernels import window_moments
+from sweep.models.base import Column
+from sweep.models.batching import window_moments
+from sweep.models.dynamic import BASE_COLUMNS, MS, SIM_COLUMNS, DynamicModel, Estimates
 
-__all__ = ["batcher_point", "N_NODES", "N_ROOT", "N_BISECT"]
+__all__ = ["BatcherModel", "batcher_point", "N_NODES", "N_ROOT", "N_BISECT"]
 
 INF = jnp.inf
 #: quadrature nodes over the opener's offset E ~ Exp(lam) (step 1)
@@ -312,3 +316,22 @@ def batcher_point(lam, b_max, t_max, t_fixed, t_req, service_cv, q, *, n_nodes: 
         "rho_full": rho_full,
         "stable": stable,
     }
+
+
+class BatcherModel(DynamicModel):
+    """`latency_model = "batcher"`: the SLO is checked against this module's percentile,
+    and its utilisation drives the operating rules, like its latency."""
+
+    name: ClassVar[str] = "batcher"
+    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + (
+        Column("batcher_e_resp_ms", "float64", "ms", "E[T] of the greedy-batcher model (sweep/models/batcher.py); +inf where not stable."),
+        Column("batcher_p_ms", "float64", "ms", "Its percentile estimate at `percentile` (latency_ms with latency_model = batcher)."),
+        Column("batcher_mean_batch", "float64", "requests", "Its mean batch size: the fixed point between load and batch size."),
+        Column("batcher_rho", "float64", "-", "Its utilisation lambda T_svc(b*) / b* (drives the operating rules with latency_model = batcher)."),
+    ) + SIM_COLUMNS
+
+    def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
+        bt = batcher_point(e.lam, e.b_max, e.t_max, e.t_fixed, e.t_req, e.service_cv, e.q)
+        extra = {"batcher_e_resp_ms": bt["e_resp"] * MS, "batcher_p_ms": bt["p_q"] * MS,
+                 "batcher_mean_batch": bt["mean_batch"], "batcher_rho": bt["rho"]}
+        return bt["p_q"], bt["rho"], extra

@@ -1,4 +1,4 @@
-"""Tests of the greedy-batcher approximation (`sweep.batcher.batcher_point`): its exact
+"""Tests of the greedy-batcher approximation (`sweep.models.batcher.batcher_point`): its exact
 limits, robustness over wide inputs, and agreement with the simulator."""
 
 from __future__ import annotations
@@ -7,14 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _points import dynamic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-jax.config.update("jax_enable_x64", True)
-
-from sweep import kernels  # noqa: E402
-from sweep.batcher import batcher_point  # noqa: E402
-from sweep.simulate import SimSettings, simulate  # noqa: E402
+from sweep.models.batch_sim import SimSettings, simulate
+from sweep.models.batcher import batcher_point
 
 _point = jax.jit(batcher_point)
 
@@ -25,15 +23,11 @@ def model(lam, b, t, tf, tr, cv=0.0, q=0.99):
 
 
 def proxy(lam, b, t, tf, tr, cv=0.0, q=0.99):
-    f = lambda x: jnp.float64(x)  # noqa: E731
-    p = kernels.Point(
-        lam=f(lam), b_max=f(b), t_max=f(t), t_fixed=f(tf), t_req=f(tr), service_cv=f(cv), q=f(q),
-        slo=f(1.0), rho_target=f(0.75), rho_max=f(0.85), rho_min=f(0.5), kv_bytes_per_token=f(1.0),
-        seq_len=f(1.0), mean_seq_len=f(1.0), block_tokens=f(1.0), weights_bytes=f(0.0),
-        usable_hbm_bytes=f(1e12),
-    )
-    o = kernels.evaluate_point(p, windowed=True, full=True, paged=False, latency_model="gaussian")
-    return {k: np.asarray(v) for k, v in o.items()}
+    """The window proxy's moments (SI units) at the same point, through the grid's model."""
+    r = dynamic(arrival_rps=lam, batch_size=b, batch_window_ms=t * 1e3, t_fixed_ms=tf * 1e3, t_req_ms=tr * 1e3,
+                service_cv=cv, percentile=q)
+    return {"rho": r["rho"][0], "mean_batch": r["mean_batch"][0], "proxy_ok": r["proxy_ok"][0],
+            "e_wait": r["e_wait_ms"][0] / 1e3, "e_batch": r["e_batch_ms"][0] / 1e3, "e_resp": r["e_resp_ms"][0] / 1e3}
 
 
 # ------------------------------------------------------------------------------ limits

@@ -9,7 +9,7 @@ How a search runs:
   space, the objectives, the seed and the study's fixed values, so editing any of them
   starts a new study while raising `trials` resumes the old one).
 * Batched ask/tell: each round asks up to `batch` trials, evaluates all of them in ONE
-  jitted, vmapped call of `sweep.evaluate.evaluate_values` (the same kernel as a grid run)
+  jitted, vmapped call of `sweep.engine.evaluate_values` (the same kernel as a grid run)
   with a fixed batch shape (short rounds are padded), so a search compiles once, and tells
   every trial its objective values and its constraint values.
 * Objectives: `min_cost` (`cost_usd_per_hour` = replicas * gpus_per_replica *
@@ -51,10 +51,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
-from sweep.search_spec import EXACT_LIMIT, OBJECTIVES, STORAGE_FILES, SearchSpec, _hide_password, check_storage
-from sweep.spec import Axis, GridSpec
+from sweep.decide.verdict import ACTIONS
+from sweep.engine.evaluate import catalog_tables, evaluate_values, jit_columns
+from sweep.grid.search_table import EXACT_LIMIT, OBJECTIVES, STORAGE_FILES, SearchSpec, _hide_password, check_storage
+from sweep.grid.spec import Axis, GridSpec
+from sweep.models.base import SERVICE_SOURCES, Column
 
 #: Relative tolerance for "Optuna found the exact optimum" (the exact pass uses a different
 #: batch shape, so latencies may differ in the last bits).
@@ -63,6 +65,33 @@ ENUM_CHUNK = 1 << 15
 RESULT_FILE = "search.parquet"
 CONSTRAINTS = ("slo", "stable", "rho", "memory")
 _BIG = 1e6  # constraint value standing in for +inf / NaN violations
+
+#: Columns of search.parquet before and after the point columns of the answer.
+SEARCH_META_FIRST: tuple[Column, ...] = (
+    Column("study_name", "dict", "-", "The Optuna study: GRID/key=value,.../DIGEST (one per combination of the unsearched list axes)."),
+    Column("method", "dict", "-", "How the answer was found: optuna."),
+    Column("objective", "dict", "-", "The objective(s), joined by +: min_cost, max_capacity, min_latency."),
+    Column("objective_value", "float64", "-", "The first objective's value at this answer (its column's unit)."),
+    Column("rank", "int64", "-", "0 for a single objective; the answer's position in the Pareto set (sorted by the first objective) otherwise."),
+    Column("meets_constraints", "bool", "-", "The answer meets every constraint: SLO, stability, rho <= rho_max, memory."),
+    Column("reason", "dict", "-", "Empty, or why no answer meets every constraint (the least-violating trial is shown)."),
+)
+SEARCH_META_LAST: tuple[Column, ...] = (
+    Column("trial_number", "int64", "-", "The Optuna trial this answer is."),
+    Column("trials", "int64", "trials", "COMPLETE trials in the study."),
+    Column("feasible_trials", "int64", "trials", "Trials that meet every constraint."),
+    Column("enumerable", "bool", "-", "Every searched parameter is categorical or integer and the space has at most 2,000,000 combinations: the exact optimum was computed."),
+    Column("space_size", "float64", "points", "Combinations in the searched space (+inf with a float range)."),
+    Column("exact_points", "int64", "points", "Combinations evaluated by the exact check (0 when not enumerable)."),
+    Column("exact_feasible", "int64", "points", "Feasible combinations among them."),
+    Column("exact_value", "float64", "-", "The exact optimum of the first objective (+-inf when none or not enumerable)."),
+    Column("exact_point", "dict", "-", "The exact optimum's searched values, key=value,..."),
+    Column("gap_rel", "float64", "-", "Relative gap of this answer to the exact front (0 = found it; +inf when not enumerable or infeasible)."),
+    Column("found_exact", "bool", "-", "gap_rel within 1e-9."),
+    Column("front_coverage", "float64", "-", "Share of the exact Pareto front found (multi-objective), else 1 or 0."),
+    Column("seed", "int64", "-", "The sampler's seed."),
+    Column("storage", "dict", "-", "The study storage (passwords hidden)."),
+)
 
 
 @dataclass
@@ -76,12 +105,38 @@ class StudyStats:
 
 
 @dataclass
+class SearchResult:
+    """The answers of every study: columns (declared), rows, dictionaries, run facts."""
+
+    columns: tuple[Column, ...]
+    rows: dict[str, np.ndarray]
+    dictionaries: dict[str, list[str]]
+    meta: dict[str, Any]
+
+    @property
+    def num_rows(self) -> int:
+        return len(next(iter(self.rows.values()))) if self.rows else 0
+
+    def records(self) -> list[dict[str, Any]]:
+        """One dict per answer, strings decoded (for printing and tests)."""
+        out = []
+        for i in range(self.num_rows):
+            rec: dict[str, Any] = {}
+            for c in self.columns:
+                value = self.rows[c.name][i]
+                rec[c.name] = self.dictionaries[c.name][int(value)] if c.dtype == "dict" else value.item()
+            out.append(rec)
+        return out
+
+
+@dataclass
 class _Plan:
     spec: GridSpec
     search: SearchSpec
     gpus: tuple[Any, ...]
     tables: dict[str, Any]
-    opts: dict[str, Any]
+    opts: dict[str, Any]  # the static keywords of `evaluate_values`
+    columns: tuple[Column, ...]  # the point columns of an answer
     fixed_keys: tuple[str, ...]  # [grid] keys not searched (every axis key minus searched)
     studies: list[dict[str, Any]]  # per study: key -> (value, index-into-axis)
     stats: list[StudyStats] = field(default_factory=list)
@@ -90,14 +145,14 @@ class _Plan:
 # --------------------------------------------------------------------------- public entry
 
 
-def run_search(spec: GridSpec, out_dir: Path, staging_dir: Path | None = None, *, worker: int = 0) -> pa.Table:
+def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResult:
     """Run (or resume) every study of `spec.search`; return one row per answer.
 
-    The study storage lives in `out_dir` (so reruns resume); the answer table is also
-    written to `staging_dir/search.parquet` when a staging folder is given (published with
-    the rest of the run). Single objective: one row per study (its best feasible trial, or
-    its least-violating trial with `meets_constraints = false` and a `reason`).
-    Multi-objective: one row per Pareto trial of `study.best_trials`.
+    The study storage lives in `out_dir` (so reruns resume); the caller writes the answers
+    (`sweep.runner` publishes them as search.parquet with the rest of the run). Single
+    objective: one row per study (its best feasible trial, or its least-violating trial
+    with `meets_constraints = false` and a `reason`). Multi-objective: one row per Pareto
+    trial of `study.best_trials`.
     """
     import optuna
 
@@ -130,26 +185,7 @@ def run_search(spec: GridSpec, out_dir: Path, staging_dir: Path | None = None, *
         engine = getattr(storage, "engine", None)
         if engine is not None:  # close the connections (SQLite then folds its WAL back in)
             engine.dispose()
-    table = _table(plan, rows, evaluator)
-    if staging_dir is not None:
-        write_result(table, Path(staging_dir) / RESULT_FILE)
-    return table
-
-
-def write_result(table: pa.Table, path: Path) -> None:
-    """The answer table as one zstd Parquet file, written under a temporary name and renamed."""
-    import os
-
-    import pyarrow.parquet as pq
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
-def search_metadata(table: pa.Table) -> dict[str, Any]:
-    """The run facts stored in the answer table (studies, kernel calls, compilations)."""
-    return json.loads(table.schema.metadata[b"sweep_search"])
+    return _result(plan, rows, evaluator)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -158,8 +194,6 @@ def search_metadata(table: pa.Table) -> dict[str, Any]:
 def make_plan(spec: GridSpec) -> _Plan:
     """Catalog tables that cover every searched gpu, static kernel options for the searched
     domains, and the list of studies (one per combination of the unsearched list axes)."""
-    from sweep.evaluate import catalog_tables, kernel_options
-
     search = spec.search
     assert search is not None
     gpus = search.gpus if "gpu" in search.keys else spec.gpus
@@ -180,7 +214,10 @@ def make_plan(spec: GridSpec) -> _Plan:
             if k not in scen:
                 scen[k] = (spec.axis(k).values[0], 0)
         studies.append(scen)
-    return _Plan(spec, search, tuple(gpus), catalog_tables(eff), kernel_options(eff), fixed, studies)
+    columns = tuple(c for c in jit_columns(eff) if c.name != "point_id")
+    opts = {"model": spec.model, "static": tuple(sorted(spec.model.static(eff).items())),
+            "columns": tuple(c.name for c in columns)}
+    return _Plan(spec, search, tuple(gpus), catalog_tables(eff), opts, columns, fixed, studies)
 
 
 def study_name(plan: _Plan, scenario: dict[str, Any]) -> str:
@@ -192,7 +229,8 @@ def study_name(plan: _Plan, scenario: dict[str, Any]) -> str:
         "objectives": list(search.objectives),
         "seed": search.seed,
         "scenario": {k: _fmt(scenario[k][0]) for k in plan.fixed_keys},
-        "options": {k: _fmt(v) for k, v in plan.opts.items()},
+        # the latency model is part of what a study optimises (min_latency reads its estimate)
+        "options": {**{k: _fmt(v) for k, v in plan.opts["static"]}, "latency_model": spec.model.name},
         "tables": {k: np.asarray(v).tolist() for k, v in plan.tables.items()},
         "models": [m.name for m in spec.models],
         "gpus": [g.name for g in plan.gpus],
@@ -219,8 +257,6 @@ class BatchEvaluator:
 
     def __init__(self, plan: _Plan, batch: int) -> None:
         import jax
-
-        from sweep.evaluate import evaluate_values
 
         self.plan = plan
         self.batch = batch
@@ -265,8 +301,6 @@ _REDUCED = ("cost_usd_per_hour", "fleet_capacity_rps", "latency_ms", "slo_ms", "
 
 
 def _evaluate_reduced(v: dict[str, Any], tables: dict[str, Any], **opts: Any) -> dict[str, Any]:
-    from sweep.evaluate import evaluate_values
-
     out = evaluate_values(v, tables, **opts)
     return {k: out[k] for k in _REDUCED}
 
@@ -506,7 +540,7 @@ def _enum_fn_cached(opts_key: tuple[tuple[str, Any], ...]) -> Any:
 
 
 def _enum_fn(plan: _Plan) -> Any:
-    return _enum_fn_cached(tuple(sorted(plan.opts.items())))
+    return _enum_fn_cached(tuple(sorted(plan.opts.items(), key=lambda kv: kv[0])))
 
 
 def pareto_front(f: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -609,43 +643,26 @@ def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact
     return rows
 
 
-_META_FIRST = ("study_name", "method", "objective", "objective_value", "rank", "meets_constraints", "reason")
-_META_LAST = ("trial_number", "trials", "feasible_trials", "enumerable", "space_size", "exact_points",
-              "exact_feasible", "exact_value", "exact_point", "gap_rel", "found_exact", "front_coverage",
-              "seed", "storage")
-_STRINGS = ("study_name", "method", "objective", "reason", "exact_point", "storage", "model", "gpu",
-            "action", "service_source")
-
-
-def _table(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> pa.Table:
-    from sweep.evaluate import SERVICE_SOURCES
-    from sweep.kernels import ACTIONS
-
-    names = {
+def _result(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> SearchResult:
+    """The answers as declared columns: string columns as dictionary codes."""
+    columns = (*SEARCH_META_FIRST, *plan.columns, *SEARCH_META_LAST)
+    dictionaries: dict[str, list[str]] = {
         "model": [m.name for m in plan.spec.models],
         "gpu": [g.name for g in plan.gpus],
         "action": list(ACTIONS),
         "service_source": list(SERVICE_SOURCES),
     }
-    kernel_cols = [k for k in (rows[0] if rows else {}) if k not in _META_FIRST and k not in _META_LAST]
-    order = list(_META_FIRST) + kernel_cols + list(_META_LAST)
-    arrays, fields = [], []
-    for k in order:
-        col = [r[k] for r in rows]
-        if k in names:
-            col = [names[k][int(c)] for c in col]
-        if k in _STRINGS:
-            arr = pa.array(col, pa.string()).dictionary_encode()
+    data: dict[str, np.ndarray] = {}
+    for c in columns:
+        col = [r[c.name] for r in rows]
+        if c.dtype == "dict" and c.name not in dictionaries:
+            names = sorted({str(x) for x in col})
+            dictionaries[c.name] = names
+            data[c.name] = np.array([names.index(str(x)) for x in col], dtype=np.int32)
+        elif c.dtype == "dict":
+            data[c.name] = np.asarray(col, dtype=np.int32)
         else:
-            sample = np.asarray(col)
-            if sample.dtype == bool:
-                arr = pa.array(sample, pa.bool_())
-            elif np.issubdtype(sample.dtype, np.integer):
-                arr = pa.array(sample.astype(np.int64), pa.int64())
-            else:
-                arr = pa.array(sample.astype(np.float64), pa.float64())
-        arrays.append(arr)
-        fields.append(pa.field(k, arr.type, nullable=False))
+            data[c.name] = np.asarray(col, dtype={"float64": np.float64, "int64": np.int64, "bool": np.bool_}[c.dtype])
     meta = {
         "grid_name": plan.spec.name,
         "grid_file": plan.spec.source,
@@ -660,5 +677,4 @@ def _table(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> pa.Ta
         "compilations": ev.compilations(),
         "studies": [s.__dict__ for s in plan.stats],
     }
-    schema = pa.schema(fields, metadata={"sweep_search": json.dumps(meta, default=str)})
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return SearchResult(columns, data, dictionaries, meta)

@@ -8,9 +8,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from sweep.kernels import ACTIONS
-from sweep.run import RunResult
-from sweep.spec import GridSpec
+from sweep.decide.verdict import ACTIONS
+from sweep.grid.spec import GridSpec
+from sweep.runner.run import RunResult
 
 
 def _fmt(x: float, digits: int = 1) -> str:

@@ -1,0 +1,95 @@
+"""The Python API a planner's notebook calls: grids in, Arrow tables out, no files needed.
+
+    import sweep
+    spec = sweep.load_grid("grids/seed-gpt3.toml")          # or sweep.grid_from_dict({...})
+    points = sweep.evaluate(spec)                            # pyarrow.Table, one row per point
+    optimum, frontier = sweep.decide(spec)                   # the reduced outputs, in memory
+    result = sweep.run(spec, "runs/seed")                    # the files, as `sweep run` writes them
+
+Tables carry the same columns, types, units and meanings (field metadata) as the files.
+In-memory evaluation is for grids that fit in memory (`MAX_IN_MEMORY` points); larger
+grids go through `run`, which streams to Parquet in bounded memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sweep.catalog import Catalog
+from sweep.decide.reduce import REASONS
+from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
+from sweep.decide.verdict import ACTIONS
+from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
+from sweep.errors import OutputError
+from sweep.grid import GridSpec, build, load
+from sweep.io.parquet import arrow_schema, record_batch
+from sweep.models.base import SERVICE_SOURCES
+from sweep.runner.run import RunResult, Shard, run_grid
+
+#: Points `evaluate` and `decide` hold in memory at most (about 1 KB each).
+MAX_IN_MEMORY = 5_000_000
+
+
+def load_grid(path: str | Path, catalog: Catalog | None = None) -> GridSpec:
+    """Read and validate a grid file (`sweep.errors.GridError` on any problem)."""
+    return load(path, catalog=catalog)
+
+
+def grid_from_dict(doc: Mapping[str, Any], *, source: str = "<dict>", catalog: Catalog | None = None) -> GridSpec:
+    """Validate a grid given as a dict shaped like the TOML file (`name`, `grid`, ...)."""
+    return build(doc, source=source, text=repr(dict(doc)), catalog=catalog)
+
+
+def _dictionaries(spec: GridSpec) -> dict[str, list[str]]:
+    return {
+        "model": [m.name for m in spec.models],
+        "gpu": [g.name for g in spec.gpus],
+        "action": list(ACTIONS),
+        "service_source": list(SERVICE_SOURCES),
+        "reason": list(REASONS),
+        "method": ["exact"],
+    }
+
+
+def _check_size(spec: GridSpec) -> None:
+    if spec.n_points > MAX_IN_MEMORY:
+        raise OutputError(f"{spec.source}: {spec.n_points:,} points do not fit in memory (at most {MAX_IN_MEMORY:,}); "
+                          "use sweep.run(spec, out_dir), which streams to Parquet")
+
+
+def evaluate(spec: GridSpec, columns: Sequence[str] | None = None, *, chunk_size: int = DEFAULT_CHUNK) -> pa.Table:
+    """Every point of `spec` as an Arrow table (all point columns, or `columns`)."""
+    _check_size(spec)
+    cols = [c for c in spec.point_columns() if columns is None or c.name in columns]
+    schema = arrow_schema(cols, {"grid_name": spec.name, "grid_sha256": spec.sha256})
+    names = _dictionaries(spec)
+    batches = [record_batch(chunk.columns, schema, names) for chunk in Evaluator(spec, chunk_size).iter_chunks()]
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def decide(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[pa.Table, pa.Table]:
+    """optimum and frontier of `spec` as Arrow tables (the files `sweep run` writes)."""
+    _check_size(spec)
+    every = spec.point_columns()
+    meta = {"grid_name": spec.name, "grid_sha256": spec.sha256}
+    opt_schema = arrow_schema(optimum_columns(spec.model, every), meta)
+    front_schema = arrow_schema(frontier_columns(every), meta)
+    names = _dictionaries(spec)
+    ev = Evaluator(spec, chunk_size)
+    n_replicas = len(spec.axis("replicas"))
+    opt, front = [], []
+    for chunk in ev.iter_chunks():
+        opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, n_replicas), opt_schema, names))
+        front.append(record_batch(frontier_rows(chunk.columns, ev.row_size, n_replicas), front_schema, names))
+    return pa.Table.from_batches(opt, schema=opt_schema), pa.Table.from_batches(front, schema=front_schema)
+
+
+def run(spec: GridSpec, out_dir: str | Path, *, shard: str | None = None, force: bool = False,
+        chunk_size: int = DEFAULT_CHUNK) -> RunResult:
+    """Evaluate `spec` and write points/, optimum, frontier and manifest to `out_dir`
+    (resumable, atomic; the same as `sweep run GRID --out OUT`)."""
+    return run_grid(spec, out_dir, chunk_size=chunk_size, shard=Shard.parse(shard) if shard else None, force=force)

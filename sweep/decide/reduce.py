@@ -1,0 +1,142 @@
+"""Exact decisions over the model's knobs (SPEC 6), in pure JAX.
+
+A *row* is one (scenario group, replicas) combination: the `K = n_knob x n_cap` points
+that differ only in the model's two row axes (for the dynamic batcher `batch_window_ms`
+and `batch_size`). A *group* is the `n_replicas` rows that differ only in `replicas`.
+Because these are the innermost axes of the grid (each model's `params` puts them last), a
+row is a contiguous block of K points and a group a contiguous block of `n_replicas` rows,
+so a chunk of whole groups reshapes to `(groups, n_replicas, K)` with no gathering.
+
+`reduce_row` is written for ONE row (arrays of shape (K,)) and `reduce_group` for one
+group's row results (shape (n_replicas,)); `reduce_chunk` vmaps them over a chunk. Every
+decision considers feasible points only (`sweep.decide.verdict`). Indices are positions
+inside the row (-1 where there is no answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from sweep.decide.pareto import columns_sorted, knee_index, pareto_mask, pareto_mask_columns
+from sweep.models.base import Decisions
+
+INF = jnp.inf
+
+#: `reason` codes for rows: the first constraint that left no candidate.
+REASONS: tuple[str, ...] = ("ok", "out_of_memory", "unstable", "proxy_invalid", "slo_violated")
+
+
+class Row(NamedTuple):
+    """One row's points, each of shape (K,)."""
+
+    feasible: Array
+    mem_ok: Array
+    stable: Array
+    slo_ok: Array
+    latency: Array  # the SLO estimate (frontier's second objective, ties)
+    e_resp: Array  # the mean latency (b_latency_opt)
+    capacity: Array
+    batch: Array  # the cap
+    rho: Array  # the utilisation of the operating rules
+    rho_max: Array
+
+
+def _argbest(mask: Array, primary: Array, secondary: Array) -> tuple[Array, Array]:
+    """Index of the masked point with the largest `primary`, ties to the smallest
+    `secondary`, then to the first position; (-1, False) when the mask is empty."""
+    has = jnp.any(mask)
+    top = jnp.max(jnp.where(mask, primary, -INF))
+    tied = mask & (primary == top)
+    idx = jnp.argmin(jnp.where(tied, secondary, INF))
+    return jnp.where(has, idx, -1), has
+
+
+def reduce_row(r: Row, frontier: Array) -> dict[str, Array]:
+    """Every per-row answer of SPEC 6 for one row of K points, given its Pareto mask."""
+    meets = r.feasible & r.slo_ok
+    b_max_slo, has_slo = _argbest(meets, r.batch, r.latency)
+    lat_opt, has_feasible = _argbest(r.feasible, -r.e_resp, r.batch)
+    slo_opt, _ = _argbest(meets, r.capacity, r.latency)
+    headroom = meets & (r.rho <= r.rho_max)
+    rmin_pick, row_ok = _argbest(headroom, r.batch, r.latency)
+    knee = knee_index(r.capacity, r.latency, frontier)
+    reason = jnp.where(
+        ~jnp.any(r.mem_ok), 1,
+        jnp.where(~jnp.any(r.mem_ok & r.stable), 2,
+                  jnp.where(~has_feasible, 3, jnp.where(~has_slo, 4, 0))),
+    )
+    return {
+        "b_max_slo_idx": b_max_slo,
+        "b_latency_opt_idx": lat_opt,
+        "slo_opt_idx": slo_opt,
+        "knee_idx": knee,
+        "replicas_ok": row_ok,
+        "replicas_ok_idx": rmin_pick,
+        "frontier": frontier,
+        "n_feasible": jnp.sum(r.feasible),
+        "n_frontier": jnp.sum(frontier),
+        "reason": reason.astype(jnp.int32),
+    }
+
+
+def reduce_group(replicas: Array, row_ok: Array) -> tuple[Array, Array]:
+    """replicas_min over one group's rows (shape (n_replicas,)): the fewest replicas for
+    which some batch meets the SLO with rho <= rho_max (+inf when none), and the mask of
+    the row at that count."""
+    rmin = jnp.min(jnp.where(row_ok, replicas, INF))
+    return rmin, row_ok & (replicas == rmin)
+
+
+def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap: int, n_replicas: int) -> dict[str, Array]:
+    """SPEC 6 for every row and group of a chunk of whole groups (flat point columns).
+
+    Returns `_rows` (per-row answers, shape (n_rows,)) and the per-point flags
+    `on_frontier`, `is_knee`, `is_slo_opt`.
+    """
+    n_rows = out["feasible"].shape[0] // row_size
+
+    def as_rows(x: Array) -> Array:
+        return x.reshape(n_rows, row_size)
+
+    row = Row(
+        feasible=as_rows(out["feasible"]),
+        mem_ok=as_rows(out["mem_ok"]),
+        stable=as_rows(out["stable"]),
+        slo_ok=as_rows(out["slo_ok"]),
+        latency=as_rows(out[d.latency]),
+        e_resp=as_rows(out[d.mean_latency]),
+        capacity=as_rows(out[d.capacity]),
+        batch=as_rows(out[d.cap]).astype(jnp.float64),
+        rho=as_rows(out["_rho_rules"]),
+        rho_max=as_rows(out["rho_max"]),
+    )
+    # The frontier: O(K) when capacity depends on the cap column only (the usual case,
+    # checked here), else the general sort-based mask. The branch is per chunk, outside
+    # vmap, so only one side runs.
+    n_knob = row_size // n_cap
+    cap3 = row.capacity.reshape(n_rows, n_knob, n_cap)
+    frontier = jax.lax.cond(
+        columns_sorted(cap3),
+        lambda: jax.vmap(pareto_mask_columns)(
+            cap3, row.latency.reshape(n_rows, n_knob, n_cap), row.feasible.reshape(n_rows, n_knob, n_cap)
+        ).reshape(n_rows, row_size),
+        lambda: jax.vmap(pareto_mask)(row.capacity, row.latency, row.feasible),
+    )
+    red = jax.vmap(reduce_row)(row, frontier)
+    replicas = as_rows(out["replicas"])[:, 0].astype(jnp.float64).reshape(-1, n_replicas)
+    rmin, is_rmin = jax.vmap(reduce_group)(replicas, red["replicas_ok"].reshape(-1, n_replicas))
+    pos = jnp.arange(row_size)[None, :]
+    rows = dict(red)
+    rows["replicas_min"] = jnp.repeat(rmin, n_replicas)
+    rows["is_replicas_min"] = is_rmin.reshape(-1)
+    return {
+        "_rows": rows,
+        "on_frontier": frontier.reshape(-1),
+        "is_knee": (pos == red["knee_idx"][:, None]).reshape(-1),
+        "is_slo_opt": (pos == red["slo_opt_idx"][:, None]).reshape(-1),
+    }

@@ -1,0 +1,325 @@
+"""Grid files (SPEC 8): parse, fill defaults, validate, build a frozen `GridSpec`.
+
+Loading runs in stages, each a small function that can be tested alone:
+
+    read TOML -> check top-level tables -> [options] choose the serving model -> normalise
+    each [grid] value to an axis (scalar, list, range table) with the model's type and
+    domain rule -> the other tables -> the model fills defaults -> the model's cross-field
+    checks -> resolve the catalog -> GridSpec
+
+Everything a user can get wrong is caught here, before any work starts, as a `GridError`
+naming the file, the key, the value and the rule. The kernels downstream trust their inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sweep.catalog import Catalog, load_catalog
+from sweep.errors import CatalogError, GridError, did_you_mean
+from sweep.grid.search_table import (
+    check_search_space,
+    fill_searched,
+    parse_search,
+    resolve_search,
+)
+from sweep.grid.spec import Axis, GridSpec, Options, OutputOptions, SimulationOptions
+from sweep.grid.values import axis_values
+from sweep.models import (
+    REGISTRY,
+    SERVING_MODES,
+    ServingModel,
+    get_model,
+    latency_models,
+)
+
+KV_ALLOCATIONS = ("contiguous", "paged")
+POINTS_MODES = ("all", "feasible", "none")
+TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation")
+OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction")
+PARTITION_KEYS = ("model", "gpu")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def _grid_key(key: str) -> str:
+    return f"grid.{key}"
+
+
+# --------------------------------------------------------------------------- stage 1: read
+
+
+def load(path: str | Path, catalog: Catalog | None = None) -> GridSpec:
+    """Read, validate and build a grid file. Raises `GridError` (one line) on any problem."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw_bytes = path.read_bytes()
+    except OSError as exc:
+        raise GridError(source, "<file>", source, f"cannot be read ({exc.strerror})") from None
+    text = raw_bytes.decode("utf-8", errors="replace")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise GridError(source, "<toml>", "", f"is not valid TOML: {exc}") from None
+    return build(doc, source=source, text=text, catalog=catalog)
+
+
+def build(
+    doc: Mapping[str, Any], *, source: str, text: str = "", catalog: Catalog | None = None
+) -> GridSpec:
+    """Validate a parsed grid document and build the spec (stages 2-5)."""
+    _check_top_level(doc, source)
+    name = _check_name(doc, source)
+    options = _build_options(doc.get("options", {}), source)
+    model = get_model(options.serving, options.latency_model)
+    grid = doc.get("grid")
+    if not isinstance(grid, Mapping):
+        raise GridError(source, "grid", grid, "a [grid] table is required")
+    values = _normalise_grid(grid, model, source)
+    search = parse_search(doc["search"], source, model) if "search" in doc else None
+    if search is not None:
+        values = fill_searched(search, values)
+    simulation = _build_simulation(doc.get("simulation"), options, source)
+    output = _build_output(doc.get("output", {}), model, source)
+    fit = _fit_profile(doc.get("profile"), values, source) if "profile" in doc else None
+    values, facts = model.fill(values, _grid_key, source)
+    service_source = "fitted" if fit is not None else facts.pop("service_source")
+    model.check(values, options, _grid_key, source)
+    catalog = _resolve_catalog(doc.get("catalog", {}), source, catalog)
+    if search is not None:
+        search = resolve_search(search, catalog, source)
+        check_search_space(search, model, values, options)
+    models = tuple(_lookup(catalog.model, n, source, "grid.model") for n in values["model"])
+    gpus = tuple(_lookup(catalog.gpu, n, source, "grid.gpu") for n in values["gpu"])
+    axes = tuple(Axis(p.key, tuple(values[p.key])) for p in model.params if p.key in values)
+    return GridSpec(
+        name=name,
+        source=source,
+        text=text,
+        sha256=hashlib.sha256(text.encode()).hexdigest(),
+        model=model,
+        axes=axes,
+        options=options,
+        output=output,
+        service_source=service_source,
+        models=models,
+        gpus=gpus,
+        description=str(doc.get("description", "")),
+        facts=facts,
+        fit=fit,
+        search=search,
+        simulation=simulation,
+    )
+
+
+# --------------------------------------------------------------------------- stage 2: shape
+
+
+def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str) -> dict[str, Any]:
+    """`[profile] file = "x.csv"` (relative to the grid file): fit T_fixed, t_req (sweep.fit)
+    and put them in `values` as scalar axes. Exclusive with t_fixed_ms/t_req_ms and the
+    roofline inputs. A bad profile raises `ProfileError` naming the CSV file and row."""
+    from sweep.grid.profile import fit_file
+
+    if not isinstance(raw, Mapping):
+        raise GridError(source, "profile", raw, 'must be a table, e.g. [profile] file = "profiles/my-model.csv"')
+    for k in raw:
+        if k != "file":
+            raise GridError(source, f"profile.{k}", raw[k], "unknown profile key; expected file")
+    file = raw.get("file")
+    if not isinstance(file, str) or not file.strip():
+        raise GridError(source, "profile.file", file,
+                        'must be a path (string) to a CSV relative to the grid file, e.g. file = "profiles/gpt3-a100.csv"')
+    for key in ("t_fixed_ms", "t_req_ms", "eta_bw", "eta_flops", "tokens_per_request"):
+        if key in values:
+            raise GridError(source, f"grid.{key}", values[key][0],
+                            "[profile] gives the service times; drop it or the profile, not both")
+    path = Path(file)
+    if not path.is_absolute():
+        path = Path(source).parent / path
+    fit = fit_file(path)
+    values["t_fixed_ms"] = [fit.t_fixed_ms]
+    values["t_req_ms"] = [fit.t_req_ms]
+    return fit.as_dict()
+
+
+def _check_top_level(doc: Mapping[str, Any], source: str) -> None:
+    for key in doc:
+        if key not in TOP_LEVEL_KEYS:
+            raise GridError(source, key, doc[key], f"unknown top-level key; expected one of {', '.join(TOP_LEVEL_KEYS)}")
+    for key in ("options", "output", "catalog"):
+        if key in doc and not isinstance(doc[key], Mapping):
+            raise GridError(source, key, doc[key], f"must be a table, e.g. [{key}]")
+
+
+def _check_name(doc: Mapping[str, Any], source: str) -> str:
+    if "name" not in doc:
+        raise GridError(source, "name", None, 'is required, e.g. name = "gpt3-100qps"')
+    name = doc["name"]
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise GridError(source, "name", name, 'must match [A-Za-z0-9_.-]+, e.g. name = "gpt3-100qps"')
+    if "description" in doc and not isinstance(doc["description"], str):
+        raise GridError(source, "description", doc["description"], "must be a string")
+    return name
+
+
+def _normalise_grid(grid: Mapping[str, Any], model: ServingModel, source: str) -> dict[str, list[Any]]:
+    """Every present [grid] key -> a non-empty list of checked values (scalar = length 1)."""
+    out: dict[str, list[Any]] = {}
+    params = model.param_by_key
+    for key, raw in grid.items():
+        param = params.get(key)
+        if param is None:
+            raise GridError(source, f"grid.{key}", raw, f"unknown parameter{did_you_mean(key, params)}")
+        out[key] = axis_values(param, raw, source)
+    return out
+
+
+# --------------------------------------------------------------------------- stage 3: tables
+
+
+def _build_options(raw: Mapping[str, Any], source: str) -> Options:
+    for k in raw:
+        if k not in OPTION_KEYS:
+            raise GridError(source, f"options.{k}", raw[k], f"unknown option{did_you_mean(k, OPTION_KEYS)}")
+    serving = raw.get("serving", "dynamic")
+    if serving not in SERVING_MODES:
+        raise GridError(source, "options.serving", serving, f"must be one of {', '.join(SERVING_MODES)}")
+    lm = raw.get("latency_model", get_model(serving).name)
+    if (serving, lm) not in REGISTRY:
+        raise GridError(source, "options.latency_model", lm,
+                        f"must be one of {', '.join(latency_models(serving))}{did_you_mean(str(lm), latency_models(serving))}")
+    alloc = raw.get("kv_allocation", "contiguous")
+    if alloc not in KV_ALLOCATIONS:
+        raise GridError(source, "options.kv_allocation", alloc, f"must be one of {', '.join(KV_ALLOCATIONS)}")
+    block = raw.get("block_tokens", 16)
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise GridError(source, "options.block_tokens", block, "must be an integer >= 1, e.g. block_tokens = 16")
+    reserve = raw.get("reserve_fraction", 0.0)
+    if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not (0 <= reserve < 1):
+        raise GridError(source, "options.reserve_fraction", reserve, "must be a number in [0, 1), e.g. reserve_fraction = 0.1")
+    return Options(serving, lm, alloc, block, float(reserve))
+
+
+def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOptions | None:
+    """`[simulation]` -> SimulationOptions; None when the grid does not simulate."""
+    if raw is None:
+        return SimulationOptions() if options.latency_model == "simulated" else None
+    if not isinstance(raw, Mapping):
+        raise GridError(source, "simulation", raw, "must be a table, e.g. [simulation] n_requests = 20000")
+    rules = {
+        "n_requests": (1000, "an integer >= 1000 (arrivals per replication after the warm-up), e.g. n_requests = 20000"),
+        "warmup": (0, "an integer >= 0 (arrivals discarded at the start), e.g. warmup = 2000"),
+        "replications": (2, "an integer >= 2 (the confidence interval needs two), e.g. replications = 8"),
+        "seed": (0, "an integer >= 0, e.g. seed = 0"),
+    }
+    values: dict[str, Any] = {}
+    for k, v in raw.items():
+        if k == "trace":
+            continue
+        if k not in rules:
+            raise GridError(source, f"simulation.{k}", v, f"unknown simulation setting{did_you_mean(k, [*rules, 'trace'])}")
+        low, rule = rules[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise GridError(source, f"simulation.{k}", v, f"must be {rule}")
+        values[k] = v
+    sim = SimulationOptions(**values)
+    if sim.n_requests > 5_000_000:
+        raise GridError(source, "simulation.n_requests", sim.n_requests, "must be <= 5,000,000 (memory per simulated scenario)")
+    if "trace" in raw:
+        times = _read_trace(raw["trace"], source, sim.warmup)
+        sim = SimulationOptions(**values, trace=str(raw["trace"]), trace_times=times)
+    return sim
+
+
+def _read_trace(path_value: Any, source: str, warmup: int) -> tuple[float, ...]:
+    """An arrival-time trace: one time in seconds per line (a header line and `#` comments
+    allowed), sorted ascending, finite, >= 0, longer than the warm-up."""
+    if not isinstance(path_value, str):
+        raise GridError(source, "simulation.trace", path_value, 'must be a path relative to the grid file, e.g. trace = "traces/monday.csv"')
+    path = Path(source).parent / path_value
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise GridError(source, "simulation.trace", path_value, f"cannot be read ({exc.strerror})") from None
+    times: list[float] = []
+    for n, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip().split(",", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            t = float(text)
+        except ValueError:
+            if not times and n == 1:
+                continue  # a header
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{text!r} is not a time in seconds") from None
+        if not math.isfinite(t) or t < 0:
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{t} must be a finite time >= 0 s")
+        if times and t < times[-1]:
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{t} is earlier than the line before ({times[-1]}): the trace must be sorted")
+        times.append(t)
+    if len(times) <= warmup + 100:
+        raise GridError(source, "simulation.trace", path_value, f"has {len(times)} arrivals; needs more than warmup + 100 = {warmup + 100}")
+    return tuple(times)
+
+
+def _build_output(raw: Mapping[str, Any], model: ServingModel, source: str) -> OutputOptions:
+    names = [c.name for c in model.columns]
+    known = ("points", "columns", "partition_by", "row_group_rows")
+    for k in raw:
+        if k not in known:
+            raise GridError(source, f"output.{k}", raw[k], f"unknown output option{did_you_mean(k, known)}; expected one of {', '.join(known)}")
+    points = raw.get("points", "all")
+    if points not in POINTS_MODES:
+        raise GridError(source, "output.points", points, f"must be one of {', '.join(POINTS_MODES)}")
+    columns = raw.get("columns", [])
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise GridError(source, "output.columns", columns, 'must be a list of column names, e.g. columns = ["batch_size", "latency_ms"]')
+    for c in columns:
+        if c not in names:
+            raise GridError(source, "output.columns", c, f"is not a points column{did_you_mean(c, names)} (README: columns of points/)")
+    if "columns" in raw and not columns:
+        raise GridError(source, "output.columns", columns, 'must not be empty; omit it for every column, or use points = "none"')
+    part = raw.get("partition_by", [])
+    if not isinstance(part, list) or any(p not in PARTITION_KEYS for p in part) or len(set(part)) != len(part):
+        raise GridError(source, "output.partition_by", part, 'must be a list of distinct keys from "model", "gpu", e.g. partition_by = ["model", "gpu"]')
+    rg = raw.get("row_group_rows", 1 << 18)
+    if isinstance(rg, bool) or not isinstance(rg, int) or rg < 1024:
+        raise GridError(source, "output.row_group_rows", rg, "must be an integer >= 1024, e.g. row_group_rows = 262144")
+    # Keep the canonical order of the partition keys (outermost axes first).
+    ordered = tuple(p for p in PARTITION_KEYS if p in part)
+    return OutputOptions(points, tuple(columns), ordered, rg)
+
+
+# --------------------------------------------------------------------------- stage 5: catalog
+
+
+def _resolve_catalog(raw: Mapping[str, Any], source: str, base: Catalog | None) -> Catalog:
+    catalog = base if base is not None else load_catalog()
+    for k in raw:
+        if k not in ("models", "gpus"):
+            raise GridError(source, f"catalog.{k}", raw[k], "unknown catalog table; use [catalog.models.NAME] or [catalog.gpus.NAME]")
+    models, gpus = raw.get("models", {}), raw.get("gpus", {})
+    for k, t in (("models", models), ("gpus", gpus)):
+        if not isinstance(t, Mapping) or not all(isinstance(v, Mapping) for v in t.values()):
+            raise GridError(source, f"catalog.{k}", t, f"entries are tables, e.g. [catalog.{k}.my-entry]")
+    if not models and not gpus:
+        return catalog
+    try:
+        return catalog.with_entries(models, gpus, origin=source)
+    except CatalogError as exc:
+        raise GridError(source, exc.key, exc.value, exc.rule) from None
+
+
+def _lookup(getter: Callable[[str], Any], name: str, source: str, key: str) -> Any:
+    try:
+        return getter(name)
+    except CatalogError as exc:
+        raise GridError(source, key, name, exc.rule) from None

@@ -1,0 +1,116 @@
+"""One `[grid]` value or axis: its type, its domain rule, named dtypes, range tables.
+
+Shared by the `[grid]` table and the `[search.params]` table, so a value means the same and
+is refused with the same rule in both.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from sweep.errors import GridError
+from sweep.models.base import DTYPE_BYTES, DTYPE_KEYS, Param
+
+
+def axis_values(param: Param, raw: Any, source: str) -> list[Any]:
+    where = f"grid.{param.key}"
+    if isinstance(raw, Mapping):
+        items = expand_range(param, raw, source)
+    elif isinstance(raw, list):
+        if not raw:
+            raise GridError(source, where, raw, f"an axis must not be empty, e.g. {param.example}")
+        items = list(raw)
+    else:
+        items = [raw]
+    values = [check_value(param, v, source, where) for v in items]
+    if len(set(values)) != len(values):
+        dup = next(v for v in values if values.count(v) > 1)
+        raise GridError(source, where, dup, "appears twice in the axis; each value once")
+    if param.key == "batch_size":
+        values.sort()  # ascending batch sizes let the frontier skip a sort (sweep.decide.pareto)
+    return values
+
+
+def check_value(param: Param, v: Any, source: str, where: str, *, finite: bool = False) -> Any:
+    """One value of `param`: its type, its domain rule, named dtypes; `finite` refuses inf."""
+    if param.kind == "name":
+        if not isinstance(v, str):
+            raise GridError(source, where, v, f"must be a catalog name (string), e.g. {param.example}")
+        return v
+    if param.key in DTYPE_KEYS and isinstance(v, str):
+        if v.lower() not in DTYPE_BYTES:
+            raise GridError(source, where, v, f"unknown dtype; use bytes or one of {', '.join(DTYPE_BYTES)}")
+        return DTYPE_BYTES[v.lower()]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        kind = "an integer" if param.kind == "int" else "a number"
+        raise GridError(source, where, v, f"must be {kind}, e.g. {param.example}")
+    if isinstance(v, float) and math.isnan(v):
+        raise GridError(source, where, v, f"NaN is not a value, e.g. {param.example}")
+    if isinstance(v, float) and math.isinf(v):
+        if param.allow_inf and v > 0 and not finite:
+            return math.inf
+        raise GridError(source, where, v, f"must be finite, e.g. {param.example}")
+    if param.kind == "int" and not isinstance(v, int):
+        raise GridError(source, where, v, f"must be an integer (not a float), e.g. {param.example}")
+    problem = param.rule(float(v))
+    if problem:
+        raise GridError(source, where, v, f"{problem}, e.g. {param.example}")
+    return int(v) if param.kind == "int" else float(v)
+
+
+def expand_range(param: Param, table: Mapping[str, Any], source: str) -> list[Any]:
+    """`{start, stop, num, scale}` or `{start, stop, step}` -> explicit values.
+
+    Integer parameters round a linear/log spacing to integers and drop repeats (a log
+    range of batch sizes is what a planner means by it); `step` ranges include `stop`.
+    """
+    where = f"grid.{param.key}"
+    if param.kind == "name":
+        raise GridError(source, where, dict(table), "catalog names take a list, not a range table")
+    allowed = {"start", "stop", "num", "scale", "step"}
+    for k in table:
+        if k not in allowed:
+            raise GridError(source, f"{where}.{k}", table[k], "unknown range key; use {start, stop, num, scale} or {start, stop, step}")
+    for k in ("start", "stop"):
+        if k not in table:
+            raise GridError(source, where, dict(table), f"a range table needs '{k}', e.g. {{start = 1, stop = 64, num = 7, scale = \"log\"}}")
+        x = table[k]
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise GridError(source, f"{where}.{k}", x, "must be a finite number")
+        if param.kind == "int" and not isinstance(x, int):
+            raise GridError(source, f"{where}.{k}", x, "must be an integer for an integer parameter")
+    start, stop = table["start"], table["stop"]
+    if stop < start:
+        raise GridError(source, f"{where}.stop", stop, f"must be >= start ({start})")
+    if ("num" in table) == ("step" in table):
+        raise GridError(source, where, dict(table), "give exactly one of 'num' or 'step'")
+    if "step" in table:
+        step = table["step"]
+        if "scale" in table:
+            raise GridError(source, f"{where}.scale", table["scale"], "only with 'num', not with 'step'")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0 or not math.isfinite(step):
+            raise GridError(source, f"{where}.step", step, "must be a finite number > 0")
+        if param.kind == "int" and not isinstance(step, int):
+            raise GridError(source, f"{where}.step", step, "must be an integer for an integer parameter")
+        n = int(math.floor((stop - start) / step * (1 + 1e-12))) + 1
+        return [start + i * step for i in range(n)] if param.kind == "int" else [float(start + i * step) for i in range(n)]
+    num = table["num"]
+    if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+        raise GridError(source, f"{where}.num", num, "must be an integer >= 1")
+    scale = table.get("scale", "linear")
+    if scale not in ("linear", "log"):
+        raise GridError(source, f"{where}.scale", scale, 'must be "linear" or "log"')
+    if scale == "log":
+        if start <= 0:
+            raise GridError(source, f"{where}.start", start, 'must be > 0 with scale = "log"')
+        xs = np.geomspace(start, stop, num)
+    else:
+        xs = np.linspace(start, stop, num)
+    if param.kind == "int":
+        ints = sorted({int(round(x)) for x in xs})
+        return ints
+    return [float(x) for x in xs]

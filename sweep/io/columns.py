@@ -1,0 +1,76 @@
+"""The column reference of every output file, generated from the declarations.
+
+Point columns are declared by each serving model (`sweep.models`), the reduced outputs'
+by `sweep.decide.tables`, the search answers' by `sweep.search`. This module only renders
+them: `python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]`
+prints the README's tables.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from sweep.decide.tables import FRONTIER_EXTRA, optimum_columns
+from sweep.models import REGISTRY, ServingModel, get_model
+from sweep.models.base import WHEN_TEXT, Column
+
+
+def all_point_columns(serving: str = "dynamic") -> tuple[Column, ...]:
+    """Every point column any model of a serving mode can write, in file order."""
+    seen: dict[str, Column] = {}
+    for (s, _), model in REGISTRY.items():
+        if s != serving:
+            continue
+        for c in model.columns:
+            seen.setdefault(c.name, c)
+    base = get_model(serving)
+    order = [c.name for c in base.columns]
+    extra = [n for n in seen if n not in order]
+    # model-specific columns go before the simulator's, as each model declares them
+    first_sim = next((i for i, n in enumerate(order) if seen[n].when == "simulation"), len(order))
+    names = order[:first_sim] + extra + order[first_sim:]
+    return tuple(seen[n] for n in names)
+
+
+def markdown_table(columns: Sequence[Column], models: dict[str, str] | None = None) -> str:
+    """A markdown table: column, type, unit, meaning (with the condition it is written under)."""
+    rows = ["| column | type | unit | meaning |", "|---|---|---|---|"]
+    for c in columns:
+        dtype = "string (dictionary)" if c.dtype == "dict" else c.dtype
+        doc = c.doc + (f" Only when {WHEN_TEXT[c.when]}." if c.when else "")
+        if models and c.name in models:
+            doc += f" Only with {models[c.name]}."
+        rows.append(f"| `{c.name}` | {dtype} | {c.unit} | {doc} |")
+    return "\n".join(rows)
+
+
+def _only_with(serving: str) -> dict[str, str]:
+    """Columns that only some latency models write -> which."""
+    owners: dict[str, list[str]] = {}
+    models = [m for (s, _), m in REGISTRY.items() if s == serving]
+    for m in models:
+        for c in m.columns:
+            owners.setdefault(c.name, []).append(m.name)
+    return {name: "latency_model = " + " | ".join(o) for name, o in owners.items() if len(o) < len(models)}
+
+
+def reference(table: str, model: ServingModel | None = None) -> str:
+    model = model or get_model()
+    if table == "points":
+        return markdown_table(all_point_columns(model.serving), _only_with(model.serving))
+    if table == "optimum":
+        return markdown_table(optimum_columns(model, all_point_columns(model.serving)))
+    if table == "frontier":
+        return markdown_table(FRONTIER_EXTRA)
+    if table == "search":
+        from sweep.search.study import SEARCH_META_FIRST, SEARCH_META_LAST
+
+        return markdown_table(SEARCH_META_FIRST + SEARCH_META_LAST)
+    raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]; not {table!r}")
+
+
+if __name__ == "__main__":  # pragma: no cover - docs helper
+    which = sys.argv[1] if len(sys.argv) > 1 else "points"
+    chosen = get_model(*sys.argv[2].split("/")) if len(sys.argv) > 2 else None
+    print(reference(which, chosen))

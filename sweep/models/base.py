@@ -1,0 +1,255 @@
+"""The serving-model contract: what a model declares, and what the engine calls.
+
+A serving model is one module that declares
+
+* its **grid parameters** (`Param`: key, type, default, domain rule, example) in the
+  canonical axis order, the decision axes innermost, and its cross-field rules (`check`);
+* its **columns** (`Column`: name, dtype, unit, meaning) in file order: the output dict of
+  `point`, the Parquet schema and the README's column reference all come from this list;
+* a pure **per-point function** `point(x, **static)` in `jax.numpy`: `x` maps every grid
+  key to one scalar (file units, as in the grid file) plus the catalog figures of the
+  point's model and GPU (`CATALOG_FIELDS`); it returns every column it computes (file
+  units) and any private value the engine needs (names starting with `_`). The engine
+  vmaps it, adds the columns that echo grid keys, the ids and the verdicts;
+* optionally a **host pass** (`HostPass`, e.g. the simulator), run on the evaluated columns
+  of a chunk before the verdicts and decisions;
+* the **decision columns** (`Decisions`): which columns the exact reductions read.
+
+`sweep.models` keeps the registry that maps `[options]` names to models.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+from jax import Array
+
+if TYPE_CHECKING:  # the grid layer builds specs from models; models only read them
+    from sweep.grid.spec import GridSpec
+
+DType = Literal["float64", "int64", "bool", "dict"]
+Kind = Literal["float", "int", "name"]
+#: Conditions under which a declared column is written ("" = always).
+WHEN_ROOFLINE = "roofline"
+WHEN_SIMULATION = "simulation"
+WHEN_TEXT = {
+    WHEN_ROOFLINE: "service_source = roofline",
+    WHEN_SIMULATION: "the grid simulates (latency_model = simulated, or a [simulation] table)",
+}
+
+#: Catalog figures gathered for every point (name -> which axis indexes its table).
+CATALOG_FIELDS: dict[str, str] = {
+    "kv_elems_per_token": "model",  # KV elements cached per token over all layers
+    "n_params": "model",
+    "active_params": "model",
+    "hbm_bytes": "gpu",
+    "hbm_bw": "gpu",  # bytes/s
+    "flops": "gpu",  # dense bf16 FLOP/s
+    "usd_per_gpu_hour": "gpu",
+}
+
+#: `service_source` values (a dictionary column).
+SERVICE_SOURCES: tuple[str, ...] = ("given", "fitted", "roofline")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One output column: name (snake_case with its unit), dtype, unit, meaning.
+
+    Types are BI-safe: float64, int64, bool, and dictionary-encoded strings ("dict", stored
+    as int32 codes in memory). `when` names the condition under which it is written.
+    """
+
+    name: str
+    dtype: DType
+    unit: str
+    doc: str
+    when: str = ""
+
+    def present(self, *, roofline: bool, simulation: bool) -> bool:
+        return (not self.when or (self.when == WHEN_ROOFLINE and roofline)
+                or (self.when == WHEN_SIMULATION and simulation))
+
+
+#: Columns every model declares (the engine fills `point_id`; `sweep.decide.verdict` the rest).
+POINT_ID = Column("point_id", "int64", "-", "Flat index of the point in the grid (row-major over the axes in canonical order); stable across runs of the same grid file.")
+SLO_OK = Column("slo_ok", "bool", "-", "latency_ms <= slo_ms (+inf fails).")
+FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and latency_ms finite: considered by every decision.")
+ACTION = Column("action", "dict", "-", "Seed Table 1: out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
+#: Output keys the engine and the verdict add to a model's own (not computed by `point`).
+ENGINE_KEYS: tuple[str, ...] = ("point_id", "slo_ok", "feasible", "action")
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+def nonneg(x: float) -> str | None:
+    return None if x >= 0 else "must be >= 0"
+
+
+def positive(x: float) -> str | None:
+    return None if x > 0 else "must be > 0"
+
+
+def at_least_one(x: float) -> str | None:
+    return None if x >= 1 else "must be an integer >= 1"
+
+
+def open_unit(x: float) -> str | None:
+    return None if 0 < x < 1 else "must lie in (0, 1)"
+
+
+def half_open_unit(x: float) -> str | None:
+    return None if 0 < x <= 1 else "must lie in (0, 1]"
+
+
+def unit_closed_open(x: float) -> str | None:
+    return None if 0 <= x < 1 else "must lie in [0, 1)"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One `[grid]` parameter: its type, default and domain rule.
+
+    `rule(x)` returns None when `x` is valid, else the rule it breaks (for the message).
+    `default` None means required (or derived: see the model's `fill`).
+    """
+
+    key: str
+    kind: Kind
+    default: Any
+    rule: Callable[[float], str | None] = lambda x: None
+    allow_inf: bool = False
+    example: str = ""
+
+
+#: Named dtypes accepted for `weight_bytes_per_param` and `kv_bytes_per_elem` (bytes per element).
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5,
+}
+DTYPE_KEYS: tuple[str, ...] = ("weight_bytes_per_param", "kv_bytes_per_elem")
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """The columns the exact decisions (SPEC 6) read, and the answers they report.
+
+    A *row* is every point of one (scenario group, replicas) combination: the model's two
+    row axes (`knob` outer, `cap` inner) vary within it. `answer_fields` are the point
+    columns copied for each answer of optimum.parquet: (suffix, point column, dtype, unit).
+    """
+
+    cap: str = "batch_size"
+    knob: str = "batch_window_ms"
+    capacity: str = "capacity_rps"
+    latency: str = "latency_ms"
+    mean_latency: str = "e_resp_ms"
+    utilisation: str = "rho"
+    answer_fields: tuple[tuple[str, str, DType, str], ...] = (
+        ("", "batch_size", "int64", "requests"),
+        ("_window_ms", "batch_window_ms", "float64", "ms"),
+        ("_latency_ms", "latency_ms", "float64", "ms"),
+        ("_e_resp_ms", "e_resp_ms", "float64", "ms"),
+        ("_capacity_rps", "capacity_rps", "float64", "requests/s"),
+        ("_rho", "rho", "float64", "-"),
+        ("_point_id", "point_id", "int64", "-"),
+    )
+
+
+# --------------------------------------------------------------------------- host pass
+
+
+class HostPass(abc.ABC):
+    """Work on the host between evaluation and decisions (the simulator).
+
+    `__call__` gets one chunk's evaluated columns (NumPy, the first `n` rows real, the rest
+    padding) and returns the columns it adds or replaces, padded to the chunk's length.
+    """
+
+    columns: tuple[Column, ...] = ()
+
+    @abc.abstractmethod
+    def __call__(self, cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]: ...
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class ServingModel(abc.ABC):
+    """Base of every serving model. Models are stateless singletons (the registry holds one
+    of each), hashed by identity, so a model is a valid static argument of `jax.jit`.
+
+    Subclasses set the class attributes and implement `point`. The engine uses nothing
+    else, so a new model is one new module plus its registration in `sweep.models`.
+    """
+
+    #: `[options] serving` value this model belongs to.
+    serving: ClassVar[str]
+    #: `[options] latency_model` value that selects it.
+    name: ClassVar[str]
+    #: Every `[grid]` key, canonical axis order (outermost first, the row axes last).
+    params: ClassVar[tuple[Param, ...]]
+    #: Every point column, in file order.
+    columns: ClassVar[tuple[Column, ...]]
+    #: Columns echoed from grid keys of the same name (the engine copies them).
+    echo: ClassVar[tuple[str, ...]]
+    decisions: ClassVar[Decisions] = Decisions()
+    #: Point columns repeated on each optimum.parquet row (constant within a row).
+    row_constant: ClassVar[tuple[str, ...]] = ()
+    #: The SLO checks: (latency column, SLO column) pairs; a point meets its SLO when every
+    #: latency is <= its SLO (+inf fails).
+    slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (("latency_ms", "slo_ms"),)
+    #: Does this model need the host pass to decide (the simulator's percentile)?
+    needs_host_pass: ClassVar[bool] = False
+
+    # -- declarations -----------------------------------------------------------------
+
+    @property
+    def param_by_key(self) -> dict[str, Param]:
+        return {p.key: p for p in self.params}
+
+    @property
+    def row_axes(self) -> tuple[str, str]:
+        return (self.decisions.knob, self.decisions.cap)
+
+    def point_columns(self, *, roofline: bool, simulation: bool) -> tuple[Column, ...]:
+        """The columns a run of this model writes, in order."""
+        return tuple(c for c in self.columns if c.present(roofline=roofline, simulation=simulation))
+
+    # -- validation -------------------------------------------------------------------
+
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+        """Fill defaults after the per-value checks; returns the values and facts about
+        them the model needs later (its static options). Default: plain defaults."""
+        out = dict(values)
+        for p in self.params:
+            if p.key not in out and p.default is not None:
+                out[p.key] = [p.default]
+        return out, {}
+
+    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
+        """Cross-field rules over every combination of the axes (`values` maps each key to
+        the values it can take; `where(key)` names the key for the message)."""
+
+    # -- evaluation -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def static(self, spec: GridSpec) -> dict[str, Any]:
+        """The compile-time (hashable) keywords of `point` for a grid."""
+
+    @abc.abstractmethod
+    def point(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
+        """Every computed column for ONE point (scalars in, scalars out, file units)."""
+
+    def host_pass(self, spec: GridSpec) -> HostPass | None:
+        """The host pass a grid needs (None: decisions fuse into the jitted chunk)."""
+        return None
+
+

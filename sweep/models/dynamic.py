@@ -1,0 +1,367 @@
+"""The seed's serving mode (`[options] serving = "dynamic"`): request-level dynamic batching.
+
+Everything the four dynamic latency models share lives here: the grid parameters and
+their rules (SPEC 8), the point columns (SPEC 9), and the per-point function (SPEC 1-6):
+service time, the batcher's moments, the M/G/1 batch proxy, both tail rules, B_min,
+Little's law and KV memory. A subclass only says which estimate the SLO is checked
+against (`estimate`) and what it adds: `proxy` (gaussian, exponential), `batcher` (the
+greedy-batcher model), `simulated` (the simulator's percentile, a host pass).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+import jax.numpy as jnp
+from jax import Array
+from jax.scipy.special import ndtri
+
+from sweep.errors import GridError
+from sweep.models import base
+from sweep.models.base import (
+    SERVICE_SOURCES,
+    WHEN_ROOFLINE,
+    WHEN_SIMULATION,
+    Column,
+    Param,
+    ServingModel,
+    at_least_one,
+    half_open_unit,
+    nonneg,
+    open_unit,
+    positive,
+    unit_closed_open,
+)
+from sweep.models.batch_sim import never_fills
+from sweep.models.batching import batch_moments
+from sweep.models.memory import kv_memory
+from sweep.models.queue import b_min, b_min_stable_int, b_min_target_int, queue_proxy
+from sweep.models.service import roofline_times, service_time
+
+if TYPE_CHECKING:
+    from sweep.grid.spec import GridSpec
+
+INF = jnp.inf
+MS = 1e3
+
+#: Largest batch cap the windowed closed forms are validated for (SPEC 2).
+MAX_WINDOWED_BATCH = 4096
+ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops", "tokens_per_request")
+REQUIRED: tuple[str, ...] = ("arrival_rps", "batch_size", "seq_len", "model", "gpu", "slo_ms")
+
+#: Every `[grid]` parameter, in the canonical axis order (outermost first). The three
+#: decision axes come last, so one (scenario group, replicas) row is a contiguous block.
+PARAMS: tuple[Param, ...] = (
+    Param("model", "name", None, example='model = "gpt3-175b"'),
+    Param("gpu", "name", None, example='gpu = "a100-80gb"'),
+    Param("gpus_per_replica", "int", 1, at_least_one, example="gpus_per_replica = [1, 2, 4, 8]"),
+    Param("seq_len", "int", None, at_least_one, example="seq_len = 2048"),
+    Param("mean_seq_len", "float", None, positive, example="mean_seq_len = 900"),
+    Param("arrival_rps", "float", None, positive, example="arrival_rps = [50, 100, 200]"),
+    Param("t_fixed_ms", "float", None, nonneg, example="t_fixed_ms = 50.0"),
+    Param("t_req_ms", "float", None, nonneg, example="t_req_ms = 0.5"),
+    Param("eta_bw", "float", 0.8, half_open_unit, example="eta_bw = 0.8"),
+    Param("eta_flops", "float", 0.5, half_open_unit, example="eta_flops = 0.5"),
+    Param("tokens_per_request", "float", 1.0, positive, example="tokens_per_request = 1"),
+    Param("weight_bytes_per_param", "float", 2.0, positive, example='weight_bytes_per_param = "fp8"'),
+    Param("kv_bytes_per_elem", "float", 2.0, positive, example='kv_bytes_per_elem = "fp16"'),
+    Param("slo_ms", "float", None, positive, example="slo_ms = 200.0"),
+    Param("percentile", "float", 0.99, open_unit, example="percentile = 0.99"),
+    Param("rho_target", "float", 0.75, half_open_unit, example="rho_target = 0.75"),
+    Param("rho_max", "float", 0.85, half_open_unit, example="rho_max = 0.85"),
+    Param("rho_min", "float", 0.5, unit_closed_open, example="rho_min = 0.5"),
+    Param("workers", "int", 1, at_least_one, example="workers = 1"),
+    Param("queue_capacity", "int", math.inf, at_least_one, allow_inf=True,
+          example="queue_capacity = 64  # or inf"),
+    Param("service_cv", "float", 0.0, nonneg, example="service_cv = 0.1"),
+    Param("replicas", "int", 1, at_least_one, example="replicas = [1, 2, 4]"),
+    Param("batch_window_ms", "float", math.inf, nonneg, allow_inf=True,
+          example="batch_window_ms = [5, 20, inf]"),
+    Param("batch_size", "int", None, at_least_one, example="batch_size = [1, 8, 32]"),
+)
+
+_R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
+
+#: Columns up to the verdicts and the cost; a model may add its own after them.
+BASE_COLUMNS: tuple[Column, ...] = (
+    base.POINT_ID,
+    # ---- scenario axes
+    Column("model", "dict", "-", "Model catalog name."),
+    Column("gpu", "dict", "-", "GPU catalog name."),
+    Column("gpus_per_replica", "int64", "GPUs", "GPUs per replica (tensor parallel degree)."),
+    Column("seq_len", "int64", "tokens", "S_max: sequence length a request may reach (contiguous KV reservation)."),
+    Column("mean_seq_len", "float64", "tokens", "S_mean: mean sequence length (paged KV reservation; roofline KV read)."),
+    Column("arrival_rps", "float64", "requests/s", "Total arrival rate for the fleet."),
+    Column("replicas", "int64", "replicas", "Replicas sharing the load (random split)."),
+    Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
+    Column("batch_size", "int64", "requests", "B, the batch cap B_max when a window is set."),
+    Column("batch_window_ms", "float64", "ms", "Batching window T_max; +inf = full-batch regime."),
+    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (seed eq. 1)."),
+    Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch."),
+    Column("service_source", "dict", "-", "Where T_fixed and t_req came from: given | fitted | roofline."),
+    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency.", _R),
+    Column("eta_flops", "float64", "-", "Roofline compute efficiency.", _R),
+    Column("tokens_per_request", "float64", "tokens", "Roofline: new tokens per request in one forward pass.", _R),
+    Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size (fp16 2, fp8 1, int4 0.5)."),
+    Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
+    Column("slo_ms", "float64", "ms", "Latency SLO at `percentile`."),
+    Column("percentile", "float64", "-", "Percentile q of the SLO (0.99 = P99)."),
+    Column("rho_target", "float64", "-", "Target utilisation for b_min_rho_target (seed eq. 2)."),
+    Column("rho_max", "float64", "-", "Near-saturation threshold (action, replicas_min)."),
+    Column("rho_min", "float64", "-", "Over-provisioning threshold (action)."),
+    Column("workers", "int64", "workers", "Workers sharing one queue per replica (simulator; analytic models use 1)."),
+    Column("queue_capacity", "float64", "requests", "K, waiting-request capacity (simulator); +inf = unbounded."),
+    Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative service-time noise (enters the proxy's E[S^2], E[S^3])."),
+    # ---- service and queue
+    Column("t_svc_ms", "float64", "ms", "T_svc(B) at the batch cap."),
+    Column("capacity_rps", "float64", "requests/s", "Per-replica capacity B / T_svc(B)."),
+    Column("fleet_capacity_rps", "float64", "requests/s", "replicas x capacity_rps."),
+    Column("rho", "float64", "-", "Proxy utilisation lambda_b E[S] = lambda E[S] / E[B]."),
+    Column("proxy_ok", "bool", "-", "rho < 1: the M/G/1 proxy's own validity; where false its waits are +inf."),
+    Column("stable", "bool", "-", "lambda < B / T_svc(B): the batcher can keep up at all."),
+    Column("mean_batch", "float64", "requests", "E[B], mean actual batch size per batch (= B for full batches)."),
+    Column("e_wait_ms", "float64", "ms", "E[W], queue wait before the batch starts (P-K); +inf where not proxy_ok."),
+    Column("e_batch_ms", "float64", "ms", "E[T_batch], request-weighted accumulation delay in the batcher."),
+    Column("e_svc_ms", "float64", "ms", "E[T_svc], request-weighted service time."),
+    Column("e_resp_ms", "float64", "ms", "E[T] = E[W] + E[T_batch] + E[T_svc]."),
+    Column("sd_resp_ms", "float64", "ms", "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed)."),
+    Column("p_gauss_ms", "float64", "ms", "Gaussian percentile estimate E[T] + z_q sigma_T."),
+    Column("p_exp_ms", "float64", "ms", "Exponential percentile estimate -ln(1-q) E[T]."),
+    Column("latency_ms", "float64", "ms", "The estimate the SLO is checked against ([options] latency_model)."),
+    base.SLO_OK,
+    Column("little_l", "float64", "requests", "Little's law L = lambda E[T], requests in the replica."),
+    Column("in_service", "float64", "requests", "lambda E[T_svc], requests being served (= B rho for full batches)."),
+    Column("in_queue", "float64", "requests", "L - in_service, requests waiting or accumulating."),
+    Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (seed step 2); +inf if infeasible."),
+    Column("b_min_stable_int", "float64", "requests", "Smallest integer batch that is strictly stable; +inf if none."),
+    Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) (seed eq. 2); +inf if infeasible."),
+    Column("b_min_rho_target_int", "float64", "requests", "Smallest integer batch with rho <= rho_target (seed: 7.14 -> 8); +inf if none."),
+    # ---- memory
+    Column("kv_gb_per_req", "float64", "GB", "KV reservation per request under the allocation (1 GB = 1e9 bytes)."),
+    Column("kv_gb_at_cap", "float64", "GB", "KV reservation for a full batch: kv_gb_per_req x batch_size."),
+    Column("kv_waste_frac", "float64", "-", "1 - S_mean / S_alloc: share of the reservation no token uses."),
+    Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param."),
+    Column("free_gb", "float64", "GB", "HBM left for the KV cache after weights and reserve (negative: weights do not fit)."),
+    Column("weights_fit", "bool", "-", "free_gb >= 0."),
+    Column("b_mem_max", "int64", "requests", "floor(free / per-request reservation); 0 where the weights do not fit."),
+    Column("mem_ok", "bool", "-", "weights_fit and batch_size <= b_mem_max."),
+    # ---- decisions
+    base.FEASIBLE,
+    base.ACTION,
+    Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
+)
+
+#: The simulator's columns (SPEC 7), written when the grid simulates.
+SIM_COLUMNS: tuple[Column, ...] = (
+    Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _S),
+    Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _S),
+    Column("sim_p90_ms", "float64", "ms", "Simulated P90 latency.", _S),
+    Column("sim_p99_ms", "float64", "ms", "Simulated P99 latency.", _S),
+    Column("sim_p999_ms", "float64", "ms", "Simulated P99.9 latency.", _S),
+    Column("sim_p_ms", "float64", "ms", "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).", _S),
+    Column("sim_p_hw_ms", "float64", "ms", "95% half-width of sim_p_ms across replications (Student t).", _S),
+    Column("sim_mean_batch", "float64", "requests", "Simulated mean batch size per dispatched batch.", _S),
+    Column("sim_utilization", "float64", "-", "Simulated busy time / (workers x simulated span).", _S),
+    Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped at a full queue (queue_capacity).", _S),
+    Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; +inf where the proxy is +inf.", _S),
+)
+
+#: Point columns constant within a (scenario group, replicas) row; optimum.parquet repeats them.
+ROW_CONSTANT: tuple[str, ...] = (
+    "model", "gpu", "gpus_per_replica", "seq_len", "mean_seq_len", "arrival_rps", "replicas",
+    "lambda_per_replica_rps", "t_fixed_ms", "t_req_ms", "service_source", "eta_bw", "eta_flops",
+    "tokens_per_request", "weight_bytes_per_param", "kv_bytes_per_elem", "slo_ms", "percentile",
+    "rho_target", "rho_max", "rho_min", "workers", "queue_capacity", "service_cv",
+    "b_min_stable", "b_min_stable_int", "b_min_rho_target", "b_min_rho_target_int",
+    "kv_gb_per_req", "weights_gb", "free_gb", "weights_fit", "b_mem_max", "cost_usd_per_hour",
+)
+
+
+class Estimates(NamedTuple):
+    """What a latency model may build its estimate from (one point, SI units)."""
+
+    lam: Array
+    b_max: Array
+    t_max: Array
+    t_fixed: Array
+    t_req: Array
+    service_cv: Array
+    q: Array
+    rho: Array  # the proxy's utilisation
+    p_gauss: Array
+    p_exp: Array
+
+
+class DynamicModel(ServingModel):
+    """Request-level dynamic batching (SPEC 1-7); subclasses choose the SLO estimate."""
+
+    serving: ClassVar[str] = "dynamic"
+    params: ClassVar[tuple[Param, ...]] = PARAMS
+    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + SIM_COLUMNS
+    echo: ClassVar[tuple[str, ...]] = (
+        "model", "gpu", "gpus_per_replica", "seq_len", "arrival_rps", "replicas", "batch_size",
+        "batch_window_ms", "eta_bw", "eta_flops", "tokens_per_request", "weight_bytes_per_param",
+        "kv_bytes_per_elem", "slo_ms", "percentile", "rho_target", "rho_max", "rho_min", "workers",
+        "queue_capacity", "service_cv",
+    )
+    row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
+
+    # -- the estimate the SLO is checked against -------------------------------------
+
+    def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
+        """(latency in s, utilisation for the operating rules, extra columns)."""
+        raise NotImplementedError
+
+    # -- validation -------------------------------------------------------------------
+
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+        """Required keys present; the service-time source decided; defaults filled."""
+        for key in REQUIRED:
+            if key not in values:
+                raise GridError(source, where(key), None, f"is required, e.g. {self.param_by_key[key].example}")
+        has_fixed, has_req = "t_fixed_ms" in values, "t_req_ms" in values
+        if has_fixed != has_req:
+            missing = "t_req_ms" if has_fixed else "t_fixed_ms"
+            raise GridError(source, where(missing), None,
+                            "give both t_fixed_ms and t_req_ms, or neither (roofline estimate from the catalogs)")
+        # Roofline inputs mean something only without measured times: one would be ignored.
+        if has_fixed:
+            for key in ROOFLINE_KEYS:
+                if key in values:
+                    raise GridError(source, where(key), values[key][0],
+                                    "roofline input given, but t_fixed_ms/t_req_ms are given too; drop one")
+        out = dict(values)
+        for p in self.params:
+            if p.key not in out and p.default is not None and not (has_fixed and p.key in ROOFLINE_KEYS):
+                out[p.key] = [p.default]
+        return out, {"service_source": "given" if has_fixed else "roofline",
+                     "mean_follows_seq_len": "mean_seq_len" not in out}
+
+    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
+        """Rules that involve several keys; every combination of the axes must be valid."""
+        if "mean_seq_len" in values and max(values["mean_seq_len"]) > min(values["seq_len"]):
+            raise GridError(source, where("mean_seq_len"), max(values["mean_seq_len"]),
+                            f"must be <= seq_len for every combination (smallest seq_len is {min(values['seq_len'])})")
+        if max(values["rho_min"]) >= min(values["rho_max"]):
+            raise GridError(source, where("rho_min"), max(values["rho_min"]),
+                            f"must be < rho_max for every combination (smallest rho_max is {min(values['rho_max'])})")
+        if "t_fixed_ms" in values and min(values["t_fixed_ms"]) == 0 and min(values["t_req_ms"]) == 0:
+            raise GridError(source, where("t_req_ms"), 0.0, "t_fixed_ms and t_req_ms are both 0: a batch would take no time")
+        windows = values["batch_window_ms"]
+        if any(math.isfinite(w) for w in windows) and max(values["batch_size"]) > MAX_WINDOWED_BATCH:
+            raise GridError(source, where("batch_size"), max(values["batch_size"]),
+                            f"must be <= {MAX_WINDOWED_BATCH} with a finite batch_window_ms (the windowed closed forms are validated up to there)")
+        if max(values["workers"]) > 1 and not self.needs_host_pass:
+            raise GridError(source, where("workers"), max(values["workers"]),
+                            f'the analytic latency_model "{self.name}" has one worker per replica; use workers = 1 or latency_model = "simulated"')
+        finite_k = [k for k in values["queue_capacity"] if math.isfinite(k)]
+        if finite_k and never_fills(max(windows), min(finite_k), max(values["batch_size"])):
+            raise GridError(source, where("queue_capacity"), min(finite_k),
+                            f"is below {where('batch_size')} {max(values['batch_size'])} with batch_window_ms = inf: "
+                            "a batch could never fill; set a window or raise the capacity")
+
+    # -- evaluation -------------------------------------------------------------------
+
+    def static(self, spec: GridSpec) -> dict[str, Any]:
+        windows = spec.axis("batch_window_ms").values
+        return dict(
+            windowed=any(math.isfinite(v) for v in windows),
+            full=any(math.isinf(v) for v in windows),
+            paged=spec.options.kv_allocation == "paged",
+            service_source=spec.service_source,
+            mean_follows=bool(spec.facts.get("mean_follows_seq_len", False)),
+            block_tokens=float(spec.options.block_tokens),
+            reserve_fraction=spec.options.reserve_fraction,
+        )
+
+    def point(self, x: Mapping[str, Array], *, windowed: bool, full: bool, paged: bool, service_source: str,
+              mean_follows: bool, block_tokens: float, reserve_fraction: float) -> dict[str, Array]:
+        """Every analytic column for one point. Static keywords: `windowed`/`full` say
+        which batching regimes the grid holds (a grid of only full batches never traces the
+        incomplete-gamma path), `paged` the KV allocation, `service_source` given/fitted/
+        roofline, `mean_follows` whether S_mean is S_max."""
+        gpus = x["gpus_per_replica"]
+        mean_seq = x["seq_len"] if mean_follows else x["mean_seq_len"]
+        kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
+        weights = x["n_params"] * x["weight_bytes_per_param"]
+        if service_source == "roofline":
+            t_fixed, t_req = roofline_times(
+                weights, x["active_params"], kv_per_token, mean_seq, x["tokens_per_request"],
+                gpus, x["hbm_bw"], x["flops"], x["eta_bw"], x["eta_flops"],
+            )
+        else:
+            t_fixed, t_req = x["t_fixed_ms"] * 1e-3, x["t_req_ms"] * 1e-3
+        lam = x["arrival_rps"] / x["replicas"]
+        b_max = x["batch_size"]
+        t_max = x["batch_window_ms"] * 1e-3
+        q = x["percentile"]
+
+        bm = batch_moments(lam, t_max, b_max, windowed=windowed, full=full)
+        qu = queue_proxy(lam, b_max, t_fixed, t_req, x["service_cv"], bm, exact_full=not windowed)
+        var_tb = jnp.maximum(bm.etb2 - bm.etb * bm.etb, 0.0)
+        if not windowed:  # closed form, no cancellation: (B-1)(B+7)/(12 lam^2)
+            var_tb = (b_max - 1.0) * (b_max + 7.0) / (12.0 * lam * lam)
+        e_resp = jnp.where(qu.proxy_ok, qu.e_wait + bm.etb + qu.e_svc, INF)
+        sd_resp = jnp.where(qu.proxy_ok, jnp.sqrt(jnp.where(qu.proxy_ok, qu.var_wait, 0.0) + var_tb + qu.var_svc), INF)
+        z = ndtri(q)
+        p_gauss = jnp.where(qu.proxy_ok, e_resp + z * jnp.where(qu.proxy_ok, sd_resp, 0.0), INF)
+        p_exp = -jnp.log1p(-q) * e_resp
+        latency, rho_rules, extra = self.estimate(
+            Estimates(lam, b_max, t_max, t_fixed, t_req, x["service_cv"], q, qu.rho, p_gauss, p_exp))
+        little_l = lam * e_resp
+        in_service = lam * qu.e_svc
+        raw_stable = b_min(lam, t_fixed, t_req, 1.0)
+        raw_target = b_min(lam, t_fixed, t_req, x["rho_target"])
+        usable = gpus * x["hbm_bytes"] * (1.0 - reserve_fraction)
+        mem = kv_memory(kv_per_token, x["seq_len"], mean_seq, block_tokens, weights, usable, b_max, paged=paged)
+        return {
+            "mean_seq_len": mean_seq,
+            "lambda_per_replica_rps": lam,
+            "t_fixed_ms": t_fixed * MS,
+            "t_req_ms": t_req * MS,
+            "service_source": jnp.asarray(SERVICE_SOURCES.index(service_source), dtype=jnp.int32),
+            "t_svc_ms": service_time(t_fixed, t_req, b_max) * MS,
+            "capacity_rps": qu.capacity,
+            "fleet_capacity_rps": qu.capacity * x["replicas"],
+            "rho": qu.rho,
+            "proxy_ok": qu.proxy_ok,
+            "stable": qu.stable,
+            "mean_batch": bm.eb,
+            "e_wait_ms": qu.e_wait * MS,
+            "e_batch_ms": bm.etb * MS,
+            "e_svc_ms": qu.e_svc * MS,
+            "e_resp_ms": e_resp * MS,
+            "sd_resp_ms": sd_resp * MS,
+            "p_gauss_ms": p_gauss * MS,
+            "p_exp_ms": p_exp * MS,
+            "latency_ms": latency * MS,
+            "little_l": little_l,
+            "in_service": in_service,
+            "in_queue": little_l - in_service,
+            "b_min_stable": raw_stable,
+            "b_min_stable_int": b_min_stable_int(lam, t_fixed, t_req, raw_stable),
+            "b_min_rho_target": raw_target,
+            "b_min_rho_target_int": b_min_target_int(lam, t_fixed, t_req, x["rho_target"], raw_target),
+            "kv_gb_per_req": mem.kv_bytes_per_req * 1e-9,
+            "kv_gb_at_cap": mem.kv_bytes_per_req * b_max * 1e-9,
+            "kv_waste_frac": mem.kv_waste_frac,
+            "weights_gb": weights * 1e-9,
+            "free_gb": mem.free_bytes * 1e-9,
+            "weights_fit": mem.weights_fit,
+            "b_mem_max": mem.b_mem_max,
+            "mem_ok": mem.mem_ok,
+            "cost_usd_per_hour": x["replicas"] * gpus * x["usd_per_gpu_hour"],
+            "_rho_rules": rho_rules,
+            **extra,
+        }
+
+    def host_pass(self, spec: GridSpec) -> base.HostPass | None:
+        """The simulator, when the grid simulates (a [simulation] table or latency_model
+        = simulated): sim_* columns beside the analytic ones."""
+        if spec.simulation is None:
+            return None
+        from sweep.models.simulated import Simulation
+
+        return Simulation(spec.simulation, decides=self.needs_host_pass)

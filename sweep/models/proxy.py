@@ -1,0 +1,28 @@
+"""The seed's model: the window proxy with the gaussian or exponential tail rule (SPEC 4).
+
+`latency_model = "gaussian"`: the SLO is checked against E[T] + z_q sigma_T;
+`"exponential"`: against -ln(1-q) E[T]. Both are computed for every point anyway
+(`p_gauss_ms`, `p_exp_ms`); the rules' utilisation is the proxy's `rho`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from jax import Array
+
+from sweep.models.dynamic import DynamicModel, Estimates
+
+
+class GaussianProxy(DynamicModel):
+    name: ClassVar[str] = "gaussian"
+
+    def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
+        return e.p_gauss, e.rho, {}
+
+
+class ExponentialProxy(DynamicModel):
+    name: ClassVar[str] = "exponential"
+
+    def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
+        return e.p_exp, e.rho, {}
