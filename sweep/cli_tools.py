@@ -261,8 +261,10 @@ def _origin(origin: str) -> str:
 
 
 _MODEL_ROWS = ("attention", "n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "latent_width",
-               "n_params", "active_params")
-_GPU_ROWS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops", "usd_per_gpu_hour", "price_date")
+               "n_params", "active_params", "n_experts", "experts_per_token", "expert_param_fraction")
+_GPU_ROWS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops",
+             "interconnect_bytes_per_s", "collective_latency_s", "eta_bw", "eta_flops", "usd_per_gpu_hour",
+             "price_date")
 
 
 def _value(value: Any) -> str:
@@ -283,7 +285,8 @@ def _show_entry(console: Console, what: str, entry: Any, fields: tuple[str, ...]
     t.add_column("source", overflow="fold")
     for key in fields:
         value = getattr(entry, key)
-        if value is None or value == "":
+        if value is None or value == "" or (key in ("n_experts", "experts_per_token", "expert_param_fraction")
+                                            and not value):
             continue
         t.add_row(key, _value(value), escape(entry.source.get(key, "-")))
     if what == "model":
