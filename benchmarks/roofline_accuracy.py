@@ -20,14 +20,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweep import kernels  # noqa: E402
-from sweep.calibrate import StepRow, estimate_ms, read_rows  # noqa: E402
-from sweep.catalog import packaged_catalog  # noqa: E402
+from sweep import kernels
+from sweep.calibrate import StepRow, estimate_ms, read_rows
+from sweep.catalog import packaged_catalog
 
 DATA = ROOT / "tests" / "data" / "gpu_measurements.csv"
 FIGURE = ROOT / "docs" / "roofline_accuracy.png"

@@ -123,7 +123,9 @@ def parse_rows(text: str, source: str = "<profile>") -> list[StepRow]:
 
 
 def _row(c: Mapping[str, str], source: str, line: int) -> StepRow:
-    where = lambda col: f"row {line}, column {col}"  # noqa: E731
+    def where(col: str) -> str:
+        return f"row {line}, column {col}"
+
     model, gpu = c["model"], c["gpu"]
     for col in ("model", "gpu"):
         if not c[col]:
@@ -387,10 +389,10 @@ def calibrate(rows: Sequence[StepRow], catalog: Catalog | None = None, *,
         fit_alpha = tp > 1
         alpha0 = catalog.gpu(gpu).collective_latency_s or 0.0
 
-        def unpack(x):
+        def unpack(x, fit_alpha=fit_alpha, alpha0=alpha0):
             return x[0], x[1], (x[2] if fit_alpha else alpha0)
 
-        def resid(x):
+        def resid(x, b=b, meas=meas, unpack=unpack):
             eb, ef, a = unpack(x)
             est, _ = _evaluate(b, eb, ef, a)
             return est / meas - 1.0
@@ -416,7 +418,7 @@ def _standard_errors(sol, lo, hi) -> list[float | None]:
     out: list[float | None] = [None] * k
     col_norm = np.linalg.norm(J, axis=0)
     free = [j for j in range(k) if col_norm[j] > 1e-9 * max(1.0, col_norm.max())
-            and not (sol.active_mask[j] != 0)]
+            and sol.active_mask[j] == 0]
     dof = n - len(free)
     if not free or dof < 1:
         return out
@@ -453,8 +455,8 @@ def overlay_text(fit: CalibrationFit, catalog: Catalog) -> str:
         "price_date": g.price_date,
         "price_note": g.price_note,
     }
-    lines = [f"# Written by `sweep calibrate` from {fit.source}; plan on it with "
-             f'gpu = "{fit.overlay_name}" and --catalog <this folder>.']
+    lines = [(f"# Written by `sweep calibrate` from {fit.source}; plan on it with "
+              f'gpu = "{fit.overlay_name}" and --catalog <this folder>.')]
     for k, v in fields.items():
         if v is None or v == "":
             continue

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from sweep.calibrate import CalibrationFit, StepRow, calibrate, estimate_ms, parse_rows, read_rows, write_overlay
+from sweep.calibrate import (
+    CalibrationFit,
+    StepRow,
+    calibrate,
+    estimate_ms,
+    parse_rows,
+    read_rows,
+    write_overlay,
+)
 from sweep.catalog import load_catalog, packaged_catalog
 from sweep.cli import main
 from sweep.errors import ProfileError

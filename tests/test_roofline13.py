@@ -85,7 +85,7 @@ def test_mixtral_decode_batch_1_and_64_by_hand(cat):
     every_expert = (3_211_272_192 + 90_194_313_216) / BW_H100
     assert every_expert / float(parts1.t_mem) == pytest.approx(3.61, abs=0.01)
 
-    t64, parts64 = rl.step_time(_decode(m, 64, 1000, 2.0), p)
+    _, parts64 = rl.step_time(_decode(m, 64, 1000, 2.0), p)
     touched = 8 * (1 - 0.75 ** 64)
     assert float(parts64.experts_touched) == pytest.approx(touched, rel=1e-12) and touched == pytest.approx(8.0, abs=1e-7)
     bytes64 = 3_211_272_192 + 90_194_313_216 * touched / 8 + 64 * 1001 * 131_072
@@ -110,7 +110,7 @@ def test_deepseek_v3_decode_batch_1_and_64_by_hand(cat):
     p = step_params(m, g, 8, 1.0)
     assert p.flops == 1979e12  # FP8 weights on an FP8-capable GPU run FP8 GEMMs
     bw = 8 * 4.8e12 * 0.7
-    t1, parts1 = rl.step_time(_decode(m, 1, 1000, 1.0), p)
+    _, parts1 = rl.step_time(_decode(m, 1, 1000, 1.0), p)
     assert float(parts1.experts_touched) == pytest.approx(8.0, rel=1e-12)
     bytes1 = 17_091_229_184 + 20_434_649_088 + 1001 * 61 * 576
     assert bytes1 == 37_561_049_408
@@ -243,7 +243,7 @@ def test_accuracy_benchmark_runs_and_prints_both_estimates(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(root / "benchmarks" / "roofline_accuracy.py")], cwd=root,
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "roofline_accuracy.py")], check=False, cwd=root,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "SPEC 13, all" in out.stdout and "today's roofline, all figures" in out.stdout
