@@ -32,7 +32,9 @@ from sweep.errors import CatalogError, SweepError
 MODELS = [
     "gpt3-175b", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b",
     "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b", "deepseek-v3",
+    "llama-3.3-70b", "qwen3-32b", "qwen3-30b-a3b", "deepseek-r1",
 ]
+MOE_MODELS = ["mixtral-8x7b", "deepseek-v3", "deepseek-r1", "qwen3-30b-a3b"]
 GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h200", "b200", "l4", "l40s", "mi300x"]
 
 GRID = "grids/my.toml"
@@ -88,7 +90,8 @@ def test_packaged_entries_validate_and_carry_source_and_origin(cat):
         assert m.n_heads % m.n_kv_heads == 0
     for name, g in cat.gpus.items():
         assert isinstance(g, Gpu) and g.name == name
-        assert set(g.source) >= set(GPU_FIGURES)
+        given = {f for f in GPU_FIGURES if getattr(g, f) is not None}
+        assert set(g.source) >= given
         assert g.price_date == "2026-11"
         assert "illustrative" in g.price_note
         assert g.hbm_bytes > 0 and g.hbm_bandwidth_bytes_per_s > 0 and g.bf16_dense_flops > 0
@@ -150,6 +153,51 @@ def test_mixture_of_experts_active_params(cat):
     assert m.n_params == 46_702_792_704
     assert m.active_params == 12_879_925_248
     assert cat.model("llama-3.1-8b").active_params == cat.model("llama-3.1-8b").n_params
+
+
+def test_every_moe_model_carries_cited_expert_fields_and_dense_ones_none(cat):
+    for name, m in cat.models.items():
+        if name in MOE_MODELS:
+            assert m.is_moe and 1 <= m.experts_per_token <= m.n_experts
+            assert 0 < m.expert_param_fraction < 1
+            assert {"n_experts", "experts_per_token", "expert_param_fraction"} <= set(m.source)
+            # the always-read share plus k/n of the experts is the per-token share: active params
+            active = m.dense_params + m.expert_params * m.experts_per_token / m.n_experts
+            assert active == pytest.approx(m.active_params, rel=0.02), name
+        else:
+            assert not m.is_moe and m.expert_params == 0 and m.dense_params == m.n_params
+
+
+def test_moe_reference_figures(cat):
+    """Mixtral: 32 layers x 8 experts x 3 x 4096 x 14336 = 45,097,156,608 expert parameters;
+    Qwen3-30B-A3B: 48 x 128 x 3 x 2048 x 768 = 28,991,029,248 of 30,532,134,912 (model card
+    '30.5B in total and 3.3B activated'); DeepSeek-R1 has DeepSeek-V3's shapes."""
+    m = cat.model("mixtral-8x7b")
+    assert (m.n_experts, m.experts_per_token) == (8, 2)
+    assert m.expert_params == pytest.approx(45_097_156_608, abs=1)
+    q = cat.model("qwen3-30b-a3b")
+    assert (q.n_experts, q.experts_per_token) == (128, 8)
+    assert q.expert_params == pytest.approx(28_991_029_248, abs=1)
+    assert q.active_params == 3_353_044_992 and round(q.n_params / 1e9, 1) == 30.5
+    v3, r1 = cat.model("deepseek-v3"), cat.model("deepseek-r1")
+    for f in ("attention", "n_layers", "hidden", "n_heads", "latent_width", "n_params", "active_params",
+              "n_experts", "experts_per_token", "expert_param_fraction"):
+        assert getattr(v3, f) == getattr(r1, f), f
+    assert (r1.n_experts, r1.experts_per_token, r1.kv_bytes_per_token(2)) == (256, 8, 70_272)
+    assert round(cat.model("qwen3-32b").n_params / 1e9, 1) == 32.8
+    assert cat.model("llama-3.3-70b").n_params == cat.model("llama-3.1-70b").n_params
+
+
+def test_every_gpu_carries_cited_interconnect_fields(cat):
+    for name, g in cat.gpus.items():
+        assert g.interconnect_bytes_per_s and g.interconnect_bytes_per_s > 0, name
+        assert g.collective_latency_s is not None and g.collective_latency_s >= 0, name
+        assert {"interconnect_bytes_per_s", "collective_latency_s"} <= set(g.source), name
+        assert g.eta_bw is None and g.eta_flops is None  # packaged entries are not calibrated
+    assert cat.gpu("h100-sxm").interconnect_bytes_per_s == 450e9  # NVLink 900 GB/s, one direction
+    assert cat.gpu("a100-80gb").interconnect_bytes_per_s == 300e9  # NVLink 600 GB/s
+    assert cat.gpu("l40s").interconnect_bytes_per_s == 32e9  # PCIe Gen4 x16 64 GB/s
+    assert cat.gpu("a100-80gb").fp8_dense_flops is None and cat.gpu("h100-sxm").fp8_dense_flops == 1979e12
 
 
 # ---------------------------------------------------------------------------------------
@@ -292,6 +340,16 @@ G = "catalog.gpus.my-gpu."
         ({"source": "paper"}, "source", "table of citations"),
         ({"source": {"n_layer": "x"}}, "source.n_layer", "did you mean 'n_layers'"),
         ({"source": {"n_layers": ""}}, "source.n_layers", "non-empty"),
+        ({"n_experts": 8}, "experts_per_token", "all of n_experts"),
+        ({"n_experts": 8, "experts_per_token": 2}, "expert_param_fraction", "missing"),
+        ({"experts_per_token": 2, "expert_param_fraction": 0.9}, "n_experts", "missing"),
+        ({"n_experts": 8, "experts_per_token": 9, "expert_param_fraction": 0.9}, "experts_per_token",
+         "<= n_experts"),
+        ({"n_experts": 8, "experts_per_token": 2, "expert_param_fraction": 1.0}, "expert_param_fraction",
+         "(0, 1)"),
+        ({"n_experts": 8, "experts_per_token": 2, "expert_param_fraction": 0}, "expert_param_fraction",
+         "(0, 1)"),
+        ({"n_experts": 0, "experts_per_token": 2, "expert_param_fraction": 0.5}, "n_experts", "integer >= 1"),
     ],
 )
 def test_model_rejections_name_the_key(fields, key, rule):
@@ -315,6 +373,11 @@ def test_model_rejections_name_the_key(fields, key, rule):
         ({"price_date": "Nov 2026"}, "price_date", '"YYYY-MM"'),
         ({"price_date": "2026-13"}, "price_date", '"YYYY-MM"'),
         ({"price_note": 1}, "price_note", "string"),
+        ({"interconnect_bytes_per_s": 0}, "interconnect_bytes_per_s", "> 0"),
+        ({"fp8_dense_flops": -1}, "fp8_dense_flops", "> 0"),
+        ({"collective_latency_s": -1e-6}, "collective_latency_s", ">= 0"),
+        ({"eta_bw": 1.2}, "eta_bw", "(0, 1]"),
+        ({"eta_flops": 0}, "eta_flops", "(0, 1]"),
     ],
 )
 def test_gpu_rejections_name_the_key(fields, key, rule):

@@ -6,7 +6,21 @@ stages, each a small function (STYLE habit 3): reject unknown fields -> check ea
 type -> require what has no default -> fill defaults -> cross-field checks -> build.
 
 Units are in the field names: `hbm_bytes` (decimal bytes, 1 GB = 1e9), `..._bytes_per_s`,
-`..._flops` (per second), `usd_per_gpu_hour`. Parameter counts are plain counts.
+`..._flops` (per second), `..._s` (seconds), `usd_per_gpu_hour`. Parameter counts are plain
+counts.
+
+Fields for the refined roofline (SPEC 13), all optional:
+- model: `n_experts` (routed experts per mixture-of-experts layer), `experts_per_token`
+  (top-k), `expert_param_fraction` (share of `n_params` held in routed experts; the rest —
+  attention, embeddings, shared experts, dense layers — is read on every step). All three or
+  none: a dense model gives none.
+- GPU: `interconnect_bytes_per_s` — the per-GPU, one-direction bandwidth a tensor-parallel
+  all-reduce can use (NVLink: half the marketed bidirectional total; PCIe cards: one
+  direction of the x16 link), because a ring all-reduce moves 2(g-1)/g of the message out
+  of (and into) every GPU at once; `collective_latency_s` — the fixed cost alpha of one
+  all-reduce; `fp8_dense_flops` — dense FP8 tensor throughput where the part has it;
+  `eta_bw`, `eta_flops` — calibrated efficiencies (written by `sweep calibrate`; absent on
+  packaged entries, where the roofline's documented defaults apply).
 """
 
 from __future__ import annotations
@@ -43,6 +57,9 @@ _MODEL_FIELDS: dict[str, tuple[str, str]] = {
     "latent_width": ("float", "latent_width = 576"),
     "n_params": ("float", "n_params = 70e9"),
     "active_params": ("float", "active_params = 12.9e9"),
+    "n_experts": ("int", "n_experts = 8"),
+    "experts_per_token": ("int", "experts_per_token = 2"),
+    "expert_param_fraction": ("float", "expert_param_fraction = 0.9656"),
     "description": ("str", 'description = "my fine-tune of Llama 3.1 70B"'),
     "source": ("table", '[source] n_layers = "https://huggingface.co/.../config.json"'),
 }
@@ -52,6 +69,11 @@ _GPU_FIELDS: dict[str, tuple[str, str]] = {
     "hbm_bytes": ("float", "hbm_bytes = 80e9"),
     "hbm_bandwidth_bytes_per_s": ("float", "hbm_bandwidth_bytes_per_s = 2.039e12"),
     "bf16_dense_flops": ("float", "bf16_dense_flops = 312e12"),
+    "fp8_dense_flops": ("float", "fp8_dense_flops = 1979e12"),
+    "interconnect_bytes_per_s": ("float", "interconnect_bytes_per_s = 450e9"),
+    "collective_latency_s": ("float", "collective_latency_s = 10e-6"),
+    "eta_bw": ("float", "eta_bw = 0.75"),
+    "eta_flops": ("float", "eta_flops = 0.6"),
     "usd_per_gpu_hour": ("float", "usd_per_gpu_hour = 1.8"),
     "price_date": ("str", 'price_date = "2026-11"'),
     "price_note": ("str", 'price_note = "illustrative on-demand price"'),
@@ -62,6 +84,8 @@ _GPU_REQUIRED = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops", "
 
 # Fields that are not figures and so need no citation in [source].
 _NOT_FIGURES = frozenset({"description", "price_date", "price_note", "source"})
+
+MOE_FIELDS = ("n_experts", "experts_per_token", "expert_param_fraction")
 
 MODEL_FIGURES = tuple(k for k in _MODEL_FIELDS if k not in _NOT_FIGURES)
 GPU_FIGURES = tuple(k for k in _GPU_FIELDS if k not in _NOT_FIGURES)
@@ -74,6 +98,9 @@ class Model:
     KV cache (SPEC section 5): every layer caches `kv_elems_per_token_per_layer` elements
     per token: `2 * n_kv_heads * head_dim` (keys and values) for mha/gqa, `latent_width`
     (one compressed vector, not doubled) for latent attention.
+
+    Mixture of experts (SPEC 13): `n_experts` routed experts per MoE layer, `experts_per_token`
+    of them per token, holding `expert_param_fraction` of `n_params`; all 0 for a dense model.
     """
 
     name: str
@@ -89,6 +116,23 @@ class Model:
     source: Mapping[str, str]
     origin: str
     description: str = ""
+    n_experts: int = 0
+    experts_per_token: int = 0
+    expert_param_fraction: float = 0.0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters held in routed experts (0 for a dense model)."""
+        return self.n_params * self.expert_param_fraction
+
+    @property
+    def dense_params(self) -> float:
+        """Parameters every step reads whatever the routing: all but the routed experts."""
+        return self.n_params - self.expert_params
 
     @property
     def kv_elems_per_token_per_layer(self) -> float:
@@ -109,7 +153,9 @@ class Model:
 
 @dataclass(frozen=True)
 class Gpu:
-    """One accelerator: memory, bandwidth, dense bf16 compute, and an hourly price."""
+    """One accelerator: memory, bandwidth, dense bf16 (and FP8) compute, the tensor-parallel
+    interconnect, and an hourly price. `eta_bw` / `eta_flops` are set only on calibrated
+    entries (`sweep calibrate`); None means "use the roofline's defaults"."""
 
     name: str
     hbm_bytes: float
@@ -121,6 +167,11 @@ class Gpu:
     origin: str
     price_note: str = ""
     description: str = ""
+    fp8_dense_flops: float | None = None
+    interconnect_bytes_per_s: float | None = None
+    collective_latency_s: float | None = None
+    eta_bw: float | None = None
+    eta_flops: float | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,6 +293,7 @@ def build_model(name: str, raw: Mapping[str, Any], origin: str, prefix: str = ""
     n_kv_heads, head_dim = _heads(v, origin, prefix)
     latent_width = _latent(v, origin, prefix)
     n_params, active_params = _params(v, origin, prefix)
+    n_experts, k, fraction = _experts(v, origin, prefix)
     return Model(
         name=name,
         attention=v["attention"],
@@ -256,6 +308,9 @@ def build_model(name: str, raw: Mapping[str, Any], origin: str, prefix: str = ""
         source=MappingProxyType(dict(v.get("source", {}))),
         origin=origin,
         description=v.get("description", ""),
+        n_experts=n_experts,
+        experts_per_token=k,
+        expert_param_fraction=fraction,
     )
 
 
@@ -343,6 +398,34 @@ def _params(v: Mapping[str, Any], origin: str, prefix: str) -> tuple[float, floa
     return n_params, active
 
 
+def _experts(v: Mapping[str, Any], origin: str, prefix: str) -> tuple[int, int, float]:
+    given = [f for f in MOE_FIELDS if f in v]
+    if not given:
+        return 0, 0, 0.0
+    if len(given) < len(MOE_FIELDS):
+        missing = next(f for f in MOE_FIELDS if f not in v)
+        raise CatalogError(
+            origin, prefix + missing, None,
+            f"missing; a mixture-of-experts model gives all of {', '.join(MOE_FIELDS)} "
+            "(a dense model gives none), e.g. n_experts = 8, experts_per_token = 2, "
+            "expert_param_fraction = 0.9656 for Mixtral 8x7B",
+        )
+    n, k, fraction = v["n_experts"], v["experts_per_token"], v["expert_param_fraction"]
+    if k > n:
+        raise CatalogError(
+            origin, prefix + "experts_per_token", k,
+            f"must be <= n_experts ({n}): a token is routed to k of the n experts, "
+            "e.g. experts_per_token = 2 with n_experts = 8",
+        )
+    if not 0 < fraction < 1:
+        raise CatalogError(
+            origin, prefix + "expert_param_fraction", fraction,
+            "must lie in (0, 1): the share of n_params held in routed experts, "
+            "e.g. expert_param_fraction = 0.9656 for Mixtral 8x7B",
+        )
+    return n, k, fraction
+
+
 # ---------------------------------------------------------------------------------------
 # GPUs
 
@@ -361,6 +444,18 @@ def build_gpu(name: str, raw: Mapping[str, Any], origin: str, prefix: str = "",
         if v[key] <= 0:
             raise CatalogError(origin, prefix + key, v[key],
                                f"must be a finite number > 0, e.g. {_GPU_FIELDS[key][1]}")
+    for key in ("fp8_dense_flops", "interconnect_bytes_per_s"):
+        if key in v and v[key] <= 0:
+            raise CatalogError(origin, prefix + key, v[key],
+                               f"must be a finite number > 0, e.g. {_GPU_FIELDS[key][1]}")
+    if "collective_latency_s" in v and v["collective_latency_s"] < 0:
+        raise CatalogError(origin, prefix + "collective_latency_s", v["collective_latency_s"],
+                           "must be a finite number >= 0 (seconds per all-reduce), "
+                           "e.g. collective_latency_s = 10e-6")
+    for key in ("eta_bw", "eta_flops"):
+        if key in v and not 0 < v[key] <= 1:
+            raise CatalogError(origin, prefix + key, v[key],
+                               f"must lie in (0, 1]: a share of the peak, e.g. {_GPU_FIELDS[key][1]}")
     if v["usd_per_gpu_hour"] < 0:
         raise CatalogError(origin, prefix + "usd_per_gpu_hour", v["usd_per_gpu_hour"],
                            "must be a finite number >= 0, e.g. usd_per_gpu_hour = 1.8")
@@ -379,4 +474,9 @@ def build_gpu(name: str, raw: Mapping[str, Any], origin: str, prefix: str = "",
         origin=origin,
         price_note=v.get("price_note", ""),
         description=v.get("description", ""),
+        fp8_dense_flops=v.get("fp8_dense_flops"),
+        interconnect_bytes_per_s=v.get("interconnect_bytes_per_s"),
+        collective_latency_s=v.get("collective_latency_s"),
+        eta_bw=v.get("eta_bw"),
+        eta_flops=v.get("eta_flops"),
     )

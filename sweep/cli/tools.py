@@ -1,10 +1,11 @@
-"""Quick command-line answers: `sweep fit`, `sweep kv`, `sweep catalog` (no grid file needed).
+"""Quick command-line answers: `sweep fit`, `sweep kv`, `sweep catalog`, `sweep calibrate`
+(no grid file needed).
 
 `add_commands(sub)` registers them on the `sweep` parser (`sweep.cli`). Each handler calls
-one pure library function (`sweep.fit.fit_file`, `sweep.quick.kv_answer`, the catalog) and
-prints rich tables; bad input raises a `SweepError`, which `sweep.cli.main` turns into one
-line on stderr and exit code 2. Argument errors are also one line, exit 2. Nothing here
-writes a file.
+one pure library function (`sweep.fit.fit_file`, `sweep.quick.kv_answer`, the catalog,
+`sweep.grid.calibrate`) and prints rich tables; bad input raises a `SweepError`, which
+`sweep.cli.main` turns into one line on stderr and exit code 2. Argument errors are also one
+line, exit 2. Only `calibrate --out DIR` writes files (the catalog overlay).
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ def add_commands(sub: Any) -> None:
     _catalog_arg(c)
     c.set_defaults(handler=cmd_catalog)
     one_line_errors(c)
+
+    cal = sub.add_parser("calibrate", help="fit the SPEC 13 roofline's eta_bw, eta_flops and collective latency "
+                                           "per (model, gpu, tensor parallel) to measured steps")
+    cal.add_argument("profile", type=Path, help="CSV: model,gpu,tensor_parallel,phase,batch,prompt_tokens,"
+                                                "context_tokens,measured_ms (see sweep.grid.calibrate)")
+    cal.add_argument("--out", type=Path, default=None, metavar="DIR",
+                     help="write the fits as a catalog overlay folder (DIR/gpus/<gpu>-<model>-tp<g>.toml)")
+    _catalog_arg(cal)
+    cal.set_defaults(handler=cmd_calibrate)
+    one_line_errors(cal)
 
 
 def _catalog_arg(p: argparse.ArgumentParser) -> None:
@@ -261,8 +272,10 @@ def _origin(origin: str) -> str:
 
 
 _MODEL_ROWS = ("attention", "n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "latent_width",
-               "n_params", "active_params")
-_GPU_ROWS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops", "usd_per_gpu_hour", "price_date")
+               "n_params", "active_params", "n_experts", "experts_per_token", "expert_param_fraction")
+_GPU_ROWS = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops", "fp8_dense_flops",
+             "interconnect_bytes_per_s", "collective_latency_s", "eta_bw", "eta_flops", "usd_per_gpu_hour",
+             "price_date")
 
 
 def _value(value: Any) -> str:
@@ -283,7 +296,8 @@ def _show_entry(console: Console, what: str, entry: Any, fields: tuple[str, ...]
     t.add_column("source", overflow="fold")
     for key in fields:
         value = getattr(entry, key)
-        if value is None or value == "":
+        if value is None or value == "" or (key in ("n_experts", "experts_per_token", "expert_param_fraction")
+                                            and not value):
             continue
         t.add_row(key, _value(value), escape(entry.source.get(key, "-")))
     if what == "model":
@@ -291,3 +305,43 @@ def _show_entry(console: Console, what: str, entry: Any, fields: tuple[str, ...]
     console.print(t)
     if getattr(entry, "price_note", ""):
         console.print(f"price note: {entry.price_note}", markup=False)
+
+
+# --------------------------------------------------------------------------- sweep calibrate
+
+
+def _se(value: float | None, scale: float = 1.0, fmt: str = ".3f") -> str:
+    return "n/i" if value is None else f"{value * scale:{fmt}}"
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from sweep.grid.calibrate import calibrate, read_rows, write_overlay
+
+    cat = _catalog(args)
+    rows = read_rows(args.profile)
+    fits = calibrate(rows, cat, source=str(args.profile))
+    console = _console()
+    console.print(f"[bold]{escape(str(args.profile))}[/bold]: {len(rows)} measured steps, {len(fits)} "
+                  "(model, gpu, tensor parallel) groups; residual = estimate / measured - 1; "
+                  "n/i = not identified by these rows")
+    t = Table(title="fits", title_justify="left")
+    for name in ("model", "gpu", "tp", "rows", "eta_bw", "+-", "eta_flops", "+-", "alpha us", "+-", "RMS resid"):
+        t.add_column(name, justify="left" if name in ("model", "gpu") else "right")
+    for f in fits:
+        t.add_row(f.model, f.gpu, str(f.tensor_parallel), str(f.n), f"{f.eta_bw:.3f}", _se(f.eta_bw_se),
+                  f"{f.eta_flops:.3f}", _se(f.eta_flops_se),
+                  f"{f.alpha_s * 1e6:.2f}" if f.tensor_parallel > 1 else "-",
+                  _se(f.alpha_se, 1e6, ".2f") if f.tensor_parallel > 1 else "-", f"{f.rms_rel:.3f}")
+    console.print(t)
+    t = Table(title="residuals per row", title_justify="left")
+    for name in ("row", "model", "gpu", "tp", "measured ms", "fitted ms", "residual"):
+        t.add_column(name, justify="left" if name in ("model", "gpu") else "right")
+    for f in fits:
+        for line, m, e, r in zip(f.lines, f.measured_ms, f.fitted_ms, f.residuals):
+            t.add_row(str(line), f.model, f.gpu, str(f.tensor_parallel), f"{m:.3f}", f"{e:.3f}", f"{r:+.3f}")
+    console.print(t)
+    if args.out is not None:
+        paths = write_overlay(fits, args.out, cat)
+        console.print(f"wrote {len(paths)} calibrated GPU entries to {escape(str(args.out))}/gpus/; plan on one with "
+                      f"gpu = \"{escape(fits[0].overlay_name)}\" and --catalog {escape(str(args.out))}")
+    return 0

@@ -1,0 +1,123 @@
+"""The SPEC 13 roofline against published measurements (tests/data/gpu_measurements.csv).
+
+For every figure: the SPEC 13 estimate at the documented defaults, today's linear roofline
+(`sweep.models.service.roofline_times`: T_fixed + t_req B with eta_bw 0.8, eta_flops 0.5, every weight
+read every step, bf16 FLOP/s, no collectives, no overhead), the measurement and both ratios;
+then the error distribution of each (median and max |estimate / measured - 1|, share within
+10% and 20%), and the listed misses with their reasons.
+
+    .venv/bin/python benchmarks/roofline_accuracy.py
+
+Writes docs/roofline_accuracy.png where matplotlib is installed. A few seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sweep.models.service import roofline_times
+from sweep.grid.calibrate import StepRow, estimate_ms, read_rows
+from sweep.catalog import packaged_catalog
+
+DATA = ROOT / "tests" / "data" / "gpu_measurements.csv"
+FIGURE = ROOT / "docs" / "roofline_accuracy.png"
+
+
+def old_estimate_ms(r: StepRow) -> float:
+    """Today's roofline for the row's figure: T_fixed + t_req * B per step (SPEC 1, source 3)."""
+    cat = packaged_catalog()
+    m, g = cat.model(r.model), cat.gpu(r.gpu)
+    kvb = m.kv_bytes_per_token(r.kv_bytes)
+
+    def step(batch, tokens_per_request, seq_len):
+        t_fixed, t_req = roofline_times(
+            m.weights_bytes(r.weight_bytes), m.active_params, kvb, float(seq_len), float(tokens_per_request),
+            float(r.tensor_parallel), g.hbm_bandwidth_bytes_per_s, g.bf16_dense_flops, 0.8, 0.5)
+        return float(t_fixed + t_req * batch)
+
+    if r.phase == "prefill":
+        return 1e3 * step(r.batch, r.prompt_tokens, r.prompt_tokens)
+    if r.phase == "decode":
+        return 1e3 * step(r.batch, 1, r.context_tokens)
+    total = step(r.batch, r.prompt_tokens, r.prompt_tokens)
+    total += sum(step(r.batch, 1, r.prompt_tokens + i) for i in range(int(r.output_tokens) - 1))
+    return 1e3 * total
+
+
+def summary(errors: np.ndarray) -> str:
+    a = np.abs(errors)
+    return (f"median |err| {100 * np.median(a):5.1f}%, max |err| {100 * a.max():6.1f}%, "
+            f"within 10%: {np.mean(a <= 0.10):4.0%}, within 20%: {np.mean(a <= 0.20):4.0%} "
+            f"({int(np.sum(a <= 0.20))} of {len(a)})")
+
+
+def main() -> None:
+    rows = read_rows(DATA)
+    new = estimate_ms(rows)
+    old = np.asarray([old_estimate_ms(r) for r in rows])
+    meas = np.asarray([r.measured_ms for r in rows])
+    miss = np.asarray([r.extra.get("expected_miss", "") == "yes" for r in rows])
+    print(f"{'figure':50s} {'phase':8s} {'B':>4s} {'tp':>2s} {'measured':>9s} {'SPEC 13':>9s} {'ratio':>6s} "
+          f"{'today':>9s} {'ratio':>6s}")
+    for r, n, o, m, x in zip(rows, new, old, meas, miss):
+        flag = "  (listed miss)" if x else ""
+        print(f"{r.extra['id'][:50]:50s} {r.phase:8s} {r.batch:4.0f} {r.tensor_parallel:2d} {m:9.2f} {n:9.2f} "
+              f"{n / m:6.2f} {o:9.2f} {o / m:6.2f}{flag}")
+    print()
+    print(f"SPEC 13, all {len(rows)} figures:   {summary(new / meas - 1)}")
+    print(f"SPEC 13, {int((~miss).sum())} not listed as misses: {summary(new[~miss] / meas[~miss] - 1)}")
+    print(f"today's roofline, all figures: {summary(old / meas - 1)}")
+    print()
+    print("listed misses (tests/data/gpu_measurements.csv, miss_reason):")
+    for r, n, m, x in zip(rows, new, meas, miss):
+        if x:
+            print(f"- {r.extra['id']}: ratio {n / m:.2f}: {r.extra['miss_reason']}")
+    _figure(rows, new, old, meas, miss)
+
+
+def _figure(rows, new, old, meas, miss) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib not installed: no figure")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5.0))
+    phases = np.asarray([r.phase for r in rows])
+    lo, hi = 0.8 * meas.min(), 1.25 * meas.max()
+    xs = np.geomspace(lo, hi, 50)
+    ax.fill_between(xs, 0.8 * xs, 1.2 * xs, color="0.9", label="within 20%")
+    ax.plot(xs, xs, color="0.5", lw=0.8)
+    for ph, mk in (("prefill", "o"), ("decode", "s"), ("generate", "^")):
+        sel = phases == ph
+        ax.scatter(meas[sel & ~miss], new[sel & ~miss], marker=mk, color="C0", label=f"SPEC 13, {ph}")
+        ax.scatter(meas[sel & miss], new[sel & miss], marker=mk, facecolors="none", edgecolors="C3",
+                   label=f"SPEC 13, {ph}, listed miss")
+        ax.scatter(meas[sel], old[sel], marker=mk, color="C1", alpha=0.5, s=14, label=f"today, {ph}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("measured (ms)")
+    ax.set_ylabel("estimate (ms)")
+    ax.set_title("Roofline estimates against published measurements")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    FIGURE.parent.mkdir(exist_ok=True)
+    fig.savefig(FIGURE, dpi=110)
+    print(f"wrote {FIGURE.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
