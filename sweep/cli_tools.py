@@ -1,4 +1,5 @@
-"""Quick command-line answers: `sweep fit`, `sweep kv`, `sweep catalog` (no grid file needed).
+"""Quick command-line answers: `sweep fit`, `sweep kv`, `sweep catalog` (no grid file needed),
+and `sweep report` (an HTML report of a finished run; `sweep.reporting`).
 
 `add_commands(sub)` registers them on the `sweep` parser (`sweep.cli`). Each handler calls
 one pure library function (`sweep.fit.fit_file`, `sweep.quick.kv_answer`, the catalog) and
@@ -23,7 +24,7 @@ from sweep.errors import CatalogError
 
 
 def add_commands(sub: Any) -> None:
-    """Register `fit`, `kv` and `catalog` on the subparsers action `sub`."""
+    """Register `fit`, `kv`, `catalog` and `report` on the subparsers action `sub`."""
     f = sub.add_parser("fit", help="fit T_svc(B) = T_fixed + t_req B to a profile CSV (batch_size,latency_ms)")
     f.add_argument("profile", type=Path, help="CSV with header batch_size,latency_ms; '#' comments allowed")
     f.set_defaults(handler=cmd_fit)
@@ -51,6 +52,13 @@ def add_commands(sub: Any) -> None:
     _catalog_arg(c)
     c.set_defaults(handler=cmd_catalog)
     one_line_errors(c)
+
+    r = sub.add_parser("report", help="write one self-contained HTML report of a finished run (needs sweep[report])")
+    r.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")
+    r.add_argument("--out", type=Path, default=None, metavar="FILE", help="the HTML file (default RUN_DIR/report.html)")
+    r.add_argument("--png", type=Path, default=None, metavar="DIR", help="also write each figure as DIR/<figure>.png")
+    r.set_defaults(handler=cmd_report)
+    one_line_errors(r)
 
 
 def _catalog_arg(p: argparse.ArgumentParser) -> None:
@@ -291,3 +299,18 @@ def _show_entry(console: Console, what: str, entry: Any, fields: tuple[str, ...]
     console.print(t)
     if getattr(entry, "price_note", ""):
         console.print(f"price note: {entry.price_note}", markup=False)
+
+
+# --------------------------------------------------------------------------- sweep report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from sweep.reporting import build_report
+
+    result = build_report(args.run_dir, out=args.out, png_dir=args.png)
+    console = _console()
+    console.print(f"{result.path}: {result.bytes / 1e6:.1f} MB, {len(result.figures)} figures in "
+                  f"{result.seconds:.1f} s; not drawn: " + (", ".join(result.skipped) or "none"), markup=False)
+    for p in result.pngs:
+        console.print(str(p), markup=False)
+    return 0

@@ -17,12 +17,9 @@ EXTRA_HINT = "pip install 'sweep[report]'"
 
 def require_extra() -> None:
     """The report's optional dependencies, or one line saying how to install them."""
-    missing = []
-    for module in ("duckdb", "plotly"):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(module)
+    from importlib.util import find_spec
+
+    missing = [m for m in ("duckdb", "plotly") if find_spec(m) is None]
     if missing:
         raise ReportError(f"sweep report needs {' and '.join(missing)}: {EXTRA_HINT}")
 
@@ -38,10 +35,10 @@ class ReportResult:
 
 
 def plotly_js() -> tuple[str, str]:
-    """(the minified plotly.js bundled with the plotly package, its version)."""
+    """(the minified plotly.js bundled with the plotly package, its version). Read as a
+    file: importing plotly.offline would import pandas, a second of the 10 s budget."""
+    import re
     from importlib import resources
-
-    import plotly
 
     path = resources.files("plotly") / "package_data" / "plotly.min.js"
     try:
@@ -50,16 +47,19 @@ def plotly_js() -> tuple[str, str]:
         from plotly.offline import get_plotlyjs
 
         text = get_plotlyjs()
-    from plotly.offline import get_plotlyjs_version
-
-    del plotly
-    return text.replace("</script", "<\\/script"), get_plotlyjs_version()
+    found = re.search(r"plotly\.js v([0-9][^\s*]*)", text[:500])
+    return text.replace("</script", "<\\/script"), found.group(1) if found else "?"
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: str | Path | None = None) -> ReportResult:
     """Write the report of the run in `run_dir` to `out` (default RUN_DIR/report.html)."""
     t0 = time.perf_counter()
     require_extra()
+    if png_dir is not None:
+        from importlib.util import find_spec
+
+        if find_spec("kaleido") is None:
+            raise ReportError(f"--png needs kaleido: {EXTRA_HINT}")
     from sweep.reporting import figures as F
     from sweep.reporting import html as H
     from sweep.reporting import tables as T
@@ -94,17 +94,24 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
                       "HBM per replica: the weights, the KV-cache reservation at the batch sizes that matter, and "
                       "what stays free (usable HBM = weights + free_gb).", per="scenario")
         have_detail = detail.shown > 0 and "latency_ms" in detail.cols and "batch_size" in detail.cols
+        brange = ((float(np.nanmin(detail.cols["batch_size"])), float(np.nanmax(detail.cols["batch_size"])))
+                  if have_detail else (1.0, 1.0))
         for r, sid in zip(rows, ids):
             m = detail.cols["row_id"] == r["row_id"] if have_detail else None
             pts = {k: v[m] for k, v in detail.cols.items()} if m is not None else None
             html_maps["answers"][sid] = T.answers_html(r)
             if pts is not None and len(pts["batch_size"]):
-                latency.figs[sid] = F.latency_figure(r, pts)
+                latency.figs[sid] = F.latency_figure(r, pts, brange)
                 if "rho" in pts:
                     util.figs[sid] = F.utilisation_figure(r, pts)
                 html_maps["table"][sid] = T.seed_table(r, pts, detail.source)
             else:
-                html_maps["table"][sid] = "<p class='note'>No points of this scenario row to tabulate.</p>"
+                if have_detail:
+                    latency.figs[sid] = F.latency_figure(r, {k: v[:0] for k, v in detail.cols.items()}, brange,
+                                                         f"no feasible point in {detail.source} for this row "
+                                                         f"(reason: {r.get('reason')})")
+                html_maps["table"][sid] = (f"<p class='note'>No points of this scenario row in {detail.source} "
+                                           f"(reason: {r.get('reason')}).</p>")
             kfig = F.kv_figure(r, pts)
             if kfig is not None:
                 kv.figs[sid] = kfig
@@ -216,8 +223,10 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
 
         # ---- the document
         plotly_text, plotly_version = plotly_js()
-        scenario_data = [{"id": sid, "label": lab, "model": str(r.get("model")), "gpu": str(r.get("gpu")),
-                          "config": r["_config"]} for r, sid, lab in zip(rows, ids, labels)]
+        scenario_data = [{"id": sid, "label": lab + ("" if r.get("reason") in (None, "ok") else
+                                                     f" (no answer: {r.get('reason')})"),
+                          "model": str(r.get("model")), "gpu": str(r.get("gpu")), "config": r["_config"],
+                          "ok": r.get("reason") in (None, "ok")} for r, sid, lab in zip(rows, ids, labels)]
         data = {
             "models": models, "gpus": gpus, "scenarios": scenario_data, "html": html_maps,
             "figures": [{"id": f.id, "per": f.per, "fig": f.fig, "figs": f.figs or None} for f in figs if f.drawn],
@@ -234,7 +243,9 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         tmp = out_path.with_name(out_path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out_path)
-        pngs = write_pngs(figs, Path(png_dir)) if png_dir is not None else []
+        first = next((d for d in scenario_data if d["ok"]), scenario_data[0] if scenario_data else None)
+        pick = {"scenario": first["id"], "config": first["config"]} if first else {}
+        pngs = write_pngs(figs, Path(png_dir), pick) if png_dir is not None else []
         return ReportResult(out_path, out_path.stat().st_size, time.perf_counter() - t0,
                             [f.id for f in figs if f.drawn], {f.id: f.note for f in figs if not f.drawn}, pngs)
     finally:
@@ -259,8 +270,9 @@ def _rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:
 PNG_WIDTH = 1100
 
 
-def write_pngs(figs: list[Any], folder: Path) -> list[Path]:
-    """One PNG per drawn figure (per-scenario figures: the first scenario), by kaleido
+def write_pngs(figs: list[Any], folder: Path, pick: dict[str, str] | None = None) -> list[Path]:
+    """One PNG per drawn figure (per-scenario figures: the scenario the page opens on,
+    `pick`), by kaleido
     with the plotly.js of the plotly package and a local Chrome or Chromium; no MathJax,
     so nothing is fetched."""
     try:
@@ -272,7 +284,7 @@ def write_pngs(figs: list[Any], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     jobs, paths = [], []
     for f in figs:
-        spec = f.default() if f.drawn else None
+        spec = (f.figs.get((pick or {}).get(f.per, "")) or f.default()) if f.drawn else None
         if spec is None:
             continue
         fig = _encode(spec)

@@ -82,10 +82,10 @@ def to_columns(table: pa.Table) -> Columns:
         if pa.types.is_boolean(t):
             out[name] = np.asarray(col.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
         elif pa.types.is_integer(t) or pa.types.is_floating(t):
-            out[name] = np.asarray(col.cast(pa.float64()).fill_null(math.nan).to_numpy(zero_copy_only=False),
-                                   dtype=np.float64)
+            # to_numpy turns NULL into NaN once the column is float64
+            out[name] = np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
         else:
-            out[name] = np.asarray(col.to_pylist(), dtype=object)
+            out[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
     return out
 
 
@@ -223,16 +223,14 @@ class Run:
         return Sample(opt, len(row_ids), n, notes=notes)
 
     def _spread(self, idx: Columns, cap: int) -> np.ndarray:
-        pairs = sorted(set(zip(idx["model"], idx["gpu"])))
+        pairs = by_pair(idx)
         per_pair = max(1, cap // max(1, len(pairs)))
         good = idx.get("is_replicas_min", np.ones(len(idx["row_id"]), bool))
         if "reason" in idx:
             good = good & (idx["reason"] == "ok")
         arrival = idx.get("arrival_rps", idx["row_id"])
         chosen: list[int] = []
-        key = idx["model"].astype(str) + "|" + idx["gpu"].astype(str)
-        for m, g in pairs:
-            members = np.flatnonzero(key == f"{m}|{g}")
+        for _, _, members in pairs:
             members = members[np.lexsort([idx["row_id"][members], arrival[members]])]
             pool, rest = members[good[members]], members[~good[members]]
             if len(pool) < per_pair:  # too few answered rows: spread over the others too
@@ -436,6 +434,15 @@ class Run:
         return Sample(cols, len(cols["tok_s_per_gpu"]), total, source=where, notes=notes)
 
 
+def by_pair(cols: Columns) -> list[tuple[str, str, np.ndarray]]:
+    """(model, gpu, the row indices in their order) for each model x GPU pair, by name."""
+    key = row_keys(cols, ["model", "gpu"]).astype(str)
+    names, inverse = np.unique(key, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(names) + 1))
+    return [(*str(n).split("|", 1), order[bounds[i]:bounds[i + 1]]) for i, n in enumerate(names)]
+
+
 def _spread_evenly(items: np.ndarray, k: int) -> np.ndarray:
     """k of `items` (or all), evenly spaced through them."""
     if len(items) <= k:
@@ -445,14 +452,17 @@ def _spread_evenly(items: np.ndarray, k: int) -> np.ndarray:
 
 def _row_keys(cols: Columns, axes: list[str]) -> np.ndarray:
     """One string per row naming its values of `axes` (a configuration's identity)."""
+    return row_keys(cols, [a for a in axes if a in cols])
+
+
+def row_keys(cols: Columns, names: list[str]) -> np.ndarray:
+    """Vectorised 'v1|v2|...' per row of the named columns (numbers to 12 digits)."""
     n = len(next(iter(cols.values()))) if cols else 0
-    parts = [np.array([f"{v:.12g}" if isinstance(v, float) else str(v) for v in cols[a].tolist()], dtype=object)
-             for a in axes if a in cols]
-    if not parts:
-        return np.array([""] * n, dtype=object)
-    out = parts[0]
-    for p in parts[1:]:
-        out = out + "|" + p
+    out = np.full(n, "", dtype=object)
+    for i, name in enumerate(names):
+        v = cols[name]
+        text = np.char.mod("%.12g", v) if v.dtype.kind == "f" else v.astype(str)
+        out = out + ("|" if i else "") + text.astype(object)
     return out
 
 
@@ -462,14 +472,12 @@ def _sample_rows(idx: Columns, sizes: np.ndarray, budget: int) -> np.ndarray:
     rows = idx["row_id"].astype(np.int64)
     keep = sizes > 0
     rows, sizes = rows[keep], sizes[keep].astype(np.int64)
-    key = idx["model"][keep].astype(str) + "|" + idx["gpu"][keep].astype(str)
-    pairs = sorted(set(key.tolist()))
+    pairs = by_pair({"model": idx["model"][keep], "gpu": idx["gpu"][keep]})
     scramble = (rows * 2654435761) % (1 << 32)
     chosen: list[np.ndarray] = []
     left = budget
-    for i, pair in enumerate(pairs):
+    for i, (_, _, members) in enumerate(pairs):
         share = left // (len(pairs) - i)
-        members = np.flatnonzero(key == pair)
         members = members[np.argsort(scramble[members], kind="stable")]
         fits = np.cumsum(sizes[members]) <= share
         picked = members[fits]

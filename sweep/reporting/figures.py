@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.reporting.data import Columns, unbounded
+from sweep.reporting.data import Columns, by_pair, row_keys, unbounded
 
 #: The seed's operating rules in order (sweep.kernels.ACTIONS; a test keeps them equal).
 ACTIONS = ("out_of_memory", "unstable", "slo_violated", "near_saturation", "overprovisioned", "ok")
@@ -182,15 +182,17 @@ def _y9() -> dict[str, Any]:
 # --------------------------------------------------------------------------- per scenario
 
 
-def latency_figure(row: dict[str, Any], pts: Columns) -> dict[str, Any]:
+def latency_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float] = (1.0, 1.0),
+                   empty: str = "") -> dict[str, Any]:
     """Latency against batch size for one scenario row: one line per window, the SLO,
-    the knee and the SLO optimum, and the unstable and out-of-memory regions."""
+    the knee and the SLO optimum, and the unstable and out-of-memory regions (over
+    `brange` when the row has no points; `empty` then says why)."""
     b = pts["batch_size"]
-    windows = _windows(pts)
+    windows = _windows(pts) if len(b) else []
     q = row.get("percentile", 0.99)
     qlabel = f"P{100 * q:g}" if not unbounded(q) else "latency"
     traces: list[dict[str, Any]] = []
-    bmin, bmax = float(np.nanmin(b)), float(np.nanmax(b))
+    bmin, bmax = (float(np.nanmin(b)), float(np.nanmax(b))) if len(b) else brange
     traces += _regions(row, bmin, bmax)
     lat = pts["latency_ms"]
     for i, w in enumerate(windows):
@@ -223,6 +225,9 @@ def latency_figure(row: dict[str, Any], pts: Columns) -> dict[str, Any]:
     layout = base_layout(
         440, xaxis=axis("batch size B (requests)", log=bmax / max(bmin, 1) > 8),
         yaxis=axis(f"latency_ms ({qlabel}, ms)", log=ratio > 30), yaxis9=_y9())
+    if empty:
+        layout["annotations"] = [{"xref": "paper", "yref": "paper", "x": 0.5, "y": 0.55, "showarrow": False,
+                                  "text": empty, "font": {"size": 13, "color": "#555"}, "bgcolor": "#fff"}]
     return {"data": traces, "layout": layout}
 
 
@@ -230,7 +235,7 @@ def _answer_markers(row: dict[str, Any], column: str, scale: float = 1.0) -> lis
     marks = []
     for prefix, name, symbol, colour in (("knee", "knee", "star", "#111"),
                                          ("slo_opt", "SLO optimum", "diamond", "#2e7d32")):
-        ans = _answer(row, prefix, column.replace("_ms", "_ms") if column != "rho" else "rho")
+        ans = _answer(row, prefix, column)
         if ans is None:
             continue
         bx, val = ans
@@ -417,16 +422,14 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
     n = len(front["row_id"])
     kind = "scattergl" if n > GL_THRESHOLD else "scatter"
     traces: list[dict[str, Any]] = []
-    pairs = sorted(set(zip(front["model"].tolist(), front["gpu"].tolist())))
+    pairs = by_pair(front)
     shown_gpu: set[str] = set()
     hover_cols = [c for c in ("batch_size", "batch_window_ms", "arrival_rps", "replicas", "gpus_per_replica")
                   if c in front]
     xlabel, ylabel = _frontier_labels(x, y)
     template = (f"{xlabel.split(' (')[0]} %{{x:,.4g}}<br>{ylabel.split(' (')[0]} %{{y:,.4g}}"
                 + "".join(f"<br>{_HOVER_NAMES[c]} %{{customdata[{i}]:,.4g}}" for i, c in enumerate(hover_cols)))
-    key_all = front["model"].astype(str) + "|" + front["gpu"].astype(str)
-    for model, gpu in pairs:
-        m = key_all == f"{model}|{gpu}"
+    for model, gpu, m in pairs:
         cols = _gaps(front[x][m], front[y][m], front["row_id"][m], *(front[c][m] for c in hover_cols))
         colour = gpu_colour.get(gpu, "#444")
         traces.append({
@@ -443,9 +446,9 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
         if flag not in front:
             continue
         first = True
-        for model, gpu in pairs:
-            m = (key_all == f"{model}|{gpu}") & front[flag]
-            if not m.any():
+        for model, gpu, members in pairs:
+            m = members[front[flag][members]]
+            if not len(m):
                 continue
             traces.append({"type": kind, "mode": "markers", "x": front[x][m], "y": front[y][m], "name": name,
                            "legendgroup": name, "showlegend": first, "meta": {"model": model, "gpu": gpu},
@@ -483,7 +486,7 @@ def plan_figure(plan: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | N
         return None
     p = {k: v[ok] for k, v in plan.items()}
     config_cols = [c for c in ("model", "gpu", "gpus_per_replica", "seq_len", "mean_seq_len", "slo_ms") if c in p]
-    key = np.array(["|".join(str(p[c][i]) for c in config_cols) for i in range(len(cost[ok]))], dtype=object)
+    key = row_keys(p, config_cols)
     order = np.lexsort([p.get("arrival_rps", p["group_id"]), key])
     p = {k: v[order] for k, v in p.items()}
     key = key[order]
@@ -498,8 +501,7 @@ def plan_figure(plan: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | N
     x = p.get("arrival_rps", p["group_id"])
     single = len(np.unique(x)) == 1
     kind = "scattergl" if len(x) > GL_THRESHOLD else "scatter"
-    for model, gpu in sorted(set(zip(p["model"].tolist(), p["gpu"].tolist()))):
-        m = (p["model"] == model) & (p["gpu"] == gpu)
+    for model, gpu, m in by_pair(p):
         cols = _gaps(x[m], p["replicas_min_cost_usd_per_hour"][m], key[m], *(p[c][m] for c in hover))
         colour = gpu_colour.get(gpu, "#444")
         traces.append({"type": kind, "mode": "markers" if single else "lines+markers", "x": cols[0], "y": cols[1],
@@ -625,7 +627,7 @@ def ttft_tpot_figure(cont: Columns, gpu_colour: dict[str, str]) -> dict[str, Any
         return None
     config = [c for c in ("model", "gpu", "gpus_per_replica", "seq_len", "prompt_tokens", "output_tokens",
                           "batch_size", "max_batched_tokens", "replicas") if c in cont]
-    key = np.array(["|".join(str(cont[c][i]) for c in config) for i in range(len(cont[x_col]))], dtype=object)
+    key = row_keys(cont, config)
     order = np.lexsort([cont[x_col], key])
     c = {k: v[order] for k, v in cont.items()}
     key = key[order]

@@ -139,13 +139,16 @@ footer { padding: 14px 28px; color: var(--muted); border-top: 1px solid var(--li
 CONTROLLER_JS = r"""
 (function () {
   "use strict";
+  var t00 = performance.now();
+  performance.mark("controller start");
   var R = JSON.parse(document.getElementById("report-data").textContent);
+  performance.measure("parse data", {start: t00, end: performance.now()});
   var CONFIG = {displaylogo: false, responsive: true, scrollZoom: false,
                 modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"],
                 toImageButtonOptions: {format: "png", scale: 2}};
   var sel = {model: new Set(R.models), gpu: new Set(R.gpus)};
   var scenarioSelect = document.getElementById("scenario");
-  var current = R.scenarios.length ? R.scenarios[0] : null;
+  var current = R.scenarios.find(function (s) { return s.ok; }) || R.scenarios[0] || null;
 
   function passes(meta) {
     return !meta || meta.model === undefined || (sel.model.has(meta.model) && sel.gpu.has(meta.gpu));
@@ -173,15 +176,21 @@ CONTROLLER_JS = r"""
       if (c.meta && !passes(c.meta)) c.visible = false;
       return c;
     });
+    var t0 = performance.now();
     Plotly.react(el, data, clone(spec.layout), CONFIG);
+    performance.measure("draw " + f.id, {start: t0, end: performance.now()});
   }
   function applyFilters() {
     R.figures.forEach(function (f) {
       if (f.per) return;
       var el = document.getElementById("plot-" + f.id);
       if (!el || !el.data) return;
-      var vis = el.data.map(function (t) { return passes(t.meta) ? true : false; });
-      Plotly.restyle(el, {visible: vis});
+      var idx = [], vis = [];
+      el.data.forEach(function (t, i) {
+        var want = passes(t.meta);
+        if (want !== (t.visible !== false)) { idx.push(i); vis.push(want); }
+      });
+      if (idx.length) Plotly.restyle(el, {visible: vis}, idx);
     });
     document.querySelectorAll("tr[data-model]").forEach(function (tr) {
       tr.style.display = passes({model: tr.dataset.model, gpu: tr.dataset.gpu}) ? "" : "none";
@@ -200,8 +209,9 @@ CONTROLLER_JS = r"""
       o.value = s.id; o.textContent = s.label; scenarioSelect.appendChild(o);
     });
     if (!visible.length) { setScenario(null); return; }
-    if (!current || !passes(current)) setScenario(visible[0]);
+    if (!current || !passes(current)) setScenario(visible.find(function (s) { return s.ok; }) || visible[0]);
     else scenarioSelect.value = current.id;
+    return true;
   }
   function setScenario(s) {
     current = s;
@@ -240,9 +250,15 @@ CONTROLLER_JS = r"""
     if (s) setScenario(s);
   });
   bindBoxes("model"); bindBoxes("gpu");
+  var t0 = performance.now();
   R.figures.forEach(function (f) { if (!f.per) draw(f); });
+  performance.measure("static figures", {start: t0, end: performance.now()});
+  t0 = performance.now();
   applyFilters();
+  performance.measure("filters", {start: t0, end: performance.now()});
+  t0 = performance.now();
   setScenario(current);
+  performance.measure("scenario", {start: t0, end: performance.now()});
   window.addEventListener("beforeprint", function () { resizeAll(680); });
   window.addEventListener("afterprint", function () { resizeAll(null); });
   window.sweepReport = {figures: R.figures.map(function (f) { return f.id; }), setScenario: function (id) {

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.reporting.data import Run, Sample, no_answer, unbounded
+from sweep.reporting.data import Run, Sample, no_answer, row_keys, unbounded
 from sweep.reporting.figures import ACTION_COLOURS, ACTION_LABELS, Figure, fmt, window_label
 from sweep.reporting.html import checkboxes, esc, facts
 
@@ -174,7 +174,7 @@ def plan_table(plan: dict[str, np.ndarray], varying: list[str]) -> str:
         return ""
     p = {k: v[ok] for k, v in plan.items()}
     group_cols = [c for c in ("model", "seq_len", "mean_seq_len", "slo_ms", "arrival_rps") if c in p]
-    key = np.array(["|".join(str(p[c][i]) for c in group_cols) for i in range(len(p["group_id"]))], dtype=object)
+    key = row_keys(p, group_cols)
     order = np.lexsort([p["replicas_min_cost_usd_per_hour"], key])
     first = np.ones(len(order), bool)
     first[1:] = key[order][1:] != key[order][:-1]
