@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +231,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
             "models": models, "gpus": gpus, "scenarios": scenario_data, "html": html_maps,
             "figures": [{"id": f.id, "per": f.per, "fig": f.fig, "figs": f.figs or None} for f in figs if f.drawn],
         }
-        generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        generated = datetime.now(UTC).isoformat(timespec="seconds")
         header = T.header_html(run, scen)
         controls = T.controls_html(models, gpus, bool(rows), scen)
         body = T.body_html(figs, plan_table, search_table, scen)
@@ -299,7 +299,7 @@ def write_pngs(figs: list[Any], folder: Path, pick: dict[str, str] | None = None
         return []
     try:
         kaleido.write_fig_from_object_sync(jobs, kopts={"mathjax": False}, cancel_on_error=True)
-    except Exception as exc:  # kaleido's errors name the missing browser; keep them one line
+    except Exception as exc:  # noqa: BLE001 - kaleido's errors (no browser, a crashed tab) vary; one line for all
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReportError(f"--png: kaleido could not render ({first}); it needs Chrome or Chromium installed "
                           "(Debian: apt-get install chromium)") from None

@@ -331,7 +331,7 @@ class Run:
         if not {x, y, "row_id"} <= self.frontier_cols:
             return Sample({}, 0, 0, notes=[f"frontier.parquet lacks {x} or {y}"])
         idx = self.row_index()
-        sizes = idx["n_frontier"] if "n_frontier" in idx else None
+        sizes = idx.get("n_frontier")
         total = int(np.nansum(sizes)) if sizes is not None else int(
             self.scalar(f"SELECT count(*) FROM {self.frontier_src}"))
         n_rows = int(np.sum(sizes > 0)) if sizes is not None else 0
@@ -396,8 +396,8 @@ class Run:
     def simulated(self, budget: int = SIM_BUDGET) -> Sample:
         src, have, where = self._with(("sim_mean_ms", "sim_p_ms", "e_resp_ms"))
         if src is None:
-            return Sample({}, 0, 0, notes=["this run did not simulate (no sim_* columns): add a [simulation] "
-                                           "table or latency_model = \"simulated\""])
+            return Sample({}, 0, 0, notes=[("this run did not simulate (no sim_* columns): add a [simulation] "
+                                            "table or latency_model = \"simulated\"")])
         total = int(self.scalar(f"SELECT count(*) FROM {src}"))
         sample = f" USING SAMPLE reservoir({budget} ROWS) REPEATABLE (7)" if total > budget else ""
         cols = self.query(f"SELECT {self._select(self.SIM, have)} FROM {src}{sample}")
@@ -423,8 +423,8 @@ class Run:
     def continuous(self, budget: int = CONTINUOUS_BUDGET) -> Sample:
         src, have, where = self._with(CONTINUOUS_COLUMNS)
         if src is None:
-            return Sample({}, 0, 0, notes=["needs the continuous-serving columns of SPEC 10 "
-                                           "(tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms)"])
+            return Sample({}, 0, 0, notes=[("needs the continuous-serving columns of SPEC 10 "
+                                            "(tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms)")])
         total = int(self.scalar(f"SELECT count(*) FROM {src}"))
         sample = f" USING SAMPLE reservoir({budget} ROWS) REPEATABLE (7)" if total > budget else ""
         cols = self.query(f"SELECT {self._select(self.CONT, have)} FROM {src}{sample}")
@@ -479,8 +479,14 @@ def _sample_rows(idx: Columns, sizes: np.ndarray, budget: int) -> np.ndarray:
     for i, (_, _, members) in enumerate(pairs):
         share = left // (len(pairs) - i)
         members = members[np.argsort(scramble[members], kind="stable")]
-        fits = np.cumsum(sizes[members]) <= share
-        picked = members[fits]
+        picked, used = [], 0
+        for j, size in zip(members.tolist(), sizes[members].tolist()):
+            if used + size <= share:
+                picked.append(j)
+                used += size
+        if not picked and len(members) and int(sizes[members].min()) <= left:
+            j = int(members[np.argmin(sizes[members])])  # every pair shows at least one row
+            picked, used = [j], int(sizes[j])
         chosen.append(rows[picked])
-        left -= int(sizes[picked].sum())
+        left -= used
     return np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, np.int64)

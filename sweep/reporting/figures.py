@@ -99,6 +99,26 @@ def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     return a
 
 
+def batch_axis(bmin: float, bmax: float) -> dict[str, Any]:
+    """Batch sizes on a log axis with powers of two as ticks (linear when the range is short)."""
+    if bmax / max(bmin, 1.0) <= 8:
+        return axis("batch size B (requests)")
+    ticks = [2 ** k for k in range(14) if bmin / 2 <= 2 ** k <= bmax * 2]
+    return axis("batch size B (requests)", log=True, tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+
+
+def capped_range(values: np.ndarray, cap: float, log: bool) -> list[float] | None:
+    """An axis range that ends at `cap` when some values lie far beyond it (near
+    saturation a latency can reach 1e20 ms; the modebar's autoscale still shows all)."""
+    v = values[finite(values) & (values > 0)]
+    if not len(v) or not math.isfinite(cap) or v.max() <= cap:
+        return None
+    lo = float(v.min())
+    if log:
+        return [math.log10(lo / 1.3), math.log10(cap)]
+    return [0.0, cap]
+
+
 def finite(x: np.ndarray) -> np.ndarray:
     return np.isfinite(np.asarray(x, dtype=np.float64))
 
@@ -222,9 +242,13 @@ def latency_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float
                        "hovertemplate": f"SLO {slo:g} ms<extra></extra>"})
     traces += _answer_markers(row, "latency_ms")
     ratio = _log_ratio(np.concatenate([lat[finite(lat)], [slo] if slo and not unbounded(slo) else []]))
-    layout = base_layout(
-        440, xaxis=axis("batch size B (requests)", log=bmax / max(bmin, 1) > 8),
-        yaxis=axis(f"latency_ms ({qlabel}, ms)", log=ratio > 30), yaxis9=_y9())
+    ylog = ratio > 30
+    yaxis = axis(f"latency_ms ({qlabel}, ms)", log=ylog)
+    if slo is not None and not unbounded(slo):
+        rng = capped_range(lat, 20 * slo, ylog)
+        if rng is not None:
+            yaxis["range"] = rng
+    layout = base_layout(440, xaxis=batch_axis(bmin, bmax), yaxis=yaxis, yaxis9=_y9())
     if empty:
         layout["annotations"] = [{"xref": "paper", "yref": "paper", "x": 0.5, "y": 0.55, "showarrow": False,
                                   "text": empty, "font": {"size": 13, "color": "#555"}, "bgcolor": "#fff"}]
@@ -277,7 +301,7 @@ def utilisation_figure(row: dict[str, Any], pts: Columns) -> dict[str, Any]:
                        "name": f"{label} {v:.0%}", "line": {"color": colour, "dash": "dash", "width": 1.2},
                        "hovertemplate": f"{key} {v:.0%}<extra></extra>"})
     top = max([1.05] + [float(np.max(r)) * 1.05 for r in rho_all if len(r)])
-    layout = base_layout(400, xaxis=axis("batch size B (requests)", log=bmax / max(bmin, 1) > 8),
+    layout = base_layout(400, xaxis=batch_axis(bmin, bmax),
                          yaxis=axis("utilisation", tickformat=".0%", range=[0, min(top, 2.0)]), yaxis9=_y9())
     return {"data": traces, "layout": layout}
 
@@ -456,9 +480,14 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
                                       "line": {"color": "#fff", "width": 1}},
                            "hovertemplate": f"{name}<br>%{{x:,.4g}}, %{{y:,.4g}}<extra>{model} on {gpu}</extra>"})
             first = False
-    layout = base_layout(520, xaxis=axis(xlabel, log=_log_ratio(front[x]) > 30),
-                         yaxis=axis(ylabel, log=_log_ratio(front[y]) > 30))
     slos = np.unique(front["slo_ms"][finite(front["slo_ms"])]) if "slo_ms" in front and y == "latency_ms" else []
+    ylog = _log_ratio(front[y]) > 30
+    yaxis = axis(ylabel, log=ylog)
+    if len(slos):
+        rng = capped_range(front[y], 10 * float(slos.max()), ylog)
+        if rng is not None:
+            yaxis["range"] = rng
+    layout = base_layout(520, xaxis=axis(xlabel, log=_log_ratio(front[x]) > 30), yaxis=yaxis)
     if len(slos) == 1:
         layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": slos[0],
                              "y1": slos[0], "line": {"color": "#222", "dash": "dash", "width": 1.2}}]

@@ -75,7 +75,7 @@ body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, 
 header.top { padding: 18px 28px 12px; border-bottom: 1px solid var(--line); background: var(--bg); }
 header.top h1 { margin: 0 0 2px; font-size: 22px; font-weight: 650; }
 header.top .desc { color: var(--muted); margin: 0 0 10px; }
-dl.facts { display: grid; grid-template-columns: repeat(auto-fill, minmax(210px, 1fr)); gap: 4px 18px; margin: 0; }
+dl.facts { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 4px 18px; margin: 0; }
 dl.facts div { display: flex; gap: 6px; min-width: 0; }
 dl.facts dt { color: var(--muted); white-space: nowrap; }
 dl.facts dd { margin: 0; font-weight: 550; overflow-wrap: anywhere; }

@@ -13,7 +13,12 @@ from typing import Any
 import numpy as np
 
 from sweep.reporting.data import Run, Sample, no_answer, row_keys, unbounded
-from sweep.reporting.figures import ACTION_COLOURS, ACTION_LABELS, Figure, fmt, window_label
+from sweep.reporting.figures import (
+    ACTION_COLOURS,
+    ACTION_LABELS,
+    Figure,
+    fmt,
+)
 from sweep.reporting.html import checkboxes, esc, facts
 
 #: Rows of a seed table before it is thinned to powers of two and the answers.
@@ -194,10 +199,12 @@ def plan_table(plan: dict[str, np.ndarray], varying: list[str]) -> str:
         for c in show:
             v = p[c][i]
             cells.append(f"<td class='l'>{esc(v)}</td>" if isinstance(v, str) else f"<td>{v:,.4g}</td>")
-        w = p.get("replicas_min_window_ms", np.full(len(cost), math.nan))[i]
-        cells += [f"<td>{p['replicas_min'][i]:g}</td>", f"<td>{p['replicas_min_batch'][i]:g}</td>",
+        nan = np.full(len(p["group_id"]), math.nan)
+        w = p.get("replicas_min_window_ms", nan)[i]
+        batch = p.get("replicas_min_batch", nan)[i]
+        cells += [f"<td>{p['replicas_min'][i]:g}</td>", f"<td>{'none' if no_answer(batch) else f'{batch:g}'}</td>",
                   f"<td>{'inf' if unbounded(w) else f'{w:g}'}</td>",
-                  f"<td>{fmt(p.get('replicas_min_latency_ms', cost)[i])}</td>",
+                  f"<td>{fmt(p.get('replicas_min_latency_ms', nan)[i])}</td>",
                   f"<td>${p['replicas_min_cost_usd_per_hour'][i]:,.2f}</td>"]
         rows.append(f"<tr data-model='{esc(p['model'][i])}' data-gpu='{esc(p['gpu'][i])}'>{''.join(cells)}</tr>")
     head = "".join(f"<th class='l'>{heads[c]}</th>" if c in ("model", "gpu") else f"<th>{heads[c]}</th>" for c in show)
@@ -304,10 +311,10 @@ def body_html(figs: list[Figure], plan_table: str, search_table: str, scen: Samp
     by_id = {f.id: f for f in figs}
     notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in scen.notes)
     parts = [
-        "<section class='block long' id='sec-scenario'><h2>Scenario: answers and the seed's table</h2>"
+        ("<section class='block long' id='sec-scenario'><h2>Scenario: answers and the seed's table</h2>"
         "<p class='caption'>The decisions of optimum.parquet for the selected scenario row, and every point of it "
         "as in the seed's worked example.</p>"
-        f"{notes}<div data-scenario-html='answers'></div><div data-scenario-html='table'></div></section>",
+        f"{notes}<div data-scenario-html='answers'></div><div data-scenario-html='table'></div></section>"),
     ]
     for fid in ("latency", "utilisation", "kv-budget", "action-map", "frontier"):
         parts.append(_section(by_id[fid]))
