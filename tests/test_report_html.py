@@ -71,6 +71,7 @@ def test_detail_reads_exactly_the_chosen_rows(runs):
     n = int(scen.cols["n_points"][0])
     np.testing.assert_array_equal(np.unique(det.cols["point_id"] // n), np.sort(scen.cols["row_id"]))
     assert len(det.cols["point_id"]) == n * scen.shown
+    np.testing.assert_array_equal(det.cols["row_id"], det.cols["point_id"] // n)  # each point knows its row
     # the values are the points' own
     ref = duckdb.sql(f"SELECT point_id, latency_ms, rho, action FROM read_parquet('{run.path}/points/**/*.parquet', "
                      "hive_partitioning = true) ORDER BY point_id").fetchnumpy()

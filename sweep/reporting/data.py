@@ -257,8 +257,9 @@ class Run:
             ranges = " OR ".join(f"point_id BETWEEN {a} AND {b}" for a, b in zip(lo, hi))
             sel = self._select([c for c in self.DETAIL if c != "row_id"], self.points_cols)
             cols = self.query(f"SELECT {sel} FROM {self.points_src} WHERE {ranges} ORDER BY point_id")
-            starts = np.searchsorted(lo, cols["point_id"], side="right") - 1
-            cols["row_id"] = row_ids[np.clip(starts, 0, len(row_ids) - 1)].astype(np.float64)
+            order = np.argsort(lo)
+            starts = np.searchsorted(lo[order], cols["point_id"], side="right") - 1
+            cols["row_id"] = row_ids[order][np.clip(starts, 0, len(row_ids) - 1)].astype(np.float64)
             source = "points/"
             if self.manifest.get("rows", {}).get("points_mode") == "feasible":
                 notes.append("points/ holds the feasible points only ([output] points = \"feasible\")")
