@@ -103,7 +103,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
             if pts is not None and len(pts["batch_size"]):
                 latency.figs[sid] = F.latency_figure(r, pts, brange)
                 if "rho" in pts:
-                    util.figs[sid] = F.utilisation_figure(r, pts)
+                    util.figs[sid] = F.utilisation_figure(r, pts, brange)
                 html_maps["table"][sid] = T.seed_table(r, pts, detail.source)
             else:
                 if have_detail:
@@ -227,6 +227,11 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
                                                      f" (no answer: {r.get('reason')})"),
                           "model": str(r.get("model")), "gpu": str(r.get("gpu")), "config": r["_config"],
                           "ok": r.get("reason") in (None, "ok")} for r, sid, lab in zip(rows, ids, labels)]
+        # the page opens on the answered scenario with the longest frontier: the most to see
+        ranked = sorted(range(len(rows)), key=lambda i: (not scenario_data[i]["ok"],
+                                                         -float(np.nan_to_num(rows[i].get("n_frontier", 0)))))
+        if ranked:
+            scenario_data[ranked[0]]["default"] = True
         data = {
             "models": models, "gpus": gpus, "scenarios": scenario_data, "html": html_maps,
             "figures": [{"id": f.id, "per": f.per, "fig": f.fig, "figs": f.figs or None} for f in figs if f.drawn],
@@ -243,7 +248,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         tmp = out_path.with_name(out_path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out_path)
-        first = next((d for d in scenario_data if d["ok"]), scenario_data[0] if scenario_data else None)
+        first = next((d for d in scenario_data if d.get("default")), None)
         pick = {"scenario": first["id"], "config": first["config"]} if first else {}
         pngs = write_pngs(figs, Path(png_dir), pick) if png_dir is not None else []
         return ReportResult(out_path, out_path.stat().st_size, time.perf_counter() - t0,

@@ -212,7 +212,7 @@ def latency_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float
     q = row.get("percentile", 0.99)
     qlabel = f"P{100 * q:g}" if not unbounded(q) else "latency"
     traces: list[dict[str, Any]] = []
-    bmin, bmax = (float(np.nanmin(b)), float(np.nanmax(b))) if len(b) else brange
+    bmin, bmax = (min(float(np.nanmin(b)), brange[0]), max(float(np.nanmax(b)), brange[1])) if len(b) else brange
     traces += _regions(row, bmin, bmax)
     lat = pts["latency_ms"]
     for i, w in enumerate(windows):
@@ -269,11 +269,12 @@ def _answer_markers(row: dict[str, Any], column: str, scale: float = 1.0) -> lis
     return marks
 
 
-def utilisation_figure(row: dict[str, Any], pts: Columns) -> dict[str, Any]:
+def utilisation_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float] = (math.inf, -math.inf)
+                       ) -> dict[str, Any]:
     """Utilisation against batch size: the proxy's rho per window (and the batcher
     model's or the simulator's where the run has them), with rho_target, rho_max, rho_min."""
     b = pts["batch_size"]
-    bmin, bmax = float(np.nanmin(b)), float(np.nanmax(b))
+    bmin, bmax = min(float(np.nanmin(b)), brange[0]), max(float(np.nanmax(b)), brange[1])
     traces: list[dict[str, Any]] = _regions(row, bmin, bmax)
     windows = _windows(pts)
     rho_all = []
@@ -460,6 +461,7 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
             "type": kind, "mode": "lines+markers", "x": cols[0], "y": cols[1],
             "customdata": np.stack(cols[2:], axis=1) if hover_cols else None,
             "name": gpu, "legendgroup": gpu, "showlegend": gpu not in shown_gpu, "connectgaps": False,
+            "legendrank": 100 + sorted(gpu_colour).index(gpu) if gpu in gpu_colour else 1000,
             "line": {"color": colour, "width": 1}, "marker": {"color": colour, "size": 3 if kind == "scattergl" else 5},
             "opacity": 0.75, "meta": {"model": model, "gpu": gpu},
             "hovertemplate": template + f"<extra>{model} on {gpu}</extra>",
@@ -470,14 +472,16 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
         if flag not in front:
             continue
         first = True
+        many = int(front[flag].sum()) > 200  # thousands of rows: small marks, or they hide the curves
+        size, outline = (5, 0) if many else (11, 1)
         for model, gpu, members in pairs:
             m = members[front[flag][members]]
             if not len(m):
                 continue
             traces.append({"type": kind, "mode": "markers", "x": front[x][m], "y": front[y][m], "name": name,
                            "legendgroup": name, "showlegend": first, "meta": {"model": model, "gpu": gpu},
-                           "marker": {"symbol": symbol, "size": 11, "color": colour,
-                                      "line": {"color": "#fff", "width": 1}},
+                           "marker": {"symbol": symbol, "size": size, "color": colour, "opacity": 0.8 if many else 1,
+                                      "line": {"color": "#fff", "width": outline}},
                            "hovertemplate": f"{name}<br>%{{x:,.4g}}, %{{y:,.4g}}<extra>{model} on {gpu}</extra>"})
             first = False
     slos = np.unique(front["slo_ms"][finite(front["slo_ms"])]) if "slo_ms" in front and y == "latency_ms" else []
@@ -541,7 +545,7 @@ def plan_figure(plan: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | N
         shown.add(gpu)
     layout = base_layout(460, xaxis=axis("arrival rate (req/s, fleet)", log=_log_ratio(x) > 20),
                          yaxis=axis("fleet cost at replicas_min (USD/h)", log=_log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20,
-                                    tickprefix="$"))
+                                    tickprefix="$", dtick=1 if _log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20 else None))
     return {"data": traces, "layout": layout}
 
 

@@ -148,7 +148,7 @@ CONTROLLER_JS = r"""
                 toImageButtonOptions: {format: "png", scale: 2}};
   var sel = {model: new Set(R.models), gpu: new Set(R.gpus)};
   var scenarioSelect = document.getElementById("scenario");
-  var current = R.scenarios.find(function (s) { return s.ok; }) || R.scenarios[0] || null;
+  var current = R.scenarios.find(function (s) { return s.default; }) || R.scenarios[0] || null;
 
   function passes(meta) {
     return !meta || meta.model === undefined || (sel.model.has(meta.model) && sel.gpu.has(meta.gpu));
