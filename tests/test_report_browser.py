@@ -196,9 +196,13 @@ def test_multi_model_report_renders_and_filters(browser, reports, tmp_path):
         assert 0 < pg.marks("frontier")["points"] < before
         options = pg.page.eval_on_selector_all("#scenario option", "os => os.map(o => o.textContent)")
         assert options and not any("a100-80gb" in o for o in options)
-        assert pg.page.locator("table.plan tr[data-gpu='a100-80gb']:visible").count() == 0
         pg.page.click("button[data-all='gpu'][data-value='1']")
         assert pg.marks("frontier")["points"] == before
+        # the model filter also narrows the cheapest-plan table
+        assert pg.page.locator("table.plan tr[data-model='llama-3.1-70b']:visible").count() > 0
+        pg.page.uncheck("input[data-filter='model'][value='llama-3.1-70b']")
+        assert pg.page.locator("table.plan tr[data-model='llama-3.1-70b']:visible").count() == 0
+        pg.page.check("input[data-filter='model'][value='llama-3.1-70b']")
 
         # the scenario picker swaps the per-scenario table and figures
         first_table = pg.page.inner_html("[data-scenario-html='table']")
@@ -212,8 +216,8 @@ def test_multi_model_report_renders_and_filters(browser, reports, tmp_path):
         if os.environ.get("SWEEP_UPDATE_SCREENSHOT") == "1":
             pg.page.select_option("#scenario", opened)
             pg.page.wait_for_timeout(300)
-            pg.page.screenshot(path=str(ROOT / "docs" / "report.png"), full_page=False,
-                               clip={"x": 0, "y": 0, "width": 1280, "height": 1500})
+            pg.page.screenshot(path=str(ROOT / "docs" / "report.png"), full_page=True,
+                               clip={"x": 0, "y": 0, "width": 1280, "height": 1720})
 
         # print: every figure is resized to the page, nothing is cut off, and a PDF comes out
         pg.page.emulate_media(media="print")

@@ -95,6 +95,8 @@ def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     a: dict[str, Any] = {"title": {"text": title}, "type": "log" if log else "linear", "showline": True,
                          "linecolor": "#888", "gridcolor": "#e6e6e6", "zeroline": False, "ticks": "outside",
                          "tickcolor": "#888"}
+    if log and "dtick" not in extra and "tickvals" not in extra:
+        a["dtick"] = "D2"  # 1, 2, 5 per decade: fewer labels than Plotly's every digit
     a.update(extra)
     return a
 
@@ -406,8 +408,8 @@ def action_figure(cells: Columns) -> dict[str, Any]:
             traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": ACTION_LABELS[a],
                            "marker": {"symbol": "square", "size": 12, "color": ACTION_COLOURS[a]},
                            "hoverinfo": "skip", "xaxis": "x", "yaxis": "y"})
-    layout["legend"]["y"] = 1.08
-    layout["margin"]["t"] = 70
+    layout["legend"]["y"] = 1.0 + 60 / layout["height"]
+    layout["margin"]["t"] = 90
     return {"data": traces, "layout": layout}
 
 
@@ -495,7 +497,9 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
     if len(slos) == 1:
         layout["shapes"] = [{"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": slos[0],
                              "y1": slos[0], "line": {"color": "#222", "dash": "dash", "width": 1.2}}]
-        layout["annotations"] = [{"xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": slos[0],
+        # annotations on a log axis are placed in log10 units (shapes in data units)
+        at = math.log10(slos[0]) if ylog else slos[0]
+        layout["annotations"] = [{"xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": at,
                                   "yanchor": "bottom", "showarrow": False, "text": f"SLO {slos[0]:g} ms"}]
     return {"data": traces, "layout": layout}
 

@@ -193,7 +193,8 @@ CONTROLLER_JS = r"""
       if (idx.length) Plotly.restyle(el, {visible: vis}, idx);
     });
     document.querySelectorAll("tr[data-model]").forEach(function (tr) {
-      tr.style.display = passes({model: tr.dataset.model, gpu: tr.dataset.gpu}) ? "" : "none";
+      var ok = sel.model.has(tr.dataset.model) && (tr.dataset.gpu === undefined || sel.gpu.has(tr.dataset.gpu));
+      tr.style.display = ok ? "" : "none";
     });
     fillScenarios();
     var txt = "Showing models: " + Array.from(sel.model).join(", ") + "; GPUs: " + Array.from(sel.gpu).join(", ");

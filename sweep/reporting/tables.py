@@ -81,7 +81,8 @@ def answers_html(r: dict[str, Any]) -> str:
         cost = r.get("replicas_min_cost_usd_per_hour")
         items.append(("fewest replicas meeting the SLO (replicas_min)",
                       "none in the grid's replicas axis" if unbounded(rm) else
-                      f"{rm:g} replicas, {_answer_text(r, 'replicas_min')}, ${fmt(cost, 2)}/h"))
+                      f"{rm:g} replica{'s' if rm != 1 else ''}, {_answer_text(r, 'replicas_min')}, "
+                      f"${fmt(cost, 2)}/h"))
     reason = r.get("reason")
     slo = r.get("slo_ms")
     head = (f"SLO: P{100 * q:g} <= {fmt(slo, 0)} ms; "
@@ -187,9 +188,12 @@ def plan_table(plan: dict[str, np.ndarray], varying: list[str]) -> str:
     total = len(best)
     if total > PLAN_TABLE_ROWS and "arrival_rps" in p:
         rates = np.unique(p["arrival_rps"][best])
-        pick = rates[np.unique(np.round(np.linspace(0, len(rates) - 1, 5)).astype(int))]
+        n_groups = max(1, total // len(rates))
+        keep = max(1, min(len(rates), PLAN_TABLE_ROWS // n_groups))
+        pick = rates[np.unique(np.round(np.linspace(0, len(rates) - 1, keep)).astype(int))]
         best = best[np.isin(p["arrival_rps"][best], pick)]
-    best = best[:PLAN_TABLE_ROWS]
+    sort_cols = [p[c][best] for c in reversed(group_cols)]  # numbers sort as numbers
+    best = best[np.lexsort(sort_cols)][:PLAN_TABLE_ROWS]
     show = [c for c in ("model", "seq_len", "arrival_rps", "gpu", "gpus_per_replica") if c in p and (c in varying or c in ("model", "gpu"))]
     heads = {"model": "model", "seq_len": "S_max", "arrival_rps": "arrival req/s", "gpu": "GPU",
              "gpus_per_replica": "GPUs/replica"}
@@ -198,7 +202,8 @@ def plan_table(plan: dict[str, np.ndarray], varying: list[str]) -> str:
         cells = []
         for c in show:
             v = p[c][i]
-            cells.append(f"<td class='l'>{esc(v)}</td>" if isinstance(v, str) else f"<td>{v:,.4g}</td>")
+            cells.append(f"<td class='l'>{esc(v)}</td>" if isinstance(v, str) else
+                         f"<td>{v:,.0f}</td>" if float(v).is_integer() else f"<td>{v:,.4g}</td>")
         nan = np.full(len(p["group_id"]), math.nan)
         w = p.get("replicas_min_window_ms", nan)[i]
         batch = p.get("replicas_min_batch", nan)[i]
@@ -206,12 +211,13 @@ def plan_table(plan: dict[str, np.ndarray], varying: list[str]) -> str:
                   f"<td>{'inf' if unbounded(w) else f'{w:g}'}</td>",
                   f"<td>{fmt(p.get('replicas_min_latency_ms', nan)[i])}</td>",
                   f"<td>${p['replicas_min_cost_usd_per_hour'][i]:,.2f}</td>"]
-        rows.append(f"<tr data-model='{esc(p['model'][i])}' data-gpu='{esc(p['gpu'][i])}'>{''.join(cells)}</tr>")
+        rows.append(f"<tr data-model='{esc(p['model'][i])}'>{''.join(cells)}</tr>")
     head = "".join(f"<th class='l'>{heads[c]}</th>" if c in ("model", "gpu") else f"<th>{heads[c]}</th>" for c in show)
     head += "<th>replicas</th><th>batch</th><th>window ms</th><th>latency ms</th><th>USD/h</th>"
-    note = (f"The cheapest configuration per {', '.join(group_cols)} among the groups shown: {len(best)} of {total} "
-            "rows" + (" (five arrival rates spread over the grid's)" if len(best) < total else "")
-            + ". The filters narrow the GPUs compared only in the figure; the table lists the overall cheapest.")
+    note = (f"The cheapest configuration (GPU, GPUs per replica, replicas, batch, window) per "
+            f"{', '.join(group_cols)}, over every GPU of the grid: {len(best)} of {total} rows"
+            + (" (arrival rates spread over the grid's)" if len(best) < total else "")
+            + ". The model filter applies to this table; the GPU filter to the figure only.")
     return (f"<h3>Cheapest plan</h3><div class='scroll'><table class='data plan'><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div><p class='note'>{esc(note)}</p>")
 
