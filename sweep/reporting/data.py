@@ -117,6 +117,9 @@ class Run:
             raise ReportError(f"{path}: no such run folder; `sweep run GRID --out {path}` makes one")
         manifest = self.path / "manifest.json"
         if not manifest.exists():
+            if (self.path / "shards").is_dir():
+                raise ReportError(f"{path}: no manifest.json: the shards in {path}/shards/ are not merged yet; "
+                                  f"`sweep merge {path}` combines them, or report on one shard's folder")
             raise ReportError(f"{path}: no manifest.json, so the run is missing or incomplete "
                               "(a run writes it last); rerun `sweep run` to finish it")
         try:
