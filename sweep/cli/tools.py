@@ -1,5 +1,5 @@
 """Quick command-line answers: `sweep fit`, `sweep kv`, `sweep catalog`, `sweep calibrate`
-(no grid file needed).
+(no grid file needed), and `sweep report` (an HTML report of a finished run; `sweep.reporting`).
 
 `add_commands(sub)` registers them on the `sweep` parser (`sweep.cli`). Each handler calls
 one pure library function (`sweep.fit.fit_file`, `sweep.quick.kv_answer`, the catalog,
@@ -24,7 +24,7 @@ from sweep.errors import CatalogError
 
 
 def add_commands(sub: Any) -> None:
-    """Register `fit`, `kv` and `catalog` on the subparsers action `sub`."""
+    """Register `fit`, `kv`, `catalog` and `report` on the subparsers action `sub`."""
     f = sub.add_parser("fit", help="fit T_svc(B) = T_fixed + t_req B to a profile CSV (batch_size,latency_ms)")
     f.add_argument("profile", type=Path, help="CSV with header batch_size,latency_ms; '#' comments allowed")
     f.set_defaults(handler=cmd_fit)
@@ -62,6 +62,13 @@ def add_commands(sub: Any) -> None:
     _catalog_arg(cal)
     cal.set_defaults(handler=cmd_calibrate)
     one_line_errors(cal)
+
+    r = sub.add_parser("report", help="write one self-contained HTML report of a finished run (needs sweep[report])")
+    r.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")
+    r.add_argument("--out", type=Path, default=None, metavar="FILE", help="the HTML file (default RUN_DIR/report.html)")
+    r.add_argument("--png", type=Path, default=None, metavar="DIR", help="also write each figure as DIR/<figure>.png")
+    r.set_defaults(handler=cmd_report)
+    one_line_errors(r)
 
 
 def _catalog_arg(p: argparse.ArgumentParser) -> None:
@@ -344,4 +351,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         paths = write_overlay(fits, args.out, cat)
         console.print(f"wrote {len(paths)} calibrated GPU entries to {escape(str(args.out))}/gpus/; plan on one with "
                       f"gpu = \"{escape(fits[0].overlay_name)}\" and --catalog {escape(str(args.out))}")
+    return 0
+
+
+# --------------------------------------------------------------------------- sweep report
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from sweep.reporting import build_report
+
+    result = build_report(args.run_dir, out=args.out, png_dir=args.png)
+    console = _console()
+    console.print(f"{result.path}: {result.bytes / 1e6:.1f} MB, {len(result.figures)} figures in "
+                  f"{result.seconds:.1f} s; not drawn: " + (", ".join(result.skipped) or "none"), markup=False)
+    for p in result.pngs:
+        console.print(str(p), markup=False)
     return 0
