@@ -25,12 +25,12 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax.numpy as jnp
+import numpy as np
+from _proxy import window_proxy
 
-from _proxy import window_proxy  # noqa: E402
-from sweep.models.batcher import batcher_point  # noqa: E402
-from sweep.models.batch_sim import SimSettings, simulate  # noqa: E402
+from sweep.models.batch_sim import SimSettings, simulate
+from sweep.models.batcher import batcher_point
 
 OUT = Path(__file__).resolve().parent / "results"
 CAPS = (4, 16, 64)

@@ -35,15 +35,15 @@ if not ARGS.all_cores and hasattr(os, "sched_setaffinity"):
     # Pin before jax starts its thread pools: the comparison is per core.
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
-import scipy.special as sc  # noqa: E402
+import numpy as np
+import scipy.special as sc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from sweep._gamma import gammainc_pq  # noqa: E402
+from sweep._gamma import gammainc_pq
 
 
 def _workloads(n: int, seed: int = 0):

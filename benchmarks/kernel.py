@@ -31,9 +31,9 @@ from scipy import special
 
 jax.config.update("jax_enable_x64", True)
 
-from sweep.engine.evaluate import evaluate_values  # noqa: E402
-from sweep.models import get_model  # noqa: E402
-from sweep.models.base import CATALOG_FIELDS  # noqa: E402
+from sweep.engine.evaluate import evaluate_values
+from sweep.models import get_model
+from sweep.models.base import CATALOG_FIELDS
 
 MODEL = get_model("dynamic", "gaussian")
 #: The model's computed columns (echoes of grid keys and the id are not computed).

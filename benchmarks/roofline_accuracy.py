@@ -25,9 +25,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweep.models.service import roofline_times
-from sweep.grid.calibrate import StepRow, estimate_ms, read_rows
 from sweep.catalog import packaged_catalog
+from sweep.grid.calibrate import StepRow, estimate_ms, read_rows
+from sweep.models.service import roofline_times
 
 DATA = ROOT / "tests" / "data" / "gpu_measurements.csv"
 FIGURE = ROOT / "docs" / "roofline_accuracy.png"

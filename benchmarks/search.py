@@ -28,8 +28,8 @@ from _fresh import run_fresh
 
 jax.config.update("jax_enable_x64", True)
 
-from sweep.decide import pareto as decide  # noqa: E402
-from sweep.decide.reduce import Row, reduce_row  # noqa: E402
+from sweep.decide import pareto as decide
+from sweep.decide.reduce import Row, reduce_row
 
 
 def numpy_decide(cap, lat, e_resp, batch, feasible, slo):

@@ -20,10 +20,10 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from sweep.models import batch_sim as sim  # noqa: E402
-from sweep.models.batch_sim import SimSettings, replication_draws, simulate, simulate_requests  # noqa: E402
+from sweep.models import batch_sim as sim
+from sweep.models.batch_sim import SimSettings, replication_draws, simulate, simulate_requests
 
 
 def python_event_loop(arrivals, z, *, b_max, t_max_s, t_fixed_s, t_req_s, workers,
@@ -171,7 +171,7 @@ def main() -> None:
     cargs = (jnp.uint32(0), jnp.arange(chunk, dtype=jnp.int32), pc, jnp.zeros(1))
     jax.block_until_ready(sim._chunk(*cargs, **kw))
     t = time.perf_counter()
-    stats, lat = jax.block_until_ready(sim._chunk(*cargs, **kw))
+    _stats, lat = jax.block_until_ready(sim._chunk(*cargs, **kw))
     t_dev = time.perf_counter() - t
     draws = jax.jit(jax.vmap(sim._draws, in_axes=(None, 0, 0, 0, None), out_axes=1),
                     static_argnums=4)

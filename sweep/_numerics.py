@@ -13,7 +13,7 @@ from jax import Array
 
 from sweep._gamma import gammainc_pq, poisson_pmf
 
-__all__ = ["safe_div", "poisson_tails", "gammainc_pq", "poisson_pmf"]
+__all__ = ["gammainc_pq", "poisson_pmf", "poisson_tails", "safe_div"]
 
 
 def safe_div(num: Array, den: Array, ok: Array, fill: float) -> Array:

@@ -17,3 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def seed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seed's worked example (grids/seed-gpt3.toml), run once per session."""
+    from sweep.cli import main
+
+    out = tmp_path_factory.mktemp("seed")
+    assert main(["run", str(ROOT / "grids" / "seed-gpt3.toml"), "--out", str(out), "--quiet"]) == 0
+    return out

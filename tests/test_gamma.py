@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal, localcontext
-from functools import lru_cache
+from functools import cache
 
 import jax
 
@@ -75,7 +75,7 @@ def _scipy_trusted(a, x):
 
 
 # ---------------------------------------------------------------- exact reference
-@lru_cache(maxsize=None)
+@cache
 def _log_factorials(nmax: int = 5001):
     with localcontext() as ctx:
         ctx.prec = 40

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from sweep.decide.verdict import ACTION_CODE, ACTIONS
 
-
 SEED_B = [1, 4, 8, 16, 32]
 # Seed table, "批大小对 GPT-3 服务性能的影响": T_svc ms, req/s, rho %, E[W] ms, (B-1)/(2 lambda) ms, E[T] ms
 SEED_TABLE = [

@@ -15,13 +15,13 @@ from __future__ import annotations
 import difflib
 import functools
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any
 
 from sweep.errors import CatalogError
 
@@ -186,5 +186,8 @@ def load_catalog(extra_dirs: Sequence[Path | str] = ()) -> Catalog:
                 str(path), "catalog folder", str(d),
                 "has neither a models/ nor a gpus/ subfolder, e.g. my-catalog/models/my-70b.toml",
             )
-        catalog = _read_root(path, lambda sub, f, p=path: str(p / sub / f), False, catalog)
+        def origin_of(sub: str, f: str, p: Path = path) -> str:
+            return str(p / sub / f)
+
+        catalog = _read_root(path, origin_of, False, catalog)
     return catalog

@@ -80,13 +80,13 @@ def _point_table(spec: GridSpec, rows: dict[str, np.ndarray], console: Console) 
     # B_min does not depend on the batch size: one line per distinct scenario.
     seen = set()
     for i in range(len(rows["batch_size"])):
-        key = (rows["lambda_per_replica_rps"][i], rows["t_fixed_ms"][i], rows["t_req_ms"][i], rows["rho_target"][i])
-        if key in seen:
+        scenario = (rows["lambda_per_replica_rps"][i], rows["t_fixed_ms"][i], rows["t_req_ms"][i], rows["rho_target"][i])
+        if scenario in seen:
             continue
-        seen.add(key)
+        seen.add(scenario)
         console.print(
-            f"lambda {key[0]:g} req/s per replica, T_fixed {key[1]:g} ms, t_req {key[2]:g} ms: "
-            f"B_min(rho_target={key[3]:g}) = {_fmt(rows['b_min_rho_target'][i], 2)} -> {_fmt(rows['b_min_rho_target_int'][i], 0)}; "
+            f"lambda {scenario[0]:g} req/s per replica, T_fixed {scenario[1]:g} ms, t_req {scenario[2]:g} ms: "
+            f"B_min(rho_target={scenario[3]:g}) = {_fmt(rows['b_min_rho_target'][i], 2)} -> {_fmt(rows['b_min_rho_target_int'][i], 0)}; "
             f"B_min stable = {_fmt(rows['b_min_stable'][i], 2)} -> {_fmt(rows['b_min_stable_int'][i], 0)}; "
             f"KV {rows['kv_gb_per_req'][i]:.2f} GB/request, weights {rows['weights_gb'][i]:.0f} GB, "
             f"free {rows['free_gb'][i]:.0f} GB, at most {rows['b_mem_max'][i]} requests in memory"

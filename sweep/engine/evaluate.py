@@ -129,7 +129,7 @@ class Evaluator:
 
     def compile_count(self) -> int:
         """Number of compiled variants of the chunk function (1 after any number of chunks)."""
-        return self._fn._cache_size()  # noqa: SLF001 - jax exposes no public counter
+        return self._fn._cache_size()
 
 
 # --------------------------------------------------------------------------- compiled
@@ -212,7 +212,12 @@ def evaluate_values(
     x = dict(v)
     for name, axis in CATALOG_FIELDS.items():
         x[name] = tables[name][v[axis]]
-    computed = jax.vmap(functools.partial(model.point, **dict(static)))(x)
+    kw = dict(static)
+
+    def one(point: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        return model.point(point, **kw)
+
+    computed = jax.vmap(one)(x)
     declared = {c.name: c for c in model.columns}
     wanted = set(columns) - set(ENGINE_KEYS)
     echoed = {k for k in model.echo if k in wanted}

@@ -215,9 +215,10 @@ def step_params(model: Model, gpu: Gpu, tp: int, weight_bytes: float, *, eta_bw:
         hidden=float(model.hidden),
         gpus=float(tp),
         hbm_bw=gpu.hbm_bandwidth_bytes_per_s,
-        flops=gpu.fp8_dense_flops if fp8 else gpu.bf16_dense_flops,
-        link_bw=gpu.interconnect_bytes_per_s or 32e9,
-        alpha=gpu.collective_latency_s if alpha is None else alpha,
+        flops=(gpu.fp8_dense_flops or gpu.bf16_dense_flops) if fp8 else gpu.bf16_dense_flops,
+        link_bw=gpu.interconnect_bytes_per_s or rl.PCIE_LINK_BYTES_PER_S,
+        alpha=alpha if alpha is not None else (
+            gpu.collective_latency_s if gpu.collective_latency_s is not None else rl.PCIE_ALPHA_S),
         eta_bw=eta_bw, eta_flops=eta_flops, t_overhead=t_overhead,
     )
 

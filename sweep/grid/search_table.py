@@ -351,6 +351,6 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
         engine.dispose()
     except ImportError as exc:
         raise StorageError(search.source, "search.storage", shown, f"the database driver is not installed ({exc.name or exc}); install it, e.g. psycopg2-binary for postgresql") from None
-    except Exception as exc:  # noqa: BLE001 - any connection failure is a refusal
+    except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(search.source, "search.storage", shown, f"cannot connect ({first[:160]})") from None

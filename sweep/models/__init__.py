@@ -45,6 +45,14 @@ def get_model(serving: str = "dynamic", latency_model: str | None = None) -> Ser
 
 
 __all__ = [
-    "Column", "DEFAULT_LATENCY_MODEL", "Decisions", "HostPass", "Param", "REGISTRY", "SERVING_MODES",
-    "ServingModel", "get_model", "latency_models",
+    "DEFAULT_LATENCY_MODEL",
+    "REGISTRY",
+    "SERVING_MODES",
+    "Column",
+    "Decisions",
+    "HostPass",
+    "Param",
+    "ServingModel",
+    "get_model",
+    "latency_models",
 ]

@@ -208,6 +208,9 @@ class ServingModel(abc.ABC):
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (("latency_ms", "slo_ms"),)
     #: Does this model need the host pass to decide (the simulator's percentile)?
     needs_host_pass: ClassVar[bool] = False
+    #: Columns that never decrease as arrival_rps rises, all else fixed (+inf counts as the
+    #: largest value); the contract tests check the claim.
+    monotone_in_load: ClassVar[tuple[str, ...]] = ()
 
     # -- declarations -----------------------------------------------------------------
 
@@ -236,7 +239,8 @@ class ServingModel(abc.ABC):
 
     def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
         """Cross-field rules over every combination of the axes (`values` maps each key to
-        the values it can take; `where(key)` names the key for the message)."""
+        the values it can take; `where(key)` names the key for the message). Default: none."""
+        return None
 
     # -- evaluation -------------------------------------------------------------------
 
@@ -245,7 +249,7 @@ class ServingModel(abc.ABC):
         """The compile-time (hashable) keywords of `point` for a grid."""
 
     @abc.abstractmethod
-    def point(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
+    def point(self, x: Mapping[str, Array], *args: Any, **static: Any) -> dict[str, Array]:
         """Every computed column for ONE point (scalars in, scalars out, file units)."""
 
     def host_pass(self, spec: GridSpec) -> HostPass | None:

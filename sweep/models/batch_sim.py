@@ -104,16 +104,16 @@ from numpy.typing import ArrayLike
 from sweep.errors import SimulationError
 
 __all__ = [
+    "LANE_OUT_AXES",
     "PARAM_KEYS",
+    "LaneResult",
     "SimSettings",
     "SimulationError",
-    "LaneResult",
-    "LANE_OUT_AXES",
+    "never_fills",
+    "replication_draws",
     "simulate",
     "simulate_lane",
     "simulate_requests",
-    "replication_draws",
-    "never_fills",
 ]
 
 PARAM_KEYS = (
@@ -179,7 +179,7 @@ class LaneResult(NamedTuple):
 
 
 # vmap axes of LaneResult for time-major batching (N axis first, lanes second)
-LANE_OUT_AXES = LaneResult(1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0)
+LANE_OUT_AXES = LaneResult._make([1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0])
 
 
 # --------------------------------------------------------------------------------------
@@ -501,7 +501,7 @@ def _chunk(seed, scen_idx, p, trace, *, n, warmup, reps, max_workers, use_trace)
 def never_fills(t_max_s: ArrayLike, queue_capacity: ArrayLike, b_max: ArrayLike) -> np.ndarray:
     """True where a batch can never fill: no window (T_max = inf) and fewer waiting places
     (K) than the batch needs. Such a grid is rejected at validation (SPEC 7)."""
-    return np.isinf(t_max_s) & (np.asarray(queue_capacity) < np.round(b_max))
+    return np.isinf(np.asarray(t_max_s, dtype=np.float64)) & (np.asarray(queue_capacity) < np.round(np.asarray(b_max, dtype=np.float64)))
 
 
 def _pow2(x: int) -> int:

@@ -100,10 +100,10 @@ service_cv >= 0``, ``q`` in (0, 1).
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 from typing import ClassVar
 
+import jax
+import jax.numpy as jnp
 from jax import Array, lax
 from jax.scipy.special import ndtri
 
@@ -112,7 +112,7 @@ from sweep.models.base import Column
 from sweep.models.batching import window_moments
 from sweep.models.dynamic import BASE_COLUMNS, MS, SIM_COLUMNS, DynamicModel, Estimates
 
-__all__ = ["BatcherModel", "batcher_point", "N_NODES", "N_ROOT", "N_BISECT"]
+__all__ = ["N_BISECT", "N_NODES", "N_ROOT", "BatcherModel", "batcher_point"]
 
 INF = jnp.inf
 #: quadrature nodes over the opener's offset E ~ Exp(lam) (step 1)
@@ -329,6 +329,9 @@ class BatcherModel(DynamicModel):
         Column("batcher_mean_batch", "float64", "requests", "Its mean batch size: the fixed point between load and batch size."),
         Column("batcher_rho", "float64", "-", "Its utilisation lambda T_svc(b*) / b* (drives the operating rules with latency_model = batcher)."),
     ) + SIM_COLUMNS
+
+    #: The fixed point's batch and utilisation grow with load too (G(b) rises in lambda).
+    monotone_in_load: ClassVar[tuple[str, ...]] = DynamicModel.monotone_in_load + ("batcher_mean_batch", "batcher_rho")
 
     def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
         bt = batcher_point(e.lam, e.b_max, e.t_max, e.t_fixed, e.t_req, e.service_cv, e.q)

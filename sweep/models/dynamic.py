@@ -207,6 +207,10 @@ class DynamicModel(ServingModel):
         "queue_capacity", "service_cv",
     )
     row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
+    #: More load: more followers per window (E[B]), more utilisation, a longer P-K wait,
+    #: more requests in service, larger B_min (seed eq. 2 rises in lambda).
+    monotone_in_load: ClassVar[tuple[str, ...]] = (
+        "lambda_per_replica_rps", "mean_batch", "rho", "e_wait_ms", "in_service", "b_min_stable", "b_min_rho_target")
 
     # -- the estimate the SLO is checked against -------------------------------------
 

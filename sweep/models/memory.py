@@ -30,7 +30,7 @@ def kv_memory(
     kv_bytes_per_token: Array,
     seq_len: Array,
     mean_seq_len: Array,
-    block_tokens: Array,
+    block_tokens: Array | float,
     weights_bytes: Array,
     usable_hbm_bytes: Array,
     b_max: Array,

@@ -68,7 +68,7 @@ def queue_proxy(lam: Array, b_max: Array, t_fixed: Array, t_req: Array, service_
     return Queue(rho, proxy_ok, stable, e_wait, var_wait, e_svc, var_svc, capacity)
 
 
-def b_min(lam: Array, t_fixed: Array, t_req: Array, rho: Array) -> Array:
+def b_min(lam: Array, t_fixed: Array, t_req: Array, rho: Array | float) -> Array:
     """B_min(rho) = lam T_fixed / (rho - lam t_req), +inf when rho <= lam t_req (eq. 2)."""
     ok = rho > lam * t_req
     return safe_div(lam * t_fixed, rho - lam * t_req, ok, INF)

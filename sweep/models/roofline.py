@@ -31,9 +31,13 @@ Defaults (one set for every model, GPU and phase; justified in docs/roofline.md)
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+from jax import Array
+
+#: A float64 scalar or array: a Python float, NumPy or JAX (traced under jit and vmap).
+Real = Any
 
 # Share of the peak HBM bandwidth a decode step's weight and KV stream reaches.
 ETA_BW = 0.7
@@ -46,6 +50,10 @@ ACT_BYTES = 2.0
 # Fixed per-step cost outside the GPU kernels' roofline: scheduling, input preparation,
 # sampling, kernel launches and the gaps between them.
 T_OVERHEAD_S = 1.0e-3
+# A GPU entry without interconnect figures (a user's PCIe card): one direction of PCIe 4.0
+# x16 (32 GB/s) and the 50 us small-message all-reduce nccl-tests reports over PCIe.
+PCIE_LINK_BYTES_PER_S = 32e9
+PCIE_ALPHA_S = 50e-6
 
 
 class StepParams(NamedTuple):
@@ -60,42 +68,42 @@ class StepParams(NamedTuple):
     `eta_flops`, `act_bytes`, `collectives_per_layer`, `t_overhead` (seconds).
     """
 
-    weights_dense_bytes: float
-    expert_bytes: float
-    n_experts: float
-    k: float
-    active_params: float
-    n_layers: float
-    hidden: float
-    gpus: float
-    hbm_bw: float
-    flops: float
-    link_bw: float
-    alpha: float
-    eta_bw: float = ETA_BW
-    eta_flops: float = ETA_FLOPS
-    act_bytes: float = ACT_BYTES
-    collectives_per_layer: float = COLLECTIVES_PER_LAYER
-    t_overhead: float = T_OVERHEAD_S
+    weights_dense_bytes: Real
+    expert_bytes: Real
+    n_experts: Real
+    k: Real
+    active_params: Real
+    n_layers: Real
+    hidden: Real
+    gpus: Real
+    hbm_bw: Real
+    flops: Real
+    link_bw: Real
+    alpha: Real
+    eta_bw: Real = ETA_BW
+    eta_flops: Real = ETA_FLOPS
+    act_bytes: Real = ACT_BYTES
+    collectives_per_layer: Real = COLLECTIVES_PER_LAYER
+    t_overhead: Real = T_OVERHEAD_S
 
 
 class Work(NamedTuple):
     """What one step carries: `n_tok` new tokens, `kv_bytes` of KV cache read or written
     from HBM (whole replica), `attn_flops` attention score FLOPs (whole replica)."""
 
-    n_tok: float
-    kv_bytes: float
-    attn_flops: float
+    n_tok: Real
+    kv_bytes: Real
+    attn_flops: Real
 
 
 class StepParts(NamedTuple):
     """The terms of one step, seconds (and the expected experts touched per MoE layer)."""
 
-    t_mem: float
-    t_compute: float
-    t_comm: float
-    t_overhead: float
-    experts_touched: float
+    t_mem: Array
+    t_compute: Array
+    t_comm: Array
+    t_overhead: Array
+    experts_touched: Array
 
 
 def experts_touched(n_tok, n_experts, k):
@@ -167,7 +175,7 @@ def scale_work(a: Work, s) -> Work:
     return Work(a.n_tok * s, a.kv_bytes * s, a.attn_flops * s)
 
 
-def crossover_batch(p: StepParams, context_tokens, kv_bytes_per_token) -> float:
+def crossover_batch(p: StepParams, context_tokens: Real, kv_bytes_per_token: Real) -> Array:
     """Decode batch B* at which compute time overtakes memory time for a dense model
     (attention FLOPs ignored, KV read of B (L+1) tokens), from T_mem(B) = T_compute(B):
 

@@ -304,7 +304,7 @@ def write_pngs(figs: list[Any], folder: Path, pick: dict[str, str] | None = None
         return []
     try:
         kaleido.write_fig_from_object_sync(jobs, kopts={"mathjax": False}, cancel_on_error=True)
-    except Exception as exc:  # noqa: BLE001 - kaleido's errors (no browser, a crashed tab) vary; one line for all
+    except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReportError(f"--png: kaleido could not render ({first}); it needs Chrome or Chromium installed "
                           "(Debian: apt-get install chromium)") from None

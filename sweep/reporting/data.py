@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -444,7 +445,11 @@ def by_pair(cols: Columns) -> list[tuple[str, str, np.ndarray]]:
     names, inverse = np.unique(key, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(names) + 1))
-    return [(*str(n).split("|", 1), order[bounds[i]:bounds[i + 1]]) for i, n in enumerate(names)]
+    out: list[tuple[str, str, np.ndarray]] = []
+    for i, n in enumerate(names):
+        model, gpu = str(n).split("|", 1)
+        out.append((model, gpu, order[bounds[i]:bounds[i + 1]]))
+    return out
 
 
 def _spread_evenly(items: np.ndarray, k: int) -> np.ndarray:
@@ -459,7 +464,7 @@ def _row_keys(cols: Columns, axes: list[str]) -> np.ndarray:
     return row_keys(cols, [a for a in axes if a in cols])
 
 
-def row_keys(cols: Columns, names: list[str]) -> np.ndarray:
+def row_keys(cols: Columns, names: Sequence[str]) -> np.ndarray:
     """Vectorised 'v1|v2|...' per row of the named columns (numbers to 12 digits)."""
     n = len(next(iter(cols.values()))) if cols else 0
     out = np.full(n, "", dtype=object)

@@ -169,7 +169,7 @@ def _regions(row: dict[str, Any], bmin: float, bmax: float) -> list[dict[str, An
     if unbounded(stable_from):
         out.append(_band(lo, hi, "unstable (no batch keeps up)", UNSTABLE_FILL,
                          "unstable at every batch size: lambda >= B / T_svc(B)"))
-    elif stable_from > bmin:
+    elif stable_from is not None and stable_from > bmin:
         out.append(_band(lo, _between(stable_from), f"unstable (B < {stable_from:g})", UNSTABLE_FILL,
                          f"unstable: B < b_min_stable_int = {stable_from:g}"))
     mem = row.get("b_mem_max")
@@ -486,7 +486,7 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
                                       "line": {"color": "#fff", "width": outline}},
                            "hovertemplate": f"{name}<br>%{{x:,.4g}}, %{{y:,.4g}}<extra>{model} on {gpu}</extra>"})
             first = False
-    slos = np.unique(front["slo_ms"][finite(front["slo_ms"])]) if "slo_ms" in front and y == "latency_ms" else []
+    slos = np.unique(front["slo_ms"][finite(front["slo_ms"])]) if "slo_ms" in front and y == "latency_ms" else np.zeros(0)
     ylog = _log_ratio(front[y]) > 30
     yaxis = axis(ylabel, log=ylog)
     if len(slos):
@@ -567,7 +567,7 @@ def sim_figure(sim: Columns) -> dict[str, Any] | None:
               ("batcher_p_ms", "sim_p_ms", f"{ql} batcher model", "square", "#59a14f", "x", "y"),
               ("e_resp_ms", "sim_mean_ms", "mean E[T] proxy", "circle", "#4e79a7", "x2", "y2"),
               ("batcher_e_resp_ms", "sim_mean_ms", "mean, batcher model", "square", "#59a14f", "x2", "y2")]
-    lims = {"x": [], "x2": []}
+    lims: dict[str, list[float]] = {"x": [], "x2": []}
     n_inf = 0
     for est, ref, name, symbol, colour, xa, ya in series:
         if est not in sim or ref not in sim:

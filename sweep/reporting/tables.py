@@ -65,7 +65,7 @@ def _answer_text(r: dict[str, Any], prefix: str) -> str:
     rho = r.get(f"{prefix}_rho")
     win = "" if w is None else (", full batches" if unbounded(w) else f", window {w:g} ms")
     return (f"B = {b:g}{win}: {fmt(lat)} ms, {fmt(cap)} req/s per replica, rho "
-            f"{fmt(100 * rho if not unbounded(rho) else rho)}%")
+            f"{fmt(100 * rho if rho is not None and not unbounded(rho) else rho)}%")
 
 
 def answers_html(r: dict[str, Any]) -> str:
@@ -148,7 +148,7 @@ def seed_table(r: dict[str, Any], pts: dict[str, np.ndarray], source: str) -> st
                 txt = fmt(100 * v if not unbounded(v) else v) + "%"
                 if "stable" in p and not p["stable"][i]:
                     txt += " (unstable)"
-            elif d == 0:
+            elif d == 0 or d is None:
                 txt = f"{v:g}"
             else:
                 txt = fmt(v, d)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,7 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
     """What a reader of any output file needs to know where it came from."""
     return {
         "sweep_version": sweep.__version__,
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "grid_name": spec.name,
         "grid_file": spec.source,
         "grid_sha256": spec.sha256,
@@ -175,7 +175,7 @@ class _Run:
     # ------------------------------------------------------------------ driver
 
     def execute(self) -> RunResult:
-        stats = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0, "actions": [0] * len(ACTIONS)}
+        stats: dict[str, Any] = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0, "actions": [0] * len(ACTIONS)}
         kept: list[dict[str, np.ndarray]] = []
         resumed = 0
         bounds = list(range(self.start, self.stop, self.seg))
@@ -235,7 +235,7 @@ class _Run:
         # at the end of the run (one row group in memory at a time) light.
         front_w = DatasetWriter(self.staging.path / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
                                 row_group_rows=min(out.row_group_rows, FRONTIER_ROW_GROUP))
-        stats = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
+        stats: dict[str, Any] = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
 
         timings_lock = threading.Lock()
 
@@ -336,7 +336,7 @@ class _Run:
             **{k: v for k, v in self.meta.items() if k != "grid_toml"},
             "run_key": self.run_key,
             "grid": {"file": spec.source, "sha256": spec.sha256, "toml": spec.text},
-            "jax": {"version": jax.__version__, "backend": jax.default_backend(), "x64": bool(jax.config.jax_enable_x64)},
+            "jax": {"version": jax.__version__, "backend": jax.default_backend(), "x64": bool(jax.config.read("jax_enable_x64"))},
             "python": platform.python_version(),
             "axes": {a.key: len(a) for a in spec.axes},
             "estimates": ["gaussian", "exponential"],

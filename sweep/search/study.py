@@ -260,7 +260,7 @@ class BatchEvaluator:
 
         self.plan = plan
         self.batch = batch
-        self.search_fn = jax.jit(functools.partial(evaluate_values, **plan.opts))
+        self.search_fn: Any = jax.jit(functools.partial(evaluate_values, **plan.opts))
         self.calls = 0
 
     def evaluate(self, scenario: dict[str, Any], searched: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -276,7 +276,7 @@ class BatchEvaluator:
         return {k: np.asarray(a)[:n] for k, a in host.items()}
 
     def compilations(self) -> int:
-        return int(self.search_fn._cache_size())  # noqa: SLF001 - jax exposes no public counter
+        return int(self.search_fn._cache_size())
 
 
 def kernel_values(plan: _Plan, scenario: dict[str, Any], searched: dict[str, np.ndarray], n: int) -> dict[str, Any]:
@@ -386,7 +386,7 @@ def _open_study(plan: _Plan, name: str, storage: Any, worker: int) -> Any:
             seed=(search.seed + worker) % 2**32, multivariate=True, constant_liar=True,
             n_startup_trials=max(10, min(search.batch, search.trials // 4)),
         )
-    directions = [OBJECTIVES[o][1] for o in search.objectives]
+    directions: list[Any] = [OBJECTIVES[o][1] for o in search.objectives]
     study = optuna.create_study(storage=storage, sampler=sampler, study_name=name, directions=directions, load_if_exists=True)
     if "sweep_search" not in study.user_attrs:
         study.set_user_attr("sweep_search", {
@@ -503,7 +503,7 @@ def exact_solution(plan: _Plan, scenario: dict[str, Any], stats: StudyStats | No
     for start in range(0, total, chunk):
         idx = np.minimum(np.arange(start, start + chunk), total - 1)
         coords = np.unravel_index(idx, sizes)
-        searched = {}
+        searched: dict[str, np.ndarray] = {}
         for p, c in zip(search.params, coords):
             if p.key == "gpu":
                 searched[p.key] = c.astype(np.int64)

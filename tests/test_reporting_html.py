@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from report_runs import run_folder, synthetic_continuous, tiled_frontier
+from _report_runs import run_folder, synthetic_continuous, tiled_frontier
 
 from sweep.cli import main
 from sweep.reporting import ReportError, build_report

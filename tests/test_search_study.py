@@ -1,4 +1,4 @@
-"""Optuna search over a grid's `[search]` table (sweep.search, sweep.search_spec).
+"""Optuna search over a grid's `[search]` table (`sweep.search.study`).
 
 Budgets are stated per test; every answer is checked against the exact optimum found by
 evaluating every combination through the same kernel."""
@@ -11,53 +11,10 @@ import tomllib
 
 import numpy as np
 import pytest
+from _search import rows, seed_spec
 
 from sweep import grid as spec_mod
-from sweep.errors import GridError, StorageError
 from sweep.search import make_plan, pareto_front, run_search
-from sweep.grid.search_table import check_storage
-
-SEED_GRID = """
-name = "seed-search"
-[grid]
-arrival_rps      = {rates}
-batch_size       = [1, 4, 8, 16, 32]
-batch_window_ms  = inf
-seq_len          = 2048
-model            = "gpt3-175b"
-gpu              = "a100-80gb"
-gpus_per_replica = 8
-replicas         = 1
-t_fixed_ms       = 50.0
-t_req_ms         = 0.5
-slo_ms           = {slo}
-percentile       = 0.99
-rho_target       = 0.75
-[search]
-objective = {objective}
-trials    = {trials}
-batch     = {batch}
-seed      = 0
-storage   = "{storage}"
-[search.params]
-batch_size = {{low = 1, high = 64}}
-replicas   = {{low = 1, high = 8}}
-"""
-
-
-def seed_spec(objective='"min_cost"', trials=128, batch=64, storage="memory", slo=300.0, rates="100.0", extra=""):
-    """The seed's worked example (grids/seed-gpt3.toml) with a [search] over batch_size in
-    1..64 and replicas in 1..8 (512 combinations). The seed's own SLO (P99 200 ms) is
-    infeasible everywhere in this space, so the exactness tests use 300 ms."""
-    text = SEED_GRID.format(objective=objective, trials=trials, batch=batch, storage=storage, slo=slo, rates=rates) + extra
-    return spec_mod.build(tomllib.loads(text), source="seed-search.toml", text=text)
-
-
-def rows(result):
-    return result.records()
-
-
-# --------------------------------------------------------------------------- exactness
 
 
 @pytest.mark.parametrize("objective, trials", [('"min_cost"', 64), ('"min_latency"', 128), ('"max_capacity"', 128)])
@@ -131,9 +88,6 @@ def test_infeasible_everywhere_reports_reason_and_agrees_with_exact(tmp_path):
     assert row["exact_feasible"] == 0 and row["found_exact"] and math.isinf(row["exact_value"])
 
 
-# --------------------------------------------------------------------------- batching
-
-
 def test_each_batch_is_one_kernel_call_and_compiles_once(tmp_path):
     # two studies (arrival_rps is a list axis), 100 trials each in batches of 32: 4 calls each
     spec = seed_spec(trials=100, batch=32, rates="[100.0, 150.0]")
@@ -146,9 +100,6 @@ def test_each_batch_is_one_kernel_call_and_compiles_once(tmp_path):
     names = [r["study_name"] for r in rows(table)]
     assert names[0].startswith("seed-search/arrival_rps=100.0/") and names[1].startswith("seed-search/arrival_rps=150.0/")
     assert [r["arrival_rps"] for r in rows(table)] == [100.0, 150.0]
-
-
-# --------------------------------------------------------------------------- storage and resume
 
 
 @pytest.mark.parametrize("storage, file", [("sqlite", "search.db"), ("journal", "search.journal")])
@@ -169,27 +120,6 @@ def test_changed_space_is_a_new_study(tmp_path):
     assert a["studies"][0]["name"] != b["studies"][0]["name"] and b["studies"][0]["trials_run"] == 8
 
 
-def test_unreachable_storage_url_is_refused_fast(tmp_path):
-    spec = seed_spec(storage="postgresql://nobody@127.0.0.1:1/x")
-    with pytest.raises(StorageError) as exc:
-        check_storage(spec.search, tmp_path)
-    assert exc.value.key == "search.storage" and "\n" not in str(exc.value)
-    assert "cannot reach 127.0.0.1:1" in exc.value.rule
-    with pytest.raises(StorageError):
-        run_search(spec, tmp_path)
-    assert not any(tmp_path.iterdir())
-
-
-def test_storage_password_is_not_shown():
-    spec = seed_spec(storage="postgresql://me:secret@127.0.0.1:1/x")
-    with pytest.raises(StorageError) as exc:
-        check_storage(spec.search, "/tmp")
-    assert "secret" not in str(exc.value)
-
-
-# --------------------------------------------------------------------------- multi-objective
-
-
 def test_multi_objective_returns_the_pareto_set(tmp_path):
     import optuna
 
@@ -208,9 +138,6 @@ def test_multi_objective_returns_the_pareto_set(tmp_path):
     assert [r["cost_usd_per_hour"] for r in got] == sorted(r["cost_usd_per_hour"] for r in got)
 
 
-# --------------------------------------------------------------------------- continuous spaces
-
-
 def test_float_range_is_not_enumerable(tmp_path):
     extra = "batch_window_ms = {low = 1.0, high = 100.0}\n"
     spec = seed_spec(trials=32, batch=32, extra=extra)
@@ -221,74 +148,6 @@ def test_float_range_is_not_enumerable(tmp_path):
     assert not row["found_exact"] and 1.0 <= row["batch_window_ms"] <= 100.0
     static = dict(make_plan(spec).opts["static"])
     assert static["windowed"] and not static["full"]
-
-
-def test_search_fleet_example_grid_loads(root):
-    spec = spec_mod.load(root / "grids" / "search-fleet.toml")
-    assert spec.search is not None and spec.search.enumerable and len(make_plan(spec).studies) == 2
-    assert spec_mod.load(root / "grids" / "example.toml").search is None
-
-
-# --------------------------------------------------------------------------- malformed tables
-
-BASE = """
-name = "bad"
-[grid]
-arrival_rps = 100.0
-batch_size = 8
-seq_len = 2048
-model = "gpt3-175b"
-gpu = "a100-80gb"
-gpus_per_replica = 8
-t_fixed_ms = 50.0
-t_req_ms = 0.5
-slo_ms = 300.0
-"""
-
-
-@pytest.mark.parametrize("table, key", [
-    ('[search]\ntrials = 10\n[search.params]\nfoo = [1, 2]', "search.params.foo"),
-    ('[search]\ntrials = 10\n[search.params]\nseq_len = [1, 2]', "search.params.seq_len"),
-    ('[search]\ntrials = 10\n[search.params]\nreplicas = []', "search.params.replicas"),
-    ('[search]\ntrials = 10\n[search.params]\nreplicas = {low = 8, high = 2}', "search.params.replicas.high"),
-    ('[search]\ntrials = 10\n[search.params]\nreplicas = 4', "search.params.replicas"),
-    ('[search]\ntrials = 10\n[search.params]\nreplicas = {low = 1.5, high = 4}', "search.params.replicas.low"),
-    ('[search]\ntrials = 10\n[search.params]\nreplicas = {low = 0, high = 4}', "search.params.replicas.low"),
-    ('[search]\ntrials = 10\n[search.params]\nbatch_size = {low = 1, high = 8, step = 2}', "search.params.batch_size.step"),
-    ('[search]\ntrials = 10\n[search.params]\nbatch_window_ms = {low = 0.0, high = inf}', "search.params.batch_window_ms.high"),
-    ('[search]\ntrials = 10\n[search.params]\nbatch_window_ms = {low = 0.0, high = 5.0, log = true}', "search.params.batch_window_ms.low"),
-    ('[search]\ntrials = 10\n[search.params]\ngpu = ["a100-80gb", "no-such-gpu"]', "search.params.gpu"),
-    ('[search]\ntrials = 10\n[search.params]\ngpu = {low = 1, high = 2}', "search.params.gpu"),
-    ('[search]\ntrials = 10\n[search.params]\nreplicas = [1, 1]', "search.params.replicas"),
-    ('[search]\ntrials = 10\n[search.params]\nbatch_size = [1, 8000]\nbatch_window_ms = [5.0]', "search.params.batch_size"),
-    ('[search]\ntrials = 0\n[search.params]\nreplicas = [1, 2]', "search.trials"),
-    ('[search]\ntrials = 2.5\n[search.params]\nreplicas = [1, 2]', "search.trials"),
-    ('[search]\n[search.params]\nreplicas = [1, 2]', "search.trials"),
-    ('[search]\ntrials = 10\nbatch = 0\n[search.params]\nreplicas = [1, 2]', "search.batch"),
-    ('[search]\ntrials = 10\nseed = -1\n[search.params]\nreplicas = [1, 2]', "search.seed"),
-    ('[search]\ntrials = 10\nobjective = "max_profit"\n[search.params]\nreplicas = [1, 2]', "search.objective"),
-    ('[search]\ntrials = 10\nobjective = []\n[search.params]\nreplicas = [1, 2]', "search.objective"),
-    ('[search]\ntrials = 10\nobjective = ["min_cost", "min_cost"]\n[search.params]\nreplicas = [1, 2]', "search.objective"),
-    ('[search]\ntrials = 10\nstorage = "excel"\n[search.params]\nreplicas = [1, 2]', "search.storage"),
-    ('[search]\ntrials = 10\nsampler = "tpe"\n[search.params]\nreplicas = [1, 2]', "search.sampler"),
-    ('[search]\ntrials = 10', "search.params"),
-    ('[search]\ntrials = 10\n[search.params]', "search.params"),
-    ('search = 3', "search"),
-])
-def test_malformed_search_table_is_refused(table, key):
-    text = (table + "\n" + BASE) if table.startswith("search =") else (BASE + table + "\n")
-    with pytest.raises(GridError) as exc:
-        spec_mod.build(tomllib.loads(text), source="bad.toml", text=text)
-    assert exc.value.key == key, str(exc.value)
-    assert "\n" not in str(exc.value) and str(exc.value).startswith("bad.toml: ")
-
-
-def test_searched_key_may_be_omitted_from_grid():
-    text = BASE.replace("batch_size = 8\n", "").replace('gpu = "a100-80gb"\n', "") + (
-        '[search]\ntrials = 4\n[search.params]\nbatch_size = {low = 1, high = 16}\ngpu = ["a100-80gb", "h100-sxm"]\n')
-    spec = spec_mod.build(tomllib.loads(text), source="ok.toml", text=text)
-    assert spec.search.keys == ("batch_size", "gpu") and [g.name for g in spec.search.gpus] == ["a100-80gb", "h100-sxm"]
-    assert spec.search.space_size == 32
 
 
 def test_seeded_search_is_reproducible_and_bi_safe(tmp_path):
@@ -305,14 +164,3 @@ def test_seeded_search_is_reproducible_and_bi_safe(tmp_path):
         if pa.types.is_dictionary(f.type):
             assert pa.types.is_string(f.type.value_type)
     assert not any(isinstance(v, float) and math.isnan(v) for r in rows(a) for v in r.values())
-
-
-def test_cli_refuses_a_malformed_search_table_with_exit_2(tmp_path, capsys):
-    from sweep.cli import main
-
-    bad = tmp_path / "bad.toml"
-    bad.write_text(BASE + '[search]\ntrials = 10\n[search.params]\nreplicas = {low = 8, high = 2}\n')
-    assert main(["run", str(bad), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "search.params.replicas.high" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "out").exists()

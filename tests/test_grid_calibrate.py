@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sweep.catalog import load_catalog, packaged_catalog
+from sweep.cli import main
+from sweep.errors import ProfileError
 from sweep.grid.calibrate import (
     CalibrationFit,
     StepRow,
@@ -22,9 +25,6 @@ from sweep.grid.calibrate import (
     read_rows,
     write_overlay,
 )
-from sweep.catalog import load_catalog, packaged_catalog
-from sweep.cli import main
-from sweep.errors import ProfileError
 
 HEADER = "model,gpu,tensor_parallel,phase,batch,prompt_tokens,context_tokens,output_tokens,measured_ms,dtype"
 

@@ -3,8 +3,8 @@ plain-Python event simulation and queueing theory (M/D/1, Little's law)."""
 
 from __future__ import annotations
 
-import heapq
 import decimal
+import heapq
 import math
 from collections import deque
 from decimal import Decimal

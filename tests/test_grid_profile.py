@@ -87,7 +87,7 @@ def test_csv_parsing_rules():
     assert rows == [("1", "50.5"), ("8", "54.0")] and lines == [4, 6]
     with pytest.raises(ProfileError, match=r"p.csv: row 1 \(header\) = .*'latency_ms'"):
         parse_profile("batch_size,latency\n1,2\n", "p.csv")
-    with pytest.raises(ProfileError, match="p.csv: row 3 = .*has 1 cells"):
+    with pytest.raises(ProfileError, match=r"p\.csv: row 3 = .*has 1 cells"):
         parse_profile("batch_size,latency_ms\n1,2\n8\n", "p.csv")
     with pytest.raises(ProfileError, match="empty"):
         parse_profile("# nothing\n", "p.csv")

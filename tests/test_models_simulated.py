@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep import grid as spec
-from sweep.errors import GridError
 from sweep.engine import Evaluator
+from sweep.errors import GridError
 from sweep.runner import run_grid
 
 GRID = """

@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sweep.grid.calibrate import estimate_ms, read_rows, step_params
 from sweep.catalog import packaged_catalog
+from sweep.grid.calibrate import estimate_ms, read_rows, step_params
 from sweep.models import roofline as rl
 
 DATA = Path(__file__).parent / "data" / "gpu_measurements.csv"

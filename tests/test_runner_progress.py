@@ -11,6 +11,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # two sweep processes
+
 
 def _run(root, out, cache, *extra):
     env = {**os.environ, "SWEEP_CACHE_DIR": str(cache)}

@@ -21,8 +21,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+from _report_runs import ROOT, run_folder, synthetic_continuous
 from playwright.sync_api import sync_playwright
-from report_runs import ROOT, run_folder, synthetic_continuous
 
 from sweep.reporting import build_report
 from sweep.reporting import figures as F

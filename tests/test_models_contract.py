@@ -1,0 +1,149 @@
+"""The serving-model contract, run on every registered model (`sweep.models.REGISTRY`).
+
+Every model must: return exactly the columns it declares, in the declared dtypes; never
+produce NaN over its validated domain; report `+inf` latency wherever it says the load is
+unsustainable (`stable` false); keep the columns it lists in `monotone_in_load` from
+decreasing as the arrival rate rises; and compile its chunk function once per chunk shape.
+A new model passes these by being registered: this file needs no edit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import jax
+import numpy as np
+import pytest
+
+from sweep.api import grid_from_dict
+from sweep.catalog import packaged_catalog
+from sweep.engine.evaluate import Evaluator, ModelContractError, evaluate_points
+from sweep.models import REGISTRY, ServingModel
+from sweep.models.proxy import GaussianProxy
+
+MODELS = sorted(REGISTRY.items())
+IDS = [f"{s}/{n}" for (s, n), _ in MODELS]
+_DTYPES = {"float64": np.float64, "int64": np.int64, "bool": np.bool_, "dict": np.int32}
+
+
+def _catalog_figures(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    cat = packaged_catalog()
+    models = [cat.model(m) for m in rng.choice(sorted(cat.models), n)]
+    gpus = [cat.gpu(g) for g in rng.choice(sorted(cat.gpus), n)]
+    return {
+        "kv_elems_per_token": np.array([m.n_layers * m.kv_elems_per_token_per_layer for m in models]),
+        "n_params": np.array([m.n_params for m in models]),
+        "active_params": np.array([m.active_params for m in models]),
+        "hbm_bytes": np.array([g.hbm_bytes for g in gpus]),
+        "hbm_bw": np.array([g.hbm_bandwidth_bytes_per_s for g in gpus]),
+        "flops": np.array([g.bf16_dense_flops for g in gpus]),
+        "usd_per_gpu_hour": np.array([g.usd_per_gpu_hour for g in gpus]),
+    }
+
+
+def random_points(serving: str, rng: np.random.Generator, n: int, *, windowed: bool) -> dict[str, np.ndarray]:
+    """Valid points over wide ranges of each model's domain (file units)."""
+    assert serving == "dynamic", f"add a sampler for serving mode {serving!r}"
+    u, lu = rng.uniform, lambda lo, hi: 10 ** rng.uniform(lo, hi, n)
+    seq = rng.integers(1, 131_073, n).astype(float)
+    windows = np.where(rng.random(n) < 0.2, 0.0, lu(-2, 4)) if windowed else np.full(n, math.inf)
+    if windowed:
+        windows = np.where(rng.random(n) < 0.2, math.inf, windows)
+    return {
+        "arrival_rps": lu(-1, 4), "replicas": rng.integers(1, 9, n).astype(float),
+        "batch_size": rng.integers(1, 4097, n).astype(float), "batch_window_ms": windows,
+        "t_fixed_ms": lu(-3, 3), "t_req_ms": lu(-4, 2), "service_cv": u(0, 2, n),
+        "percentile": u(0.5, 0.9999, n), "slo_ms": lu(0, 5), "rho_target": u(0.05, 1, n),
+        "rho_max": u(0.5, 1, n), "rho_min": u(0, 0.49, n), "seq_len": seq, "mean_seq_len": seq * u(1e-3, 1, n),
+        "kv_bytes_per_elem": rng.choice([0.5, 1.0, 2.0, 4.0], n), "weight_bytes_per_param": rng.choice([0.5, 1.0, 2.0], n),
+        "gpus_per_replica": rng.choice([1.0, 2.0, 4.0, 8.0], n), "workers": np.ones(n), "queue_capacity": np.full(n, math.inf),
+        "eta_bw": u(0.1, 1, n), "eta_flops": u(0.1, 1, n), "tokens_per_request": lu(0, 3),
+    }
+
+
+def statics(model: ServingModel) -> list[dict]:
+    base = dict(paged=False, service_source="given", mean_follows=False, block_tokens=16.0, reserve_fraction=0.0)
+    return [
+        {**base, "windowed": True, "full": True},
+        {**base, "windowed": False, "full": True, "paged": True, "block_tokens": 32.0},
+        {**base, "windowed": True, "full": True, "service_source": "roofline", "reserve_fraction": 0.1},
+    ]
+
+
+def evaluate(model: ServingModel, static: dict, points: dict[str, np.ndarray], figures: dict[str, np.ndarray]) -> dict:
+    columns = tuple(c.name for c in model.columns if c.when != "simulation" and c.name != "point_id")
+    if static["service_source"] != "roofline":
+        columns = tuple(c for c in columns if c not in ("eta_bw", "eta_flops", "tokens_per_request"))
+    return evaluate_points(model, points, figures, static=static, columns=columns)
+
+
+@pytest.mark.parametrize("key,model", MODELS, ids=IDS)
+def test_columns_as_declared_no_nan_inf_where_unstable(key, model):
+    rng = np.random.default_rng(sum(map(ord, "/".join(key))))
+    declared = {c.name: c for c in model.columns}
+    for static in statics(model):
+        n = 512
+        points = random_points(model.serving, rng, n, windowed=static["windowed"])
+        out = evaluate(model, static, points, _catalog_figures(rng, n))
+        public = {k: v for k, v in out.items() if not k.startswith("_")}
+        for name, values in public.items():
+            assert values.dtype == _DTYPES[declared[name].dtype], (name, values.dtype)
+            assert not np.isnan(values.astype(np.float64)).any(), f"{model.name}: NaN in {name} ({static})"
+        unstable = ~out["stable"]
+        assert np.isinf(out["latency_ms"][unstable]).all() and (out["latency_ms"][unstable] > 0).all()
+        assert (np.isfinite(out["latency_ms"]) | ~out["feasible"]).all()
+        assert not (out["feasible"] & ~out["stable"]).any()
+
+
+@pytest.mark.parametrize("key,model", MODELS, ids=IDS)
+def test_monotone_in_load_where_claimed(key, model):
+    if not model.monotone_in_load:
+        pytest.skip(f"{model.name} claims no column monotone in load")
+    rng = np.random.default_rng(11)
+    n, steps = 64, 6
+    points = random_points(model.serving, rng, n, windowed=True)
+    figures = _catalog_figures(rng, n)
+    # the same n points at rising arrival rates: rate factor 1, 1.5, 2.25, ...
+    grid = {k: np.tile(v, steps) for k, v in points.items()}
+    grid["arrival_rps"] = grid["arrival_rps"] * np.repeat(1.5 ** np.arange(steps), n)
+    out = evaluate(model, statics(model)[0], grid, {k: np.tile(v, steps) for k, v in figures.items()})
+    for name in model.monotone_in_load:
+        x = out[name].reshape(steps, n)
+        with np.errstate(invalid="ignore"):
+            down = np.diff(x, axis=0) < -1e-9 * np.abs(x[:-1])
+        assert not down.any(), f"{model.name}: {name} decreases with load at {np.argwhere(down)[:3].tolist()}"
+
+
+@pytest.mark.parametrize("key,model", [m for m in MODELS if not m[1].needs_host_pass],
+                         ids=[i for i, m in zip(IDS, MODELS) if not m[1].needs_host_pass])
+def test_one_compilation_per_chunk_shape(key, model, tmp_path):
+    serving, name = key
+    spec = grid_from_dict({
+        "name": "contract", "options": {"serving": serving, "latency_model": name},
+        "grid": {"arrival_rps": [10.0, 50.0, 200.0], "batch_size": [1, 4, 16], "batch_window_ms": [5.0, math.inf],
+                 "seq_len": 2048, "model": "llama-3.1-8b", "gpu": "h100-sxm", "t_fixed_ms": 10.0, "t_req_ms": 1.0,
+                 "slo_ms": 100.0},
+    })
+    ev = Evaluator(spec, chunk_size=spec.group_size)  # one group per chunk: 3 chunks
+    chunks = list(ev.iter_chunks())
+    assert len(chunks) == 3 and ev.compile_count() == 1
+
+
+class _Forgetful(GaussianProxy):
+    """Declares every dynamic column but does not compute `little_l`."""
+
+    name: ClassVar[str] = "forgetful"
+
+    def point(self, x, **static):  # type: ignore[override]
+        out = super().point(x, **static)
+        del out["little_l"]
+        return out
+
+
+def test_a_model_that_breaks_its_declaration_is_refused():
+    rng = np.random.default_rng(0)
+    model = _Forgetful()
+    with pytest.raises(ModelContractError, match="little_l"):
+        evaluate(model, statics(model)[0], random_points("dynamic", rng, 8, windowed=True), _catalog_figures(rng, 8))
+    jax.clear_caches()

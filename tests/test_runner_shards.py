@@ -1,0 +1,35 @@
+"""Shards (`sweep run --shard i/n`, `sweep merge`; `sweep.runner.shards`): disjoint slices
+that combine to exactly one run's outputs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+
+import pytest
+from _grids import WINDOWED, same, tables
+
+from sweep import grid as spec
+from sweep.errors import OutputError
+from sweep.runner import Shard, merge_shards, run_grid
+
+
+def test_shards_combine_to_exactly_one_run(tmp_path):
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED + '\n[output]\npartition_by = ["model", "gpu"]\n')
+    g = spec.load(p)
+    run_grid(g, tmp_path / "one", chunk_size=64)
+    for i in (1, 2, 3):
+        r = run_grid(g, tmp_path / "split", chunk_size=64, shard=Shard(i, 3))
+        assert r.out_dir == tmp_path / "split" / "shards" / f"{i:04d}-of-0003"
+    shutil.move(tmp_path / "split" / "shards" / "0002-of-0003", tmp_path / "away")
+    with pytest.raises(OutputError, match=r"shards \[2\] of 3 are missing"):
+        merge_shards(tmp_path / "split")
+    shutil.move(tmp_path / "away", tmp_path / "split" / "shards" / "0002-of-0003")
+    merged = merge_shards(tmp_path / "split")
+    assert merged["rows"]["points_written"] == g.n_points
+    same(tables(tmp_path / "one"), tables(tmp_path / "split"))
+    # Shards are disjoint slices: their point ranges tile the grid.
+    ranges = [json.loads((tmp_path / "split" / "shards" / f"{i:04d}-of-0003" / "manifest.json").read_text())["shard"]["points"] for i in (1, 2, 3)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == g.n_points and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
