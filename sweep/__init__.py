@@ -16,17 +16,11 @@ it. This is the one place that does so.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
-try:
-    __version__ = version("sweep")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+unknown"
-
+from sweep._version import __version__  # noqa: E402
 from sweep.api import MAX_IN_MEMORY, decide, evaluate, grid_from_dict, load_grid, run  # noqa: E402
 from sweep.catalog import Catalog, load_catalog, packaged_catalog  # noqa: E402
 from sweep.errors import (  # noqa: E402

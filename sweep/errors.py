@@ -53,7 +53,12 @@ def show(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def close_matches(word: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The (at most `n`) `choices` closest to `word`, best first (difflib's ratio >= cutoff)."""
+    return difflib.get_close_matches(word, list(choices), n=n, cutoff=cutoff)
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`"; did you mean 'x'?"` for the closest of `choices`, or `""`."""
-    match = difflib.get_close_matches(word, list(choices), n=1)
+    match = close_matches(word, choices)
     return f"; did you mean '{match[0]}'?" if match else ""

@@ -1,10 +1,17 @@
-"""The column reference (`sweep.io.columns`): every declared column is documented."""
+"""The column reference (`sweep.io.columns`): generated from the declarations, and the
+README's tables are exactly what it generates."""
 
 from __future__ import annotations
 
 from sweep.decide.tables import FRONTIER_EXTRA, optimum_columns
-from sweep.io.columns import all_point_columns
-from sweep.models import get_model
+from sweep.io.columns import all_point_columns, fill_markdown, reference
+from sweep.models import REGISTRY, get_model
+
+
+def test_readme_tables_are_the_generated_reference(root):
+    readme = (root / "README.md").read_text()
+    assert "<!-- columns:points -->" in readme and "<!-- columns:optimum -->" in readme
+    assert fill_markdown(readme) == readme, "run: python -m sweep.io.columns --readme README.md"
 
 
 def test_readme_documents_every_column(root):
@@ -12,3 +19,11 @@ def test_readme_documents_every_column(root):
     every = all_point_columns()
     for c in (*every, *optimum_columns(get_model(), every), *FRONTIER_EXTRA):
         assert f"`{c.name}`" in readme, c.name
+
+
+def test_every_model_column_is_in_the_reference():
+    points = reference("points")
+    for (serving, _), model in REGISTRY.items():
+        for c in model.columns:
+            assert f"| `{c.name}` |" in points, (serving, model.name, c.name)
+    assert "Only with latency_model = batcher." in points  # model-specific columns say so

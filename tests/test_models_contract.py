@@ -64,10 +64,12 @@ def random_points(serving: str, rng: np.random.Generator, n: int, *, windowed: b
 
 def statics(model: ServingModel) -> list[dict]:
     base = dict(paged=False, service_source="given", mean_follows=False, block_tokens=16.0, reserve_fraction=0.0)
+    # Two compilations per model: both batching regimes with given times and contiguous KV;
+    # full batches only, paged KV, the roofline and a reserve.
     return [
         {**base, "windowed": True, "full": True},
-        {**base, "windowed": False, "full": True, "paged": True, "block_tokens": 32.0},
-        {**base, "windowed": True, "full": True, "service_source": "roofline", "reserve_fraction": 0.1},
+        {**base, "windowed": False, "full": True, "paged": True, "block_tokens": 32.0,
+         "service_source": "roofline", "reserve_fraction": 0.1},
     ]
 
 

@@ -12,7 +12,6 @@ Three layers, later over earlier:
 
 from __future__ import annotations
 
-import difflib
 import functools
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sweep.errors import CatalogError
+from sweep.errors import CatalogError, close_matches
 
 from ._schema import Gpu, Model, build_gpu, build_model, check_name
 
@@ -69,7 +68,7 @@ def _lookup(entries: Mapping[str, Any], name: object, what: str, source: str, ke
         return entries[name]
     known = sorted(entries)
     text = name.lower() if isinstance(name, str) else str(name)
-    near = difflib.get_close_matches(text, known, n=3, cutoff=0.6)
+    near = close_matches(text, known, n=3)
     hint = f"did you mean {' or '.join(repr(n) for n in near)}? " if near else ""
     raise CatalogError(
         source, key, name,
@@ -113,7 +112,7 @@ def _merge(entries, fields, inline, table: str, origin: str, build: Callable):
 
 def _new_entry_hint(exc: CatalogError, name: str, known: Mapping[str, Any]) -> CatalogError:
     """A field missing from an unknown name is often a mistyped override: say so."""
-    near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    near = close_matches(name, known)
     if not exc.rule.startswith("missing") or not near:
         return exc
     return CatalogError(

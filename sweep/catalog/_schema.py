@@ -25,7 +25,6 @@ Fields for the refined roofline (SPEC 13), all optional:
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from sweep.errors import CatalogError
+from sweep.errors import CatalogError, close_matches
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 NAME_RULE = (
@@ -185,7 +184,7 @@ def check_name(name: object, origin: str, key: str) -> str:
 
 
 def _close(word: str, choices: Any) -> str:
-    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    near = close_matches(word, choices)
     return f"did you mean {near[0]!r}? " if near else ""
 
 

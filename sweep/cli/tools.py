@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sweep.errors import CatalogError
+from sweep.errors import CatalogError, close_matches
 
 
 def add_commands(sub: Any) -> None:
@@ -237,10 +237,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     elif args.name in cat.gpus:
         _show_entry(console, "GPU", cat.gpus[args.name], _GPU_ROWS)
     else:
-        import difflib
-
         known = sorted([*cat.models, *cat.gpus])
-        near = difflib.get_close_matches(args.name.lower(), known, n=3, cutoff=0.6)
+        near = close_matches(args.name.lower(), known, n=3)
         hint = f"did you mean {' or '.join(repr(n) for n in near)}? " if near else ""
         raise CatalogError("sweep catalog", "show", args.name,
                            f"unknown model or GPU; {hint}`sweep catalog` lists them")

@@ -2,14 +2,17 @@
 
 Point columns are declared by each serving model (`sweep.models`), the reduced outputs'
 by `sweep.decide.tables`, the search answers' by `sweep.search`. This module only renders
-them: `python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]`
-prints the README's tables.
+them: `python -m sweep.io.columns points|optimum|frontier|search` prints one table, and
+`python -m sweep.io.columns --readme README.md` rewrites every table between
+`<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from sweep.decide.tables import FRONTIER_EXTRA, optimum_columns
 from sweep.models import REGISTRY, ServingModel, get_model
@@ -70,7 +73,18 @@ def reference(table: str, model: ServingModel | None = None) -> str:
     raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]; not {table!r}")
 
 
+_MARKED = re.compile(r"(<!-- columns:([a-z]+) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
+
+
+def fill_markdown(text: str) -> str:
+    """`text` with every marked table regenerated."""
+    return _MARKED.sub(lambda m: m.group(1) + reference(m.group(2)) + "\n" + m.group(4), text)
+
+
 if __name__ == "__main__":  # pragma: no cover - docs helper
-    which = sys.argv[1] if len(sys.argv) > 1 else "points"
-    chosen = get_model(*sys.argv[2].split("/")) if len(sys.argv) > 2 else None
-    print(reference(which, chosen))
+    if sys.argv[1:2] == ["--readme"]:
+        path = Path(sys.argv[2])
+        path.write_text(fill_markdown(path.read_text()))
+    else:
+        which = sys.argv[1] if len(sys.argv) > 1 else "points"
+        print(reference(which, get_model(*sys.argv[2].split("/")) if len(sys.argv) > 2 else None))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +50,29 @@ def record_batch(
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+class _Lane:
+    """One encoder: its own thread and its own open file."""
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(1, "sweep-encode")
+        self.pending: Future[None] | None = None
+        self.writer: pq.ParquetWriter | None = None
+        self.file_rows = 0
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()
+
+
 class DatasetWriter:
     """Streams record batches into `folder/part-NNNNN.parquet`, rolling files by row count.
 
     Batches are buffered until `row_group_rows` so row groups have the size BI readers like,
-    whatever the evaluation chunk size.
+    whatever the evaluation chunk size. With `encoders = 2` whole row groups go alternately
+    to two files, each encoded by its own thread (Parquet encoding releases the GIL), so a
+    large output is written on both cores; every row group still has `row_group_rows` rows
+    except the last of each file. At most one row group per encoder is in flight.
     """
 
     def __init__(
@@ -64,6 +84,7 @@ class DatasetWriter:
         rows_per_file: int = 1 << 23,
         single_file: str | None = None,
         prefix: str = "",
+        encoders: int = 1,
     ) -> None:
         self.folder = folder
         self.schema = schema
@@ -74,8 +95,9 @@ class DatasetWriter:
         folder.mkdir(parents=True, exist_ok=True)
         self._buffer: list[pa.RecordBatch] = []
         self._buffered = 0
-        self._writer: pq.ParquetWriter | None = None
-        self._file_rows = 0
+        self._lanes = [_Lane() for _ in range(1 if single_file is not None else max(1, encoders))]
+        self._turn = 0
+        self._files_lock = threading.Lock()
         self.files: list[Path] = []
         self.rows = 0
 
@@ -88,34 +110,47 @@ class DatasetWriter:
             self._flush(self.row_group_rows)
 
     def close(self) -> None:
-        if self._buffered:
-            self._flush(self._buffered)
-        if self._writer is None and self.single_file is not None:
-            self._open_next()  # an empty table is still a valid file with the schema
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        try:
+            if self._buffered:
+                self._flush(self._buffered)
+            for lane in self._lanes:
+                lane.wait()
+            if self.single_file is not None and self._lanes[0].writer is None:
+                self._open(self._lanes[0])  # an empty table is still a valid file with the schema
+        finally:
+            for lane in self._lanes:
+                lane.pool.shutdown(wait=True)
+                if lane.writer is not None:
+                    lane.writer.close()
+                    lane.writer = None
 
     def _flush(self, n: int) -> None:
         table = pa.Table.from_batches(self._buffer, schema=self.schema)
         head, tail = table.slice(0, n), table.slice(n)
         self._buffer = tail.to_batches() if tail.num_rows else []
         self._buffered = tail.num_rows
-        if self._writer is None or self._file_rows >= self.rows_per_file:
-            self._open_next()
-        assert self._writer is not None
-        self._writer.write_table(head, row_group_size=n)
-        self._file_rows += n
+        lane = self._lanes[self._turn % len(self._lanes)]
+        self._turn += 1
+        lane.wait()  # its previous row group is written: at most one in flight per lane
+        lane.pending = lane.pool.submit(self._encode, lane, head)
         self.rows += n
 
-    def _open_next(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        name = self.single_file or f"{self.prefix}part-{len(self.files):05d}.parquet"
-        path = self.folder / name
-        self._writer = pq.ParquetWriter(path, self.schema, compression=COMPRESSION, write_statistics=True)
-        self.files.append(path)
-        self._file_rows = 0
+    def _encode(self, lane: _Lane, table: pa.Table) -> None:
+        if lane.writer is None or lane.file_rows >= self.rows_per_file:
+            self._open(lane)
+        assert lane.writer is not None
+        lane.writer.write_table(table, row_group_size=table.num_rows)
+        lane.file_rows += table.num_rows
+
+    def _open(self, lane: _Lane) -> None:
+        if lane.writer is not None:
+            lane.writer.close()
+        with self._files_lock:
+            name = self.single_file or f"{self.prefix}part-{len(self.files):05d}.parquet"
+            path = self.folder / name
+            self.files.append(path)
+        lane.writer = pq.ParquetWriter(path, self.schema, compression=COMPRESSION, write_statistics=True)
+        lane.file_rows = 0
 
 
 def concat_parquet(parts: Sequence[Path], target: Path, schema: pa.Schema) -> int:

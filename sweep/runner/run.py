@@ -29,7 +29,7 @@ import jax
 import numpy as np
 import pyarrow as pa
 
-import sweep
+from sweep._version import __version__
 from sweep.decide.reduce import REASONS
 from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.decide.verdict import ACTIONS
@@ -46,6 +46,9 @@ SUMMARY_ROWS = 64
 SEGMENT_POINTS = 1 << 23
 #: Row-group size of frontier.parquet (it is concatenated row group by row group).
 FRONTIER_ROW_GROUP = 1 << 16
+#: Threads encoding points/ (whole row groups alternate between two files): Parquet
+#: encoding is the run's largest cost with points = "all", and one thread is one core.
+POINT_ENCODERS = 2
 
 Progress = Callable[[int, int], None]  # (points done, points total)
 
@@ -88,7 +91,7 @@ class RunResult:
 def provenance(spec: GridSpec) -> dict[str, Any]:
     """What a reader of any output file needs to know where it came from."""
     return {
-        "sweep_version": sweep.__version__,
+        "sweep_version": __version__,
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "grid_name": spec.name,
         "grid_file": spec.source,
@@ -123,7 +126,7 @@ def run_grid(
     evaluator = Evaluator(spec, chunk_size)
     seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
     run_key = hashlib.sha256(
-        json.dumps([spec.sha256, sweep.__version__, shard.index, shard.count, evaluator.chunk_size, seg]).encode()
+        json.dumps([spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]).encode()
     ).hexdigest()[:16]
     done = _finished(target, run_key)
     if done is not None and not force:
@@ -321,7 +324,8 @@ class _Run:
     def _writer(self, writers: dict[str, DatasetWriter], folder: str, prefix: str) -> DatasetWriter:
         if folder not in writers:
             path = self.staging.final / "points" / folder if folder else self.staging.final / "points"
-            writers[folder] = DatasetWriter(path, self.point_schema, row_group_rows=self.spec.output.row_group_rows, prefix=prefix)
+            writers[folder] = DatasetWriter(path, self.point_schema, row_group_rows=self.spec.output.row_group_rows, prefix=prefix,
+                                            encoders=POINT_ENCODERS)
         return writers[folder]
 
     # ------------------------------------------------------------------ manifest
