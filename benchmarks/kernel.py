@@ -87,10 +87,8 @@ def numpy_kernel(x: dict[str, np.ndarray], windowed: bool) -> dict[str, np.ndarr
                 up[j] = up[j + 1] + pmf(k + j)
             for j in (0, -1, -2, -3, -4):
                 lo[j] = np.maximum(lo[j + 1] - pmf(k + j + 1), 0.0)
-            for j in up:
-                up[j] = np.where(k + j <= 0, 1.0, np.minimum(up[j], 1.0))
-            for j in lo:
-                lo[j] = np.where(k + j < 0, 0.0, np.minimum(lo[j], 1.0))
+            up = {j: np.where(k + j <= 0, 1.0, np.minimum(v, 1.0)) for j, v in up.items()}
+            lo = {j: np.where(k + j < 0, 0.0, np.minimum(v, 1.0)) for j, v in lo.items()}
             s0, s1, s2, s3 = lo[-1], mu * lo[-2], mu**2 * lo[-3], mu**3 * lo[-4]
             eb = s1 + s0 + b * up[0]
             eb2 = s2 + 3 * s1 + s0 + b * b * up[0]
@@ -183,8 +181,8 @@ def best_of(fn, repeats: int) -> float:
 
 def bench(n: int, windowed: bool, repeats: int) -> dict[str, float]:
     x = make_inputs(n, windowed)
-    static = dict(windowed=windowed, full=not windowed, paged=False, service_source="given", mean_follows=True,
-                  block_tokens=16.0, reserve_fraction=0.0)
+    static = {"windowed": windowed, "full": not windowed, "paged": False, "service_source": "given",
+              "mean_follows": True, "block_tokens": 16.0, "reserve_fraction": 0.0}
     fn = jax.jit(functools.partial(evaluate_values, model=MODEL, static=tuple(sorted(static.items())), columns=COLUMNS))
     v = {k: jnp.asarray(a) for k, a in x.items() if k not in CATALOG_FIELDS}
     v["model"] = v["gpu"] = jnp.arange(n, dtype=jnp.int32)

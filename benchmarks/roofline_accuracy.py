@@ -6,24 +6,28 @@ read every step, bf16 FLOP/s, no collectives, no overhead), the measurement and 
 then the error distribution of each (median and max |estimate / measured - 1|, share within
 10% and 20%), and the listed misses with their reasons.
 
-    .venv/bin/python benchmarks/roofline_accuracy.py
+    .venv/bin/python benchmarks/roofline_accuracy.py [--smoke]
+
+(``--smoke``: the same run, the figure drawn into a temporary folder: the test suite's check.)
 
 Writes docs/roofline_accuracy.png where matplotlib is installed. A few seconds.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 import jax
+import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 from sweep.catalog import packaged_catalog
 from sweep.grid.calibrate import StepRow, estimate_ms, read_rows
@@ -61,7 +65,11 @@ def summary(errors: np.ndarray) -> str:
             f"({int(np.sum(a <= 0.20))} of {len(a)})")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="the same run, the figure drawn into a temporary "
+                    "folder (the test suite's check that this script works)")
+    args = ap.parse_args(argv)
     rows = read_rows(DATA)
     new = estimate_ms(rows)
     old = np.asarray([old_estimate_ms(r) for r in rows])
@@ -77,20 +85,30 @@ def main() -> None:
     print(f"SPEC 13, all {len(rows)} figures:   {summary(new / meas - 1)}")
     print(f"SPEC 13, {int((~miss).sum())} not listed as misses: {summary(new[~miss] / meas[~miss] - 1)}")
     print(f"today's roofline, all figures: {summary(old / meas - 1)}")
+    print(f"baseline: the published measurements; median ratio estimate / measured: SPEC 13 "
+          f"{np.median(new / meas):.3f}, today's roofline {np.median(old / meas):.3f}")
     print()
     print("listed misses (tests/data/gpu_measurements.csv, miss_reason):")
     for r, n, m, x in zip(rows, new, meas, miss):
         if x:
             print(f"- {r.extra['id']}: ratio {n / m:.2f}: {r.extra['miss_reason']}")
-    _figure(rows, new, old, meas, miss)
+    result = {"rows": [{"id": r.extra["id"], "phase": r.phase, "measured_ms": float(m), "spec13_ms": float(n),
+                        "today_ms": float(o), "listed_miss": bool(x)}
+                       for r, n, o, m, x in zip(rows, new, old, meas, miss, strict=True)]}
+    if args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:
+            result["figure"] = _figure(rows, new, old, meas, miss, Path(tmp) / FIGURE.name)
+    else:
+        result["figure"] = _figure(rows, new, old, meas, miss, FIGURE)
+    return result
 
 
-def _figure(rows, new, old, meas, miss) -> None:
+def _figure(rows, new, old, meas, miss, path: Path):
     try:
         import matplotlib
     except ImportError:
         print("matplotlib not installed: no figure")
-        return
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -114,9 +132,11 @@ def _figure(rows, new, old, meas, miss) -> None:
     ax.set_title("Roofline estimates against published measurements")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    FIGURE.parent.mkdir(exist_ok=True)
-    fig.savefig(FIGURE, dpi=110)
-    print(f"wrote {FIGURE.relative_to(ROOT)}")
+    path.parent.mkdir(exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    plt.close(fig)
+    return fig
 
 
 if __name__ == "__main__":

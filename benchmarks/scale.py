@@ -11,7 +11,10 @@ Part 2 runs grids of growing size with `points = "none"` in fresh processes and 
 seconds, points/s and peak resident memory (VmHWM of the child: ru_maxrss would carry the
 parent's high-water mark across fork and exec): memory must stay flat.
 
-    python benchmarks/scale.py [--points 2000000] [--sizes 1e6,1e7,1e8]
+    python benchmarks/scale.py [--points 2000000] [--sizes 1e6,1e7,1e8] [--smoke]
+
+(``--smoke``: the smallest grids, the full-batch regime only in part 1, one size in part 2,
+nothing written to benchmarks/results/.)
 """
 
 from __future__ import annotations
@@ -85,16 +88,21 @@ def part2(points: int) -> dict:
         return run_fresh(p, Path(d) / "out")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=float, default=2e6)
     ap.add_argument("--sizes", default="1e6,1e7,1e8")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny run that writes nothing (the test suite's check that this script works)")
+    args = ap.parse_args(argv)
+    if args.smoke:  # one arrival rate: 8,192 points in part 1 (full batches only), 16,384 in part 2
+        args.points, args.sizes = 1, "1"
+    regimes = (False,) if args.smoke else (False, True)
     results: dict = {"part1": [], "part2": []}
     print("part 1: sweep run (points = all) against raw pyarrow writing the same tables")
     print("  (a) only points/ as one table; (b) points, optimum and frontier: every file the engine writes")
     print(f"  {'regime':<9} {'rows':>10} {'frontier':>9} {'engine rows/s':>14} {'(a) rows/s':>11} {'engine/(a)':>11} {'(b) rows/s':>11} {'engine/(b)':>11}")
-    for windowed in (False, True):
+    for windowed in regimes:
         r = part1(int(args.points), windowed)
         results["part1"].append(r)
         print(f"  {r['regime']:<9} {r['rows']:>10,} {r['frontier_rows']:>9,} {r['engine_rows_per_s']:>14,.0f} "
@@ -105,9 +113,11 @@ def main() -> None:
         r = part2(size)
         results["part2"].append(r)
         print(f"  {r['points']:>13,} {r['s']:>9.1f} {r['points_per_s']:>12,.0f} {r['frontier']:>14,} {r['rss_mb']:>12,.0f}")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    if not args.smoke:
+        out = Path(__file__).parent / "results"
+        out.mkdir(exist_ok=True)
+        (out / "scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ Part 2 runs whole grids of G scenario groups x batch sizes 1..1024 through `swee
 in a fresh process, and prints time, points/s and peak resident memory: memory must not
 grow with G.
 
-    python benchmarks/search.py [--rows 4096] [--k 1024] [--groups 1000,10000,100000]
+    python benchmarks/search.py [--rows 4096] [--k 1024] [--groups 1000,10000,100000] [--smoke]
+
+(``--smoke``: 64 rows x 64 points, one repeat, one run of 2 groups; nothing written to
+benchmarks/results/.)
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ points = "none"
 
 
 def part2_one(groups: int) -> dict:
-    rates = 100 if groups >= 100 else groups
+    rates = min(100, groups)
     with tempfile.TemporaryDirectory() as d:
         grid = Path(d) / "g.toml"
         grid.write_text(GRID.format(rates=rates, slos=groups // rates))
@@ -152,14 +155,19 @@ def part2_one(groups: int) -> dict:
     return row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--k", type=int, default=1024)
     ap.add_argument("--groups", default="1000,10000,100000")
-    args = ap.parse_args()
-    r1 = part1(args.rows, args.k)
-    print(f"part 1: per-row decisions on {args.rows:,} rows x {args.k} points (best of 3)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny run that writes nothing (the test suite's check that this script works)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.rows, args.k, args.groups, args.repeats = 64, 64, "2", 1
+    r1 = part1(args.rows, args.k, args.repeats)
+    print(f"part 1: per-row decisions on {args.rows:,} rows x {args.k} points (best of {args.repeats})")
     print(f"  JAX   {r1['jax_rows_per_s']:>12,.0f} rows/s   compile {r1['compile_s']:.2f} s  (column frontier, the engine's path)")
     print(f"  JAX   {r1['jax_general_rows_per_s']:>12,.0f} rows/s   (general sort-based frontier, the fallback)")
     print(f"  NumPy {r1['numpy_rows_per_s']:>12,.0f} rows/s")
@@ -171,9 +179,12 @@ def main() -> None:
         r = part2_one(g)
         rows2.append(r)
         print(f"  {g:>8,} {r['points']:>13,} {r['s']:>9.1f} {r['points_per_s']:>12,.0f} {r['frontier']:>14,} {r['rss_mb']:>12,.0f}")
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "search.json").write_text(json.dumps({"part1": r1, "part2": rows2}, indent=2) + "\n")
+    results = {"part1": r1, "part2": rows2}
+    if not args.smoke:
+        out = Path(__file__).parent / "results"
+        out.mkdir(exist_ok=True)
+        (out / "search.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark of the JAX batcher simulator against a plain-Python event loop.
 
-Standalone: ``.venv/bin/python benchmarks/simulate.py [--scenarios 128] [--n-requests 20000]``.
+Standalone: ``.venv/bin/python benchmarks/simulate.py [--scenarios 128] [--n-requests 20000]``
+(``--smoke``: 64 scenarios x 2 replications x 350 arrivals, the test suite's check).
 Prints (1) compile time, (2) simulated requests/s of the vmapped JAX simulator and of a
 plain-Python event loop (the same algorithm as the test reference) on the same scenarios
 and the same random draws in the same run, with a spot check that they agree, and
@@ -16,14 +17,19 @@ import os
 import time
 from collections import deque
 
+import _smoke
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import numpy as np
 
 from sweep.models import batch_sim as sim
-from sweep.models.batch_sim import SimSettings, replication_draws, simulate, simulate_requests
+from sweep.models.batch_sim import (
+    SimSettings,
+    replication_draws,
+    simulate,
+    simulate_requests,
+)
+
+jax.config.update("jax_enable_x64", True)
 
 
 def python_event_loop(arrivals, z, *, b_max, t_max_s, t_fixed_s, t_req_s, workers,
@@ -32,11 +38,11 @@ def python_event_loop(arrivals, z, *, b_max, t_max_s, t_fixed_s, t_req_s, worker
     worker free times); returns per-request latencies (+inf when dropped)."""
     a = arrivals.tolist()
     n = len(a)
-    big_b, t_max, cap = int(round(b_max)), float(t_max_s), float(queue_capacity)
+    big_b, t_max, cap = round(float(b_max)), float(t_max_s), float(queue_capacity)
     s2 = math.log1p(service_cv**2)
     sig, mu = math.sqrt(s2), -s2 / 2
     zl = z.tolist()
-    free = [0.0] * int(round(workers))
+    free = [0.0] * round(float(workers))
     waiting = deque()
     lat = [math.inf] * n
     i = 0
@@ -92,11 +98,11 @@ def scenario_grid(n: int, seed: int = 0, small_batches: bool = False) -> dict[st
     lam = rho * c * b / (t_fixed + t_req * b)  # rho of a full-batch server
     t_max = np.where(rng.random(n) < 0.2, np.inf, rng.uniform(0.001, 0.05, n))
     cap = np.where(rng.random(n) < 0.5, np.inf, np.maximum(b, rng.choice([32, 128, 512], n)))
-    return dict(lam=lam, b_max=b, t_max_s=t_max, t_fixed_s=t_fixed, t_req_s=t_req, workers=c,
-                queue_capacity=cap, service_cv=rng.uniform(0.0, 0.5, n))
+    return {"lam": lam, "b_max": b, "t_max_s": t_max, "t_fixed_s": t_fixed, "t_req_s": t_req, "workers": c,
+            "queue_capacity": cap, "service_cv": rng.uniform(0.0, 0.5, n)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", type=int, default=128)
     ap.add_argument("--n-requests", type=int, default=20_000)
@@ -106,7 +112,13 @@ def main() -> None:
                     help="B_max in {1, 2, 4} (per-request work dominates the Python loop)")
     ap.add_argument("--python-lanes", type=int, default=32,
                     help="lanes (scenario, replication 0) the Python loop simulates")
-    args = ap.parse_args()
+    ap.add_argument("--repeats", type=int, default=3, help="steady-state calls (the best is reported)")
+    ap.add_argument("--smoke", action="store_true", help="a tiny run (the test suite's check that this script works)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        vars(args).update(_smoke.SIM, scenarios=64, python_lanes=1, repeats=1)
+    sim_options = _smoke.SIM_OPTIONS if args.smoke else {}
+    half_width_sizes = (300,) if args.smoke else (1_000, 4_000, 16_000, 64_000)
 
     s = args.scenarios
     settings = SimSettings(n_requests=args.n_requests, warmup=args.warmup,
@@ -122,12 +134,12 @@ def main() -> None:
 
     # -- compile time and steady-state throughput ------------------------------------------
     t = time.perf_counter()
-    simulate(params, settings)
+    simulate(params, settings, **sim_options)
     first = time.perf_counter() - t
     runs = []
-    for _ in range(3):
+    for _ in range(args.repeats):
         t = time.perf_counter()
-        res = simulate(params, settings)
+        res = simulate(params, settings, **sim_options)
         runs.append(time.perf_counter() - t)
     steady = min(runs)
     jax_rate = lanes * n / steady
@@ -166,12 +178,12 @@ def main() -> None:
     c_lanes = chunk * settings.replications
     pc = {k: jnp.asarray(v[:chunk]) for k, v in params.items()}
     c_max = sim._pow2(int(np.max(params["workers"])))
-    kw = dict(n=n, warmup=settings.warmup, reps=settings.replications, max_workers=c_max,
-              use_trace=False)
+    kw = {"n": n, "warmup": settings.warmup, "reps": settings.replications, "max_workers": c_max,
+          "use_trace": False}
     cargs = (jnp.uint32(0), jnp.arange(chunk, dtype=jnp.int32), pc, jnp.zeros(1))
     jax.block_until_ready(sim._chunk(*cargs, **kw))
     t = time.perf_counter()
-    _stats, lat = jax.block_until_ready(sim._chunk(*cargs, **kw))
+    _, lat = jax.block_until_ready(sim._chunk(*cargs, **kw))
     t_dev = time.perf_counter() - t
     draws = jax.jit(jax.vmap(sim._draws, in_axes=(None, 0, 0, 0, None), out_axes=1),
                     static_argnums=4)
@@ -202,12 +214,17 @@ def main() -> None:
           f"lam={one['lam'][0]:.0f}/s)")
     print("| requests / replication | p99 (ms) | 95% half-width (ms) | half-width / p99 |")
     print("|-----------------------:|---------:|--------------------:|-----------------:|")
-    for m in (1_000, 4_000, 16_000, 64_000):
+    half_widths = []
+    for m in half_width_sizes:
         st = SimSettings(n_requests=m, warmup=max(200, m // 10),
                          replications=settings.replications, seed=1)
         r = simulate(one, st, percentile=0.99)
+        half_widths.append({"requests": m, "p99_s": float(r["p_s"][0]), "p99_hw_s": float(r["p_hw_s"][0])})
         print(f"| {m:22,d} | {r['p_s'][0] * 1e3:8.2f} | {r['p_hw_s'][0] * 1e3:19.3f} | "
               f"{r['p_hw_s'][0] / r['p_s'][0]:15.2%} |")
+    return {"jax_requests_per_s": jax_rate, "python_requests_per_s": py_rate, "speedup": jax_rate / py_rate,
+            "compile_s": first - steady, "max_latency_diff_s": worst, "python_lanes": py_lanes,
+            "p99_s": res["p99_s"], "half_widths": half_widths}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,137 @@
+"""Every benchmark script, smoke-run in this process at a tiny size, so that none can rot.
+
+Each script in `benchmarks/` (not the `_`-prefixed helpers; a new script is covered as soon
+as it exists) is loaded from its path and its `main(["--smoke"])` called: it must return
+what it printed, the agreement checks it makes must hold, and it must write nothing into
+the repository (its real runs write `benchmarks/results/*.json` and `docs/*.png`). Nothing
+here depends on time: the speed figures are the scripts' business, not the tests'.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+WATCHED = (BENCH / "results", BENCH.parent / "docs")
+SCRIPTS = sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+
+
+def _listing() -> dict[Path, tuple[int, int]]:
+    """Every file under the folders a real run writes to, with its size and mtime."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for d in WATCHED if d.exists()
+            for p in d.rglob("*") if p.is_file()}
+
+
+def _load(path: Path):
+    """The script as a module (not `__main__`), with `benchmarks/` importable for `_helpers`."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location(f"_bench_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+# What each script's answers must satisfy (the agreement checks the scripts print, and the
+# line naming the baseline and the ratio ours / baseline).
+
+
+def _kernel(out, text):
+    assert set(out) == {"full", "windowed"}
+    for row in out.values():
+        assert row["points"] == 256
+        assert row["max_rel_diff"] < 1e-9  # JAX against the NumPy/SciPy twin, every column
+        assert row["speedup"] > 0
+    assert "JAX/NumPy" in text
+
+
+def _gamma(out, text):
+    assert {r["workload"] for r in out["rows"]} == {"uniform", "transition"}
+    assert len(out["rows"]) == 6
+    for err in out["max_rel_diff"].values():  # against SciPy where SciPy is accurate
+        assert err < 1e-10
+    assert "vs scipy" in text
+
+
+def _batcher(out, text):
+    assert out["points"] == 144
+    assert out["table"]["all points"]["batcher mean"]["n"] == 144
+    # the batcher model is finite wherever the simulated system is stable (every point here)
+    assert out["table"]["all points"]["batcher mean"]["inf"] == 0
+    assert out["table"]["all points"]["batcher P99 (p_q)"]["inf"] == 0
+    # a few hundred requests a point: only a loose agreement on the median
+    assert 0.7 < out["median_ratio"]["batcher model mean"] < 1.3
+    assert "baseline: the simulator" in text
+
+
+def _proxy_vs_sim(out, text):
+    assert out["points"] == 117
+    assert out["figure"] is not None and len(out["figure"].axes) == 9
+    assert 0.7 < out["median_ratio"]["batcher model E[T]"] < 1.3
+    assert "baseline: the simulator" in text
+
+
+def _roofline_accuracy(out, text):
+    assert len(out["rows"]) >= 20
+    for row in out["rows"]:
+        assert np.isfinite(row["spec13_ms"]) and row["spec13_ms"] > 0 and row["today_ms"] > 0
+    # what tests/test_roofline13.py checked when it ran this script as a subprocess
+    assert "SPEC 13, all" in text and "today's roofline, all figures" in text
+    assert "listed misses" in text
+    assert "baseline: the published measurements" in text
+
+
+def _scale(out, text):
+    assert [r["regime"] for r in out["part1"]] == ["full"]
+    for r in out["part1"]:
+        assert r["rows"] > 0 and r["frontier_rows"] > 0 and r["ratio_points"] > 0
+    (row,) = out["part2"]
+    assert row["points"] > 0 and row["frontier"] > 0 and row["rss_mb"] > 0
+    assert "against raw pyarrow" in text and "engine/(a)" in text
+
+
+def _search(out, text):
+    assert out["part1"]["agree"] is True  # JAX decisions identical to the NumPy version's
+    (row,) = out["part2"]
+    assert row["groups"] == 2 and row["points"] == 2 * 1024 and row["frontier"] > 0
+    assert "answers identical: True" in text
+
+
+def _simulate(out, text):
+    assert out["max_latency_diff_s"] < 1e-9  # JAX simulator against the Python event loop
+    assert out["python_lanes"] > 0 and out["speedup"] > 0
+    assert np.all(np.isfinite(out["p99_s"]))
+    assert "speed-up JAX / Python" in text
+
+
+CHECKS = {"kernel": _kernel, "gamma": _gamma, "batcher": _batcher, "proxy_vs_sim": _proxy_vs_sim,
+          "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
+
+
+def test_checks_name_existing_scripts():
+    assert SCRIPTS, "no benchmark script found"
+    assert set(CHECKS) <= {p.stem for p in SCRIPTS}, "checks for a benchmark script that is gone"
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
+def test_benchmark_smoke(path, capsys):
+    before = _listing()
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    module = _load(path)
+    out = module.main(["--smoke"])
+    text = capsys.readouterr().out
+    if cores is not None:  # a smoke run never pins the test process (gamma.py pins real runs)
+        assert os.sched_getaffinity(0) == cores
+    assert out, f"{path.name}: main returned nothing"
+    assert text.strip(), f"{path.name}: printed nothing"
+    assert _listing() == before, f"{path.name} --smoke wrote into benchmarks/results/ or docs/"
+    if path.stem in CHECKS:  # a new script gets the checks above until it has its own
+        CHECKS[path.stem](out, text)
