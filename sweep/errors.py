@@ -47,6 +47,10 @@ class OutputError(SweepError):
     """The output folder cannot be written as asked."""
 
 
+class ResourceError(SweepError):
+    """The machine ran out of something (disk, memory) mid-run; the input was fine (exit 1)."""
+
+
 def show(value: object) -> str:
     """`repr(value)`, cut to 80 characters for a one-line message."""
     text = repr(value)

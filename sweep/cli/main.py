@@ -2,8 +2,10 @@
 
 Exit codes (documented for schedulers in the README):
     0  success
-    1  internal error (a bug: please report it with the traceback)
-    2  bad input: grid file, catalog, profile or arguments; nothing was written
+    1  the machine ran out of something (a full disk): one line, the staging folder removed;
+       or an internal error (a bug: please report it with the traceback)
+    2  bad input: grid file, catalog, profile or arguments, or the output folder is locked by
+       another sweep; nothing was written
     130 interrupted (Ctrl-C / SIGINT); nothing half-written looks complete
     143 terminated (SIGTERM, e.g. a scheduler's time limit); likewise, and it resumes
 """
@@ -17,8 +19,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from sweep.cli.tools import int_at_least_one, one_line_errors
-from sweep.errors import SweepError
+from sweep.cli.tools import int_at_least_one, one_line_errors, positive_seconds
+from sweep.errors import ResourceError, SweepError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
@@ -38,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return int(args.handler(args) or EXIT_OK)
+    except ResourceError as exc:
+        print(f"sweep: error: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
     except SweepError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
@@ -64,10 +69,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--shard", default=None, metavar="I/N",
                    help="run shard I of N (1-based): a disjoint slice of the scenario groups, written to OUT/shards/; "
                         "combine with `sweep merge OUT`")
-    r.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
+    r.add_argument("--force", action="store_true",
+                   help="run even if an identical finished run is in OUT, discarding any staged work")
+    r.add_argument("--wait", action="store_true",
+                   help="if another sweep is writing OUT, wait for it instead of refusing (exit 2)")
     r.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto",
                    help="auto: a bar on a terminal, JSON log lines otherwise")
-    r.add_argument("--log-interval", type=float, default=10.0, metavar="S", help="seconds between progress log lines")
+    r.add_argument("--log-interval", type=positive_seconds, default=10.0, metavar="S",
+                   help="seconds between progress log lines (> 0)")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
@@ -76,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("merge", help="combine the shards in OUT/shards/ into one output")
     m.add_argument("out", type=Path, help="the --out folder the shards were run with")
     m.add_argument("--quiet", action="store_true")
+    m.add_argument("--wait", action="store_true", help="if another sweep is writing OUT, wait for it")
     m.set_defaults(handler=_cmd_merge)
     one_line_errors(m)
     from sweep.cli import tools
@@ -102,8 +112,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     enable_compile_cache(compile_cache_dir())
     mode = "none" if args.quiet else args.progress
     with ProgressReporter(grid.name, mode, args.log_interval) as progress:
-        result = run_grid(grid, args.out, chunk_size=chunk, shard=shard, force=args.force,
-                          progress=None if mode == "none" else progress)
+        result = run_grid(grid, args.out, chunk_size=chunk, shard=shard, force=args.force, wait=args.wait,
+                          progress=None if mode == "none" else progress, note=progress.note)
     if not args.quiet:
         print_summary(grid, result)
     return EXIT_OK
@@ -137,7 +147,7 @@ def compile_cache_dir() -> str | None:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from sweep.runner import merge_shards
 
-    manifest = merge_shards(args.out)
+    manifest = merge_shards(args.out, wait=args.wait)
     if not args.quiet:
         r = manifest["rows"]
         print(f"merged {manifest['shards']['count']} shards into {args.out}: {r['grid_points']:,} points, "

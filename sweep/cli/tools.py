@@ -96,6 +96,17 @@ def int_at_least_one(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0 (NaN, inf, 0 and negatives refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds > 0, e.g. 10")
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)

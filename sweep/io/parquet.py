@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -98,7 +99,10 @@ class DatasetWriter:
         self._lanes = [_Lane() for _ in range(1 if single_file is not None else max(1, encoders))]
         self._turn = 0
         self._files_lock = threading.Lock()
+        self.files_of: dict[int, Path] = {}  # lane -> its open file
         self.files: list[Path] = []
+        #: every file written and its row count (complete once `close` returns)
+        self.written: dict[Path, int] = {}
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -141,6 +145,8 @@ class DatasetWriter:
         assert lane.writer is not None
         lane.writer.write_table(table, row_group_size=table.num_rows)
         lane.file_rows += table.num_rows
+        with self._files_lock:
+            self.written[self.files_of[id(lane)]] += table.num_rows
 
     def _open(self, lane: _Lane) -> None:
         if lane.writer is not None:
@@ -149,16 +155,22 @@ class DatasetWriter:
             name = self.single_file or f"{self.prefix}part-{len(self.files):05d}.parquet"
             path = self.folder / name
             self.files.append(path)
+            self.written[path] = 0
+            self.files_of[id(lane)] = path
         lane.writer = pq.ParquetWriter(path, self.schema, compression=COMPRESSION, write_statistics=True)
         lane.file_rows = 0
 
 
 def concat_parquet(parts: Sequence[Path], target: Path, schema: pa.Schema) -> int:
     """Stream Parquet files, in order, into one file (row group by row group, bounded memory).
-    A single part is moved, not copied."""
+    The parts stay where they are: a single part is hard-linked (copied across file systems)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     if len(parts) == 1 and pq.read_schema(parts[0]).equals(schema, check_metadata=True):
-        os.replace(parts[0], target)
+        target.unlink(missing_ok=True)
+        try:
+            os.link(parts[0], target)
+        except OSError:
+            shutil.copyfile(parts[0], target)
         return pq.ParquetFile(target).metadata.num_rows
     rows = 0
     with pq.ParquetWriter(target, schema, compression=COMPRESSION, write_statistics=True) as out:

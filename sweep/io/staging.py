@@ -1,32 +1,142 @@
-"""The staging folder: where a run writes before anything is published (SPEC 9).
+"""The staging folder: a journal of sealed segments, verified, then published by renames.
 
-A run writes into a hidden folder inside the output folder. `commit` first removes the old
-`manifest.json` (so the folder stops looking complete), swaps the new files in by rename,
-and writes `manifest.json` last: its presence marks a complete run.
+A run writes only inside `OUT/.sweep-staging-KEY/` (KEY: the run's settings), under the
+output folder's lock (`sweep.io.lock`):
+
+* Each finished segment is *sealed* by `segments/NNNNN.json`: its statistics and, for every
+  file it wrote, the row count, size and SHA-256, plus a digest of the marker itself. A
+  rerun trusts a segment only if its marker and every file still verify; a damaged segment
+  (garbage marker, missing, truncated or altered file) is reported in one line and computed
+  again.
+* Before publishing, every sealed segment is verified again, the outputs are assembled in
+  `final/` (copies: nothing leaves a segment), and `final/manifest.json` is written.
+* Publishing is a journal too: `publish.json` (the list of renames) is written atomically
+  first; that is the commit point. Then the old `OUT/manifest.json` goes (the folder stops
+  looking complete), each old entry is moved aside and each new one renamed in, and the new
+  `manifest.json` is renamed in last. A crash before `publish.json` leaves the previous output
+  complete and untouched; a crash after it leaves a folder without `manifest.json` that the
+  next run (or merge) in the same folder finishes first (`recover`). There is never a
+  `manifest.json` beside a mix of old and new files.
+* `--force` (`discard`) removes the staging folder: it always recovers.
+
+`FAULT_ENV` names a test hook: `SWEEP_FAULT=publish:N` stops the process at step N of
+publishing, as a kill would, so tests can check every crash point.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from sweep.errors import OutputError
 
 STAGING_PREFIX = ".sweep-staging-"
+MANIFEST = "manifest.json"
+PUBLISH = "publish.json"
+FAULT_ENV = "SWEEP_FAULT"
+_CHUNK = 1 << 20
+
+
+class DamagedError(OutputError):
+    """Sealed work no longer verifies (a file changed, vanished or was truncated)."""
+
+
+class InjectedCrash(BaseException):
+    """Raised by the `SWEEP_FAULT` test hook (a BaseException: nothing may catch it)."""
+
+
+def fault(point: str) -> None:
+    """The test hook: stop here if `SWEEP_FAULT` names this point."""
+    if os.environ.get(FAULT_ENV) == point:
+        if os.environ.get(FAULT_ENV + "_KILL") == "1":
+            os._exit(137)  # as SIGKILL would: no cleanup at all
+        raise InjectedCrash(point)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def file_record(path: Path, rows: int | None = None) -> dict[str, Any]:
+    """Row count (a Parquet file's footer unless given), size and SHA-256 of one file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            h.update(block)
+    if rows is None:
+        rows = pq.ParquetFile(path).metadata.num_rows if path.suffix == ".parquet" else 0
+    return {"rows": int(rows), "bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def check_file(root: Path, rel: str, record: Mapping[str, Any]) -> str | None:
+    """None when `root/rel` matches its record, else what is wrong (one phrase)."""
+    path = root / rel
+    if not path.is_file():
+        return f"{rel} is missing"
+    if path.stat().st_size != record.get("bytes"):
+        return f"{rel} has {path.stat().st_size} bytes, sealed with {record.get('bytes')}"
+    if file_record(path, rows=0)["sha256"] != record.get("sha256"):
+        return f"{rel} has changed since it was sealed (SHA-256 differs)"
+    if path.suffix == ".parquet":
+        try:
+            rows = pq.ParquetFile(path).metadata.num_rows
+        except Exception as exc:
+            return f"{rel} is not a readable Parquet file ({type(exc).__name__})"
+        if rows != record.get("rows"):
+            return f"{rel} holds {rows} rows, sealed with {record.get('rows')}"
+    return None
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON (RFC 8259): non-finite floats are written as the strings "inf", "-inf",
+    "nan" (never bare NaN/Infinity, which JSON readers reject)."""
+    return json.dumps(_finite(obj), indent=indent, allow_nan=False, default=str)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, Mapping):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def write_json_atomic(path: Path, obj: Any, indent: int | None = None) -> None:
+    """Write under a temporary name, flush to disk, rename: a reader sees all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(dumps(obj, indent) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _marker_digest(marker: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in marker.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- staging
 
 
 class Staging:
-    """A hidden folder inside the output folder where a run writes; `commit` publishes it.
+    """A run's hidden folder inside the output folder; the caller holds the folder's lock.
 
-    The folder is named by the run's key, so rerunning the same command finds it again and
-    resumes; `final/` holds what will be published, the rest is per-segment work.
+    `final/` holds what will be published; `segments/` the seals; the rest is per-segment work.
+    The folder is named by the run's key, so rerunning the same command finds it and resumes.
     """
 
-    MANIFEST = "manifest.json"
+    MANIFEST = MANIFEST
 
     def __init__(self, out_dir: Path, key: str) -> None:
         self.out_dir = out_dir
@@ -36,6 +146,7 @@ class Staging:
             raise OutputError(f"{out_dir}: cannot create the output folder ({exc.strerror})") from None
         if not os.access(out_dir, os.W_OK):
             raise OutputError(f"{out_dir}: the output folder is not writable")
+        recover(out_dir)
         self.path = out_dir / f"{STAGING_PREFIX}{key}"
         for other in out_dir.glob(f"{STAGING_PREFIX}*"):
             if other != self.path:  # an abandoned run of other settings: it cannot resume here
@@ -43,27 +154,105 @@ class Staging:
         self.final = self.path / "final"
         self.final.mkdir(parents=True, exist_ok=True)
 
-    def clear_segment(self, prefix: str, k: int) -> None:
-        """Remove what an interrupted attempt at segment `k` may have left."""
-        for p in (self.final / "points").rglob(f"{prefix}*") if (self.final / "points").exists() else ():
+    # -- segments -----------------------------------------------------------------------
+
+    def marker(self, k: int) -> Path:
+        return self.path / "segments" / f"{k:05d}.json"
+
+    def seal(self, k: int, stats: Mapping[str, Any], files: Sequence[tuple[Path, int]]) -> None:
+        """Seal segment `k`: its statistics and the record of every file it wrote."""
+        records = {str(p.relative_to(self.path)): file_record(p, rows) for p, rows in files}
+        marker = {"segment": k, "stats": dict(stats), "files": records}
+        marker["digest"] = _marker_digest(marker)
+        write_json_atomic(self.marker(k), marker)
+
+    def sealed(self, k: int) -> tuple[dict[str, Any] | None, str | None]:
+        """(seal, None) for a sealed segment that verifies (`seal["stats"]`, `seal["files"]`:
+        path relative to the staging folder -> rows, bytes, sha256); (None, why) for a
+        damaged one; (None, None) when it was never sealed."""
+        path = self.marker(k)
+        if not path.exists():
+            return None, None
+        try:
+            marker = json.loads(path.read_text())
+            if not isinstance(marker, dict) or marker.get("digest") != _marker_digest(marker) or marker.get("segment") != k:
+                return None, f"its seal {path.name} is not one sweep wrote (edited or garbage)"
+            for rel, record in marker["files"].items():
+                problem = check_file(self.path, rel, record)
+                if problem is not None:
+                    return None, problem
+            return marker, None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return None, f"its seal {path.name} cannot be read ({type(exc).__name__})"
+
+    def drop_segment(self, k: int, prefix: str) -> None:
+        """Remove what an interrupted or damaged attempt at segment `k` left."""
+        self.marker(k).unlink(missing_ok=True)
+        points = self.final / "points"
+        for p in points.rglob(f"{prefix}*") if points.exists() else ():
             p.unlink()
         for sub in ("optimum", "frontier"):
             (self.path / sub / f"{k:05d}.parquet").unlink(missing_ok=True)
 
-    def commit(self, manifest: Mapping[str, Any]) -> None:
-        """Publish every entry of `final/`, then the manifest. Old outputs of the same names go."""
-        final_manifest = self.out_dir / self.MANIFEST
-        final_manifest.unlink(missing_ok=True)
-        for entry in sorted(self.final.iterdir()):
-            target = self.out_dir / entry.name
-            if target.is_dir():
-                trash = self.path / f".old-{entry.name}"
-                target.rename(trash)
-                shutil.rmtree(trash)
-            elif target.exists():
-                target.unlink()
-            entry.rename(target)
-        tmp = self.path / f".{self.MANIFEST}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=str) + "\n")
-        os.replace(tmp, final_manifest)
+    def discard(self) -> None:
+        """Forget everything staged (`--force`)."""
         shutil.rmtree(self.path, ignore_errors=True)
+        self.final.mkdir(parents=True, exist_ok=True)
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def publish(self, manifest: Mapping[str, Any]) -> None:
+        """Publish `final/` and then its manifest (see the module docstring)."""
+        write_json_atomic(self.final / MANIFEST, manifest, indent=2)
+        fault("publish:1")
+        entries = sorted(e.name for e in self.final.iterdir() if e.name != MANIFEST)
+        write_json_atomic(self.path / PUBLISH, {"entries": entries})  # the commit point
+        fault("publish:2")
+        _roll_forward(self.out_dir, self.path)
+
+
+def _roll_forward(out_dir: Path, staging: Path) -> None:
+    """Carry out (or finish) a committed publish plan; every step may be repeated."""
+    plan = json.loads((staging / PUBLISH).read_text())
+    final = staging / "final"
+    if not (final / MANIFEST).exists():  # the new manifest is in place: only cleaning up was left
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    (out_dir / MANIFEST).unlink(missing_ok=True)
+    fault("publish:3")
+    for i, name in enumerate(plan["entries"]):
+        new, target, old = final / name, out_dir / name, staging / f".old-{name}"
+        if new.exists():  # not yet moved in
+            if target.exists() or target.is_symlink():
+                if old.exists():
+                    _remove(old)
+                target.rename(old)
+            fault(f"publish:entry{i}")
+            new.rename(target)
+    fault("publish:4")
+    if (final / MANIFEST).exists():
+        os.replace(final / MANIFEST, out_dir / MANIFEST)
+    fault("publish:5")
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def recover(out_dir: Path) -> list[Path]:
+    """Finish any publish an earlier process committed but did not complete (the caller
+    holds the folder's lock). Returns the staging folders it finished."""
+    done = []
+    for staging in sorted(out_dir.glob(f"{STAGING_PREFIX}*")):
+        if (staging / PUBLISH).exists():
+            try:
+                _roll_forward(out_dir, staging)
+            except (OSError, ValueError, KeyError) as exc:
+                raise OutputError(f"{out_dir}: an interrupted publish in {staging.name} cannot be finished "
+                                  f"({type(exc).__name__}: {exc}); rerun with --force") from None
+            done.append(staging)
+    return done

@@ -66,6 +66,16 @@ class ProgressReporter:
                         "pct": round(100.0 * done / max(total, 1), 2), "points_per_s": round(rate, 1),
                         "eta_s": None if eta is None else round(eta, 1)})
 
+    def note(self, message: str) -> None:
+        """One line a person should read (a damaged segment recomputed): on stderr, or as a
+        JSON `note` event in log mode."""
+        if self.mode == "log":
+            self._emit({"event": "note", "grid": self.grid, "message": message})
+        elif self.mode == "bar" and self._bar is not None:
+            self._bar.console.print(f"sweep: {message}", markup=False)
+        else:
+            print(f"sweep: {message}", file=self.stream, flush=True)
+
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if self._bar is not None:
             self._bar.stop()

@@ -12,9 +12,11 @@ same grid, version and settings is not run again (`force` overrides).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import platform
+import shutil
 import threading
 import time
 from collections import deque
@@ -34,10 +36,11 @@ from sweep.decide.reduce import REASONS
 from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Chunk, Evaluator
-from sweep.errors import OutputError
+from sweep.errors import OutputError, ResourceError
 from sweep.grid.spec import GridSpec
+from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
-from sweep.io.staging import Staging
+from sweep.io.staging import DamagedError, Staging, file_record, recover
 from sweep.models.base import SERVICE_SOURCES
 
 #: Grids at most this large keep every row in memory for the terminal summary.
@@ -51,6 +54,7 @@ FRONTIER_ROW_GROUP = 1 << 16
 POINT_ENCODERS = 2
 
 Progress = Callable[[int, int], None]  # (points done, points total)
+Note = Callable[[str], None]  # one line a person should read
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,16 @@ def run_grid(
     shard: Shard | None = None,
     force: bool = False,
     segment_points: int = SEGMENT_POINTS,
+    wait: bool = False,
+    note: Note | None = None,
 ) -> RunResult:
-    """Evaluate `spec` (or one shard of it) and write points/, optimum, frontier, manifest."""
+    """Evaluate `spec` (or one shard of it) and write points/, optimum, frontier, manifest.
+
+    Holds the output folder's lock for the whole run (`LockedError` when another process
+    writes it, unless `wait`). `note` gets one line per thing a person should know (a
+    damaged segment computed again). A full disk raises `ResourceError` after removing the
+    run's staging folder.
+    """
     t0 = time.perf_counter()
     target = output_folder(Path(out_dir), shard)
     shard = shard or Shard()
@@ -128,11 +140,26 @@ def run_grid(
     run_key = hashlib.sha256(
         json.dumps([spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]).encode()
     ).hexdigest()[:16]
-    done = _finished(target, run_key)
-    if done is not None and not force:
-        return RunResult(target, done, None, done["rows"]["actions"], done["rows"]["feasible"], skipped=True)
-    staging = Staging(target, run_key)
-    return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0).execute()
+    with FolderLock(target, what="sweep run", wait=wait):
+        recover(target)
+        done = _finished(target, run_key)
+        if done is not None and not force:
+            return RunResult(target, done, None, done["rows"]["actions"], done["rows"]["feasible"], skipped=True)
+        staging = Staging(target, run_key)
+        if force:
+            staging.discard()
+        try:
+            return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet).execute()
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            shutil.rmtree(staging.path, ignore_errors=True)  # give the space back
+            raise ResourceError(f"{target}: the disk is full ({exc.strerror}); the run's staging folder was "
+                                "removed; free space (or use another --out) and rerun") from None
+
+
+def _quiet(message: str) -> None:
+    return None
 
 
 def _finished(target: Path, run_key: str) -> dict[str, Any] | None:
@@ -150,9 +177,9 @@ class _Run:
     """The state of one run; `execute` does it."""
 
     def __init__(self, spec: GridSpec, ev: Evaluator, staging: Staging, shard: Shard, seg: int,
-                 run_key: str, progress: Progress | None, t0: float) -> None:
+                 run_key: str, progress: Progress | None, t0: float, note: Note) -> None:
         self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
-        self.seg, self.run_key, self.progress, self.t0 = seg, run_key, progress, t0
+        self.seg, self.run_key, self.progress, self.t0, self.note = seg, run_key, progress, t0, note
         self.meta = provenance(spec)
         out = spec.output
         every = spec.point_columns()
@@ -185,13 +212,15 @@ class _Run:
         done_points = 0
         for k, begin in enumerate(bounds):
             end = min(begin + self.seg, self.stop)
-            marker = self.staging.path / "segments" / f"{k:05d}.json"
-            if marker.exists():
-                seg_stats = json.loads(marker.read_text())
+            seal, problem = self.staging.sealed(k)
+            if problem is not None:
+                self.note(f"segment {k + 1} of {len(bounds)} is damaged ({problem}); computing it again")
+            if seal is not None:
+                seg_stats = seal["stats"]
                 resumed += 1
             else:
-                seg_stats = self._segment(k, begin, end, kept, done_points)
-                _write_json_atomic(marker, seg_stats)
+                seg_stats, files = self._segment(k, begin, end, kept, done_points)
+                self.staging.seal(k, seg_stats, files)
             for key in ("points_written", "optimum", "frontier", "feasible"):
                 stats[key] += seg_stats[key]
             stats["actions"] = [a + b for a, b in zip(stats["actions"], seg_stats["actions"])]
@@ -201,6 +230,7 @@ class _Run:
         w0 = time.perf_counter()
         final = self.staging.final
         n_seg = len(bounds)
+        self._verify(n_seg)
         concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
         concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
         self.timings["write"] += time.perf_counter() - w0
@@ -210,10 +240,27 @@ class _Run:
         manifest = self._manifest(stats, n_seg, resumed)
         if search_meta is not None:
             manifest["search"] = search_meta
-        self.staging.commit(manifest)
+        for name in sorted(p.name for p in final.glob("*.parquet")):
+            self.records[name] = file_record(final / name)
+        manifest["checksums"] = dict(sorted(self.records.items()))
+        self.staging.publish(manifest)
         counts = dict(zip(ACTIONS, stats["actions"]))
         rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None
         return RunResult(self.staging.out_dir, manifest, rows, counts, stats["feasible"])
+
+    def _verify(self, n_seg: int) -> None:
+        """Every sealed segment still verifies before anything is published; a damaged one
+        loses its seal, so the rerun computes it again."""
+        self.records: dict[str, Any] = {}
+        for k in range(n_seg):
+            seal, problem = self.staging.sealed(k)
+            if seal is None:
+                self.staging.drop_segment(k, f"seg-{k:05d}-")
+                raise DamagedError(f"{self.staging.out_dir}: segment {k + 1} of {n_seg} was damaged while the run "
+                                   f"went on ({problem or 'its seal is gone'}); nothing was published; rerun to compute it again")
+            for rel, record in seal["files"].items():
+                if rel.startswith("final/"):
+                    self.records[rel.removeprefix("final/")] = record
 
     def _search(self) -> dict[str, Any]:
         """Run the `[search]` studies; their answers go through the same writer and staging."""
@@ -227,10 +274,11 @@ class _Run:
         writer.close()
         return result.meta | {"file": RESULT_FILE, "rows": result.num_rows}
 
-    def _segment(self, k: int, begin: int, end: int, kept: list, done_before: int) -> dict[str, Any]:
-        """Evaluate and write points [begin, end): its points parts, optimum and frontier rows."""
+    def _segment(self, k: int, begin: int, end: int, kept: list, done_before: int) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
+        """Evaluate and write points [begin, end): its points parts, optimum and frontier rows.
+        Returns the segment's statistics and every file it wrote with its row count."""
         prefix = f"seg-{k:05d}-"
-        self.staging.clear_segment(prefix, k)
+        self.staging.drop_segment(k, prefix)
         out = self.spec.output
         point_writers: dict[str, DatasetWriter] = {}
         opt_w = DatasetWriter(self.staging.path / "optimum", self.opt_schema, single_file=f"{k:05d}.parquet")
@@ -292,13 +340,14 @@ class _Run:
             w.close()
         _release_memory()
         self.timings["write"] += time.perf_counter() - w0
+        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w) for path, rows in w.written.items()]
         return {
             "points_written": sum(w.rows for w in point_writers.values()),
             "optimum": opt_w.rows,
             "frontier": front_w.rows,
             "feasible": stats["feasible"],
             "actions": [int(x) for x in stats["actions"]],
-        }
+        }, files
 
     def _write_points(self, chunk: Chunk, writers: dict[str, DatasetWriter], prefix: str) -> None:
         data = chunk.columns
@@ -393,10 +442,3 @@ def _load_libc() -> Any:
 
 
 _LIBC = _load_libc()
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj))
-    tmp.replace(path)

@@ -1,0 +1,94 @@
+"""One writer per output folder: an OS-level advisory lock on `DIR/.sweep.lock`.
+
+`sweep run` and `sweep merge` take the lock exclusively for the whole run; `sweep search`
+workers that share one folder take it shared (many workers, no run). A second writer
+refuses at once with one line naming the holder, or waits for it (`wait=True`, the CLI's
+`--wait`). The lock is `fcntl.flock` on a file that is never deleted (deleting a lock file
+races with the next taker); the kernel drops it when the holder exits, however it exits
+(SIGKILL included), so a crashed run never leaves a stale lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from sweep.errors import OutputError
+
+LOCK_FILE = ".sweep.lock"
+
+
+class LockedError(OutputError):
+    """Another sweep process holds the output folder."""
+
+
+class FolderLock:
+    """`with FolderLock(dir, what="sweep run"):` holds `dir/.sweep.lock` (creating `dir`)."""
+
+    def __init__(self, folder: str | Path, *, what: str, shared: bool = False, wait: bool = False) -> None:
+        self.folder = Path(folder)
+        self.what = what
+        self.shared = shared
+        self.wait = wait
+        self._file: IO[str] | None = None
+
+    def __enter__(self) -> FolderLock:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            f = open(self.folder / LOCK_FILE, "a+")
+        except OSError as exc:
+            raise OutputError(f"{self.folder}: cannot create the output folder or its lock ({exc.strerror})") from None
+        mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not self.wait:
+                holder = _holder(f)
+                f.close()
+                raise LockedError(
+                    f"{self.folder}: {holder} is writing this folder; wait for it to finish, or rerun with --wait"
+                ) from None
+            fcntl.flock(f, mode)  # blocks until the holder is done
+        if not self.shared:
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps({"pid": os.getpid(), "what": self.what, "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                "argv": sys.argv[:6]}) + "\n")
+            f.flush()
+        self._file = f
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+
+def _holder(f: IO[str]) -> str:
+    """Who holds the lock, as far as its note says (search workers leave none)."""
+    try:
+        f.seek(0)
+        note: dict[str, Any] = json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        note = {}
+    pid = note.get("pid")
+    if isinstance(pid, int) and _alive(pid):
+        return f"another {note.get('what', 'sweep')} (pid {pid}, since {note.get('since', '?')})"
+    return "another sweep process (a run, a merge or search workers)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

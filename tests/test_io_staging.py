@@ -1,0 +1,153 @@
+"""Staging is a journal (`sweep.io.staging`): sealed segments verify or are computed again,
+`--force` always recovers, and a crash at any step of publishing leaves the previous output
+or (after the rerun) the new one, never a manifest beside a mix.
+
+Crashes are injected with the `SWEEP_FAULT` test hook at each named step (a
+`BaseException` here; `tests/test_cli_signals.py` kills a real process the same way). Every
+reference result is a clean, uninterrupted run of the same grid.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from _grids import WINDOWED, same, tables
+
+from sweep import grid as spec
+from sweep.io.staging import FAULT_ENV, InjectedCrash, check_file
+from sweep.runner import run_grid
+
+#: 1,280 points, chunks of one group (40 points), segments of 3 chunks: 11 segments.
+RUN = dict(chunk_size=64, segment_points=128)
+PUBLISH_STEPS = ["publish:1", "publish:2", "publish:3", "publish:entry0", "publish:entry1", "publish:entry2",
+                 "publish:4", "publish:5"]
+
+
+@pytest.fixture(scope="module")
+def grids(tmp_path_factory):
+    d = tmp_path_factory.mktemp("grids")
+    (d / "a.toml").write_text(WINDOWED)
+    (d / "b.toml").write_text(WINDOWED.replace('name = "w"', 'name = "w2"').replace("slo_ms = 150.0", "slo_ms = 90.0"))
+    clean = {}
+    for name in ("a", "b"):
+        clean[name] = d / f"clean-{name}"
+        run_grid(spec.load(d / f"{name}.toml"), clean[name], **RUN)
+    return d, clean
+
+
+def _staged(out: Path) -> Path:
+    (staging,) = [p for p in out.iterdir() if p.name.startswith(".sweep-staging-")]
+    return staging
+
+
+def _complete_and_intact(out: Path) -> dict:
+    manifest = json.loads((out / "manifest.json").read_text())
+    for rel, record in manifest["checksums"].items():
+        assert check_file(out, rel, record) is None, rel
+    return manifest
+
+
+def _stage_everything(g, out: Path, monkeypatch) -> None:
+    """A run whose every segment is sealed but that stopped before publishing."""
+    monkeypatch.setenv(FAULT_ENV, "publish:1")
+    with pytest.raises(InjectedCrash):
+        run_grid(g, out, **RUN)
+    monkeypatch.delenv(FAULT_ENV)
+    assert not (out / "manifest.json").exists()
+
+
+DAMAGE = {
+    "points part deleted": lambda st: next((st / "final" / "points").glob("seg-00003-*.parquet")).unlink(),
+    "points part truncated": lambda st: _truncate(next((st / "final" / "points").glob("seg-00004-*.parquet"))),
+    "points part garbage": lambda st: next((st / "final" / "points").glob("seg-00005-*.parquet")).write_bytes(b"garbage" * 100),
+    "optimum part deleted": lambda st: (st / "optimum" / "00001.parquet").unlink(),
+    "seal edited": lambda st: _edit_seal(st / "segments" / "00002.json"),
+    "seal garbage": lambda st: (st / "segments" / "00006.json").write_text("{not json"),
+    "seal empty": lambda st: (st / "segments" / "00007.json").write_text(""),
+}
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _edit_seal(path: Path) -> None:
+    seal = json.loads(path.read_text())
+    seal["stats"]["points_written"] += 1000
+    path.write_text(json.dumps(seal))
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_staging_is_reported_and_recomputed(grids, tmp_path, monkeypatch, damage):
+    d, clean = grids
+    g = spec.load(d / "a.toml")
+    out = tmp_path / "out"
+    _stage_everything(g, out, monkeypatch)
+    DAMAGE[damage](_staged(out))
+    notes: list[str] = []
+    result = run_grid(g, out, note=notes.append, **RUN)
+    assert len(notes) == 1 and "is damaged" in notes[0] and "\n" not in notes[0], notes
+    assert result.manifest["chunks"]["resumed_segments"] == 10  # the other ten seals verify
+    assert result.manifest["rows"] == json.loads((clean["a"] / "manifest.json").read_text())["rows"]
+    _complete_and_intact(out)
+    same(tables(clean["a"]), tables(out))
+
+
+def test_force_recovers_from_any_staging(grids, tmp_path, monkeypatch):
+    d, clean = grids
+    g = spec.load(d / "a.toml")
+    out = tmp_path / "out"
+    _stage_everything(g, out, monkeypatch)
+    staging = _staged(out)
+    for path in staging.rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"\x00garbage")
+    result = run_grid(g, out, force=True, **RUN)
+    assert result.manifest["chunks"]["resumed_segments"] == 0
+    same(tables(clean["a"]), tables(out))
+
+
+def test_nothing_leaves_a_segment_before_the_manifest(grids, tmp_path, monkeypatch):
+    """The one-segment case of the audit: the search (or a crash) after the reduced outputs
+    are assembled must leave every sealed segment whole, so the rerun resumes."""
+    d, clean = grids
+    g = spec.load(d / "a.toml")
+    out = tmp_path / "out"
+    monkeypatch.setenv(FAULT_ENV, "publish:2")
+    with pytest.raises(InjectedCrash):
+        run_grid(g, out, chunk_size=64)  # one segment
+    monkeypatch.delenv(FAULT_ENV)
+    staging = _staged(out)
+    assert (staging / "optimum" / "00000.parquet").exists() and (staging / "final" / "optimum.parquet").exists()
+    # committed at publish:2 (the plan is written): the rerun finishes publishing first
+    result = run_grid(g, out, chunk_size=64)
+    assert result.skipped
+    same(tables(clean["a"]), tables(out))
+
+
+@pytest.mark.parametrize("step", PUBLISH_STEPS)
+def test_a_crash_at_every_publish_step_leaves_old_or_new(grids, tmp_path, monkeypatch, step):
+    d, clean = grids
+    out = tmp_path / "out"
+    shutil.copytree(clean["a"], out)  # a complete previous output
+    monkeypatch.setenv(FAULT_ENV, step)
+    with pytest.raises(InjectedCrash):
+        run_grid(spec.load(d / "b.toml"), out, **RUN)
+    monkeypatch.delenv(FAULT_ENV)
+    if (out / "manifest.json").exists():  # the previous output or the new one, whole
+        manifest = _complete_and_intact(out)
+        name = {"w": "a", "w2": "b"}[manifest["grid_name"]]
+        assert name == ("b" if step == "publish:5" else "a")
+        same(tables(clean[name]), tables(out))
+    else:  # the new output was committed: the folder no longer looks complete
+        assert step not in ("publish:1", "publish:2", "publish:5")
+    result = run_grid(spec.load(d / "b.toml"), out, **RUN)
+    assert result.manifest["grid_name"] == "w2"
+    # committed (from publish:2 on): the rerun only finished publishing, it computed nothing
+    assert result.skipped == (step not in ("publish:1",))
+    _complete_and_intact(out)
+    same(tables(clean["b"]), tables(out))
+    assert not [p for p in out.iterdir() if p.name.startswith(".sweep-staging-")]
