@@ -37,7 +37,7 @@ def test_sigterm_exits_143_and_the_rerun_resumes(tmp_path):
     grid = tmp_path / "g.toml"
     grid.write_text(GRID)
     out = tmp_path / "o"
-    proc = subprocess.Popen(_cmd(grid, out, "--progress", "log", "--log-interval", "0"), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(_cmd(grid, out, "--progress", "log", "--log-interval", "0.001"), stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # wait until the first segment (8,388,608 points) is sealed
         event = json.loads(line)
         if event["event"] == "progress" and event["done"] >= 8_388_608:
@@ -55,3 +55,55 @@ def test_sigterm_exits_143_and_the_rerun_resumes(tmp_path):
     assert resumed["rows"] == clean["rows"]
     for name in ("optimum.parquet", "frontier.parquet"):
         assert pq.read_table(out / name).equals(pq.read_table(tmp_path / "clean" / name))
+
+
+SEARCH_GRID = """
+name = "sig-search"
+[grid]
+arrival_rps = [100.0, 400.0]
+batch_size = [8, 32]
+seq_len = 2048
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+t_fixed_ms = 10.0
+t_req_ms = 0.8
+slo_ms = 250.0
+[search]
+objective = "min_cost"
+trials = 400
+batch = 16
+seed = 3
+storage = "sqlite"
+[search.params]
+replicas = {low = 1, high = 12}
+batch_size = {low = 1, high = 64, log = true}
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
+def test_a_signal_in_the_search_phase_resumes_to_the_clean_result(tmp_path, sig):
+    import sqlite3
+    import time
+
+    grid = tmp_path / "g.toml"
+    grid.write_text(SEARCH_GRID)
+    out = tmp_path / "o"
+    proc = subprocess.Popen(_cmd(grid, out, "--quiet"))
+    db = out / "search.db"
+    for _ in range(2400):  # until the second study has told some trials
+        try:
+            with sqlite3.connect(db, timeout=1) as con:
+                n = con.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+            if n >= 450:
+                break
+        except sqlite3.Error:
+            pass
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=120)
+    assert code == {signal.SIGKILL: -9, signal.SIGTERM: 143, signal.SIGINT: 130}[sig]
+    assert not (out / "manifest.json").exists()
+    subprocess.run(_cmd(grid, out, "--quiet"), check=True, timeout=900)
+    subprocess.run(_cmd(grid, tmp_path / "clean", "--quiet"), check=True, timeout=900)
+    for name in ("optimum.parquet", "frontier.parquet", "search.parquet"):
+        assert pq.read_table(out / name).to_pylist() == pq.read_table(tmp_path / "clean" / name).to_pylist(), name

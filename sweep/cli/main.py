@@ -88,6 +88,16 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--wait", action="store_true", help="if another sweep is writing OUT, wait for it")
     m.set_defaults(handler=_cmd_merge)
     one_line_errors(m)
+    w = sub.add_parser("search", help="a search worker: run the grid's [search] studies only, sharing OUT with other workers")
+    w.add_argument("grid", type=Path, help="grid file with a [search] table")
+    w.add_argument("--out", type=Path, required=True,
+                   help="the folder of the shared storage (search.db / search.journal); workers hold it shared, "
+                        "a `sweep run` on it waits for them")
+    w.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                   help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    w.add_argument("--quiet", action="store_true")
+    w.set_defaults(handler=_cmd_search)
+    one_line_errors(w)
     from sweep.cli import tools
 
     tools.add_commands(sub)  # sweep fit, sweep kv, sweep catalog
@@ -142,6 +152,34 @@ def compile_cache_dir() -> str | None:
         return os.environ["SWEEP_CACHE_DIR"] or None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "sweep", "jax")
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    """Several of these share one study (journal storage on one host, a database across
+    hosts); the budget is shared exactly. `sweep run` on the same folder afterwards writes
+    search.parquet from the finished studies (it runs no new trial)."""
+    from sweep.catalog import load_catalog
+    from sweep.errors import GridError
+    from sweep.grid import load
+    from sweep.grid.search_table import check_storage
+    from sweep.io.lock import FolderLock
+    from sweep.runner.progress import enable_compile_cache
+    from sweep.search import run_search
+
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    if grid.search is None:
+        raise GridError(grid.source, "search", None, "sweep search needs a [search] table; use sweep run for a plain grid")
+    check_storage(grid.search, args.out)
+    enable_compile_cache(compile_cache_dir())
+    with FolderLock(args.out, what="sweep search", shared=True):
+        result = run_search(grid, args.out)
+    if not args.quiet:
+        for s in result.meta["studies"]:
+            print(f"{s['name']}: {s['trials_run']} trials run by this worker")
+        for r in result.records():
+            print(f"{r['study_name']}: {r['objective']} = {r['objective_value']:g} at trial {r['trial_number']} "
+                  f"({'meets every constraint' if r['meets_constraints'] else r['reason']})")
+    return EXIT_OK
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

@@ -165,8 +165,8 @@ def concat_parquet(parts: Sequence[Path], target: Path, schema: pa.Schema) -> in
     """Stream Parquet files, in order, into one file (row group by row group, bounded memory).
     The parts stay where they are: a single part is hard-linked (copied across file systems)."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)  # it may be a hard link to a part: never write through it
     if len(parts) == 1 and pq.read_schema(parts[0]).equals(schema, check_metadata=True):
-        target.unlink(missing_ok=True)
         try:
             os.link(parts[0], target)
         except OSError:

@@ -36,29 +36,17 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from sweep._faults import FAULT_ENV, InjectedCrash, fault  # noqa: F401 - re-exported for tests
 from sweep.errors import OutputError
 
 STAGING_PREFIX = ".sweep-staging-"
 MANIFEST = "manifest.json"
 PUBLISH = "publish.json"
-FAULT_ENV = "SWEEP_FAULT"
 _CHUNK = 1 << 20
 
 
 class DamagedError(OutputError):
     """Sealed work no longer verifies (a file changed, vanished or was truncated)."""
-
-
-class InjectedCrash(BaseException):
-    """Raised by the `SWEEP_FAULT` test hook (a BaseException: nothing may catch it)."""
-
-
-def fault(point: str) -> None:
-    """The test hook: stop here if `SWEEP_FAULT` names this point."""
-    if os.environ.get(FAULT_ENV) == point:
-        if os.environ.get(FAULT_ENV + "_KILL") == "1":
-            os._exit(137)  # as SIGKILL would: no cleanup at all
-        raise InjectedCrash(point)
 
 
 # --------------------------------------------------------------------------- files

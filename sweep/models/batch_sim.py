@@ -130,7 +130,8 @@ PARAM_KEYS = (
 # Fixed quantiles reported for every scenario (the caller's one goes to ``p_s``).
 _FIXED_Q = (0.5, 0.9, 0.99, 0.999)
 _STAT_NAMES = ("mean_s", "p50_s", "p90_s", "p99_s", "p999_s", "p_s", "mean_batch", "utilization",
-               "drop_rate")
+               "drop_rate", "steady")
+_LATENCIES = ("mean_s", "p50_s", "p90_s", "p99_s", "p999_s", "p_s")
 # Lanes (scenarios x replications) per compiled chunk; bounds memory (~70 B * N per lane).
 _DEFAULT_MAX_LANES = 512
 _MEM_BUDGET = 2 << 30  # bytes of device buffers per chunk (also caps lanes for long runs)
@@ -565,7 +566,9 @@ def simulate(
 
     Returns ``mean_s, p50_s, p90_s, p99_s, p999_s, p_s`` (replication means), ``p_hw_s`` and
     ``mean_hw_s`` (95% Student-t half-widths across replications), ``mean_batch``,
-    ``utilization``, ``drop_rate``. Latencies are ``+inf`` when every request is dropped.
+    ``utilization``, ``drop_rate`` and ``steady`` (bool: no replication's backlog grew, see
+    `steady_lanes`). Latencies are ``+inf`` when every request is dropped, and where the
+    point is not steady.
     ``max_lanes`` bounds scenarios x replications per compiled chunk (memory, ~70 bytes
     per request per lane). ``max_workers`` is the static number of worker slots (default:
     ``max(workers)`` rounded up to a power of two); pin it when sweeping worker counts so
@@ -608,7 +611,7 @@ def simulate(
                               "a batch never fills")
 
     if s == 0:
-        return {k: np.empty(0) for k in (*_STAT_NAMES, "p_hw_s", "mean_hw_s")}
+        return {k: np.empty(0, dtype=bool if k == "steady" else np.float64) for k in (*_STAT_NAMES, "p_hw_s", "mean_hw_s")}
     ids = np.arange(s, dtype=np.int64) if scenario_ids is None else np.asarray(scenario_ids, np.int64).reshape(s)
     c_need = int(np.max(np.round(p["workers"])))
     c_max = _pow2(c_need) if max_workers is None else int(max_workers)
@@ -645,9 +648,27 @@ def simulate(
             [np.broadcast_to(qs, (lanes, qs.size)), np.repeat(q[lo:hi], reps)[:, None]], axis=1
         )
         quant = _sorted_quantiles(np.sort(lat.T, axis=1), n_acc, probs)
-        o = np.concatenate([stats[:, :1], quant, stats[:, 2:]], axis=1)
+        bounded = np.isfinite(np.repeat(p["queue_capacity"][lo:hi], reps))  # a finite queue cannot grow
+        steady = np.maximum(steady_lanes(lat), bounded.astype(np.float64))
+        o = np.concatenate([stats[:, :1], quant, stats[:, 2:], steady[:, None]], axis=1)
         out[lo:hi] = o.reshape(hi - lo, reps, -1)
     return _aggregate(out, reps)
+
+
+def steady_lanes(lat: np.ndarray) -> np.ndarray:
+    """1.0 per lane (column of `lat`, latencies in arrival order, +inf = dropped) whose
+    backlog did not grow across the run, else 0.0: the mean latency of the last quarter of
+    measured requests is at most twice that of the first quarter (SPEC 10's rule). The
+    caller counts a finite queue (`queue_capacity`) as steady whatever its quarters say: it
+    sheds load instead of growing."""
+    q = max(1, lat.shape[0] // 4)
+
+    def quarter_mean(x: np.ndarray) -> np.ndarray:
+        ok = np.isfinite(x)
+        return np.where(ok, x, 0.0).sum(axis=0) / np.maximum(ok.sum(axis=0), 1)
+
+    first, last = quarter_mean(lat[:q]), quarter_mean(lat[-q:])
+    return (last <= 2.0 * first).astype(np.float64)
 
 
 def _sorted_quantiles(srt: np.ndarray, n_acc: np.ndarray, probs: np.ndarray) -> np.ndarray:
@@ -681,4 +702,10 @@ def _aggregate(out: np.ndarray, reps: int) -> dict[str, np.ndarray]:
 
         res["p_hw_s"] = hw(out[:, :, _STAT_NAMES.index("p_s")])
         res["mean_hw_s"] = hw(out[:, :, _STAT_NAMES.index("mean_s")])
+    # One replication whose backlog grew makes the point unsteady: a finite simulation of
+    # an unstable queue is not a measurement, so its latencies are unbounded.
+    steady = out[:, :, _STAT_NAMES.index("steady")].min(axis=1) > 0.5
+    res["steady"] = steady
+    for key in (*_LATENCIES, "p_hw_s", "mean_hw_s"):
+        res[key] = np.where(steady, res[key], np.inf)
     return res

@@ -165,6 +165,7 @@ SIM_COLUMNS: tuple[Column, ...] = (
     Column("sim_mean_batch", "float64", "requests", "Simulated mean batch size per dispatched batch.", _S),
     Column("sim_utilization", "float64", "-", "Simulated busy time / (workers x simulated span).", _S),
     Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped at a full queue (queue_capacity).", _S),
+    Column("sim_steady", "bool", "-", "No replication's backlog grew: the last quarter of measured requests waited on average at most twice as long as the first. Where false every sim_* latency is +inf.", _S),
     Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; +inf where the proxy is +inf.", _S),
 )
 

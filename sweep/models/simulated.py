@@ -7,6 +7,11 @@ and `proxy_rel_err`. With `latency_model = "simulated"` (`SimulatedModel`) it al
 the SLO is checked against the simulated percentile, the measured utilisation drives the
 operating rules, and with `c` workers sharing a queue a replica keeps up when
 lambda T_svc(B) < c B and serves c B / T_svc(B).
+
+A point whose simulated backlog grew across the run (a replication's last quarter of
+requests waited on average more than twice as long as its first quarter: `sim_steady`
+false) has unbounded simulated latencies, and with latency_model = "simulated" is not
+stable: a finite simulation of an unstable queue does not pass for a measurement.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class Simulation(HostPass):
         out["sim_mean_batch"] = sim["mean_batch"]
         out["sim_utilization"] = sim["utilization"]
         out["sim_drop_rate"] = sim["drop_rate"]
+        out["sim_steady"] = sim["steady"]
         e, m = cols["e_resp_ms"], out["sim_mean_ms"]
         both = np.isfinite(e) & np.isfinite(m) & (m > 0)
         safe_m = np.where(both, m, 1.0)
@@ -72,7 +78,9 @@ class Simulation(HostPass):
         if self.decides:
             workers = cols["workers"].astype(np.float64)
             lam, b = cols["lambda_per_replica_rps"], cols["batch_size"].astype(np.float64)
-            out["stable"] = lam * (cols["t_svc_ms"] * 1e-3) < workers * b
+            # Capacity (c workers serve c B / T_svc(B)) and the measurement agree: a backlog
+            # that grew across the run is unstable whatever the formula says.
+            out["stable"] = (lam * (cols["t_svc_ms"] * 1e-3) < workers * b) & sim["steady"]
             out["capacity_rps"] = cols["capacity_rps"] * workers
             out["fleet_capacity_rps"] = cols["fleet_capacity_rps"] * workers
             out["latency_ms"] = out["sim_p_ms"]

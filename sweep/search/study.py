@@ -44,7 +44,11 @@ import hashlib
 import itertools
 import json
 import math
+import os
+import random
+import socket
 import time
+import uuid
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from sweep._faults import fault
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import catalog_tables, evaluate_values, jit_columns
 from sweep.grid.search_table import EXACT_LIMIT, OBJECTIVES, STORAGE_FILES, SearchSpec, _hide_password, check_storage
@@ -63,6 +68,10 @@ from sweep.models.base import SERVICE_SOURCES, Column
 EXACT_RTOL = 1e-9
 ENUM_CHUNK = 1 << 15
 RESULT_FILE = "search.parquet"
+#: Trial user attributes: the round a trial was asked in, that round's size, who owns it.
+ROUND_ATTR, ROUND_SIZE_ATTR, OWNER_ATTR = "sweep_round", "sweep_round_size", "sweep_owner"
+STUDY_CREATE_TRIES = 8
+BUDGET_LOCK_FILE = ".search.lock"
 CONSTRAINTS = ("slo", "stable", "rho", "memory")
 _BIG = 1e6  # constraint value standing in for +inf / NaN violations
 
@@ -165,7 +174,11 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
         out_dir.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     evaluator = BatchEvaluator(plan, search.batch)
+    if search.storage == "journal":
+        with BudgetLock(search, out_dir, None):
+            _repair_journal(out_dir / STORAGE_FILES["journal"])
     storage = _storage(search, out_dir)
+    budget, owner = BudgetLock(search, out_dir, storage), Owner()
     rows: list[dict[str, Any]] = []
     old = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -174,7 +187,7 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
             t0 = time.perf_counter()
             stats = StudyStats(study_name(plan, scenario))
             study = _open_study(plan, stats.name, storage, worker)
-            _optimise(plan, study, scenario, evaluator, stats)
+            _optimise(plan, study, scenario, evaluator, stats, budget, owner)
             answers = _answers(plan, study, scenario, evaluator, stats)
             exact = exact_solution(plan, scenario, stats) if search.enumerable else None
             rows.extend(_rows(plan, study, stats, answers, exact))
@@ -186,6 +199,98 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
         if engine is not None:  # close the connections (SQLite then folds its WAL back in)
             engine.dispose()
     return _result(plan, rows, evaluator)
+
+
+# --------------------------------------------------------------------------- owners and the budget
+
+
+class Owner:
+    """This process's identity on the trials it asks: host, pid, the pid's start time (a
+    reused pid is another process) and a session id (an earlier call in this process)."""
+
+    def __init__(self) -> None:
+        self.attr = {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid()),
+                     "session": uuid.uuid4().hex}
+
+    def orphaned(self, attr: Any) -> bool:
+        """A RUNNING trial whose owner is gone: an older sweep's (no owner), an earlier call
+        in this process, or a process of this host that no longer runs. Trials of live
+        processes and of other hosts are never taken over."""
+        if not isinstance(attr, dict):
+            return True
+        if attr.get("host") != self.attr["host"]:
+            return False
+        if attr.get("pid") == self.attr["pid"] and attr.get("start") == self.attr["start"]:
+            return attr.get("session") != self.attr["session"]
+        return _start_ticks(int(attr.get("pid", -1))) != attr.get("start")
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (None: no such process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class BudgetLock:
+    """Held while a process counts a study's trials and asks its next round, so workers
+    sharing a study never ask more than the budget: a file lock beside a SQLite or journal
+    storage, a PostgreSQL advisory lock for a PostgreSQL URL, nothing in memory."""
+
+    def __init__(self, search: SearchSpec, out_dir: Path, storage: Any) -> None:
+        self.kind = "none"
+        self.path = Path(out_dir) / BUDGET_LOCK_FILE
+        self._file: Any = None
+        self._conn: Any = None
+        self._engine = getattr(storage, "engine", None)
+        if search.storage in STORAGE_FILES:
+            self.kind = "file"
+        elif search.storage != "memory" and self._engine is not None and self._engine.dialect.name == "postgresql":
+            self.kind = "postgresql"
+        self.key = int.from_bytes(hashlib.sha256(f"sweep/{search.source}".encode()).digest()[:7], "little")
+
+    def __enter__(self) -> BudgetLock:
+        if self.kind == "file":
+            import fcntl
+
+            self._file = open(self.path, "a+")
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+        elif self.kind == "postgresql":
+            from sqlalchemy import text
+
+            assert self._engine is not None
+            self._conn = self._engine.connect()
+            self._conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self.key})
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            import fcntl
+
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+        if self._conn is not None:
+            from sqlalchemy import text
+
+            try:
+                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
+            finally:
+                self._conn.close()
+                self._conn = None
+
+
+def _repair_journal(path: Path) -> None:
+    """Cut a journal file back to its last whole line: a process killed while appending can
+    leave half a line, which Optuna accepts only while it is the last one."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 # --------------------------------------------------------------------------- the plan
@@ -377,23 +482,48 @@ def _fast_sqlite(storage: Any) -> Any:
 
 
 def _open_study(plan: _Plan, name: str, storage: Any, worker: int) -> Any:
+    """Create or load the study; creation races between workers (SQLite's schema setup,
+    the study row) are retried with a random back-off."""
     import optuna
 
     search = plan.search
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(
-            seed=(search.seed + worker) % 2**32, multivariate=True, constant_liar=True,
-            n_startup_trials=max(10, min(search.batch, search.trials // 4)),
-        )
     directions: list[Any] = [OBJECTIVES[o][1] for o in search.objectives]
-    study = optuna.create_study(storage=storage, sampler=sampler, study_name=name, directions=directions, load_if_exists=True)
+    for attempt in range(STUDY_CREATE_TRIES):
+        try:
+            study = optuna.create_study(storage=storage, sampler=_sampler(search, 0), study_name=name,
+                                        directions=directions, load_if_exists=True)
+            break
+        except Exception as exc:
+            if attempt == STUDY_CREATE_TRIES - 1 or not _is_race(exc):
+                raise
+            time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
     if "sweep_search" not in study.user_attrs:
         study.set_user_attr("sweep_search", {
             "grid": plan.spec.name, "grid_file": plan.spec.source,
             "objectives": list(search.objectives), "searched": list(search.keys),
         })
     return study
+
+
+def _is_race(exc: Exception) -> bool:
+    name = type(exc).__name__
+    return name in ("IntegrityError", "OperationalError", "DuplicatedStudyError") or "locked" in str(exc)
+
+
+def _sampler(search: SearchSpec, number: int) -> Any:
+    """TPE seeded for trial `number`: a trial's draw depends only on the seed, its number
+    and the study's history (its RUNNING trials are constant liars), never on how many
+    processes asked before it, so a resumed search asks exactly what an uninterrupted one
+    would have."""
+    import optuna
+
+    seed = int.from_bytes(hashlib.sha256(f"{search.seed}/{number}".encode()).digest()[:4], "little")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, constant_liar=True,
+            n_startup_trials=max(10, min(search.batch, search.trials // 4)),
+        )
 
 
 def _distributions(search: SearchSpec) -> dict[str, Any]:
@@ -428,28 +558,104 @@ def _encode(plan: _Plan, params: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     return out
 
 
-def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats) -> None:
-    import optuna
+def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats,
+              budget: BudgetLock, owner: Owner) -> None:
+    """Run the study to its budget, in rounds of up to `batch` trials asked together.
+
+    Under the budget lock a process either takes over the RUNNING trials a dead process left
+    (finishing the round it was asking), or reserves the next round by asking it, so the
+    trials asked never exceed the budget. Every trial records its round and the round's
+    size: a round cut short by a crash is completed with the same seeds before any of it is
+    told, so the history, and every later draw, equals an uninterrupted run's.
+    """
+    from optuna.trial import TrialState
 
     search = plan.search
     dists = _distributions(search)
-    done = len(_complete(study))
-    while done < search.trials:
-        n = min(search.batch, search.trials - done)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
-            asked = [study.ask(dists) for _ in range(n)]
-        out = ev.evaluate(scenario, _encode(plan, [t.params for t in asked]))
-        stats.search_calls += 1
-        values = objective_matrix(out, search.objectives)
-        cons, _ = constraint_values(out)
-        for i, trial in enumerate(asked):
-            for name in CONSTRAINTS:
-                trial.set_constraint(name, float(cons[name][i]))
-            vals = [float(x) for x in values[i]]
-            study.tell(trial, vals if len(vals) > 1 else vals[0])
-        stats.trials_run += n
-        done = len(_complete(study))
+    while True:
+        with budget:
+            trials = study.get_trials(deepcopy=False)
+            orphans = [t for t in trials if t.state == TrialState.RUNNING and owner.orphaned(t.user_attrs.get(OWNER_ATTR))]
+            if orphans:
+                round_id, size = _round_of(trials, orphans[0])
+                if round_id is None:  # a round of its own
+                    round_id, asked, mine = _next_round(trials), [orphans[0]], [orphans[0].number]
+                else:
+                    asked = [t for t in trials if _round_of(trials, t)[0] == round_id]
+                    mine = [t.number for t in orphans if _round_of(trials, t)[0] == round_id]
+                for number in mine:
+                    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+                    study._storage.set_trial_user_attr(trial_id, ROUND_ATTR, round_id)
+                    study._storage.set_trial_user_attr(trial_id, ROUND_SIZE_ATTR, size)
+                    study._storage.set_trial_user_attr(trial_id, OWNER_ATTR, owner.attr)
+                mine += _ask(study, search, dists, round_id, size, max(0, size - len(asked)), len(trials), owner)
+            else:
+                used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) for t in trials)
+                n = min(search.batch, search.trials - used)
+                if n <= 0:
+                    return
+                round_id = _next_round(trials)
+                mine = _ask(study, search, dists, round_id, n, n, len(trials), owner)
+        fault("search:asked")
+        _tell(plan, study, scenario, ev, stats, sorted(mine))
+
+
+def _next_round(trials: list[Any]) -> int:
+    return 1 + max((int(t.user_attrs[ROUND_ATTR]) for t in trials if ROUND_ATTR in t.user_attrs), default=-1)
+
+
+def _round_of(trials: list[Any], t: Any) -> tuple[int | None, int]:
+    """(round id, round size) of trial `t`. A trial without them was asked by a process that
+    died before it could label it: it belongs to the round of the trial asked just before
+    it, when that round was still being asked; else it is a round of its own."""
+    if ROUND_ATTR in t.user_attrs:
+        return t.user_attrs[ROUND_ATTR], int(t.user_attrs.get(ROUND_SIZE_ATTR, 1))
+    before = [u for u in trials if u.number < t.number and ROUND_ATTR in u.user_attrs]
+    if before:
+        prev = max(before, key=lambda u: u.number)
+        rid, size = prev.user_attrs[ROUND_ATTR], int(prev.user_attrs.get(ROUND_SIZE_ATTR, 1))
+        if sum(u.user_attrs.get(ROUND_ATTR) == rid for u in trials) < size:
+            return rid, size
+    return None, 1
+
+
+def _ask(study: Any, search: SearchSpec, dists: dict[str, Any], round_id: int, size: int, n: int,
+         number: int, owner: Owner) -> list[int]:
+    """Ask `n` more trials of round `round_id` (of `size`), starting at trial `number`."""
+    numbers = []
+    for j in range(n):
+        study.sampler = _sampler(search, number + j)
+        trial = study.ask(dists)
+        trial.set_user_attr(ROUND_ATTR, round_id)
+        trial.set_user_attr(ROUND_SIZE_ATTR, size)
+        trial.set_user_attr(OWNER_ATTR, owner.attr)
+        numbers.append(trial.number)
+        fault(f"search:ask{j}")
+    return numbers
+
+
+def _tell(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats,
+          numbers: list[int]) -> None:
+    """Evaluate the trials `numbers` in one kernel call and tell each its values and constraints."""
+    import optuna
+
+    search = plan.search
+    if not numbers:
+        return
+    trials = [study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, n))
+              for n in numbers]
+    out = ev.evaluate(scenario, _encode(plan, [t.params for t in trials]))
+    stats.search_calls += 1
+    values = objective_matrix(out, search.objectives)
+    cons, _ = constraint_values(out)
+    for i, frozen in enumerate(trials):
+        trial = optuna.trial.Trial(study, frozen._trial_id)
+        for name in CONSTRAINTS:
+            trial.set_constraint(name, float(cons[name][i]))
+        vals = [float(x) for x in values[i]]
+        study.tell(trial, vals if len(vals) > 1 else vals[0])
+        fault(f"search:tell{i}")
+    stats.trials_run += len(trials)
 
 
 def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats) -> dict[str, Any]:

@@ -1,0 +1,42 @@
+"""The crash test hook: `SWEEP_FAULT=NAME` stops the process at the named point
+(`NAME@N`: the N-th time it is reached).
+
+Publishing (`sweep.io.staging`) and searching (`sweep.search`) call `fault(name)` at each
+step a crash could interrupt. By default the hook raises `InjectedCrash`, a BaseException
+nothing catches (in-process tests); with `SWEEP_FAULT_KILL=1` the process exits at once with
+status 137, as SIGKILL would, running no cleanup at all (subprocess tests). Unset, it costs
+one dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+
+FAULT_ENV = "SWEEP_FAULT"
+_hits: dict[str, int] = {}
+
+
+class InjectedCrash(BaseException):
+    """Raised by the test hook."""
+
+
+def fault(point: str) -> None:
+    """Stop here if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`)."""
+    wanted = os.environ.get(FAULT_ENV)
+    if not wanted or not wanted.startswith(point):
+        return
+    name, _, nth = wanted.partition("@")
+    if name != point:
+        return
+    _hits[point] = _hits.get(point, 0) + 1
+    if _hits[point] < int(nth or 1):
+        return
+    _hits.clear()
+    if os.environ.get(FAULT_ENV + "_KILL") == "1":
+        os._exit(137)
+    raise InjectedCrash(wanted)
+
+
+def reset() -> None:
+    """Forget the hits counted so far (tests)."""
+    _hits.clear()
