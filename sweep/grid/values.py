@@ -85,7 +85,10 @@ def check_value(param: Param, v: Any, source: str, where: str, *, finite: bool =
         raise GridError(source, where, v, f"must be finite, e.g. {param.example}")
     if param.kind == "int" and not isinstance(v, int):
         raise GridError(source, where, v, f"must be an integer (not a float), e.g. {param.example}")
-    x = float(v) if abs(v) < 1e300 else math.nan  # a huge Python integer lies outside every domain
+    try:
+        x = float(v)
+    except OverflowError:  # an integer beyond float64 lies outside every domain
+        x = math.nan
     problem = param.rule(x)
     if problem:
         raise GridError(source, where, v, f"{problem}, e.g. {param.example}")

@@ -121,8 +121,10 @@ class Domain:
 
     def rule(self, x: float, integer: bool = False) -> str | None:
         """None when `x` lies in the domain (NaN never does), else the rule it breaks."""
-        if self.contains(x):
-            return None
+        return None if self.contains(x) else self.refusal(integer)
+
+    def refusal(self, integer: bool = False) -> str:
+        """The rule as a message: `must lie in [1e-06, 1e+09] requests/s`."""
         what = "be an integer in" if integer else "lie in"
         return f"must {what} {self.text(integer)}" + (" or be inf" if self.inf else "")
 
