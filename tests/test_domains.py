@@ -17,6 +17,7 @@ Points are 512 at a time everywhere, so each (model, configuration) compiles onc
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -289,6 +290,13 @@ def test_bounds_accepted_and_just_outside_refused_naming_the_range(param):
             check_value(param, math.inf, "g.toml", f"grid.{param.key}")
 
 
+@pytest.mark.parametrize("param", NUMERIC, ids=[p.key for p in NUMERIC])
+def test_an_integer_beyond_float64_is_refused_not_overflowed(param):
+    with pytest.raises(GridError) as info:
+        check_value(param, 10**400, "g.toml", f"grid.{param.key}")
+    assert param.domain is not None and param.domain.text(param.kind == "int") in str(info.value)
+
+
 @pytest.mark.parametrize("key", ["arrival_rps", "batch_size", "batch_window_ms", "percentile"])
 def test_range_tables_and_search_ranges_share_the_domain(key):
     p = BY_KEY[key]
@@ -346,3 +354,26 @@ def test_a_grid_at_the_bounds_runs_without_nan(windowed):
                 x = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
                 assert not np.isnan(x).any(), name
                 assert not (x == -math.inf).any(), name
+
+
+# --------------------------------------------------------------------------- the README
+
+
+def test_the_readme_documents_every_domain(root):
+    """README, "[grid]": each key's row names its range as the messages do."""
+    readme = (root / "README.md").read_text()
+    section = readme[readme.index("### `[grid]`"):readme.index("### `[simulation]`")]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    params = [*NUMERIC, *OPTION_PARAMS.values()]
+    for p in params:
+        d = p.domain
+        assert d is not None
+        box = dataclasses.replace(d, unit="").text(p.kind == "int")
+        name = f"`{p.key}`" if p in NUMERIC else f"`options.{p.key}`"
+        row = next((r for r in rows if name in r.split(" | ")[0]), None)
+        assert row is not None and box in row, (p.key, box, row)
+    example = "grid.percentile = 1.5: must lie in [0.01, 0.999999], e.g. percentile = 0.99"
+    assert example in readme
+    with pytest.raises(GridError) as info:
+        check_value(BY_KEY["percentile"], 1.5, "bad.toml", "grid.percentile")
+    assert str(info.value) == f"bad.toml: {example}"

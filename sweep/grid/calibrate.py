@@ -32,7 +32,9 @@ entry per group, named `<gpu>-<model>-tp<g>`, a copy of the packaged GPU with th
 replica by naming that GPU (`gpu = "h100-sxm-llama-3.1-70b-tp2"`, `--catalog DIR`).
 
 Every unusable input raises `sweep.errors.ProfileError` with one line naming the file, the
-row, the column, the value and the rule.
+row, the column, the value and the rule. Each number lies in the domain of the grid key it
+means (`TENSOR_PARALLEL`, `BATCH`, `TOKENS`, `OUTPUT_TOKENS`, `MEASURED_MS` below), and a fit
+that is not finite is refused: no input gives NaN or makes NumPy warn.
 """
 
 from __future__ import annotations
