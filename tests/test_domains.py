@@ -8,8 +8,9 @@ returns every column finite or +inf, never NaN and never -inf, and never a negat
 - a Hypothesis property: per key a small palette of values drawn from its domain (the bounds
   themselves, the values just inside them, and log-uniform interiors), mixed into 512 points
   under the grid's cross-field rules, with catalog figures of every packaged model and GPU;
-- the corners: the full factorial of every key's two extreme values (three for the window:
-  0, its largest, inf), per kernel configuration;
+- the corners: the factorial of every key's two extreme values (three for the window: 0, its
+  largest, inf), per kernel configuration (with given service times the queue's keys and the
+  memory's share no input: the memory's corners then take turns beside the queue's factorial);
 - a grid at the bounds goes through the loader and the whole pipeline (decisions included).
 
 Points are 512 at a time everywhere, so each (model, configuration) compiles once.

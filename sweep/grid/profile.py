@@ -128,8 +128,12 @@ def fit_rows(
         sxx = float(np.sum((x - xm) ** 2))
         slope = float(np.sum((x - xm) * (y - ym)) / sxx)
         intercept = float(ym - slope * xm)
-        # An intercept within rounding of 0 (latencies proportional to the batch) is 0, not negative.
-        if abs(intercept) <= 64 * np.finfo(np.float64).eps * float(np.max(np.abs(y))):
+        # An intercept within rounding of 0 (latencies proportional to the batch) is 0, not
+        # negative. Its rounding grows with the extrapolation from the batch sizes to B = 0:
+        # |ym| + |slope xm|, times (1 + xm / sd(x)).
+        spread = math.sqrt(sxx / len(x))
+        rounding = 64 * np.finfo(np.float64).eps * (abs(ym) + abs(slope * xm)) * (1.0 + xm / spread)
+        if abs(intercept) <= rounding:
             intercept = 0.0
     if slope < 0:
         raise _err(source, "fit t_req_ms", slope,
