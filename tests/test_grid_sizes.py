@@ -47,7 +47,7 @@ LONG = [
 def test_a_long_range_is_refused_with_its_size_before_it_is_built(what, key, table, n):
     msg, seconds, peak = refused({key: table})
     assert f"grid.{key}" in msg and "at most 1,000,000" in msg and "\n" not in msg, msg
-    count = int(msg.split("gives ")[1].split(" values")[0].replace(",", ""))
+    count = int(msg.split("asks for ")[1].split(" values")[0].replace(",", ""))
     assert abs(count - n) <= 1, msg  # a float step counts to within its rounding
     assert seconds < 0.5 and peak < 1 << 20, (seconds, peak)  # nothing built: < 1 MiB
 
@@ -59,7 +59,7 @@ def test_a_subnormal_step_is_refused_not_overflowed():
 
 def test_a_long_list_is_refused_with_its_length():
     msg, _, _ = refused({"arrival_rps": [1.0] * (MAX_AXIS_VALUES + 1)})  # (the list itself exists already)
-    assert "grid.arrival_rps = [1.0, 1.0" in msg and f"gives {MAX_AXIS_VALUES + 1:,} values" in msg, msg
+    assert "grid.arrival_rps = [1.0, 1.0" in msg and f"has {MAX_AXIS_VALUES + 1:,} values" in msg, msg
 
 
 def test_the_longest_axis_is_accepted():
@@ -80,6 +80,16 @@ def test_a_1e27_point_grid_is_refused_in_the_loader_with_its_count():
     assert msg.split(": ")[1].startswith("grid = ") and f"{10**27:,} points" in msg and f"{MAX_POINTS:.0e}" in msg, msg
     assert "arrival_rps 1,000" in msg and "\n" not in msg  # the shape that makes the count
     assert seconds < 0.5 and peak < 1 << 20, (seconds, peak)
+
+
+def test_integer_ranges_count_after_dropping_repeats():
+    """A log range of batch sizes asks for 10^6 values but holds 4096: the grid is counted
+    with 4096, so it is not refused for points it does not have."""
+    grid = dict(HUGE)
+    del grid["gpus_per_replica"], grid["batch_window_ms"]  # six axes of 1000 x the batch axis
+    grid["batch_size"] = {"start": 1, "stop": 4096, "num": MAX_AXIS_VALUES, "scale": "log"}
+    msg, _, _ = refused(grid)
+    assert "batch_size 4,096" in msg and f"{10**18 * 4096:,} points" in msg, msg
 
 
 def test_the_largest_grid_is_counted_exactly():

@@ -30,7 +30,7 @@ from sweep.grid.search_table import (
     resolve_search,
 )
 from sweep.grid.spec import Axis, GridSpec, Options, OutputOptions, SimulationOptions
-from sweep.grid.values import MAX_AXIS_VALUES, axis_size, axis_values, check_value
+from sweep.grid.values import MAX_AXIS_VALUES, axis_size, axis_values, check_value, expand_range
 from sweep.models import (
     REGISTRY,
     SERVING_MODES,
@@ -188,6 +188,10 @@ def _normalise_grid(grid: Mapping[str, Any], model: ServingModel, source: str) -
         if param is None:
             raise GridError(source, f"grid.{key}", raw, f"unknown parameter{did_you_mean(key, params)}")
         sizes[key] = axis_size(param, raw, source)
+    if math.prod(sizes.values()) > MAX_POINTS:  # exact sizes of integer ranges (repeats dropped) first
+        for key, raw in grid.items():
+            if isinstance(raw, Mapping) and params[key].kind == "int":
+                sizes[key] = len(expand_range(params[key], raw, source))  # <= MAX_AXIS_VALUES: cheap
     check_points(sizes, source)
     return {key: axis_values(params[key], raw, source) for key, raw in grid.items()}
 

@@ -47,8 +47,9 @@ def axis_values(param: Param, raw: Any, source: str) -> list[Any]:
 
 
 def axis_size(param: Param, raw: Any, source: str) -> int:
-    """How many values `raw` (a scalar, a list or a range table) gives, without building
-    them; refuses an empty axis, a malformed range table and more than `MAX_AXIS_VALUES`."""
+    """How many values `raw` (a scalar, a list or a range table) asks for, without building
+    them; refuses an empty axis, a malformed range table and more than `MAX_AXIS_VALUES`.
+    Exact but for an integer range, whose rounding may then drop repeats."""
     where = f"grid.{param.key}"
     if isinstance(raw, Mapping):
         n = _range_size(param, raw, source)
@@ -59,9 +60,13 @@ def axis_size(param: Param, raw: Any, source: str) -> int:
     else:
         return 1
     if n > MAX_AXIS_VALUES:
-        raise GridError(source, where, _shown(raw),
-                        f"gives {n:,} values; an axis holds at most {MAX_AXIS_VALUES:,} (sweep fewer values, or split the study)")
+        raise GridError(source, where, _shown(raw), _too_long(n, isinstance(raw, Mapping)))
     return n
+
+
+def _too_long(n: int, table: bool) -> str:
+    return (f"{'asks for' if table else 'has'} {n:,} values; an axis holds at most {MAX_AXIS_VALUES:,} "
+            "(sweep fewer values, or split the study)")
 
 
 def check_value(param: Param, v: Any, source: str, where: str, *, finite: bool = False) -> Any:
@@ -157,8 +162,7 @@ def expand_range(param: Param, table: Mapping[str, Any], source: str) -> list[An
     """
     n = _range_size(param, table, source)
     if n > MAX_AXIS_VALUES:
-        raise GridError(source, f"grid.{param.key}", dict(table),
-                        f"gives {n:,} values; an axis holds at most {MAX_AXIS_VALUES:,} (sweep fewer values, or split the study)")
+        raise GridError(source, f"grid.{param.key}", dict(table), _too_long(n, True))
     start, stop = table["start"], table["stop"]
     if "step" in table:
         step = table["step"]
@@ -168,6 +172,5 @@ def expand_range(param: Param, table: Mapping[str, Any], source: str) -> list[An
     else:
         xs = np.linspace(start, stop, n)
     if param.kind == "int":
-        ints = sorted({int(round(x)) for x in xs})
-        return ints
-    return [float(x) for x in xs]
+        return [int(x) for x in np.unique(np.rint(xs))]  # rounded half to even, as round(), sorted
+    return xs.tolist()
