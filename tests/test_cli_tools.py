@@ -64,9 +64,9 @@ def test_fit_prints_fit_and_residual_table(root, capsys):
     "text, fragments",
     [
         ("batch_size,latency_ms\n8,54\n8,55\n", ["two distinct batch sizes"]),
-        ("batch_size,latency_ms\n1,50\n8,-3\n", ["row 3, column latency_ms", "-3", ">= 0"]),
+        ("batch_size,latency_ms\n1,50\n8,-3\n", ["row 3, column latency_ms", "-3", "in [0, 1e+07] ms"]),
         ("batch_size,latency_ms\n1,50\n8,nan\n", ["row 3, column latency_ms", "NaN"]),
-        ("batch_size,latency_ms\n1,50\n2.5,51\n", ["row 3, column batch_size", "2.5", "integer >= 1"]),
+        ("batch_size,latency_ms\n1,50\n2.5,51\n", ["row 3, column batch_size", "2.5", "integer in [1, 1e+06]"]),
         ("batch_size,latency_ms\n1,50\n8,\n", ["row 3, column latency_ms", "missing"]),
         ("bs,latency_ms\n1,50\n8,54\n", ["header", "batch_size"]),
     ],
@@ -127,12 +127,21 @@ def test_kv_weights_do_not_fit(capsys):
     [
         (["--model", "llama-3.1-7b", "--gpu", "h100-sxm", "--seq-len", "10"], ["--model", "llama-3.1-7b", "unknown model"]),
         (["--model", "llama-3.1-8b", "--gpu", "h100", "--seq-len", "10"], ["--gpu", "unknown GPU", "h100-sxm"]),
-        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "0"], ["--seq-len", ">= 1"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "0"], ["--seq-len", "integer in [1, 1e+08] tokens"]),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--gpus", "1.5"], ["--gpus"]),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--kv-dtype", "fp7"], ["--kv-dtype", "fp7"]),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--reserve-fraction", "1"], ["--reserve-fraction"]),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--mean-seq-len", "20"], ["--mean-seq-len", "<= --seq-len"]),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm"], ["--seq-len", "required"]),
+        # the audit's extreme flags: the grid keys' domains, one line each (no OverflowError)
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--kv-dtype", "1e-320"], ["--kv-dtype", "1e-320", "[0.0625, 8] bytes"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--weight-dtype", "inf"], ["--weight-dtype", "[0.0625, 8] bytes"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--kv-dtype", "nan"], ["--kv-dtype", "[0.0625, 8] bytes"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", str(10**30)], ["--seq-len", "[1, 1e+08] tokens"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--mean-seq-len", "1e-300"], ["--mean-seq-len", "[1, 1e+08] tokens"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--gpus", "5000"], ["--gpus", "[1, 4096] GPUs"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--block-tokens", str(10**9)], ["--block-tokens", "[1, 1e+08] tokens"]),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--reserve-fraction=-1e-300"], ["--reserve-fraction", "[0, 1)"]),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--seq-len", "10", "--catalog", "nowhere"], ["nowhere", "not a folder"]),
     ],
 )
@@ -140,6 +149,20 @@ def test_kv_bad_input_exits_2_with_one_line(in_tmp, capsys, argv, fragments):
     rc, out, err = _run(["kv", *argv], capsys)
     _assert_one_line_exit_2(rc, out, err, *fragments)
     assert _files(in_tmp) == []
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("model,gpu", [("deepseek-v3", "l4"), ("llama-2-7b", "b200")])
+@pytest.mark.parametrize("flags", [
+    ["--seq-len", "100000000", "--gpus", "4096", "--kv-dtype", "0.0625", "--weight-dtype", "8",
+     "--block-tokens", "100000000", "--reserve-fraction", "0.9999999999999999"],
+    ["--seq-len", "1", "--mean-seq-len", "1", "--kv-dtype", "8", "--weight-dtype", "0.0625", "--block-tokens", "1"],
+    ["--seq-len", "100000000", "--mean-seq-len", "1", "--gpus", "4096", "--kv-dtype", "0.0625"],
+], ids=["upper", "lower", "mixed"])
+def test_kv_at_the_bounds_of_every_flag_prints_numbers(capsys, model, gpu, flags):
+    rc, out, err = _run(["kv", "--model", model, "--gpu", gpu, *flags], capsys)
+    assert rc == 0 and err == "", err
+    assert "nan" not in out.lower() and "largest batch that fits" in out
 
 
 # --------------------------------------------------------------------------- catalog

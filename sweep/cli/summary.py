@@ -14,6 +14,7 @@ from sweep.runner.run import RunResult
 
 
 def _fmt(x: float, digits: int = 1) -> str:
+    x = float(x)  # Python floats: arithmetic and formatting never raise a NumPy RuntimeWarning
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return f"{x:.{digits}f}"
@@ -57,8 +58,8 @@ def _point_table(spec: GridSpec, rows: dict[str, np.ndarray], console: Console) 
         for key in varying:
             v = rows[key][i]
             cells.append(models[v] if key == "model" else gpus[v] if key == "gpu" else f"{v:g}")
-        rho = rows["rho"][i]
-        rho_txt = f"{100 * rho:.1f}%" + ("" if rows["stable"][i] else " (unstable)")
+        rho = float(rows["rho"][i])
+        rho_txt = f"{100.0 * rho:.1f}%" + ("" if rows["stable"][i] else " (unstable)")
         cells += [
             f"{rows['batch_size'][i]}",
             _fmt(rows["t_svc_ms"][i]),

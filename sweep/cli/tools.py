@@ -11,16 +11,21 @@ line, exit 2. Only `calibrate --out DIR` writes files (the catalog overlay).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from sweep.errors import CatalogError, close_matches
+
+if TYPE_CHECKING:
+    from sweep.models.base import Param
 
 
 def add_commands(sub: Any) -> None:
@@ -33,15 +38,20 @@ def add_commands(sub: Any) -> None:
     k = sub.add_parser("kv", help="KV-cache memory and the largest batch that fits, one model on one GPU type")
     k.add_argument("--model", required=True, help="model catalog name, e.g. llama-3.1-70b")
     k.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
-    k.add_argument("--gpus", type=int_at_least_one, default=1, help="GPUs per replica (default 1)")
-    k.add_argument("--seq-len", type=int_at_least_one, required=True, help="S_max, tokens a request may reach")
-    k.add_argument("--mean-seq-len", type=_positive_float, default=None,
-                   help="S_mean for the paged reservation (default: --seq-len)")
-    k.add_argument("--kv-dtype", type=_dtype, default=2.0, help="KV-cache dtype: fp16/bf16 (default), fp8, int8, int4, or bytes")
-    k.add_argument("--weight-dtype", type=_dtype, default=2.0, help="weights dtype: bf16/fp16 (default), fp8, int8, int4, or bytes")
-    k.add_argument("--block-tokens", type=int_at_least_one, default=16, help="paged block size, tokens (default 16)")
-    k.add_argument("--reserve-fraction", type=_unit_fraction, default=0.0,
-                   help="share of HBM kept free for activations etc., [0, 1) (default 0)")
+    k.add_argument("--gpus", type=grid_value("gpus_per_replica"), default=1,
+                   help=f"GPUs per replica, {_range('gpus_per_replica')} (default 1)")
+    k.add_argument("--seq-len", type=grid_value("seq_len"), required=True,
+                   help=f"S_max, tokens a request may reach, {_range('seq_len')}")
+    k.add_argument("--mean-seq-len", type=grid_value("mean_seq_len"), default=None,
+                   help=f"S_mean for the paged reservation, {_range('mean_seq_len')} (default: --seq-len)")
+    k.add_argument("--kv-dtype", type=grid_value("kv_bytes_per_elem"), default=2.0,
+                   help=f"KV-cache dtype: fp16/bf16 (default), fp8, int8, int4, or bytes in {_range('kv_bytes_per_elem')}")
+    k.add_argument("--weight-dtype", type=grid_value("weight_bytes_per_param"), default=2.0,
+                   help=f"weights dtype: bf16/fp16 (default), fp8, int8, int4, or bytes in {_range('weight_bytes_per_param')}")
+    k.add_argument("--block-tokens", type=grid_value("block_tokens"), default=16,
+                   help=f"paged block size, {_range('block_tokens')} (default 16)")
+    k.add_argument("--reserve-fraction", type=grid_value("reserve_fraction"), default=0.0,
+                   help=f"share of HBM kept free for activations etc., {_range('reserve_fraction')} (default 0)")
     _catalog_arg(k)
     k.set_defaults(handler=cmd_kv)
     one_line_errors(k)
@@ -107,39 +117,46 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
-    return value
+def _param(key: str) -> Param:
+    """The [grid] key (or numeric [options] key) a flag sets: its type and its domain."""
+    from sweep.models.dynamic import OPTION_PARAMS, PARAMS
+
+    return ({p.key: p for p in PARAMS} | OPTION_PARAMS)[key]
 
 
-def _unit_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must lie in [0, 1)")
-    return value
+def _range(key: str) -> str:
+    domain = _param(key).domain
+    assert domain is not None
+    return domain.text(integer=_param(key).kind == "int").replace("%", "%%")
 
 
-def _dtype(text: str) -> float:
-    from sweep.models.base import DTYPE_BYTES
+def grid_value(key: str) -> Callable[[str], Any]:
+    """An argparse type for a flag that sets a [grid] key (or numeric [options] key): parsed
+    and bounded as in a grid file, by the same `Param` and domain (a dtype name where the key
+    takes one), so a flag and a grid refuse the same values with the same rule."""
+    from sweep.models.base import DTYPE_BYTES, DTYPE_KEYS
 
-    if text.lower() in DTYPE_BYTES:
-        return DTYPE_BYTES[text.lower()]
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a dtype; use bytes or one of {', '.join(DTYPE_BYTES)}") from None
-    if not (value > 0 and value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text} bytes per element must be a finite number > 0")
-    return value
+    param = _param(key)
+
+    def parse(text: str) -> Any:
+        if key in DTYPE_KEYS and text.lower() in DTYPE_BYTES:
+            return DTYPE_BYTES[text.lower()]
+        try:
+            value = int(text) if param.kind == "int" else float(text)
+        except ValueError:
+            kind = "an integer" if param.kind == "int" else "a number"
+            names = f" or one of {', '.join(DTYPE_BYTES)}" if key in DTYPE_KEYS else ""
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}{names}") from None
+        try:
+            problem = param.rule(float(value))
+        except OverflowError:  # an integer beyond float64
+            problem = param.rule(math.nan)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{text} {problem}")
+        return value
+
+    parse.__name__ = key
+    return parse
 
 
 def _console() -> Console:

@@ -32,7 +32,9 @@ entry per group, named `<gpu>-<model>-tp<g>`, a copy of the packaged GPU with th
 replica by naming that GPU (`gpu = "h100-sxm-llama-3.1-70b-tp2"`, `--catalog DIR`).
 
 Every unusable input raises `sweep.errors.ProfileError` with one line naming the file, the
-row, the column, the value and the rule.
+row, the column, the value and the rule. Each number lies in the domain of the grid key it
+means (`TENSOR_PARALLEL`, `BATCH`, `TOKENS`, `OUTPUT_TOKENS`, `MEASURED_MS` below), and a fit
+that is not finite is refused: no input gives NaN or makes NumPy warn.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ import numpy as np
 from sweep.catalog import Catalog, Gpu, Model, packaged_catalog
 from sweep.errors import CatalogError, ProfileError
 from sweep.models import roofline as rl
+from sweep.models.base import Domain
+from sweep.models.dynamic import DOMAINS, MIN_T_SVC_MS
 
 REQUIRED = ("model", "gpu", "tensor_parallel", "phase", "batch", "prompt_tokens", "context_tokens",
             "measured_ms")
@@ -58,6 +62,14 @@ PHASES = ("prefill", "decode", "generate")
 ARRIVALS = ("none", "closed_loop")
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 ALPHA_MAX_S = 1e-3  # an all-reduce slower than 1 ms is a broken setup, not a latency
+#: The columns' domains: the grid's where a column means the same (README, "[grid]"). A
+#: measured step lies between 1 ns and the longest forward pass a grid takes (t_fixed_ms);
+#: a generate row expands to one step per output token, so a million is ~10 s of setup.
+TENSOR_PARALLEL = DOMAINS["gpus_per_replica"]
+BATCH = DOMAINS["batch_size"]
+TOKENS = Domain(0, DOMAINS["seq_len"].hi, "tokens")
+OUTPUT_TOKENS = Domain(0, 1e6, "tokens")
+MEASURED_MS = Domain(MIN_T_SVC_MS, DOMAINS["t_fixed_ms"].hi, "ms")
 
 
 def _err(source: str, where: str, value: object, rule: str) -> ProfileError:
@@ -133,12 +145,12 @@ def _row(c: Mapping[str, str], source: str, line: int) -> StepRow:
     phase = c["phase"].lower()
     if phase not in PHASES:
         raise _err(source, where("phase"), c["phase"], f"must be one of {', '.join(PHASES)}")
-    tp = _number(c["tensor_parallel"], source, where("tensor_parallel"), integer=True, minimum=1)
-    batch = _number(c["batch"], source, where("batch"), integer=True, minimum=1)
-    prompt = _number(c["prompt_tokens"], source, where("prompt_tokens"), minimum=0)
-    context = _number(c["context_tokens"] or "0", source, where("context_tokens"), minimum=0)
-    measured = _number(c["measured_ms"], source, where("measured_ms"), minimum=0, strict=True)
-    out_tok = _number(c.get("output_tokens") or "0", source, where("output_tokens"), integer=True, minimum=0)
+    tp = _number(c["tensor_parallel"], source, where("tensor_parallel"), TENSOR_PARALLEL, integer=True)
+    batch = _number(c["batch"], source, where("batch"), BATCH, integer=True)
+    prompt = _number(c["prompt_tokens"], source, where("prompt_tokens"), TOKENS)
+    context = _number(c["context_tokens"] or "0", source, where("context_tokens"), TOKENS)
+    measured = _number(c["measured_ms"], source, where("measured_ms"), MEASURED_MS)
+    out_tok = _number(c.get("output_tokens") or "0", source, where("output_tokens"), OUTPUT_TOKENS, integer=True)
     arrivals = (c.get("arrivals") or "none").lower()
     if arrivals not in ARRIVALS:
         raise _err(source, where("arrivals"), c.get("arrivals"), f"must be one of {', '.join(ARRIVALS)}")
@@ -155,8 +167,7 @@ def _row(c: Mapping[str, str], source: str, line: int) -> StepRow:
                    line, dict(c))
 
 
-def _number(text: str, source: str, where: str, *, integer: bool = False, minimum: float = 0,
-            strict: bool = False) -> float:
+def _number(text: str, source: str, where: str, domain: Domain, *, integer: bool = False) -> float:
     if not text:
         raise _err(source, where, text, "is missing; every row needs it")
     try:
@@ -165,10 +176,8 @@ def _number(text: str, source: str, where: str, *, integer: bool = False, minimu
         raise _err(source, where, text, "must be a number") from None
     if not math.isfinite(v):
         raise _err(source, where, text, "must be a finite number")
-    if integer and v != math.floor(v):
-        raise _err(source, where, text, f"must be an integer >= {minimum:g}")
-    if v < minimum or (strict and v <= minimum):
-        raise _err(source, where, text, f"must be {'>' if strict else '>='} {minimum:g}")
+    if not domain.contains(v) or (integer and v != math.floor(v)):
+        raise _err(source, where, text, domain.refusal(integer))
     return v
 
 
@@ -406,11 +415,19 @@ def calibrate(rows: Sequence[StepRow], catalog: Catalog | None = None, *,
         ses = _standard_errors(sol, lo, hi)
         eb, ef, a = unpack(sol.x)
         est, _ = _evaluate(b, eb, ef, a)
+        _check_finite(source, (model, gpu, tp), [eb, ef, a, *(x for x in ses if x is not None), *est])
         fits.append(CalibrationFit(
             model, gpu, tp, float(eb), float(ef), float(a), ses[0], ses[1], ses[2] if fit_alpha else None,
             len(grp), tuple(r.line for r in grp), tuple(float(m) for m in meas),
             tuple(float(e) for e in est), tuple(float(e / m - 1.0) for e, m in zip(est, meas)), source))
     return fits
+
+
+def _check_finite(source: str, group: tuple[str, str, int], values: Sequence[float]) -> None:
+    """A fit whose efficiencies, latency, standard errors or estimates are not all finite is
+    refused (in the columns' domains none is; this is the last guard before the overlay)."""
+    if not all(math.isfinite(float(v)) for v in values):
+        raise _err(source, "fit", "/".join(map(str, group)), "the fit is not a finite number; check the measurements")
 
 
 def _standard_errors(sol, lo, hi) -> list[float | None]:

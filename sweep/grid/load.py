@@ -30,7 +30,7 @@ from sweep.grid.search_table import (
     resolve_search,
 )
 from sweep.grid.spec import Axis, GridSpec, Options, OutputOptions, SimulationOptions
-from sweep.grid.values import axis_values
+from sweep.grid.values import MAX_AXIS_VALUES, axis_size, axis_values, check_value, expand_range
 from sweep.models import (
     REGISTRY,
     SERVING_MODES,
@@ -38,6 +38,7 @@ from sweep.models import (
     get_model,
     latency_models,
 )
+from sweep.models.dynamic import OPTION_PARAMS
 
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
@@ -46,6 +47,11 @@ OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "res
 PARTITION_KEYS = ("model", "gpu")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+#: Points one grid may hold. The flat point id is an int64 and is decoded through float64
+#: axis strides, exact below 2^53 (9.007e15); 1e15 keeps a 9x margin and is already ~3 years
+#: of evaluation at 1e7 points/s. A larger grid is refused before anything is built.
+MAX_POINTS = 10**15
 
 
 def _grid_key(key: str) -> str:
@@ -144,7 +150,7 @@ def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str) -> dict[st
     path = Path(file)
     if not path.is_absolute():
         path = Path(source).parent / path
-    fit = fit_file(path)
+    fit = fit_file(path)  # its T_fixed and t_req lie in the t_fixed_ms / t_req_ms domains, or it raises
     values["t_fixed_ms"] = [fit.t_fixed_ms]
     values["t_req_ms"] = [fit.t_req_ms]
     return fit.as_dict()
@@ -171,15 +177,34 @@ def _check_name(doc: Mapping[str, Any], source: str) -> str:
 
 
 def _normalise_grid(grid: Mapping[str, Any], model: ServingModel, source: str) -> dict[str, list[Any]]:
-    """Every present [grid] key -> a non-empty list of checked values (scalar = length 1)."""
-    out: dict[str, list[Any]] = {}
+    """Every present [grid] key -> a non-empty list of checked values (scalar = length 1).
+
+    Sizes first: every axis is counted (a range table by arithmetic) and the grid's point
+    count checked against `MAX_POINTS` before any axis is built."""
     params = model.param_by_key
+    sizes: dict[str, int] = {}
     for key, raw in grid.items():
         param = params.get(key)
         if param is None:
             raise GridError(source, f"grid.{key}", raw, f"unknown parameter{did_you_mean(key, params)}")
-        out[key] = axis_values(param, raw, source)
-    return out
+        sizes[key] = axis_size(param, raw, source)
+    if math.prod(sizes.values()) > MAX_POINTS:  # exact sizes of integer ranges (repeats dropped) first
+        for key, raw in grid.items():
+            if isinstance(raw, Mapping) and params[key].kind == "int":
+                sizes[key] = len(expand_range(params[key], raw, source))  # <= MAX_AXIS_VALUES: cheap
+    check_points(sizes, source)
+    return {key: axis_values(params[key], raw, source) for key, raw in grid.items()}
+
+
+def check_points(sizes: Mapping[str, int], source: str) -> int:
+    """The grid's point count (the product of its axis sizes); refused above `MAX_POINTS`."""
+    n = math.prod(sizes.values())
+    if n > MAX_POINTS:
+        shape = " x ".join(f"{k} {v:,}" for k, v in sizes.items() if v > 1)
+        raise GridError(source, "grid", f"{n:,} points",
+                        f"a grid holds at most {MAX_POINTS:.0e} points ({shape}); sweep fewer values "
+                        f"(at most {MAX_AXIS_VALUES:,} per axis), split the study, or search it ([search])")
+    return n
 
 
 # --------------------------------------------------------------------------- stage 3: tables
@@ -199,13 +224,19 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
     alloc = raw.get("kv_allocation", "contiguous")
     if alloc not in KV_ALLOCATIONS:
         raise GridError(source, "options.kv_allocation", alloc, f"must be one of {', '.join(KV_ALLOCATIONS)}")
-    block = raw.get("block_tokens", 16)
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise GridError(source, "options.block_tokens", block, "must be an integer >= 1, e.g. block_tokens = 16")
-    reserve = raw.get("reserve_fraction", 0.0)
-    if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not (0 <= reserve < 1):
-        raise GridError(source, "options.reserve_fraction", reserve, "must be a number in [0, 1), e.g. reserve_fraction = 0.1")
+    block = _option(raw, "block_tokens", source)
+    reserve = _option(raw, "reserve_fraction", source)
     return Options(serving, lm, alloc, block, float(reserve))
+
+
+def _option(raw: Mapping[str, Any], key: str, source: str) -> Any:
+    """A numeric option, checked against its domain like a [grid] value (one value, no axis)."""
+    param = OPTION_PARAMS[key]
+    if key not in raw:
+        return param.default
+    if isinstance(raw[key], (list, Mapping)):
+        raise GridError(source, f"options.{key}", raw[key], f"takes one value, e.g. {param.example}")
+    return check_value(param, raw[key], source, f"options.{key}", finite=True)
 
 
 def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOptions | None:

@@ -12,9 +12,13 @@ Rules (documented in the README, "Models, GPUs and service times"):
 - CSV with a header row naming `batch_size` and `latency_ms` (any order); other columns are
   ignored (profilers often add p50/p99/throughput columns); blank lines and lines whose first
   non-blank character is `#` are skipped; rows are numbered as lines of the file (1-based).
-- `batch_size` is an integer >= 1 (`8` or `8.0`, not `8.5`); `latency_ms` is a finite
-  number >= 0; a missing cell is an error.
+- `batch_size` is an integer in the `batch_size` domain, [1, 1e6] (`8` or `8.0`, not `8.5`);
+  `latency_ms` is a finite number in the `t_fixed_ms` domain, [0, 1e7] ms (README, "[grid]");
+  a missing cell is an error.
 - At least two distinct batch sizes (a line through one x is not determined).
+- The fit is finite (T_fixed, t_req, R^2, every residual), its T_fixed and t_req lie in the
+  `t_fixed_ms` / `t_req_ms` domains, and T_fixed + t_req >= 1 ns (latencies all 0 are refused).
+  Inside these domains the sums cannot overflow: no input makes NumPy warn.
 - A negative fitted intercept (T_fixed) or slope (t_req) is refused, not clamped: a
   negative T_fixed or t_req is not a service time, and clamping would silently change the
   fit the R^2 and residuals describe. Measure more batch sizes (or smaller ones), or give
@@ -33,8 +37,13 @@ from pathlib import Path
 import numpy as np
 
 from sweep.errors import ProfileError
+from sweep.models.dynamic import DOMAINS, MIN_T_SVC_MS
 
 COLUMNS = ("batch_size", "latency_ms")
+#: The rows' domains: a batch size as in [grid]; a latency as a t_fixed_ms (a whole batch).
+BATCH, LATENCY = DOMAINS["batch_size"], DOMAINS["t_fixed_ms"]
+BATCH_RULE = f"must be an integer in {BATCH.text(integer=True)}, e.g. 8"
+LATENCY_RULE = f"must be a finite number in {LATENCY.text()} (milliseconds)"
 
 
 def _err(source: str, where: str, value: object, rule: str) -> ProfileError:
@@ -113,9 +122,19 @@ def fit_rows(
     x = np.asarray(bs, dtype=np.float64)
     y = np.asarray(lat, dtype=np.float64)
     xm, ym = x.mean(), y.mean()
-    sxx = float(np.sum((x - xm) ** 2))
-    slope = float(np.sum((x - xm) * (y - ym)) / sxx)
-    intercept = float(ym - slope * xm)
+    if np.all(y == y[0]):  # a flat profile: the line is exact (no 0/0 R^2, no rounding slope)
+        slope, intercept, ym = 0.0, float(y[0]), float(y[0])
+    else:
+        sxx = float(np.sum((x - xm) ** 2))
+        slope = float(np.sum((x - xm) * (y - ym)) / sxx)
+        intercept = float(ym - slope * xm)
+        # An intercept within rounding of 0 (latencies proportional to the batch) is 0, not
+        # negative. Its rounding grows with the extrapolation from the batch sizes to B = 0:
+        # |ym| + |slope xm|, times (1 + xm / sd(x)).
+        spread = math.sqrt(sxx / len(x))
+        rounding = 64 * np.finfo(np.float64).eps * (abs(ym) + abs(slope * xm)) * (1.0 + xm / spread)
+        if abs(intercept) <= rounding:
+            intercept = 0.0
     if slope < 0:
         raise _err(source, "fit t_req_ms", slope,
                    "fitted slope is negative (latency falls as the batch grows): not a service time; "
@@ -129,6 +148,7 @@ def fit_rows(
     ss_res = float(np.sum(res * res))
     ss_tot = float(np.sum((y - ym) ** 2))
     r2 = 1.0 if ss_tot == 0.0 else 1.0 - ss_res / ss_tot
+    _check_fit(source, intercept, slope, r2, res)
     table = []
     for b in sorted(set(bs)):
         mask = x == b
@@ -143,9 +163,31 @@ def fit_rows(
     return Fit(intercept, slope, r2, len(bs), tuple(table), tuple(float(r) for r in res), source)
 
 
+def _check_fit(source: str, intercept: float, slope: float, r2: float, res: np.ndarray) -> None:
+    """A fit is a service time: finite, in the t_fixed_ms / t_req_ms domains, >= 1 ns in all."""
+    for what, value in (("t_fixed_ms", intercept), ("t_req_ms", slope), ("r2", r2)):
+        if not math.isfinite(value):
+            raise _err(source, f"fit {what}", value, "the fit is not a finite number; check the measurements")
+    if not np.all(np.isfinite(res)):
+        raise _err(source, "fit residuals", "non-finite", "the fit is not a finite number; check the measurements")
+    for what, value in (("t_fixed_ms", intercept), ("t_req_ms", slope)):
+        if not DOMAINS[what].contains(value):
+            raise _err(source, f"fit {what}", value, f"must lie in {DOMAINS[what].text()}, as in [grid]")
+    if intercept + slope < MIN_T_SVC_MS:
+        raise _err(source, "fit t_fixed_ms + t_req_ms", intercept + slope,
+                   f"T_svc of one request must be >= {MIN_T_SVC_MS:g} ms (1 ns): are the latencies all 0?")
+
+
+def _float(x: int | float | np.integer | np.floating) -> float:
+    try:
+        return float(x)
+    except OverflowError:  # an integer beyond float64: outside every domain
+        return math.inf
+
+
 def _check_batch(b: object, source: str, where: str) -> int:
     if isinstance(b, bool):
-        raise _err(source, where, b, "must be an integer >= 1, e.g. 8")
+        raise _err(source, where, b, BATCH_RULE)
     if isinstance(b, str):
         text = b.strip()
         if not text:
@@ -153,36 +195,36 @@ def _check_batch(b: object, source: str, where: str) -> int:
         try:
             value = float(text)
         except ValueError:
-            raise _err(source, where, b, "must be an integer >= 1, e.g. 8") from None
+            raise _err(source, where, b, BATCH_RULE) from None
     elif isinstance(b, (int, float, np.integer, np.floating)):
-        value = float(b)
+        value = _float(b)
     elif b is None:
         raise _err(source, where, b, "is missing; every row needs an integer batch size >= 1")
     else:
-        raise _err(source, where, b, "must be an integer >= 1, e.g. 8")
-    if not math.isfinite(value) or value != math.floor(value) or value < 1:
-        raise _err(source, where, b, "must be an integer >= 1, e.g. 8")
+        raise _err(source, where, b, BATCH_RULE)
+    if not math.isfinite(value) or value != math.floor(value) or not BATCH.contains(value):
+        raise _err(source, where, b, BATCH_RULE)
     return int(value)
 
 
 def _check_latency(y: object, source: str, where: str) -> float:
     if isinstance(y, bool):
-        raise _err(source, where, y, "must be a finite number >= 0 (milliseconds)")
+        raise _err(source, where, y, LATENCY_RULE)
     if y is None or (isinstance(y, str) and not y.strip()):
         raise _err(source, where, y, "is missing; every row needs a latency in milliseconds")
     if isinstance(y, str):
         try:
             value = float(y.strip())
         except ValueError:
-            raise _err(source, where, y, "must be a finite number >= 0 (milliseconds)") from None
+            raise _err(source, where, y, LATENCY_RULE) from None
     elif isinstance(y, (int, float, np.integer, np.floating)):
-        value = float(y)
+        value = _float(y)
     else:
-        raise _err(source, where, y, "must be a finite number >= 0 (milliseconds)")
+        raise _err(source, where, y, LATENCY_RULE)
     if math.isnan(value):
         raise _err(source, where, y, "NaN is not a latency; drop the row or re-measure")
-    if not math.isfinite(value) or value < 0:
-        raise _err(source, where, y, "must be a finite number >= 0 (milliseconds)")
+    if not math.isfinite(value) or not LATENCY.contains(value):
+        raise _err(source, where, y, LATENCY_RULE)
     return value
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.errors import CatalogError, GridError, StorageError, did_you_mean
-from sweep.grid.values import check_value
+from sweep.grid.values import MAX_AXIS_VALUES, check_value
 from sweep.models import ServingModel
 
 #: Objective name -> (output column, direction).
@@ -255,6 +255,8 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
     if isinstance(raw, list):
         if not raw:
             raise GridError(source, where, raw, f"an empty list searches nothing; give at least one value, e.g. {_example(key)}")
+        if len(raw) > MAX_AXIS_VALUES:
+            raise GridError(source, where, raw[:32], f"gives {len(raw):,} values; a searched list holds at most {MAX_AXIS_VALUES:,}")
         choices = tuple(check_value(param, v, source, where) for v in raw)
         if len(set(choices)) != len(choices):
             dup = next(c for c in choices if choices.count(c) > 1)

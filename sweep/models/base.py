@@ -21,6 +21,7 @@ A serving model is one module that declares
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -87,44 +88,76 @@ ENGINE_KEYS: tuple[str, ...] = ("point_id", "slo_ok", "feasible", "action")
 # --------------------------------------------------------------------------- parameters
 
 
-def nonneg(x: float) -> str | None:
-    return None if x >= 0 else "must be >= 0"
+@dataclass(frozen=True)
+class Domain:
+    """Where a numeric `[grid]` parameter is valid: `lo` to `hi` in `unit` (each end closed
+    unless `lo_open` / `hi_open`), and `+inf` too where `inf`.
+
+    Every domain is a range a planner can mean, checked by `tests/test_domains.py`: over the
+    whole box, its bounds and the values just inside them included, every output column of
+    every registered model is finite or +inf, never NaN. Values outside are refused before any
+    work (`rule`), in `[grid]`, range tables, `[search.params]` and the CLI flags alike.
+    """
+
+    lo: float
+    hi: float
+    unit: str = ""
+    lo_open: bool = False
+    hi_open: bool = False
+    inf: bool = False
+
+    def contains(self, x: float) -> bool:
+        if self.inf and x == math.inf:
+            return True
+        above = x > self.lo if self.lo_open else x >= self.lo
+        below = x < self.hi if self.hi_open else x <= self.hi
+        return above and below
+
+    def text(self, integer: bool = False) -> str:
+        """The range as messages and the README write it, e.g. `[1e-06, 1e+09] requests/s`."""
+        show = _int_text if integer else _float_text
+        box = f"{'(' if self.lo_open else '['}{show(self.lo)}, {show(self.hi)}{')' if self.hi_open else ']'}"
+        return box + (f" {self.unit}" if self.unit else "")
+
+    def rule(self, x: float, integer: bool = False) -> str | None:
+        """None when `x` lies in the domain (NaN never does), else the rule it breaks."""
+        return None if self.contains(x) else self.refusal(integer)
+
+    def refusal(self, integer: bool = False) -> str:
+        """The rule as a message: `must lie in [1e-06, 1e+09] requests/s`."""
+        what = "be an integer in" if integer else "lie in"
+        return f"must {what} {self.text(integer)}" + (" or be inf" if self.inf else "")
 
 
-def positive(x: float) -> str | None:
-    return None if x > 0 else "must be > 0"
+def _float_text(x: float) -> str:
+    return f"{x:g}"
 
 
-def at_least_one(x: float) -> str | None:
-    return None if x >= 1 else "must be an integer >= 1"
-
-
-def open_unit(x: float) -> str | None:
-    return None if 0 < x < 1 else "must lie in (0, 1)"
-
-
-def half_open_unit(x: float) -> str | None:
-    return None if 0 < x <= 1 else "must lie in (0, 1]"
-
-
-def unit_closed_open(x: float) -> str | None:
-    return None if 0 <= x < 1 else "must lie in [0, 1)"
+def _int_text(x: float) -> str:
+    return f"{int(x)}" if float(x).is_integer() and abs(x) < 1e5 else f"{x:g}"
 
 
 @dataclass(frozen=True)
 class Param:
-    """One `[grid]` parameter: its type, default and domain rule.
+    """One `[grid]` parameter: its type, default and domain.
 
-    `rule(x)` returns None when `x` is valid, else the rule it breaks (for the message).
-    `default` None means required (or derived: see the model's `fill`).
+    `default` None means required (or derived: see the model's `fill`). `domain` (numeric
+    parameters) is the range every value must lie in; `rule(x)` says why `x` is refused.
     """
 
     key: str
     kind: Kind
     default: Any
-    rule: Callable[[float], str | None] = lambda x: None
-    allow_inf: bool = False
+    domain: Domain | None = None
     example: str = ""
+
+    @property
+    def allow_inf(self) -> bool:
+        return self.domain is not None and self.domain.inf
+
+    def rule(self, x: float) -> str | None:
+        """None when `x` is valid, else the rule it breaks (for the message)."""
+        return None if self.domain is None else self.domain.rule(x, integer=self.kind == "int")
 
 
 #: Named dtypes accepted for `weight_bytes_per_param` and `kv_bytes_per_elem` (bytes per element).

@@ -25,14 +25,9 @@ from sweep.models.base import (
     WHEN_ROOFLINE,
     WHEN_SIMULATION,
     Column,
+    Domain,
     Param,
     ServingModel,
-    at_least_one,
-    half_open_unit,
-    nonneg,
-    open_unit,
-    positive,
-    unit_closed_open,
 )
 from sweep.models.batch_sim import never_fills
 from sweep.models.batching import batch_moments
@@ -51,36 +46,91 @@ MAX_WINDOWED_BATCH = 4096
 ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops", "tokens_per_request")
 REQUIRED: tuple[str, ...] = ("arrival_rps", "batch_size", "seq_len", "model", "gpu", "slo_ms")
 
+#: T_svc(1) = t_fixed_ms + t_req_ms is at least 1 ns: a batch takes time (a subnormal time would
+#: vanish in seconds and give infinite capacities).
+MIN_T_SVC_MS = 1e-6
+
+#: Where each numeric `[grid]` key is valid (README, "[grid]"): ranges a planner can mean,
+#: inside which `tests/test_domains.py` finds every output finite or +inf, never NaN (the
+#: float64 arithmetic first fails orders of magnitude outside, e.g. below 1e-144 requests/s,
+#: above 1e97 ms of window or above 1e46 of service CV). One comment says why each ends where it does.
+DOMAINS: dict[str, Domain] = {
+    # a replica spans at most a few hundred GPUs today (an NVL72 rack is 72); 4096 is headroom
+    "gpus_per_replica": Domain(1, 4096, "GPUs"),
+    # the longest context windows are ~1e7 tokens (Llama 4 Scout: 10M); 10x headroom
+    "seq_len": Domain(1, 1e8, "tokens"),
+    # a mean of lengths that are each >= 1 token, and <= seq_len (a cross-field rule)
+    "mean_seq_len": Domain(1, 1e8, "tokens"),
+    # one request per 11.6 days to 1e9/s, 100x beyond the largest public inference services
+    "arrival_rps": Domain(1e-6, 1e9, "requests/s"),
+    # 0 to 1e7 ms = 2.8 hours for one forward pass (and t_fixed_ms + t_req_ms >= MIN_T_SVC_MS)
+    "t_fixed_ms": Domain(0, 1e7, "ms"),
+    "t_req_ms": Domain(0, 1e7, "ms"),
+    # the bounds `sweep calibrate` fits efficiencies within; below 0.1% of the datasheet is a broken setup
+    "eta_bw": Domain(1e-3, 1),
+    "eta_flops": Domain(1e-3, 1),
+    # a decode step is 1, a prompt of P tokens is P: at most seq_len's bound; fractions are averages
+    "tokens_per_request": Domain(0, 1e8, "tokens", lo_open=True),
+    # from half-bit codes (1/16 B) to fp64 (8 B)
+    "weight_bytes_per_param": Domain(0.0625, 8, "bytes"),
+    "kv_bytes_per_elem": Domain(0.0625, 8, "bytes"),
+    # any positive latency objective up to 1e9 ms = 11.6 days
+    "slo_ms": Domain(0, 1e9, "ms", lo_open=True),
+    # P1 to P99.9999: below P1 is not a latency objective; beyond six nines no run observes it
+    "percentile": Domain(0.01, 0.999999),
+    # utilisations: shares of the worker's time
+    "rho_target": Domain(0, 1, lo_open=True),
+    "rho_max": Domain(0, 1, lo_open=True),
+    "rho_min": Domain(0, 1, hi_open=True),
+    # workers sharing one queue (the simulator); beyond a thousand, model them as replicas
+    "workers": Domain(1, 1024, "workers"),
+    # waiting requests (the simulator); above 1e9 a queue never fills in a run: use inf
+    "queue_capacity": Domain(1, 1e9, "requests", inf=True),
+    # lognormal service noise; a CV above 10 is not a service time (the proxy's E[S^3] grows as CV^6)
+    "service_cv": Domain(0, 10),
+    # a fleet of up to a million replicas of one configuration
+    "replicas": Domain(1, 1e6, "replicas"),
+    # 0 (dispatch at once) to 1e7 ms = 2.8 hours, or inf (full batches)
+    "batch_window_ms": Domain(0, 1e7, "ms", inf=True),
+    # up to a million requests per batch (<= 4096 with a finite window, a cross-field rule)
+    "batch_size": Domain(1, 1e6, "requests"),
+}
+
 #: Every `[grid]` parameter, in the canonical axis order (outermost first). The three
 #: decision axes come last, so one (scenario group, replicas) row is a contiguous block.
 PARAMS: tuple[Param, ...] = (
     Param("model", "name", None, example='model = "gpt3-175b"'),
     Param("gpu", "name", None, example='gpu = "a100-80gb"'),
-    Param("gpus_per_replica", "int", 1, at_least_one, example="gpus_per_replica = [1, 2, 4, 8]"),
-    Param("seq_len", "int", None, at_least_one, example="seq_len = 2048"),
-    Param("mean_seq_len", "float", None, positive, example="mean_seq_len = 900"),
-    Param("arrival_rps", "float", None, positive, example="arrival_rps = [50, 100, 200]"),
-    Param("t_fixed_ms", "float", None, nonneg, example="t_fixed_ms = 50.0"),
-    Param("t_req_ms", "float", None, nonneg, example="t_req_ms = 0.5"),
-    Param("eta_bw", "float", 0.8, half_open_unit, example="eta_bw = 0.8"),
-    Param("eta_flops", "float", 0.5, half_open_unit, example="eta_flops = 0.5"),
-    Param("tokens_per_request", "float", 1.0, positive, example="tokens_per_request = 1"),
-    Param("weight_bytes_per_param", "float", 2.0, positive, example='weight_bytes_per_param = "fp8"'),
-    Param("kv_bytes_per_elem", "float", 2.0, positive, example='kv_bytes_per_elem = "fp16"'),
-    Param("slo_ms", "float", None, positive, example="slo_ms = 200.0"),
-    Param("percentile", "float", 0.99, open_unit, example="percentile = 0.99"),
-    Param("rho_target", "float", 0.75, half_open_unit, example="rho_target = 0.75"),
-    Param("rho_max", "float", 0.85, half_open_unit, example="rho_max = 0.85"),
-    Param("rho_min", "float", 0.5, unit_closed_open, example="rho_min = 0.5"),
-    Param("workers", "int", 1, at_least_one, example="workers = 1"),
-    Param("queue_capacity", "int", math.inf, at_least_one, allow_inf=True,
-          example="queue_capacity = 64  # or inf"),
-    Param("service_cv", "float", 0.0, nonneg, example="service_cv = 0.1"),
-    Param("replicas", "int", 1, at_least_one, example="replicas = [1, 2, 4]"),
-    Param("batch_window_ms", "float", math.inf, nonneg, allow_inf=True,
-          example="batch_window_ms = [5, 20, inf]"),
-    Param("batch_size", "int", None, at_least_one, example="batch_size = [1, 8, 32]"),
+    Param("gpus_per_replica", "int", 1, DOMAINS["gpus_per_replica"], example="gpus_per_replica = [1, 2, 4, 8]"),
+    Param("seq_len", "int", None, DOMAINS["seq_len"], example="seq_len = 2048"),
+    Param("mean_seq_len", "float", None, DOMAINS["mean_seq_len"], example="mean_seq_len = 900"),
+    Param("arrival_rps", "float", None, DOMAINS["arrival_rps"], example="arrival_rps = [50, 100, 200]"),
+    Param("t_fixed_ms", "float", None, DOMAINS["t_fixed_ms"], example="t_fixed_ms = 50.0"),
+    Param("t_req_ms", "float", None, DOMAINS["t_req_ms"], example="t_req_ms = 0.5"),
+    Param("eta_bw", "float", 0.8, DOMAINS["eta_bw"], example="eta_bw = 0.8"),
+    Param("eta_flops", "float", 0.5, DOMAINS["eta_flops"], example="eta_flops = 0.5"),
+    Param("tokens_per_request", "float", 1.0, DOMAINS["tokens_per_request"], example="tokens_per_request = 1"),
+    Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
+    Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp16"'),
+    Param("slo_ms", "float", None, DOMAINS["slo_ms"], example="slo_ms = 200.0"),
+    Param("percentile", "float", 0.99, DOMAINS["percentile"], example="percentile = 0.99"),
+    Param("rho_target", "float", 0.75, DOMAINS["rho_target"], example="rho_target = 0.75"),
+    Param("rho_max", "float", 0.85, DOMAINS["rho_max"], example="rho_max = 0.85"),
+    Param("rho_min", "float", 0.5, DOMAINS["rho_min"], example="rho_min = 0.5"),
+    Param("workers", "int", 1, DOMAINS["workers"], example="workers = 1"),
+    Param("queue_capacity", "int", math.inf, DOMAINS["queue_capacity"], example="queue_capacity = 64  # or inf"),
+    Param("service_cv", "float", 0.0, DOMAINS["service_cv"], example="service_cv = 0.1"),
+    Param("replicas", "int", 1, DOMAINS["replicas"], example="replicas = [1, 2, 4]"),
+    Param("batch_window_ms", "float", math.inf, DOMAINS["batch_window_ms"], example="batch_window_ms = [5, 20, inf]"),
+    Param("batch_size", "int", None, DOMAINS["batch_size"], example="batch_size = [1, 8, 32]"),
 )
+
+#: The numeric `[options]` the dynamic models read (KV memory), with their domains: a paged
+#: block is at most one longest sequence (seq_len's bound); the reserve is a share of HBM.
+OPTION_PARAMS: dict[str, Param] = {
+    "block_tokens": Param("block_tokens", "int", 16, Domain(1, 1e8, "tokens"), example="block_tokens = 16"),
+    "reserve_fraction": Param("reserve_fraction", "float", 0.0, Domain(0, 1, hi_open=True), example="reserve_fraction = 0.1"),
+}
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
@@ -252,8 +302,10 @@ class DynamicModel(ServingModel):
         if max(values["rho_min"]) >= min(values["rho_max"]):
             raise GridError(source, where("rho_min"), max(values["rho_min"]),
                             f"must be < rho_max for every combination (smallest rho_max is {min(values['rho_max'])})")
-        if "t_fixed_ms" in values and min(values["t_fixed_ms"]) == 0 and min(values["t_req_ms"]) == 0:
-            raise GridError(source, where("t_req_ms"), 0.0, "t_fixed_ms and t_req_ms are both 0: a batch would take no time")
+        if "t_fixed_ms" in values and min(values["t_fixed_ms"]) + min(values["t_req_ms"]) < MIN_T_SVC_MS:
+            raise GridError(source, where("t_req_ms"), min(values["t_req_ms"]),
+                            f"t_fixed_ms + t_req_ms (T_svc of one request) must be >= {MIN_T_SVC_MS:g} ms (1 ns) for every "
+                            f"combination; the smallest t_fixed_ms is {min(values['t_fixed_ms']):g}")
         windows = values["batch_window_ms"]
         if any(math.isfinite(w) for w in windows) and max(values["batch_size"]) > MAX_WINDOWED_BATCH:
             raise GridError(source, where("batch_size"), max(values["batch_size"]),
