@@ -151,3 +151,30 @@ def test_a_crash_at_every_publish_step_leaves_old_or_new(grids, tmp_path, monkey
     _complete_and_intact(out)
     same(tables(clean["b"]), tables(out))
     assert not [p for p in out.iterdir() if p.name.startswith(".sweep-staging-")]
+
+
+def test_a_full_disk_is_one_line_and_gives_the_space_back(grids, tmp_path, monkeypatch):
+    """Failure injection (the one place a mock stands in for the real thing): the points
+    encoder hits ENOSPC. The previous complete output stays; the staging folder is removed;
+    the CLI prints one line and exits 1."""
+    import errno
+
+    from sweep.cli import main
+    from sweep.errors import ResourceError
+    from sweep.io.parquet import DatasetWriter
+
+    d, clean = grids
+    out = tmp_path / "out"
+    shutil.copytree(clean["a"], out)
+
+    def full(self, lane, table):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(DatasetWriter, "_encode", full)
+    with pytest.raises(ResourceError, match="the disk is full"):
+        run_grid(spec.load(d / "b.toml"), out, **RUN)
+    assert not [p for p in out.iterdir() if p.name.startswith(".sweep-staging-")]
+    _complete_and_intact(out)
+    same(tables(clean["a"]), tables(out))
+    assert main(["run", str(d / "b.toml"), "--out", str(out), "--quiet"]) == 1
+    same(tables(clean["a"]), tables(out))

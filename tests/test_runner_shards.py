@@ -33,3 +33,35 @@ def test_shards_combine_to_exactly_one_run(tmp_path):
     # Shards are disjoint slices: their point ranges tile the grid.
     ranges = [json.loads((tmp_path / "split" / "shards" / f"{i:04d}-of-0003" / "manifest.json").read_text())["shard"]["points"] for i in (1, 2, 3)]
     assert ranges[0][0] == 0 and ranges[-1][1] == g.n_points and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+@pytest.mark.parametrize("damage", ["garbage manifest", "truncated points", "missing optimum", "other split"])
+def test_a_damaged_shard_is_refused_and_the_merged_output_kept(tmp_path, damage, capsys):
+    from sweep.cli import main
+
+    p = tmp_path / "w.toml"
+    p.write_text(WINDOWED)
+    g = spec.load(p)
+    split = tmp_path / "split"
+    for i in (1, 2):
+        run_grid(g, split, chunk_size=64, shard=Shard(i, 2))
+    merge_shards(split)
+    before = tables(split)
+    shard = split / "shards" / "0002-of-0002"
+    if damage == "garbage manifest":
+        (shard / "manifest.json").write_text("{garbage")
+    elif damage == "truncated points":
+        # a new, truncated file (the merged output hard-links the shard's files: damage made
+        # in place to a shard's file would reach the merged copy too, and its checksums say so)
+        part = next((shard / "points").rglob("*.parquet"))
+        head = part.read_bytes()[:100]
+        part.unlink()
+        part.write_bytes(head)
+    elif damage == "missing optimum":
+        (shard / "optimum.parquet").unlink()
+    else:
+        run_grid(g, split, chunk_size=64, shard=Shard(1, 3))
+    assert main(["merge", str(split), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sweep: error: ")
+    same(before, tables(split))  # the previous merged output, whole
