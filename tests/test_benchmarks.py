@@ -63,7 +63,8 @@ def _gamma(out, text):
 
 def _batcher(out, text):
     assert out["points"] == 144
-    assert out["table"]["all points"]["batcher mean"]["n"] == 144
+    assert 100 <= out["steady_points"] <= 144  # near saturation a smoke-sized run may not settle
+    assert out["table"]["all points"]["batcher mean"]["n"] == out["steady_points"]
     # the batcher model is finite wherever the simulated system is stable (every point here)
     assert out["table"]["all points"]["batcher mean"]["inf"] == 0
     assert out["table"]["all points"]["batcher P99 (p_q)"]["inf"] == 0

@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, required=True, help="output folder")
     r.add_argument("--chunk-size", type=int_at_least_one, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
     r.add_argument("--memory-limit", type=int_at_least_one, default=None, metavar="MB",
-                   help="bound the run's memory to about MB megabytes (sets the chunk size; see README)")
+                   help="keep the run near MB megabytes of memory (sets the chunk and row-group sizes; refused with the least it needs when too small)")
     r.add_argument("--shard", default=None, metavar="I/N",
                    help="run shard I of N (1-based): a disjoint slice of the scenario groups, written to OUT/shards/; "
                         "combine with `sweep merge OUT`")
@@ -118,29 +118,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from sweep.grid.search_table import check_storage
 
         check_storage(grid.search, args.out)  # an unreachable database is refused before any work
-    chunk = args.chunk_size or (chunk_for_memory(args.memory_limit) if args.memory_limit else DEFAULT_CHUNK)
+    chunk = args.chunk_size or DEFAULT_CHUNK
+    if args.memory_limit and not args.chunk_size:
+        from sweep.runner.memory import plan_memory
+
+        plan_memory(grid, args.memory_limit)  # a limit below the grid's floor is refused before any work
     enable_compile_cache(compile_cache_dir())
     mode = "none" if args.quiet else args.progress
     with ProgressReporter(grid.name, mode, args.log_interval) as progress:
         result = run_grid(grid, args.out, chunk_size=chunk, shard=shard, force=args.force, wait=args.wait,
+                          memory_limit_mb=None if args.chunk_size else args.memory_limit,
                           progress=None if mode == "none" else progress, note=progress.note)
     if not args.quiet:
         print_summary(grid, result)
     return EXIT_OK
-
-
-#: Bytes of memory per point of a chunk: ~65 float64 columns held as device output, host
-#: view, Arrow batches and writer buffers, for the chunks in flight. Measured on a
-#: 29M-point roofline grid (peak RSS 525 / 573 / 881 MB at chunks of 16k / 64k / 256k).
-BYTES_PER_POINT = 1600
-#: Memory a run needs whatever its chunk size: Python, JAX/XLA, pyarrow, compiled code.
-BASE_MB = 480
-
-
-def chunk_for_memory(limit_mb: int) -> int:
-    """The chunk size that keeps a run near `limit_mb` megabytes (at least 4096 points;
-    below about 500 MB the engine's fixed cost dominates and the limit cannot be met)."""
-    return max(4096, int((limit_mb - BASE_MB) * 1e6 / BYTES_PER_POINT))
 
 
 def compile_cache_dir() -> str | None:

@@ -45,6 +45,7 @@ class SimulationOptions:
     seed: int = 0
     trace: str | None = None  # arrival-time trace (seconds), replayed instead of Poisson
     trace_times: tuple[float, ...] = ()
+    memory_budget_bytes: int | None = None  # device buffers per simulated chunk (--memory-limit)
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,9 @@ class ServingModel(abc.ABC):
     #: Columns that never decrease as arrival_rps rises, all else fixed (+inf counts as the
     #: largest value); the contract tests check the claim.
     monotone_in_load: ClassVar[tuple[str, ...]] = ()
+    #: Memory XLA needs to compile this model's chunk function beyond the window proxy's,
+    #: MB (measured; `sweep.runner.memory` plans --memory-limit with it).
+    compile_mb: ClassVar[int] = 0
 
     # -- declarations -----------------------------------------------------------------
 

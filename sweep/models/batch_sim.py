@@ -555,6 +555,7 @@ def simulate(
     max_lanes: int = _DEFAULT_MAX_LANES,
     max_workers: int | None = None,
     scenario_ids: ArrayLike | None = None,
+    memory_budget_bytes: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Simulate every scenario; returns float64[n_scenarios] arrays (times in seconds).
 
@@ -575,6 +576,7 @@ def simulate(
     that calls with a different maximum reuse the compiled program. ``scenario_ids``: an
     integer per scenario that keys its random streams (default: its position); a grid
     passes its point ids, so results do not depend on how the grid is chunked.
+    ``memory_budget_bytes`` bounds the device buffers of one chunk of lanes (default 2 GiB).
     """
     use_trace = trace is not None
     p = _validate(params, use_trace)
@@ -618,7 +620,8 @@ def simulate(
     if c_max < c_need:
         raise SimulationError(f"simulate: max_workers = {c_max} < max(workers) = {c_need}")
     # whole scenarios per chunk, bounded by max_lanes and by the memory budget
-    chunk = max(1, min(s, max_lanes // reps, _MEM_BUDGET // (_BYTES_PER_REQUEST * n * reps)))
+    budget = _MEM_BUDGET if memory_budget_bytes is None else memory_budget_bytes
+    chunk = max(1, min(s, max_lanes // reps, budget // (_BYTES_PER_REQUEST * n * reps)))
     n_chunks = -(-s // chunk)
     out = np.empty((s, reps, len(_STAT_NAMES)))
     qs = np.asarray(_FIXED_Q)

@@ -330,6 +330,9 @@ class BatcherModel(DynamicModel):
         Column("batcher_rho", "float64", "-", "Its utilisation lambda T_svc(b*) / b* (drives the operating rules with latency_model = batcher)."),
     ) + SIM_COLUMNS
 
+    #: Measured: compiling it peaks 340 MB above compiling the window proxy (18 unrolled
+    #: regula-falsi steps, 4 quadrature nodes, a bisection: a large XLA graph).
+    compile_mb: ClassVar[int] = 340
     #: The fixed point's batch and utilisation grow with load too (G(b) rises in lambda).
     monotone_in_load: ClassVar[tuple[str, ...]] = DynamicModel.monotone_in_load + ("batcher_mean_batch", "batcher_rho")
 

@@ -62,7 +62,7 @@ class Simulation(HostPass):
         }
         settings = SimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
         sim = simulate(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
-                       scenario_ids=cols["point_id"][:n])
+                       scenario_ids=cols["point_id"][:n], memory_budget_bytes=o.memory_budget_bytes)
         pad = np.minimum(np.arange(len(cols["point_id"])), n - 1)
         sim = {k: np.asarray(v)[pad] for k, v in sim.items()}
         out: dict[str, np.ndarray] = {f"sim_{key}_ms": sim[f"{key}_s"] * MS for key in ("mean", "p50", "p90", "p99", "p999", "p")}

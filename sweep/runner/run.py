@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
 from sweep.io.staging import DamagedError, Staging, file_record, recover
 from sweep.models.base import SERVICE_SOURCES
+from sweep.runner.memory import plan_memory
 
 #: Grids at most this large keep every row in memory for the terminal summary.
 SUMMARY_ROWS = 64
@@ -124,15 +125,25 @@ def run_grid(
     segment_points: int = SEGMENT_POINTS,
     wait: bool = False,
     note: Note | None = None,
+    memory_limit_mb: int | None = None,
 ) -> RunResult:
     """Evaluate `spec` (or one shard of it) and write points/, optimum, frontier, manifest.
 
     Holds the output folder's lock for the whole run (`LockedError` when another process
     writes it, unless `wait`). `note` gets one line per thing a person should know (a
     damaged segment computed again). A full disk raises `ResourceError` after removing the
-    run's staging folder.
+    run's staging folder. `memory_limit_mb` sets the chunk size, the points' row-group size
+    and the simulator's budget (`sweep.runner.memory`), or refuses a limit below the least
+    the grid needs.
     """
     t0 = time.perf_counter()
+    if memory_limit_mb is not None:
+        plan = plan_memory(spec, memory_limit_mb)
+        chunk_size = plan.chunk_size
+        if plan.row_group_rows is not None:
+            spec = replace(spec, output=replace(spec.output, row_group_rows=plan.row_group_rows))
+        if plan.sim_budget_bytes is not None and spec.simulation is not None:
+            spec = replace(spec, simulation=replace(spec.simulation, memory_budget_bytes=plan.sim_budget_bytes))
     target = output_folder(Path(out_dir), shard)
     shard = shard or Shard()
     evaluator = Evaluator(spec, chunk_size)
