@@ -1,0 +1,1 @@
+"""Serving models on the plug-in interface (SPEC 10 onwards)."""
