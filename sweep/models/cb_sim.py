@@ -154,17 +154,27 @@ class _Out(NamedTuple):
 
 
 def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int,
-         any_queue: bool | jax.Array, max_iters: jax.Array) -> _Out:
+         any_queue: bool, max_iters: jax.Array) -> _Out:
     """Simulate L lanes. ``a``, ``prompt``, ``output`` float64[L, n] (sorted arrivals,
-    integer-valued lengths); ``noise(k, lanes_mask)`` -> float64[L] standard normals of
-    step ``k`` (int32[L]); ``t0``/``t1`` float64[L] the measurement span; ``ring`` (static)
-    a power of two >= max O; ``record`` (static) per-step records kept (0 = none);
-    ``any_queue`` whether some lane has a finite queue capacity (False skips the
-    arrival pass: every arrival joins)."""
+    integer-valued lengths); ``noise(k)`` -> float64[L] standard normals of step ``k``
+    (int32[L]); ``t0``/``t1`` float64[L] the measurement span; ``ring`` (static) a power
+    of two > max O; ``record`` (static) per-step records kept (0 = none); ``any_queue``
+    (static) whether some lane has a finite queue capacity (False skips the arrival slot:
+    every arrival joins).
+
+    One loop iteration handles, per lane, at most one event of each kind, in SPEC order:
+    fix the step start (phase 0), one arrival joining or dropped, one head of the queue
+    resolved (phase 1), the step itself once nothing more can be admitted, then one
+    prefill completion and one departure of that step (phase 2). A lane with several
+    events of a kind spends extra iterations on them before its next step; in the common
+    case a step costs one iteration. No inner loops: every event is a masked gather /
+    scatter, so the lanes never wait for each other inside an iteration.
+    """
     n_lanes, n = a.shape
     f64, i32 = jnp.float64, jnp.int32
     lane = jnp.arange(n_lanes, dtype=i32)
     mask_ring = ring - 1
+    req = jnp.stack([a, prompt, output], axis=2)  # [L, n, 3]: one gather reads a request
 
     def get(x, i):
         return x[lane, jnp.clip(i, 0, x.shape[1] - 1)]
@@ -177,173 +187,175 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
 
     zero_i = jnp.zeros(n_lanes, i32)
     zero_f = jnp.zeros(n_lanes, f64)
+    head0 = req[:, 0]
+    inf_l = jnp.full(n_lanes, jnp.inf)
     st = dict(
-        k=zero_i, t=jnp.full(n_lanes, -jnp.inf), h=zero_i, ia=zero_i, joined=zero_i,
-        left=zero_i, n_adm=zero_i, pf=zero_i, running=zero_i, reserved=zero_f, cache=zero_f,
-        adm_tok=zero_f, pre_tok=zero_f,
-        status=jnp.zeros((n_lanes, n), i32), admit_s=jnp.full((n_lanes, n), jnp.inf),
+        k=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
+        joined=zero_i, left=zero_i, n_adm=zero_i, pf=zero_i, running=zero_i, reserved=zero_f,
+        cache=zero_f, adm_tok=zero_f, pre_tok=zero_f, dep_j=jnp.full(n_lanes, -1, i32),
+        step_k=zero_i, ha=head0[:, 0], hp=head0[:, 1], ho=head0[:, 2],
+        nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,  # the next prefill to complete (rank pf)
+        status=jnp.zeros((n_lanes, n if any_queue else 0), i32),
+        admit_s=jnp.full((n_lanes, n if record else 0), jnp.inf),
         first_s=jnp.full((n_lanes, n), jnp.inf), finish_s=jnp.full((n_lanes, n), jnp.inf),
-        adm_req=jnp.zeros((n_lanes, n), i32), bound=jnp.zeros((n_lanes, n), f64),
-        nxt=jnp.full((n_lanes, n), -1, i32), cal=jnp.full((n_lanes, ring), -1, i32),
+        adm=jnp.zeros((n_lanes, n, 4), f64),  # per admission rank: bound, request, P, O
+        node=jnp.zeros((n_lanes, n, 3), f64),  # per request: next in its calendar list, P, O
+        cal=jnp.full((n_lanes, ring), -1, i32),
         stats=jnp.zeros((n_lanes, 6), f64), rec=jnp.zeros((n_lanes, record, 8), f64),
         it=jnp.int32(0),
     )
 
-    def active_of(s):
-        return (s["running"] > 0) | (s["h"] < n)
+    def alive_of(s):
+        return (s["running"] > 0) | (s["h"] < n) | (s["ph"] == 2)
 
-    def one_iteration(s):
-        active = active_of(s)
-        t = s["t"]
-        a_h = get(a, s["h"])
-        busy = (s["running"] > 0) | ((s["h"] < n) & (a_h <= t))
-        start = jnp.where(busy, t, jnp.maximum(t, a_h))
+    def iteration(s):
+        s = dict(s)
+        alive = alive_of(s)
+        # -- phase 0: the step start (when the previous step ends, or the next arrival) ---
+        ph0 = alive & (s["ph"] == 0)
+        busy = (s["running"] > 0) | ((s["h"] < n) & (s["ha"] <= s["t"]))
+        s["start"] = jnp.where(ph0, jnp.where(busy, s["t"], jnp.maximum(s["t"], s["ha"])),
+                               s["start"])
+        s["ph"] = jnp.where(ph0, 1, s["ph"])
+        start = s["start"]
+        in1 = alive & (s["ph"] == 1)
+        # -- phase 1a: one arrival in time for this step joins, or is dropped (finite K) ---
+        if any_queue:
+            arr = in1 & (s["ia"] < n) & (get(a, s["ia"]) <= start)
+            join = arr & ((s["joined"] - s["left"]).astype(f64) < p.queue)
+            s["status"] = put(s["status"], s["ia"], DROPPED, arr & ~join)
+            s["joined"] = s["joined"] + join.astype(i32)
+            s["ia"] = s["ia"] + arr.astype(i32)
+            arrivals_done = ~((s["ia"] < n) & (get(a, s["ia"]) <= start))
+        else:
+            arrivals_done = True
+        adm_ok = in1 & arrivals_done
 
-        # -- arrivals in time for this step join the queue, or are dropped (finite K) ----
-        def arrivals(c):
-            def can_of(c):
-                return active & (c["ia"] < n) & (get(a, c["ia"]) <= start)
-
-            def body(c):
-                m = c["can"]
-                join = m & ((c["joined"] - s["left"]).astype(f64) < p.queue)
-                c = dict(c, status=put(c["status"], c["ia"], DROPPED, m & ~join),
-                         joined=c["joined"] + join.astype(i32), ia=c["ia"] + m.astype(i32))
-                return dict(c, can=can_of(c))
-
-            c = dict(c, can=can_of(c))
-            c = lax.while_loop(lambda c: jnp.any(c["can"]), body, c)
-            del c["can"]
-            return c
-
-        c = {key: s[key] for key in ("ia", "joined", "status")}
-        c = lax.cond(any_queue, arrivals, lambda c: c, c)
-        s = dict(s, **c)
-
-        # -- admission from the head: skip dropped, reject r > C, admit while it fits -----
-        def adm_can(c):
-            h = c["h"]
-            pp, oo = get(prompt, h), get(output, h)
-            r = reserve(pp, oo)
-            dropped = get(c["status"], h) == DROPPED
+        # -- phase 1b: resolve the head of the queue (skip dropped, reject, admit) ----------
+        def resolvable(h, status_h, running, reserved):
+            r = reserve(s["hp"], s["ho"])
+            dropped = status_h == DROPPED
             over = ~dropped & (r > p.kv)
-            fits = (c["running"].astype(f64) < p.cap) & (r <= p.kv - c["reserved"])
-            can = active & (h < n) & (get(a, h) <= start) & (dropped | over | fits)
-            return can, dropped, over, pp, r
+            fits = (running.astype(f64) < p.cap) & (r <= p.kv - reserved)
+            return adm_ok & (h < n) & (s["ha"] <= start) & (dropped | over | fits), dropped, over, r
 
-        def adm_body(c):
-            can, dropped, over, pp, r = c["aux"]
-            h = c["h"]
-            adm = can & ~dropped & ~over
-            rej = can & over
-            adm_tok = c["adm_tok"] + jnp.where(adm, pp, 0.0)
-            c = dict(
-                c,
-                status=put(c["status"], h, REJECTED, rej),
-                adm_req=put(c["adm_req"], c["n_adm"], h, adm),
-                bound=put(c["bound"], c["n_adm"], adm_tok, adm),
-                admit_s=put(c["admit_s"], h, start, adm),
-                adm_tok=adm_tok,
-                running=c["running"] + adm.astype(i32),
-                reserved=c["reserved"] + jnp.where(adm, r, 0.0),
-                n_adm=c["n_adm"] + adm.astype(i32),
-                left=c["left"] + (adm | rej).astype(i32),
-                h=h + can.astype(i32),
-            )
-            return dict(c, aux=adm_can(c))
+        h = s["h"]
+        st_h = get(s["status"], h) if any_queue else zero_i
+        can, dropped, over, r = resolvable(h, st_h, s["running"], s["reserved"])
+        adm = can & ~dropped & ~over  # a rejection (over) needs no write: status is derived
+        adm_tok = s["adm_tok"] + jnp.where(adm, s["hp"], 0.0)
+        row = jnp.stack([adm_tok, h.astype(f64), s["hp"], s["ho"]], axis=1)
+        s["adm"] = put(s["adm"], s["n_adm"], row, adm)
+        if record:
+            s["admit_s"] = put(s["admit_s"], h, start, adm)
+        first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
+        s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
+        s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
+        s["np_"] = jnp.where(first_rank, s["hp"], s["np_"])
+        s["no"] = jnp.where(first_rank, s["ho"], s["no"])
+        s["adm_tok"] = adm_tok
+        s["running"] = s["running"] + adm.astype(i32)
+        s["reserved"] = s["reserved"] + jnp.where(adm, r, 0.0)
+        s["n_adm"] = s["n_adm"] + adm.astype(i32)
+        s["left"] = s["left"] + (adm | (can & over)).astype(i32)
+        h = h + can.astype(i32)
+        s["h"] = h
+        nh = get(req, h)  # the new head (row n-1 when h = n: never used then)
+        s["ha"] = jnp.where(can, nh[:, 0], s["ha"])
+        s["hp"] = jnp.where(can, nh[:, 1], s["hp"])
+        s["ho"] = jnp.where(can, nh[:, 2], s["ho"])
+        st_h2 = get(s["status"], h) if any_queue else zero_i
+        more, _, _, _ = resolvable(h, st_h2, s["running"], s["reserved"])
+        ready = adm_ok & ~more
 
-        keys = ("h", "status", "adm_req", "bound", "admit_s", "adm_tok", "running", "reserved",
-                "n_adm", "left")
-        c = {key: s[key] for key in keys}
-        c["aux"] = adm_can(c)
-        c = lax.while_loop(lambda c: jnp.any(c["aux"][0]), adm_body, c)
-        del c["aux"]
-        s = dict(s, **c)
-
-        # -- the step: tokens, duration --------------------------------------------------
-        run = active & (s["running"] > 0)
+        # -- the step: tokens, duration -------------------------------------------------
+        run = ready & (s["running"] > 0)
+        empty = ready & (s["running"] == 0)  # nothing admitted: not a step, no time passes
         k = s["k"]
         n_dec = (s["running"] - (s["n_adm"] - s["pf"])).astype(f64)
         chunk = jnp.where(run, jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec), 0.0)
-        pre_tok = s["pre_tok"] + chunk
         n_tok = n_dec + chunk
         n_ctx = s["cache"] + chunk
-        z = noise(k, run)
+        z = noise(k)
         sig2 = jnp.log1p(p.cv * p.cv)
         mult = jnp.exp(-0.5 * sig2 + jnp.sqrt(sig2) * z)
         dur = (p.t_fixed + p.t_token * n_tok + p.t_ctx * n_ctx) * mult
         end = start + dur
-
-        # -- prefills that complete: first token, departure booked at step k + O - 1 ------
-        def cmp_can(c):
-            return run & (c["pf"] < s["n_adm"]) & (get(s["bound"], c["pf"]) <= pre_tok)
-
-        def cmp_body(c):
-            m = c["can"]
-            j = get(s["adm_req"], c["pf"])
-            dep = k + get(output, j).astype(i32) - 1
-            slot = dep & mask_ring
-            c = dict(c, first_s=put(c["first_s"], j, end, m),
-                     nxt=put(c["nxt"], j, get(c["cal"], slot), m),
-                     cal=put(c["cal"], slot, j, m),
-                     pf=c["pf"] + m.astype(i32), n_cmp=c["n_cmp"] + m.astype(i32))
-            return dict(c, can=cmp_can(c))
-
-        c = dict(first_s=s["first_s"], nxt=s["nxt"], cal=s["cal"], pf=s["pf"], n_cmp=zero_i)
-        c["can"] = cmp_can(c)
-        c = lax.while_loop(lambda c: jnp.any(c["can"]), cmp_body, c)
-        n_cmp = c.pop("n_cmp")
-        del c["can"]
-        s = dict(s, **c)
-        running_step, reserved_step = s["running"], s["reserved"]
-        cache_step = n_ctx
-
-        # -- departures booked for this step -------------------------------------------------
+        s["pre_tok"] = s["pre_tok"] + chunk
+        s["cache"] = s["cache"] + jnp.where(run, chunk + n_dec, 0.0)
         slot = k & mask_ring
-        j0 = jnp.where(run, get(s["cal"], slot), -1)
-        cal = put(s["cal"], slot, -1, run)
-
-        def dep_body(c):
-            j = c["j"]
-            m = j >= 0
-            pp, oo = get(prompt, j), get(output, j)
-            return dict(
-                j=jnp.where(m, get(s["nxt"], j), -1),
-                finish_s=put(c["finish_s"], j, end, m),
-                running=c["running"] - m.astype(i32),
-                reserved=c["reserved"] - jnp.where(m, reserve(pp, oo), 0.0),
-                gone=c["gone"] + jnp.where(m, pp + oo, 0.0),
-            )
-
-        c = dict(j=j0, finish_s=s["finish_s"], running=s["running"], reserved=s["reserved"],
-                 gone=zero_f)
-        c = lax.while_loop(lambda c: jnp.any(c["j"] >= 0), dep_body, c)
-        emitted = n_dec + n_cmp.astype(f64)
-        cache = s["cache"] + chunk + jnp.where(run, emitted, 0.0) - c["gone"]
-
-        # -- time averages over [t0, t1] ---------------------------------------------------
+        s["dep_j"] = jnp.where(run, get(s["cal"], slot), s["dep_j"])
+        s["cal"] = put(s["cal"], slot, -1, run)
+        s["step_k"] = jnp.where(run, k, s["step_k"])
         ov = jnp.where(run, jnp.maximum(0.0, jnp.minimum(end, t1) - jnp.maximum(start, t0)), 0.0)
-        in_end = run & (end >= t0) & (end <= t1)
+        in_end = (end >= t0) & (end <= t1)
         in_start = run & (start >= t0) & (start <= t1)
-        stats = s["stats"] + jnp.stack([
-            running_step.astype(f64) * ov, reserved_step * ov, cache_step * ov,
-            jnp.where(in_end, emitted, 0.0), jnp.where(in_start, dur, 0.0),
+        s["stats"] = s["stats"] + jnp.stack([
+            s["running"].astype(f64) * ov, s["reserved"] * ov, n_ctx * ov,
+            jnp.where(run & in_end, n_dec, 0.0), jnp.where(in_start, dur, 0.0),
             in_start.astype(f64)], axis=1)
-        rec = s["rec"]
         if record:
-            row = jnp.stack([start, dur, n_tok, chunk, n_ctx, running_step.astype(f64),
-                             reserved_step, emitted], axis=1)
-            idx = jnp.where(run & (k < record), k, record)
-            rec = rec.at[lane, idx].set(row, mode="drop")
-        return dict(
-            s, finish_s=c["finish_s"], running=c["running"], reserved=c["reserved"], cal=cal,
-            cache=cache, pre_tok=pre_tok, stats=stats, rec=rec,
-            t=jnp.where(run, end, jnp.where(active, start, t)), k=k + run.astype(i32),
-            it=s["it"] + 1,
-        )
+            rrow = jnp.stack([start, dur, n_tok, chunk, n_ctx, s["running"].astype(f64),
+                              s["reserved"], n_dec], axis=1)
+            s["rec"] = s["rec"].at[lane, jnp.where(run & (k < record), k, record)].set(
+                rrow, mode="drop")
+        s["t"] = jnp.where(run, end, jnp.where(empty, start, s["t"]))
+        s["k"] = k + run.astype(i32)
+        s["ph"] = jnp.where(run, 2, jnp.where(empty, 0, s["ph"]))
 
-    st = lax.while_loop(lambda s: jnp.any(active_of(s)) & (s["it"] < max_iters), one_iteration, st)
-    return _Out(st["status"], st["admit_s"], st["first_s"], st["finish_s"], st["k"], st["stats"],
+        # -- phase 2: one prefill completion and one departure of the step just run ---------
+        in2 = alive & (s["ph"] == 2)
+        t_end = s["t"]
+        cmp = in2 & (s["pf"] < s["n_adm"]) & (s["nb"] <= s["pre_tok"])
+        j = s["nj"].astype(i32)
+        o1 = s["no"] == 1.0  # O = 1: leaves at the end of its prefill step
+        book = cmp & ~o1
+        slot2 = (s["step_k"] + s["no"].astype(i32) - 1) & mask_ring
+        nrow = jnp.stack([get(s["cal"], slot2).astype(f64), s["np_"], s["no"]], axis=1)
+        s["node"] = put(s["node"], j, nrow, book)
+        s["cal"] = put(s["cal"], slot2, j, book)
+        leave_now = cmp & o1
+        leave_p, leave_o = s["np_"], s["no"]
+        s["pf"] = s["pf"] + cmp.astype(i32)
+        nxt_row = get(s["adm"], s["pf"])
+        more_pf = s["pf"] < s["n_adm"]
+        s["nb"] = jnp.where(cmp, jnp.where(more_pf, nxt_row[:, 0], jnp.inf), s["nb"])
+        s["nj"] = jnp.where(cmp, nxt_row[:, 1], s["nj"])
+        s["np_"] = jnp.where(cmp, nxt_row[:, 2], s["np_"])
+        s["no"] = jnp.where(cmp, nxt_row[:, 3], s["no"])
+        dj = s["dep_j"]
+        dep = in2 & (dj >= 0)
+        nd = get(s["node"], dj)
+        s["dep_j"] = jnp.where(dep, nd[:, 0].astype(i32), dj)
+        s["first_s"] = put(s["first_s"], j, t_end, cmp)
+        s["finish_s"] = s["finish_s"].at[
+            jnp.concatenate([lane, lane]),
+            jnp.concatenate([jnp.where(leave_now, j, n), jnp.where(dep, dj, n)])].set(
+                jnp.concatenate([t_end, t_end]), mode="drop")
+        gone = (jnp.where(leave_now, reserve(leave_p, leave_o), 0.0)
+                + jnp.where(dep, reserve(nd[:, 1], nd[:, 2]), 0.0))
+        s["running"] = s["running"] - leave_now.astype(i32) - dep.astype(i32)
+        s["reserved"] = s["reserved"] - gone
+        s["cache"] = (s["cache"] + cmp.astype(f64) - jnp.where(leave_now, leave_p + leave_o, 0.0)
+                      - jnp.where(dep, nd[:, 1] + nd[:, 2], 0.0))
+        tok_in = cmp & (t_end >= t0) & (t_end <= t1)
+        s["stats"] = s["stats"].at[:, 3].add(tok_in.astype(f64))
+        if record:
+            s["rec"] = s["rec"].at[lane, jnp.where(cmp & (s["step_k"] < record), s["step_k"],
+                                                   record), 7].add(1.0, mode="drop")
+        pending = (s["nb"] <= s["pre_tok"]) | (s["dep_j"] >= 0)
+        s["ph"] = jnp.where(in2 & ~pending, 0, s["ph"])
+        s["it"] = s["it"] + 1
+        return s
+
+    st = lax.while_loop(lambda s: jnp.any(alive_of(s)) & (s["it"] < max_iters), iteration, st)
+    # every request was resolved (the engine drains): a request not dropped was admitted
+    # unless its reservation exceeds C, which rejects it at the head
+    blk = p.block[:, None]
+    over = jnp.ceil((prompt + output) / blk) * blk > p.kv[:, None]
+    dropped = st["status"] == DROPPED if any_queue else jnp.zeros((n_lanes, n), bool)
+    status = jnp.where(dropped, DROPPED, jnp.where(over, REJECTED, 0)).astype(i32)
+    return _Out(status, st["admit_s"], st["first_s"], st["finish_s"], st["k"], st["stats"],
                 st["rec"])
 
 
@@ -421,18 +433,18 @@ def _pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-@partial(jax.jit, static_argnames=("ring", "record"))
-def _lane_jit(a, pp, oo, params, z, *, ring, record):
+@partial(jax.jit, static_argnames=("ring", "record", "any_queue"))
+def _lane_jit(a, pp, oo, params, z, *, ring, record, any_queue):
     p = _Params(*(v[None] for v in params))
     nz = z.shape[0]
 
-    def noise(k, m):
+    def noise(k):
         return z[jnp.clip(k, 0, nz - 1)]
 
     n = a.shape[0]
-    max_iters = jnp.int32(2 * n) + jnp.sum(pp + oo).astype(jnp.int32)
+    max_iters = jnp.int32(6 * n) + jnp.sum(pp + oo).astype(jnp.int32)
     return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], ring=ring, record=record,
-                any_queue=jnp.isfinite(p.queue[0]), max_iters=max_iters)
+                any_queue=any_queue, max_iters=max_iters)
 
 
 def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike, *,
@@ -475,14 +487,16 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                             block_tokens, queue_capacity, t_fixed, t_token,
                                             t_ctx, service_cv))
     out = _lane_jit(a, pp, oo, params, zz if zz.size else np.zeros(1),
-                    ring=_pow2(int(oo.max()) + 1), record=int(record_steps))
+                    ring=_pow2(int(oo.max()) + 1), record=int(record_steps),
+                    any_queue=bool(np.isfinite(queue_capacity)))
     status = np.asarray(out.status[0])
     first, finish = np.asarray(out.first_s[0]), np.asarray(out.finish_s[0])
     adm = status == 0
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(adm & (oo >= 2), (finish - first) / np.maximum(oo - 1.0, 1.0), np.nan)
+    admit = np.asarray(out.admit_s[0]) if record_steps else np.full(a.shape, np.nan)
     res = {
-        "status": status, "admit_s": np.asarray(out.admit_s[0]), "first_s": first,
+        "status": status, "admit_s": admit, "first_s": first,
         "finish_s": finish, "ttft_s": np.where(adm, first - a, np.inf),
         "e2e_s": np.where(adm, finish - a, np.inf), "tpot_s": tpot,
         "n_steps": int(out.steps[0]),
@@ -519,8 +533,8 @@ def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace)
     return a, pp, oo, jnp.max(oo)
 
 
-@partial(jax.jit, static_argnames=("warmup", "reps", "ring"))
-def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring):
+@partial(jax.jit, static_argnames=("warmup", "reps", "ring", "any_queue", "any_cv"))
+def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring, any_queue, any_cv):
     """Simulate every lane of a chunk; per-lane statistics and measured per-request
     TTFT / TPOT / E2E (``+inf`` / ``nan`` where they do not exist)."""
     global _TRACES
@@ -532,17 +546,17 @@ def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring):
                      lp["block_tokens"], lp["queue_capacity"], lp["t_fixed"], lp["t_token"],
                      lp["t_ctx"], lp["service_cv"])
     step_keys = jax.vmap(lambda s, r: _lane_keys(seed, s, r)[1])(lane_s, lane_r)
-    any_cv = jnp.any(params.cv > 0.0)
 
-    def noise(k, m):
-        return lax.cond(any_cv, lambda: jax.vmap(_step_normal)(step_keys, k),
-                        lambda: jnp.zeros(k.shape, jnp.float64))
+    def noise(k):
+        if any_cv:  # static: a chunk without service noise draws nothing
+            return jax.vmap(_step_normal)(step_keys, k)
+        return jnp.zeros(k.shape, jnp.float64)
 
     n = a.shape[1]
     t0, t1 = a[:, warmup], a[:, -1]
-    max_iters = jnp.int32(2 * n) + jnp.max(jnp.sum(pp + oo, axis=1)).astype(jnp.int32)
+    max_iters = jnp.int32(6 * n) + jnp.max(jnp.sum(pp + oo, axis=1)).astype(jnp.int32)
     out = _run(a, pp, oo, params, noise, t0, t1, ring=ring, record=0,
-               any_queue=jnp.any(jnp.isfinite(params.queue)), max_iters=max_iters)
+               any_queue=any_queue, max_iters=max_iters)
     return _lane_summary(out, a, oo, params, warmup)
 
 
@@ -765,7 +779,9 @@ def simulate_continuous(
                                         jnp.asarray(tr_o), n=n, reps=reps, use_trace=use_trace)
         ring = max(64, _pow2(int(o_max) + 1))
         summ, ttft, tpot, e2e = (np.asarray(x) for x in _chunk_sim(
-            seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps, ring=ring))
+            seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps, ring=ring,
+            any_queue=bool(np.any(np.isfinite(p["queue_capacity"][take]))),
+            any_cv=bool(np.any(p["service_cv"][take] > 0))))
         lanes = (hi - lo) * reps
         summ = summ[:lanes]
         n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)
