@@ -1,0 +1,318 @@
+"""Analytic model of continuous batching (SPEC 10) for ONE point, in pure ``jax.numpy``.
+
+Inputs are float64 scalars in SI units; the engine vmaps (nothing here batches). Every
+output is finite or ``+inf`` (latencies where the load is not sustainable), never NaN.
+
+Notation
+--------
+Poisson arrivals at ``lam``; prompt ``P`` and output ``O`` tokens lognormal with means
+``p1``, ``o1`` and CVs (rounding to integers is ignored: it moves the moments by < 1/12
+token^2); ``N`` the cap, ``M`` the token budget, ``C`` the KV capacity in tokens, ``b``
+the block size; a step carrying ``n_tok`` tokens with ``n_ctx`` cached takes
+``T = t_f + t_t n_tok + t_c n_ctx``. A request's *service* runs from admission to its
+last token: ``D`` steps (its prefill step(s), then ``O - 1`` decode steps).
+
+Derivation
+----------
+1. **Exact flow balance.** Over a long time every request contributes ``P + O - 1`` new
+   tokens and ``a2 = E[O P + O (O - 1) / 2]`` token-steps of cache (its prompt once per
+   step it is in, plus one more token per decode step), so with ``sigma`` steps per unit
+   time the step averages are ``n_tok = lam a1 / sigma`` (``a1 = p1 + o1 - 1``) and
+   ``n_ctx = lam a2 / sigma``. Busy time is ``u = sigma t_f + rho_tok`` with
+   ``rho_tok = lam (t_t a1 + t_c a2)`` (all work that is not per step), hence the mean
+   step time ``T_bar = t_f / (1 - rho_tok / u)``.
+2. **Slots.** The engine is an M/G/c queue whose servers are the ``c`` sequence slots:
+   ``c = min(N, c_kv)`` with ``c_kv`` the number of reservations
+   ``r = ceil((P + O) / b) b`` that fit in ``C`` (time-weighted mean reservation, less half
+   a reservation of fragmentation at the head: FCFS without skipping). A request holds a
+   slot for its service ``S = T_p + (O - 1) T_d`` (``T_p`` its prefill phase, ``T_d`` the
+   step time seen by a decoding sequence), so the offered load is ``A = lam E[S]`` and
+   the mean running count is ``A`` (Little). The state distribution is Erlang's
+   (Poisson below ``c``, real ``c`` through the incomplete gamma function): the busy
+   fraction ``u = 1 - P(0)``, the probability that all slots are busy
+   ``P_wait = ErlangC(c, A)``, and the running count seen by a running sequence
+   (size-biased) ``R_seen = E[R^2] / E[R]`` (``A + 1`` below the cap, ``c`` at it).
+3. **TPOT.** A decoding sequence sees steps carrying its own token, the other decoders'
+   (``R_seen - 1`` others, a share ``f_dec = (o1 - 1) T_d / E[S]`` of them decoding) and
+   the prompt tokens prefilled in the step (step average ``Pi = lam p1 T_bar / u``),
+   with cache: its own (``p1 + o1 / 2`` on average over its life), the others'
+   (``c_bar = a2 / E[D]`` each, per-step average) and the prompts just prefilled:
+   ``T_d = t_f + t_t (1 + f_dec (R_seen - 1) + Pi) + t_c (p1 + o1/2 + (R_seen - 1) c_bar + Pi)``.
+   Mean TPOT = ``T_d`` (a request's TPOT averages the steps it sees, so no harmonic mean).
+4. **TTFT.** ``W_q`` (waiting for a slot; Allen-Cunneen M/G/c:
+   ``ErlangC E[S] / (c - A) (1 + cs^2) / 2``) + the residual of the step in progress
+   (``u E[T^2] / (2 T_bar)``, zero when idle) + the prefill phase ``T_p``. With
+   ``M = inf`` (or prompts within the step's budget) ``T_p`` is one step carrying the
+   request's prompt and the prompts of the requests that arrived during the previous
+   step (length-biased: ``lam p1 u E[T^2] / T_bar``). With chunked prefill the prompt
+   tokens queue FIFO for ``B = M - decoders`` tokens per step: an M/D/1 backlog of
+   prompt work ahead (``rho_pf = lam p1 T_bar / B``) plus the request's own prompt, at
+   ``B`` tokens per full-budget step.
+5. The step-time variance (for ``E[T^2]`` and the percentiles) comes from the prompt
+   tokens per step (compound Poisson, ``Var = lam T_bar E[P^2]`` tokens^2), the running
+   count (Erlang variance) and the service noise (``cv^2 T^2``). ``T_d``, ``T_p`` and
+   ``A`` form a fixed point solved by ``N_FIXED`` damped iterations from the light-load
+   values (it contracts: each map is increasing with slope < 1 wherever ``A < c``).
+6. **Sustainability** (``stable``): at full occupancy every step holds ``c`` sequences,
+   so from step 1 with ``u = 1`` and ``sigma = lam E[D] / c``:
+   ``capacity_rps = 1 / (t_f E[D] / c + rho_tok / lam)``, and, with a finite budget,
+   prompts must fit: ``lam p1 T_sat <= M - decoders``. ``stable = lam < capacity_rps``.
+7. **Percentiles.** TTFT: a gamma law matched to its mean and variance (Wilson-Hilferty
+   quantile). TPOT: a gamma law around ``T_d`` whose variance is the step-time variance
+   averaged over ``O - 1`` steps plus the slow variation of the running count over a
+   request's life. E2E ``= TTFT + (O - 1) TPOT``: the q-quantile of a 3 x 3 mixture
+   (TTFT and TPOT at their mean -+ one s.d.) over the exact lognormal law of ``O``,
+   by fixed-step bisection.
+
+Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
+the exact integer rounding of lengths; see docs/continuous.md for what neither models.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import Array, lax
+from jax.scipy.special import ndtr, ndtri
+
+from sweep._numerics import gammainc_pq, poisson_pmf, safe_div
+
+__all__ = ["cb_point", "N_FIXED", "N_BISECT"]
+
+INF = jnp.inf
+#: damped fixed-point iterations for (T_d, T_p, A)
+N_FIXED = 40
+#: bisection steps for the E2E quantile
+N_BISECT = 40
+
+
+def _f64(x) -> Array:
+    return jnp.asarray(x, dtype=jnp.float64)
+
+
+def _wh_quantile(mean, var, z):
+    """q-quantile (z = Phi^-1(q)) of a gamma law with this mean and variance
+    (Wilson-Hilferty); the mean where the variance is 0."""
+    pos = (var > 0.0) & (mean > 0.0)
+    cv = jnp.sqrt(jnp.where(pos, var, 1.0)) / jnp.where(pos, mean, 1.0)
+    inv9a = jnp.where(pos, jnp.minimum(cv * cv / 9.0, 1e6), 0.0)
+    base = jnp.maximum(1.0 - inv9a + z * jnp.sqrt(inv9a), 0.0)
+    return jnp.where(pos, mean * base**3, mean)
+
+
+def _erlang(c, a):
+    """M/M/c state quantities for real c >= 1 and load a < c (Poisson tails through the
+    regularized incomplete gamma function, so c need not be an integer).
+
+    Returns (P_wait = Erlang C, P(R = 0), E[R^2]) with R = min(customers, c) the busy
+    servers: below c the state law is p0 a^k / k!, at c the rest (P_wait)."""
+    a = jnp.maximum(a, 1e-300)
+    rho = jnp.clip(a / c, 0.0, 1.0 - 1e-12)
+    _, q_c = gammainc_pq(c + 1.0, a)  # P(Q <= c), Q ~ Poisson(a)
+    pmf_c = poisson_pmf(c, a)
+    erl_b = safe_div(pmf_c, q_c, q_c > 0.0, 1.0)
+    erl_c = erl_b / (1.0 - rho * (1.0 - erl_b))
+    _, q_c1 = gammainc_pq(c, a)  # P(Q <= c - 1)
+    _, q_c2 = gammainc_pq(jnp.maximum(c - 1.0, 1.0), a)  # P(Q <= c - 2)
+    q_c2 = jnp.where(c - 1.0 >= 1.0, q_c2, 0.0)
+    _, q_c3 = gammainc_pq(jnp.maximum(c - 2.0, 1.0), a)  # P(Q <= c - 3)
+    q_c3 = jnp.where(c - 2.0 >= 1.0, q_c3, 0.0)
+    scale = safe_div(1.0 - erl_c, q_c1, q_c1 > 0.0, 0.0)  # p0 e^a
+    p0 = scale * jnp.exp(-a)
+    er2 = scale * (a * a * q_c3 + a * q_c2) + c * c * erl_c
+    return erl_c, p0, er2
+
+
+def _lognormal(mean, cv):
+    """(sigma, mu) of a lognormal with this mean and CV."""
+    s2 = jnp.log1p(cv * cv)
+    return jnp.sqrt(s2), jnp.log(mean) - 0.5 * s2
+
+
+def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
+             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q) -> dict[str, Array]:
+    """Continuous-batching model for one point (see the module docstring).
+
+    Arguments: float64 scalars, SI (``lam`` 1/s, token counts, seconds);
+    ``max_batched_tokens`` and ``kv_capacity_tokens`` may be ``inf``; ``q`` in (0, 1).
+
+    Returns float64 scalars (``stable`` bool): ``stable``, ``capacity_rps``,
+    ``mean_running``, ``step_mean`` (s), ``ttft_mean``, ``ttft_p``, ``tpot_mean``,
+    ``tpot_p``, ``e2e_mean``, ``e2e_p`` (s, ``+inf`` when not stable), ``output_tok_s``,
+    ``kv_util`` (time-average reserved KV / C; 0 for C = inf), ``slots`` (effective
+    concurrency ``c``), ``p_wait`` (probability an arrival waits for a slot).
+    """
+    lam = jnp.maximum(_f64(lam), 1e-300)
+    p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
+    n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens,
+                                                block_tokens))
+    tf, tt, tc, cv, q = (_f64(x) for x in (t_fixed, t_token, t_ctx, service_cv, q))
+    z = ndtri(q)
+
+    # -- request moments ------------------------------------------------------------------
+    p2 = p1 * p1 * (1.0 + pcv * pcv)
+    o2 = o1 * o1 * (1.0 + ocv * ocv)
+    a1 = p1 + o1 - 1.0
+    a2 = o1 * p1 + 0.5 * (o2 - o1)
+    # time-weighted mean reservation (a request holds it ~ its O steps) and fragmentation
+    r_mean = p1 + o1 + 0.5 * (blk - 1.0)
+    r_w = (p1 * o1 + o2) / o1 + 0.5 * (blk - 1.0)
+    kv_fin = jnp.isfinite(kv)
+    c_kv = jnp.where(kv_fin, (jnp.where(kv_fin, kv, 0.0) - 0.5 * r_mean) / r_w, INF)
+    c = jnp.clip(jnp.minimum(n_cap, c_kv), 1.0, 5000.0)
+    budget_fin = jnp.isfinite(budget)
+    bud = jnp.where(budget_fin, budget, 1e300)
+
+    # -- sustainability (step 6) ------------------------------------------------------------
+    rho_tok = lam * (tt * a1 + tc * a2)
+    dec_share = (o1 - 1.0) / o1  # decoders among running sequences at saturation (M = inf)
+    b_sat = jnp.maximum(bud - c * dec_share, 1.0)
+    n_chunks = jnp.maximum(1.0, p1 / b_sat)
+    e_d = o1 - 1.0 + n_chunks
+    cap_steps = 1.0 / (tf * e_d / c + tt * a1 + tc * a2)
+    t_sat = tf + tt * jnp.minimum(bud, c * dec_share + p1 * c / e_d) + tc * c * a2 / e_d
+    cap_budget = jnp.where(budget_fin, b_sat / (p1 * t_sat), INF)
+    capacity = jnp.minimum(cap_steps, cap_budget)
+    stable = (lam < capacity) & (c >= 1.0) & ~(kv_fin & (c_kv < 1.0))
+
+    c_bar = a2 / e_d  # cache of a running sequence, per-step average
+    m2 = 1.0 + cv * cv
+
+    # -- fixed point (T_d, T_p, A) ------------------------------------------------------------
+    def parts(td, tp):
+        es = tp + (o1 - 1.0) * td
+        a_load = jnp.minimum(lam * es, c * (1.0 - 1e-9))
+        p_wait, p0, er2 = _erlang(c, a_load)
+        u = jnp.clip(1.0 - p0, 1e-12, 1.0)
+        r_seen = jnp.clip(er2 / a_load, 1.0, c)
+        slack = jnp.maximum(1.0 - rho_tok / u, 1e-9)
+        t_bar = tf / slack
+        pi = lam * p1 * t_bar / u
+        f_dec = (o1 - 1.0) * td / es
+        var_r = jnp.maximum(er2 - a_load * a_load, 0.0)
+        var_tok = lam * t_bar / u * p2  # compound-Poisson prompt tokens per step
+        var_t = ((tt + tc) ** 2 * var_tok + (tt + tc * c_bar) ** 2 * var_r) * m2 \
+            + (m2 - 1.0) * t_bar * t_bar
+        et2 = t_bar * t_bar + var_t
+        return dict(es=es, a=a_load, p_wait=p_wait, u=u, r_seen=r_seen, t_bar=t_bar, pi=pi,
+                    f_dec=f_dec, var_r=var_r, var_t=var_t, et2=et2)
+
+    def t_prefill(g, td):
+        # decoders and cache an arrival finds (time average, PASTA)
+        dec_a = g["a"] * g["f_dec"]
+        ctx_a = g["a"] * c_bar
+        # companions: prompts that arrived during the step in progress (length-biased)
+        comp = lam * p1 * g["u"] * g["et2"] / g["t_bar"]
+        b_step = jnp.maximum(bud - dec_a, 1.0)
+        one_step = tf + tt * (dec_a + p1 + comp) + tc * (ctx_a + p1 + comp)
+        # chunked: prompt work ahead (M/D/1 backlog in tokens) + own prompt, B per step
+        rho_pf = jnp.minimum(lam * p1 * g["t_bar"] / b_step, 0.999)
+        backlog = rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf))
+        steps = (backlog + p1) / b_step + 0.5
+        full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
+        chunked = steps * full
+        return jnp.where(p1 + comp <= b_step, one_step, jnp.maximum(one_step, chunked))
+
+    # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
+    # engine processes meanwhile; other requests' work arrives at the long-run rate (the
+    # others evolve independently of it below the cap), so per own step it sees
+    # lam (t_t a1 + t_c a2) T_d of token work besides its own: T_d = base / (1 - rho_tok).
+    # When all slots are busy (probability P_wait) the steps run at full occupancy.
+    t_own = tf + tt + tc * (p1 + 0.5 * o1)
+    td_free = t_own / jnp.maximum(1.0 - rho_tok, 1e-9)
+    rho_sat = jnp.minimum(lam, capacity) * (tt * a1 + tc * a2) / lam * lam  # work at capacity
+    td_sat = t_own / jnp.maximum(1.0 - capacity * (tt * a1 + tc * a2), 1e-9)
+    del rho_sat
+
+    def update(_, st):
+        td, tp = st
+        g = parts(td, tp)
+        td_new = (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free)
+        tp_new = t_prefill(g, td)
+        return 0.5 * (td + td_new), 0.5 * (tp + tp_new)
+
+    td0 = tf + tt + tc * (p1 + 0.5 * o1)
+    tp0 = tf + (tt + tc) * p1
+    td, tp = lax.fori_loop(0, N_FIXED, update, (td0, tp0))
+    g = parts(td, tp)
+    ok = stable & (lam * g["es"] < c)
+
+    # -- TTFT -----------------------------------------------------------------------------------
+    cs2 = (o2 - o1 * o1) * td * td / (g["es"] * g["es"])
+    w_q = g["p_wait"] * g["es"] / jnp.maximum(c - g["a"], 1e-9) * 0.5 * (1.0 + cs2)
+    resid = g["u"] * g["et2"] / (2.0 * g["t_bar"])
+    ttft = w_q + resid + tp
+    var_resid = g["u"] * g["et2"] / 3.0 - resid * resid  # ~ (T^3 / 3T) with gaussian-ish T
+    chunk_mode = ~(p1 <= jnp.maximum(bud - g["a"] * g["f_dec"], 1.0))
+    per_tok = jnp.where(chunk_mode, (tf + tt * bud) / jnp.maximum(bud - g["a"] * g["f_dec"], 1.0),
+                        tt + tc)
+    var_tp = per_tok**2 * (p2 - p1 * p1) \
+        + (tt + tc) ** 2 * lam * p2 * g["u"] * g["et2"] / g["t_bar"]
+    var_base = jnp.maximum(var_resid, 0.0) + var_tp + (m2 - 1.0) * tp * tp
+    base = resid + tp
+    base_p = _wh_quantile(base, var_base, z)
+    # waiting for a slot: 0 with probability 1 - P_wait, else ~ exponential (M/M/c), mean
+    # w_q / P_wait; its q-quantile, combined with the rest's excess in quadrature
+    w_cond = safe_div(w_q, g["p_wait"], g["p_wait"] > 1e-12, 0.0)
+    tail = jnp.log(jnp.maximum(g["p_wait"], 1e-300) / (1.0 - q))
+    wq_p = jnp.where(g["p_wait"] > 1.0 - q, w_cond * tail, 0.0)
+    ttft_p = w_q + base + jnp.sqrt((base_p - base) ** 2 + jnp.maximum(wq_p - w_q, 0.0) ** 2)
+    var_ttft = var_base + w_q * w_q * (2.0 / jnp.maximum(g["p_wait"], 1e-12) - 1.0)
+
+    # -- TPOT -----------------------------------------------------------------------------------
+    s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
+    inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
+    var_fast = g["var_t"] * inv_o
+    var_slow = 0.5 * (tt * g["f_dec"] + tc * c_bar) ** 2 * g["var_r"]
+    tpot_p = _wh_quantile(td, var_fast + var_slow, z)
+
+    # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
+    e2e = ttft + (o1 - 1.0) * td
+    sd_ttft = jnp.sqrt(var_ttft)
+    sd_tpot = jnp.sqrt(var_fast + var_slow)
+    s_full, mu_full = _lognormal(o1, ocv)
+    w3 = jnp.array([1.0, 4.0, 1.0]) / 6.0
+    offs = jnp.array([-1.0, 0.0, 1.0]) * jnp.sqrt(3.0)  # 3-point gauss: mean, variance exact
+
+    def cdf(x):
+        tt_pts = jnp.maximum(ttft + offs * sd_ttft, 0.0)
+        tp_pts = jnp.maximum(td + offs * sd_tpot, 1e-300)
+        o_need = 1.0 + (x - tt_pts[:, None]) / tp_pts[None, :]  # O <= o_need
+        pos = o_need > 0.0
+        lz = (jnp.log(jnp.where(pos, o_need, 1.0)) - mu_full) / jnp.where(ocv > 0, s_full, 1.0)
+        p_o = jnp.where(ocv > 0, ndtr(lz), (o_need >= o1).astype(jnp.float64))
+        p_o = jnp.where(pos, p_o, 0.0)
+        return jnp.sum(w3[:, None] * w3[None, :] * p_o)
+
+    hi0 = (ttft + 4.0 * sd_ttft) + (td + 4.0 * sd_tpot) * o1 * jnp.exp(4.0 * s_full) + 1e-12
+
+    def bis(_, lohi):
+        lo, hi = lohi
+        mid = 0.5 * (lo + hi)
+        below = cdf(mid) < q
+        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+    lo, hi = lax.fori_loop(0, N_BISECT, bis, (jnp.zeros_like(hi0), hi0))
+    e2e_p = 0.5 * (lo + hi)
+
+    def gate(x):
+        return jnp.where(ok, x, INF)
+
+    kv_util = jnp.where(
+        kv_fin, lam * (tp * r_mean + td * (p1 * o1 + o2 - p1 - o1 + 0.5 * (blk - 1.0) * (o1 - 1.0)))
+        / jnp.where(kv_fin, kv, 1.0), 0.0)
+    return {
+        "stable": ok,
+        "capacity_rps": capacity,
+        "mean_running": jnp.where(ok, g["a"], c),
+        "step_mean": jnp.where(ok, g["t_bar"], INF),
+        "ttft_mean": gate(ttft),
+        "ttft_p": gate(ttft_p),
+        "tpot_mean": gate(td),
+        "tpot_p": gate(tpot_p),
+        "e2e_mean": gate(e2e),
+        "e2e_p": gate(e2e_p),
+        "output_tok_s": jnp.where(ok, lam * o1, capacity * o1),
+        "kv_util": jnp.where(ok, kv_util, jnp.where(kv_fin, 1.0, 0.0)),
+        "slots": c,
+        "p_wait": jnp.where(ok, g["p_wait"], 1.0),
+    }
