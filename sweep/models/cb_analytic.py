@@ -157,7 +157,11 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     r_mean = p1 + o1 + 0.5 * (blk - 1.0)
     r_w = (p1 * o1 + o2) / o1 + 0.5 * (blk - 1.0)
     kv_fin = jnp.isfinite(kv)
-    c_kv = jnp.where(kv_fin, (jnp.where(kv_fin, kv, 0.0) - 0.5 * r_mean) / r_w, INF)
+    r_head = (p2 + o2 + 2.0 * p1 * o1) / (p1 + o1) + 0.5 * (blk - 1.0)  # size-biased E[r]
+    c_kv = jnp.where(kv_fin, (jnp.where(kv_fin, kv, 0.0) - 0.5 * r_head) / r_w, INF)
+    # head-of-line blocking: a large reservation at the head holds back everyone behind it;
+    # the slot wait grows with the spread of reservations (1 + their squared CV)
+    hol = jnp.where(kv_fin & (c_kv < n_cap), r_head / r_mean, 1.0)
     c = jnp.clip(jnp.minimum(n_cap, c_kv), 1.0, 5000.0)
     budget_fin = jnp.isfinite(budget)
     bud = jnp.where(budget_fin, budget, 1e300)
@@ -210,24 +214,32 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         steps = (backlog + p1) / b_step + 0.5
         full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
         chunked = steps * full
-        return jnp.where(p1 + comp <= b_step, one_step, jnp.maximum(one_step, chunked))
+        single = p1 + comp <= b_step
+        return jnp.where(single, one_step, jnp.maximum(one_step, chunked)), \
+            jnp.where(single, one_step, full)
 
     # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
     # engine processes meanwhile; other requests' work arrives at the long-run rate (the
     # others evolve independently of it below the cap), so per own step it sees
     # lam (t_t a1 + t_c a2) T_d of token work besides its own: T_d = base / (1 - rho_tok).
     # When all slots are busy (probability P_wait) the steps run at full occupancy.
+    # One correction to that rate: the prompts that arrived during the request's own last
+    # prefill step (a long step: it carries its prompt) are prefilled in its first decode
+    # step, while those arriving during its last decode step are not in its life: a net
+    # lam p1 (T_p_last - T_d) prompt tokens, spread over its O - 1 steps (E[1 / (O - 1)]).
     t_own = tf + tt + tc * (p1 + 0.5 * o1)
-    td_free = t_own / jnp.maximum(1.0 - rho_tok, 1e-9)
-    rho_sat = jnp.minimum(lam, capacity) * (tt * a1 + tc * a2) / lam * lam  # work at capacity
-    td_sat = t_own / jnp.maximum(1.0 - capacity * (tt * a1 + tc * a2), 1e-9)
-    del rho_sat
+    s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
+    inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
+    rho_cap = capacity * (tt * a1 + tc * a2)  # token work share at full occupancy
 
     def update(_, st):
         td, tp = st
         g = parts(td, tp)
+        tp_new, tp_last = t_prefill(g, td)
+        burst = (tt + tc) * lam * p1 * jnp.maximum(tp_last - td, 0.0) * inv_o
+        td_free = (t_own + burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
+        td_sat = (t_own + burst) / jnp.maximum(1.0 - rho_cap, 1e-9)
         td_new = (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free)
-        tp_new = t_prefill(g, td)
         return 0.5 * (td + td_new), 0.5 * (tp + tp_new)
 
     td0 = tf + tt + tc * (p1 + 0.5 * o1)
@@ -238,7 +250,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
 
     # -- TTFT -----------------------------------------------------------------------------------
     cs2 = (o2 - o1 * o1) * td * td / (g["es"] * g["es"])
-    w_q = g["p_wait"] * g["es"] / jnp.maximum(c - g["a"], 1e-9) * 0.5 * (1.0 + cs2)
+    w_q = g["p_wait"] * g["es"] / jnp.maximum(c - g["a"], 1e-9) * 0.5 * (1.0 + cs2) * hol
     resid = g["u"] * g["et2"] / (2.0 * g["t_bar"])
     ttft = w_q + resid + tp
     var_resid = g["u"] * g["et2"] / 3.0 - resid * resid  # ~ (T^3 / 3T) with gaussian-ish T
@@ -259,8 +271,6 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     var_ttft = var_base + w_q * w_q * (2.0 / jnp.maximum(g["p_wait"], 1e-12) - 1.0)
 
     # -- TPOT -----------------------------------------------------------------------------------
-    s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
-    inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
     var_fast = g["var_t"] * inv_o
     var_slow = 0.5 * (tt * g["f_dec"] + tc * c_bar) ** 2 * g["var_r"]
     tpot_p = _wh_quantile(td, var_fast + var_slow, z)

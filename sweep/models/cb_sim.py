@@ -433,6 +433,12 @@ def _pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
+def _ring(o_max) -> int:
+    """Calendar size: a power of two > the longest output (departures are booked at most
+    O - 1 steps ahead), at least 1024 so that most grids share one compiled shape."""
+    return max(1024, _pow2(int(o_max) + 1))
+
+
 @partial(jax.jit, static_argnames=("ring", "record", "any_queue"))
 def _lane_jit(a, pp, oo, params, z, *, ring, record, any_queue):
     p = _Params(*(v[None] for v in params))
@@ -487,8 +493,7 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                             block_tokens, queue_capacity, t_fixed, t_token,
                                             t_ctx, service_cv))
     out = _lane_jit(a, pp, oo, params, zz if zz.size else np.zeros(1),
-                    ring=_pow2(int(oo.max()) + 1), record=int(record_steps),
-                    any_queue=bool(np.isfinite(queue_capacity)))
+                    ring=_ring(oo.max()), record=int(record_steps), any_queue=True)
     status = np.asarray(out.status[0])
     first, finish = np.asarray(out.first_s[0]), np.asarray(out.finish_s[0])
     adm = status == 0
@@ -768,16 +773,20 @@ def simulate_continuous(
     ids = np.arange(s, dtype=np.int64) if scenario_ids is None else np.asarray(scenario_ids, np.int64).reshape(s)
     chunk = max(1, min(s, max(1, max_lanes // reps), _MEM_BUDGET // (_BYTES_PER_REQUEST * n * reps)))
     n_chunks = -(-s // chunk)
+    # Lanes of a chunk run in lockstep until the slowest is done, so scenarios are grouped
+    # by their expected step count (results do not depend on the grouping: each lane's
+    # streams are keyed by its scenario id).
+    order = np.argsort(_expected_steps(p, n), kind="stable")
     per = np.empty((s, reps, len(_SUMMARY) + 3))
     for ci in range(n_chunks):
         lo, hi = ci * chunk, min(s, (ci + 1) * chunk)
-        take = np.minimum(np.arange(lo, lo + chunk), s - 1)  # pad with the last scenario
+        take = order[np.minimum(np.arange(lo, lo + chunk), s - 1)]  # pad with the last one
         pc = {k: jnp.asarray(v[take]) for k, v in p.items()}
         idc = jnp.asarray(ids[take] % (1 << 31), jnp.int32)
         seed = jnp.uint32(settings.seed)
         a, pp, oo, o_max = _chunk_draws(seed, idc, pc, jnp.asarray(tr_a), jnp.asarray(tr_p),
                                         jnp.asarray(tr_o), n=n, reps=reps, use_trace=use_trace)
-        ring = max(64, _pow2(int(o_max) + 1))
+        ring = _ring(o_max)
         summ, ttft, tpot, e2e = (np.asarray(x) for x in _chunk_sim(
             seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps, ring=ring,
             any_queue=bool(np.any(np.isfinite(p["queue_capacity"][take]))),
@@ -786,12 +795,23 @@ def simulate_continuous(
         summ = summ[:lanes]
         n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)
         n_tp = summ[:, _SUMMARY.index("n_tpot")].astype(np.int64)
-        ql = np.repeat(q[lo:hi], reps)
+        rows = order[lo:hi]
+        ql = np.repeat(q[rows], reps)
         quant = np.stack([_sorted_quantiles(ttft[:lanes], n_adm, ql),
                           _sorted_quantiles(tpot[:lanes], n_tp, ql),
                           _sorted_quantiles(e2e[:lanes], n_adm, ql)], axis=1)
-        per[lo:hi] = np.concatenate([summ, quant], axis=1).reshape(hi - lo, reps, -1)
+        per[rows] = np.concatenate([summ, quant], axis=1).reshape(hi - lo, reps, -1)
     return _aggregate(per, reps)
+
+
+def _expected_steps(p: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """A rough step count per replication (only orders scenarios into chunks): each
+    request needs about O steps, shared by the sequences running together, about
+    ``lam O T`` of them with ``T`` a decode step at that occupancy (at least 1, at most
+    the cap)."""
+    t_step = p["t_fixed"] + p["t_token"] * (1.0 + p["lam"] * p["prompt_mean"] * p["t_fixed"])
+    running = np.clip(p["lam"] * p["output_mean"] * t_step, 1.0, p["cap"])
+    return n * p["output_mean"] / running
 
 
 def _aggregate(per: np.ndarray, reps: int) -> dict[str, np.ndarray]:
