@@ -184,7 +184,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     # -- fixed point (T_d, T_p, A) ------------------------------------------------------------
     def parts(td, tp):
         es = tp + (o1 - 1.0) * td
-        a_load = jnp.minimum(lam * es, c * (1.0 - 1e-9))
+        # steps are longest at full occupancy, so E[S] <= c / capacity: the occupancy
+        # cannot exceed c lam / capacity (< c wherever the point is sustainable)
+        a_load = jnp.minimum(lam * es, c * jnp.minimum(lam / capacity, 1.0 - 1e-9))
         p_wait, p0, er2 = _erlang(c, a_load)
         u = jnp.clip(1.0 - p0, 1e-12, 1.0)
         r_seen = jnp.clip(er2 / a_load, 1.0, c)
@@ -208,11 +210,12 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         comp = lam * p1 * g["u"] * g["et2"] / g["t_bar"]
         b_step = jnp.maximum(bud - dec_a, 1.0)
         one_step = tf + tt * (dec_a + p1 + comp) + tc * (ctx_a + p1 + comp)
-        # chunked: prompt work ahead (M/D/1 backlog in tokens) + own prompt, B per step
-        rho_pf = jnp.minimum(lam * p1 * g["t_bar"] / b_step, 0.999)
+        # chunked: prompt work ahead (M/G/1 backlog in tokens; a step serving prompts
+        # carries B of them and lasts `full`) + own prompt, B per step
+        full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
+        rho_pf = jnp.minimum(lam * p1 * full / b_step, 0.999)
         backlog = rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf))
         steps = (backlog + p1) / b_step + 0.5
-        full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
         chunked = steps * full
         single = p1 + comp <= b_step
         return jnp.where(single, one_step, jnp.maximum(one_step, chunked)), \
@@ -246,7 +249,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     tp0 = tf + (tt + tc) * p1
     td, tp = lax.fori_loop(0, N_FIXED, update, (td0, tp0))
     g = parts(td, tp)
-    ok = stable & (lam * g["es"] < c)
+    ok = stable
 
     # -- TTFT -----------------------------------------------------------------------------------
     cs2 = (o2 - o1 * o1) * td * td / (g["es"] * g["es"])
@@ -261,7 +264,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         + (tt + tc) ** 2 * lam * p2 * g["u"] * g["et2"] / g["t_bar"]
     var_base = jnp.maximum(var_resid, 0.0) + var_tp + (m2 - 1.0) * tp * tp
     base = resid + tp
-    base_p = _wh_quantile(base, var_base, z)
+    base_min = tf + tt + tc  # the shortest prefill step (a 1-token prompt)
+    base_p = base_min + _wh_quantile(jnp.maximum(base - base_min, 0.0), var_base, z)
     # waiting for a slot: 0 with probability 1 - P_wait, else ~ exponential (M/M/c), mean
     # w_q / P_wait; its q-quantile, combined with the rest's excess in quadrature
     w_cond = safe_div(w_q, g["p_wait"], g["p_wait"] > 1e-12, 0.0)
@@ -273,7 +277,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     # -- TPOT -----------------------------------------------------------------------------------
     var_fast = g["var_t"] * inv_o
     var_slow = 0.5 * (tt * g["f_dec"] + tc * c_bar) ** 2 * g["var_r"]
-    tpot_p = _wh_quantile(td, var_fast + var_slow, z)
+    # a step never takes less than t_f + t_t: a gamma law shifted to that floor
+    t_min = tf + tt
+    tpot_p = t_min + _wh_quantile(jnp.maximum(td - t_min, 0.0), var_fast + var_slow, z)
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
     e2e = ttft + (o1 - 1.0) * td
@@ -322,7 +328,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         "e2e_mean": gate(e2e),
         "e2e_p": gate(e2e_p),
         "output_tok_s": jnp.where(ok, lam * o1, capacity * o1),
-        "kv_util": jnp.where(ok, kv_util, jnp.where(kv_fin, 1.0, 0.0)),
+        "kv_util": jnp.where(ok, jnp.clip(kv_util, 0.0, 1.0), jnp.where(kv_fin, 1.0, 0.0)),
         "slots": c,
         "p_wait": jnp.where(ok, g["p_wait"], 1.0),
     }
