@@ -218,8 +218,12 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         steps = (backlog + p1) / b_step + 0.5
         chunked = steps * full
         single = p1 + comp <= b_step
-        return jnp.where(single, one_step, jnp.maximum(one_step, chunked)), \
-            jnp.where(single, one_step, full)
+        return dict(tp=jnp.where(single, one_step, jnp.maximum(one_step, chunked)),
+                    last=jnp.where(single, one_step, full),
+                    wait_pf=jnp.where(single, 0.0, backlog / b_step * full),
+                    rho_pf=jnp.where(single, 0.0, rho_pf),
+                    per_tok=jnp.where(single, tt + tc, full / b_step),
+                    comp=comp)
 
     # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
     # engine processes meanwhile; other requests' work arrives at the long-run rate (the
@@ -238,8 +242,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     def update(_, st):
         td, tp = st
         g = parts(td, tp)
-        tp_new, tp_last = t_prefill(g, td)
-        burst = (tt + tc) * lam * p1 * jnp.maximum(tp_last - td, 0.0) * inv_o
+        pf = t_prefill(g, td)
+        tp_new = pf["tp"]
+        burst = (tt + tc) * lam * p1 * jnp.maximum(pf["last"] - td, 0.0) * inv_o
         td_free = (t_own + burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
         td_sat = (t_own + burst) / jnp.maximum(1.0 - rho_cap, 1e-9)
         td_new = (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free)
@@ -256,30 +261,66 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     w_q = g["p_wait"] * g["es"] / jnp.maximum(c - g["a"], 1e-9) * 0.5 * (1.0 + cs2) * hol
     resid = g["u"] * g["et2"] / (2.0 * g["t_bar"])
     ttft = w_q + resid + tp
-    var_resid = g["u"] * g["et2"] / 3.0 - resid * resid  # ~ (T^3 / 3T) with gaussian-ish T
-    chunk_mode = ~(p1 <= jnp.maximum(bud - g["a"] * g["f_dec"], 1.0))
-    per_tok = jnp.where(chunk_mode, (tf + tt * bud) / jnp.maximum(bud - g["a"] * g["f_dec"], 1.0),
-                        tt + tc)
-    var_tp = per_tok**2 * (p2 - p1 * p1) \
-        + (tt + tc) ** 2 * lam * p2 * g["u"] * g["et2"] / g["t_bar"]
-    var_base = jnp.maximum(var_resid, 0.0) + var_tp + (m2 - 1.0) * tp * tp
-    base = resid + tp
-    base_min = tf + tt + tc  # the shortest prefill step (a 1-token prompt)
-    base_p = base_min + _wh_quantile(jnp.maximum(base - base_min, 0.0), var_base, z)
-    # waiting for a slot: 0 with probability 1 - P_wait, else ~ exponential (M/M/c), mean
-    # w_q / P_wait; its q-quantile, combined with the rest's excess in quadrature
-    w_cond = safe_div(w_q, g["p_wait"], g["p_wait"] > 1e-12, 0.0)
-    tail = jnp.log(jnp.maximum(g["p_wait"], 1e-300) / (1.0 - q))
-    wq_p = jnp.where(g["p_wait"] > 1.0 - q, w_cond * tail, 0.0)
-    ttft_p = w_q + base + jnp.sqrt((base_p - base) ** 2 + jnp.maximum(wq_p - w_q, 0.0) ** 2)
-    var_ttft = var_base + w_q * w_q * (2.0 / jnp.maximum(g["p_wait"], 1e-12) - 1.0)
+    pf = t_prefill(g, td)
+    # q-quantile excesses over the means of the independent parts, added in quadrature:
+    # the own prompt (its lognormal quantile, exactly: the prefill time is linear in P),
+    # the step in progress and the companions' prompts (a gamma law), the prompt backlog
+    # ahead (chunked: waits with probability rho_pf, then ~ exponential) and the slot wait
+    # (with probability P_wait, then ~ exponential: M/M/c)
+    s_p, mu_p = _lognormal(p1, pcv)
+    p_q = jnp.where(pcv > 0.0, jnp.exp(mu_p + s_p * z), p1)
+    x_own = pf["per_tok"] * jnp.maximum(p_q - p1, 0.0)
+    var_resid = jnp.maximum(g["u"] * g["et2"] / 3.0 - resid * resid, 0.0)
+    var_comp = (tt + tc) ** 2 * lam * p2 * g["u"] * g["et2"] / g["t_bar"]
+    mix = resid + (tt + tc) * pf["comp"]
+    x_mix = _wh_quantile(mix, var_resid + var_comp + (m2 - 1.0) * tp * tp, z) - mix
+
+    def exp_mixture_excess(mean, prob):
+        cond = safe_div(mean, prob, prob > 1e-12, 0.0)
+        tail = jnp.log(jnp.maximum(prob, 1e-300) / (1.0 - q))
+        return jnp.maximum(jnp.where(prob > 1.0 - q, cond * tail, 0.0) - mean, 0.0)
+
+    x_pf = exp_mixture_excess(pf["wait_pf"], pf["rho_pf"])
+    x_wq = exp_mixture_excess(w_q, g["p_wait"])
+    ttft_p = ttft + jnp.sqrt(x_own**2 + jnp.maximum(x_mix, 0.0) ** 2 + x_pf**2 + x_wq**2)
+    var_ttft = (pf["per_tok"] ** 2 * (p2 - p1 * p1) + var_resid + var_comp
+                + pf["wait_pf"] ** 2 * (2.0 / jnp.maximum(pf["rho_pf"], 1e-12) - 1.0)
+                + w_q * w_q * (2.0 / jnp.maximum(g["p_wait"], 1e-12) - 1.0))
+    var_ttft = jnp.where(pf["rho_pf"] > 0.0, var_ttft, var_ttft - pf["wait_pf"] ** 2)
 
     # -- TPOT -----------------------------------------------------------------------------------
-    var_fast = g["var_t"] * inv_o
-    var_slow = 0.5 * (tt * g["f_dec"] + tc * c_bar) ** 2 * g["var_r"]
-    # a step never takes less than t_f + t_t: a gamma law shifted to that floor
+    # A request's TPOT averages its O - 1 steps: the fast part of the step-time variance
+    # (prompt bursts, noise) shrinks as 1 / (O - 1), the burst of prompts that arrived
+    # during its own prefill step is spread over its O - 1 steps, and the running count
+    # drifts slowly over its life. Quantile of the mixture over O (3-point rule in log O)
+    # of gamma laws (Wilson-Hilferty CDF), shifted to the shortest step t_f + t_t.
     t_min = tf + tt
-    tpot_p = t_min + _wh_quantile(jnp.maximum(td - t_min, 0.0), var_fast + var_slow, z)
+    var_slow = 0.5 * (tt * g["f_dec"] + tc * c_bar) ** 2 * g["var_r"]
+    burst_var = (tt + tc) ** 2 * lam * p2 * jnp.maximum(pf["last"], 0.0)
+    gh = jnp.array([-1.0, 0.0, 1.0]) * jnp.sqrt(3.0)
+    wts = jnp.array([1.0, 4.0, 1.0]) / 6.0
+    o_nodes = jnp.maximum(jnp.exp(mu_o + s_o * gh), 1.0)
+    var_nodes = g["var_t"] / o_nodes + burst_var / (o_nodes * o_nodes) + var_slow
+    mean_ex = jnp.maximum(td - t_min, 1e-300)
+
+    def wh_cdf(x, var):
+        a9 = jnp.maximum(var / (mean_ex * mean_ex), 1e-12) / 9.0  # 1 / (9 a)
+        r = jnp.cbrt(jnp.maximum(x, 0.0) / mean_ex)
+        return ndtr((r - (1.0 - a9)) / jnp.sqrt(a9))
+
+    def tpot_cdf(x):
+        return jnp.sum(wts * wh_cdf(x - t_min, var_nodes))
+
+    def bis_t(_, lohi):
+        lo, hi = lohi
+        mid = 0.5 * (lo + hi)
+        below = tpot_cdf(mid) < q
+        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+    hi_t = t_min + mean_ex * (1.0 + 10.0 * jnp.sqrt(jnp.max(var_nodes)) / mean_ex) + 1e-12
+    lo_t, hi_t = lax.fori_loop(0, N_BISECT, bis_t, (t_min, hi_t))
+    tpot_p = 0.5 * (lo_t + hi_t)
+    var_fast = jnp.sum(wts * (var_nodes - var_slow))
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
     e2e = ttft + (o1 - 1.0) * td
