@@ -19,14 +19,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import numpy as np  # noqa: E402
+import cb_reference as ref
+import numpy as np
 
-import cb_reference as ref  # noqa: E402
-from sweep.models import cb_sim  # noqa: E402
+from sweep.models import cb_sim
 
 
 def scenario_grid(n: int, seed: int = 0) -> dict[str, np.ndarray]:

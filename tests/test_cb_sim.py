@@ -13,6 +13,7 @@ import pytest
 jax.config.update("jax_enable_x64", True)
 
 import cb_reference as ref  # noqa: E402
+
 from sweep.models import cb_sim  # noqa: E402
 from sweep.models.cb_sim import (  # noqa: E402
     CBSimSettings,
@@ -90,7 +91,7 @@ def test_hand_traced_small_case():
     step 3  decode r2: n_tok 1, n_ctx 1 + 1 = 2: T = 1.12, end 4.92
     step 4  decode r2: n_ctx 1 + 2 = 3: T = 1.13, end 6.05 = r2's finish (3 tokens).
     """
-    r, j, n = _both([0.0, 0.5, 0.6], np.array([3, 2, 1]), np.array([2, 1, 3]), cap=2,
+    _r, j, n = _both([0.0, 0.5, 0.6], np.array([3, 2, 1]), np.array([2, 1, 3]), cap=2,
                     t_fixed=1.0, t_token=0.1, t_ctx=0.01)
     np.testing.assert_allclose(j["first_s"][:n], [1.33, 2.69, 3.80], rtol=1e-12)
     np.testing.assert_allclose(j["finish_s"][:n], [2.69, 2.69, 6.05], rtol=1e-12)
@@ -113,7 +114,7 @@ def test_chunked_prefill_hand():
     step 2: r0 2 (done: first token at 3), r1 2 (1 left).    n_tok 4, n_ctx 10 + 2 = 12
     step 3: decode r0 (1), budget 3: r1 1 (done).             n_tok 2, n_ctx 10 + 1 + 3 = 14
             end 4: r0's 2nd token (leaves), r1's first and only token (leaves)."""
-    r, j, n = _both([0.0, 0.0], np.array([10, 3]), np.array([2, 1]), cap=2,
+    _r, j, n = _both([0.0, 0.0], np.array([10, 3]), np.array([2, 1]), cap=2,
                     max_batched_tokens=4, t_fixed=1.0, t_token=0.0)
     np.testing.assert_allclose(j["first_s"][:n], [3.0, 4.0], rtol=1e-12)
     np.testing.assert_allclose(j["finish_s"][:n], [4.0, 4.0], rtol=1e-12)
@@ -129,7 +130,7 @@ def test_kv_blocked_admission_no_skipping():
     is behind r1: nobody skips. r0: first token 1, decodes end 2, 3, 4, 5 (finish 5).
     step at 5: r1 and r2 admitted, prefilled: first tokens at 6; r2 leaves at 6; r1
     decodes end 7, 8."""
-    r, j, n = _both([0.0, 0.1, 0.2], np.array([10, 3, 1]), np.array([5, 3, 1]), cap=8,
+    _r, j, n = _both([0.0, 0.1, 0.2], np.array([10, 3, 1]), np.array([5, 3, 1]), cap=8,
                     kv_capacity=20.0, t_fixed=1.0, t_token=0.0)
     np.testing.assert_allclose(j["admit_s"][:n], [0.0, 5.0, 5.0])
     np.testing.assert_allclose(j["first_s"][:n], [1.0, 6.0, 6.0])
@@ -143,7 +144,7 @@ def test_oversized_request_rejected_at_the_head():
     r1 (P 30, O 1: 31 > C) arrives at 0.5: at the step start 1 it reaches the head and is
     rejected although no slot is free; r2 behind it (P 1, O 1) waits for the slot:
     admitted at 3, first token and finish at 4."""
-    r, j, n = _both([0.0, 0.5, 0.6], np.array([2, 30, 1]), np.array([3, 1, 1]), cap=1,
+    _r, j, n = _both([0.0, 0.5, 0.6], np.array([2, 30, 1]), np.array([3, 1, 1]), cap=1,
                     kv_capacity=20.0, t_fixed=1.0, t_token=0.0)
     np.testing.assert_array_equal(j["status"][:n], [0, 2, 0])
     np.testing.assert_allclose(j["finish_s"][[0, 2]], [3.0, 4.0])
@@ -156,7 +157,7 @@ def test_finite_queue_drops_and_the_tie_convention():
     queue at the step start 2 and finds r1 waiting: dropped; r4 at exactly 3.0 = a step
     start is in time for it, joins before admission, finds r1 still waiting: dropped.
     r1 admitted at 3."""
-    r, j, n = _both([0.0, 0.1, 0.2, 1.5, 3.0], np.array([1, 1, 1, 1, 1]),
+    _r, j, n = _both([0.0, 0.1, 0.2, 1.5, 3.0], np.array([1, 1, 1, 1, 1]),
                     np.array([3, 1, 1, 1, 1]), cap=1, queue_capacity=1.0, t_fixed=1.0,
                     t_token=0.0)
     np.testing.assert_array_equal(j["status"][:n], [0, 0, 1, 1, 1])
@@ -178,7 +179,7 @@ def test_paged_rounding_changes_admission():
 def test_output_of_one_token_leaves_at_its_prefill_step():
     rng = np.random.default_rng(4)
     a = np.sort(rng.uniform(0, 5, 30))
-    r, j, n = _both(a, rng.integers(1, 50, 30), np.ones(30, int), cap=4, max_batched_tokens=32,
+    _r, j, n = _both(a, rng.integers(1, 50, 30), np.ones(30, int), cap=4, max_batched_tokens=32,
                     t_fixed=0.05, t_token=0.01, t_ctx=1e-3)
     ok = j["status"][:n] == 0
     np.testing.assert_array_equal(j["first_s"][:n][ok], j["finish_s"][:n][ok])
@@ -191,7 +192,7 @@ def test_service_noise_is_replayed():
     z = rng.standard_normal(4000)
     kw = dict(cap=3, max_batched_tokens=16, kv_capacity=200.0, block_tokens=4, t_fixed=0.05,
               t_token=0.01, t_ctx=1e-4, service_cv=0.7, z=z)
-    r, j, n = _both(a, rng.integers(1, 30, 40), rng.integers(1, 20, 40), **kw)
+    r, _j, _n = _both(a, rng.integers(1, 30, 40), rng.integers(1, 20, 40), **kw)
     d = np.array(r.step_dur)
     base = 0.05 + 0.01 * np.array(r.step_tok) + 1e-4 * np.array(r.step_ctx)
     s2 = math.log1p(0.49)

@@ -72,17 +72,15 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 from jax import Array, lax
-from jax.scipy.special import ndtr, ndtri
+from jax.scipy.special import ndtri
 
-from sweep._numerics import gammainc_pq, poisson_pmf, safe_div
+from sweep._numerics import poisson_tails, safe_div
 
-__all__ = ["cb_point", "N_FIXED", "N_BISECT"]
+__all__ = ["N_FIXED", "cb_point"]
 
 INF = jnp.inf
 #: damped fixed-point iterations for (T_d, T_p, A)
-N_FIXED = 40
-#: bisection steps for the E2E quantile
-N_BISECT = 40
+N_FIXED = 16
 
 
 def _f64(x) -> Array:
@@ -104,18 +102,15 @@ def _erlang(c, a):
     regularized incomplete gamma function, so c need not be an integer).
 
     Returns (P_wait = Erlang C, P(R = 0), E[R^2]) with R = min(customers, c) the busy
-    servers: below c the state law is p0 a^k / k!, at c the rest (P_wait)."""
+    servers: below c the state law is p0 a^k / k!, at c the rest (P_wait). All tails come
+    from ONE incomplete-gamma evaluation (`poisson_tails`)."""
     a = jnp.maximum(a, 1e-300)
     rho = jnp.clip(a / c, 0.0, 1.0 - 1e-12)
-    _, q_c = gammainc_pq(c + 1.0, a)  # P(Q <= c), Q ~ Poisson(a)
-    pmf_c = poisson_pmf(c, a)
+    _, lower = poisson_tails(c, a)  # P(Q <= c - 4 + i), i = 0..5, Q ~ Poisson(a)
+    q_c, q_c1, q_c2, q_c3 = lower[4], lower[3], lower[2], lower[1]
+    pmf_c = jnp.maximum(q_c - q_c1, 0.0)
     erl_b = safe_div(pmf_c, q_c, q_c > 0.0, 1.0)
     erl_c = erl_b / (1.0 - rho * (1.0 - erl_b))
-    _, q_c1 = gammainc_pq(c, a)  # P(Q <= c - 1)
-    _, q_c2 = gammainc_pq(jnp.maximum(c - 1.0, 1.0), a)  # P(Q <= c - 2)
-    q_c2 = jnp.where(c - 1.0 >= 1.0, q_c2, 0.0)
-    _, q_c3 = gammainc_pq(jnp.maximum(c - 2.0, 1.0), a)  # P(Q <= c - 3)
-    q_c3 = jnp.where(c - 2.0 >= 1.0, q_c3, 0.0)
     scale = safe_div(1.0 - erl_c, q_c1, q_c1 > 0.0, 0.0)  # p0 e^a
     p0 = scale * jnp.exp(-a)
     er2 = scale * (a * a * q_c3 + a * q_c2) + c * c * erl_c
@@ -182,12 +177,18 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     m2 = 1.0 + cv * cv
 
     # -- fixed point (T_d, T_p, A) ------------------------------------------------------------
-    def parts(td, tp):
+    def parts(td, tp, exact=True):
         es = tp + (o1 - 1.0) * td
         # steps are longest at full occupancy, so E[S] <= c / capacity: the occupancy
         # cannot exceed c lam / capacity (< c wherever the point is sustainable)
         a_load = jnp.minimum(lam * es, c * jnp.minimum(lam / capacity, 1.0 - 1e-9))
-        p_wait, p0, er2 = _erlang(c, a_load)
+        if exact:  # Erlang's state law (one incomplete-gamma evaluation)
+            p_wait, p0, er2 = _erlang(c, a_load)
+        else:  # inside the iteration: Poisson occupancy, Sakasegawa's P_wait (no gamma)
+            rho_c = a_load / c
+            p_wait = rho_c ** (jnp.sqrt(2.0 * (c + 1.0)) - 1.0)
+            p0 = jnp.exp(-a_load)
+            er2 = jnp.minimum(a_load * (a_load + 1.0), c * a_load)
         u = jnp.clip(1.0 - p0, 1e-12, 1.0)
         r_seen = jnp.clip(er2 / a_load, 1.0, c)
         slack = jnp.maximum(1.0 - rho_tok / u, 1e-9)
@@ -241,16 +242,15 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
 
     def update(_, st):
         td, tp = st
-        g = parts(td, tp)
+        g = parts(td, tp, exact=False)
         pf = t_prefill(g, td)
-        tp_new = pf["tp"]
         burst = (tt + tc) * lam * p1 * jnp.maximum(pf["last"] - td, 0.0) * inv_o
         td_free = (t_own + burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
         td_sat = (t_own + burst) / jnp.maximum(1.0 - rho_cap, 1e-9)
         td_new = (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free)
-        return 0.5 * (td + td_new), 0.5 * (tp + tp_new)
+        return 0.5 * (td + td_new), 0.5 * (tp + pf["tp"])
 
-    td0 = tf + tt + tc * (p1 + 0.5 * o1)
+    td0 = t_own / jnp.maximum(1.0 - rho_tok, 1e-9)
     tp0 = tf + (tt + tc) * p1
     td, tp = lax.fori_loop(0, N_FIXED, update, (td0, tp0))
     g = parts(td, tp)
@@ -283,73 +283,30 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     x_pf = exp_mixture_excess(pf["wait_pf"], pf["rho_pf"])
     x_wq = exp_mixture_excess(w_q, g["p_wait"])
     ttft_p = ttft + jnp.sqrt(x_own**2 + jnp.maximum(x_mix, 0.0) ** 2 + x_pf**2 + x_wq**2)
-    var_ttft = (pf["per_tok"] ** 2 * (p2 - p1 * p1) + var_resid + var_comp
-                + pf["wait_pf"] ** 2 * (2.0 / jnp.maximum(pf["rho_pf"], 1e-12) - 1.0)
-                + w_q * w_q * (2.0 / jnp.maximum(g["p_wait"], 1e-12) - 1.0))
-    var_ttft = jnp.where(pf["rho_pf"] > 0.0, var_ttft, var_ttft - pf["wait_pf"] ** 2)
-
     # -- TPOT -----------------------------------------------------------------------------------
     # A request's TPOT averages its O - 1 steps: the fast part of the step-time variance
     # (prompt bursts, noise) shrinks as 1 / (O - 1), the burst of prompts that arrived
-    # during its own prefill step is spread over its O - 1 steps, and the running count
-    # drifts slowly over its life. Quantile of the mixture over O (3-point rule in log O)
-    # of gamma laws (Wilson-Hilferty CDF), shifted to the shortest step t_f + t_t.
+    # during its own prefill step is spread over its O - 1 steps (1 / (O - 1)^2), and the
+    # running count drifts slowly over its life. A gamma law shifted to the shortest step
+    # t_f + t_t, matched to that mean and variance.
     t_min = tf + tt
     var_slow = 0.5 * (tt * g["f_dec"] + tc * c_bar) ** 2 * g["var_r"]
     burst_var = (tt + tc) ** 2 * lam * p2 * jnp.maximum(pf["last"], 0.0)
-    gh = jnp.array([-1.0, 0.0, 1.0]) * jnp.sqrt(3.0)
-    wts = jnp.array([1.0, 4.0, 1.0]) / 6.0
-    o_nodes = jnp.maximum(jnp.exp(mu_o + s_o * gh), 1.0)
-    var_nodes = g["var_t"] / o_nodes + burst_var / (o_nodes * o_nodes) + var_slow
-    mean_ex = jnp.maximum(td - t_min, 1e-300)
-
-    def wh_cdf(x, var):
-        a9 = jnp.maximum(var / (mean_ex * mean_ex), 1e-12) / 9.0  # 1 / (9 a)
-        r = jnp.cbrt(jnp.maximum(x, 0.0) / mean_ex)
-        return ndtr((r - (1.0 - a9)) / jnp.sqrt(a9))
-
-    def tpot_cdf(x):
-        return jnp.sum(wts * wh_cdf(x - t_min, var_nodes))
-
-    def bis_t(_, lohi):
-        lo, hi = lohi
-        mid = 0.5 * (lo + hi)
-        below = tpot_cdf(mid) < q
-        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
-
-    hi_t = t_min + mean_ex * (1.0 + 10.0 * jnp.sqrt(jnp.max(var_nodes)) / mean_ex) + 1e-12
-    lo_t, hi_t = lax.fori_loop(0, N_BISECT, bis_t, (t_min, hi_t))
-    tpot_p = 0.5 * (lo_t + hi_t)
-    var_fast = jnp.sum(wts * (var_nodes - var_slow))
+    inv_o2 = jnp.minimum(jnp.exp(-2.0 * mu_o + 2.0 * s_o * s_o), 1.0)  # E[1 / (O - 1)^2]
+    var_fast = g["var_t"] * inv_o + burst_var * inv_o2
+    tpot_p = t_min + _wh_quantile(jnp.maximum(td - t_min, 0.0), var_fast + var_slow, z)
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
+    # q-quantile excesses over the mean added in quadrature: the output length (its exact
+    # lognormal quantile times T_d), the TTFT, and the request's own TPOT deviation over
+    # its O - 1 steps.
     e2e = ttft + (o1 - 1.0) * td
-    sd_ttft = jnp.sqrt(var_ttft)
-    sd_tpot = jnp.sqrt(var_fast + var_slow)
     s_full, mu_full = _lognormal(o1, ocv)
-    w3 = jnp.array([1.0, 4.0, 1.0]) / 6.0
-    offs = jnp.array([-1.0, 0.0, 1.0]) * jnp.sqrt(3.0)  # 3-point gauss: mean, variance exact
-
-    def cdf(x):
-        tt_pts = jnp.maximum(ttft + offs * sd_ttft, 0.0)
-        tp_pts = jnp.maximum(td + offs * sd_tpot, 1e-300)
-        o_need = 1.0 + (x - tt_pts[:, None]) / tp_pts[None, :]  # O <= o_need
-        pos = o_need > 0.0
-        lz = (jnp.log(jnp.where(pos, o_need, 1.0)) - mu_full) / jnp.where(ocv > 0, s_full, 1.0)
-        p_o = jnp.where(ocv > 0, ndtr(lz), (o_need >= o1).astype(jnp.float64))
-        p_o = jnp.where(pos, p_o, 0.0)
-        return jnp.sum(w3[:, None] * w3[None, :] * p_o)
-
-    hi0 = (ttft + 4.0 * sd_ttft) + (td + 4.0 * sd_tpot) * o1 * jnp.exp(4.0 * s_full) + 1e-12
-
-    def bis(_, lohi):
-        lo, hi = lohi
-        mid = 0.5 * (lo + hi)
-        below = cdf(mid) < q
-        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
-
-    lo, hi = lax.fori_loop(0, N_BISECT, bis, (jnp.zeros_like(hi0), hi0))
-    e2e_p = 0.5 * (lo + hi)
+    o_q = jnp.where(ocv > 0.0, jnp.exp(mu_full + s_full * z), o1)
+    x_o = td * jnp.maximum(o_q - o1, 0.0)
+    x_t = jnp.maximum(ttft_p - ttft, 0.0)
+    x_d = (o1 - 1.0) * z * jnp.sqrt(var_slow + g["var_t"] / jnp.maximum(o1 - 1.0, 1.0))
+    e2e_p = e2e + jnp.sqrt(x_o**2 + x_t**2 + jnp.maximum(x_d, 0.0) ** 2)
 
     def gate(x):
         return jnp.where(ok, x, INF)

@@ -89,11 +89,11 @@ __all__ = [
     "PARAM_KEYS",
     "CBSimSettings",
     "CBSimulationError",
+    "lengths",
+    "replication_draws",
     "simulate_continuous",
     "simulate_requests",
-    "replication_draws",
     "step_normals",
-    "lengths",
     "student_t975",
 ]
 
