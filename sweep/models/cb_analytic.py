@@ -52,17 +52,33 @@ Derivation
    tokens per step (compound Poisson, ``Var = lam T_bar E[P^2]`` tokens^2), the running
    count (Erlang variance) and the service noise (``cv^2 T^2``). ``T_d``, ``T_p`` and
    ``A`` form a fixed point solved by ``N_FIXED`` damped iterations from the light-load
-   values (it contracts: each map is increasing with slope < 1 wherever ``A < c``).
+   values; inside the iteration the occupancy is Poisson and ``P_wait`` Sakasegawa's
+   ``rho^(sqrt(2 (c + 1)) - 1)`` (no special function), and Erlang's exact law is
+   evaluated once at the solution. The occupancy is capped by throughput: steps are
+   longest at full occupancy, so ``E[S] <= c / capacity_rps`` and ``A <= c lam /
+   capacity_rps``.
 6. **Sustainability** (``stable``): at full occupancy every step holds ``c`` sequences,
    so from step 1 with ``u = 1`` and ``sigma = lam E[D] / c``:
    ``capacity_rps = 1 / (t_f E[D] / c + rho_tok / lam)``, and, with a finite budget,
    prompts must fit: ``lam p1 T_sat <= M - decoders``. ``stable = lam < capacity_rps``.
-7. **Percentiles.** TTFT: a gamma law matched to its mean and variance (Wilson-Hilferty
-   quantile). TPOT: a gamma law around ``T_d`` whose variance is the step-time variance
-   averaged over ``O - 1`` steps plus the slow variation of the running count over a
-   request's life. E2E ``= TTFT + (O - 1) TPOT``: the q-quantile of a 3 x 3 mixture
-   (TTFT and TPOT at their mean -+ one s.d.) over the exact lognormal law of ``O``,
-   by fixed-step bisection.
+7. **Percentiles.** TTFT: the mean plus the q-quantile excesses of its independent parts
+   in quadrature: the own prompt (exact lognormal quantile of ``P`` times the prefill
+   time per token), the step in progress with the companions' prompts (a gamma law), the
+   chunked-prefill backlog and the slot wait (each zero with probability ``1 - rho``,
+   else exponential). TPOT: a gamma law shifted to the shortest step ``t_f + t_t``, with
+   the step-time variance averaged over ``O - 1`` steps (``E[1 / (O - 1)]``), the arrival
+   burst spread over them (``E[1 / (O - 1)^2]``) and half the running count's variance
+   (its slow drift over a life). E2E ``= TTFT + (O - 1) TPOT``: the mean plus, in
+   quadrature, ``T_d`` times the exact lognormal excess of ``O``, the TTFT excess and the
+   request's own TPOT deviation.
+
+Accuracy (benchmarks/cb_accuracy.py, docs/continuous.md): decode-dominated engines,
+caps, chunked budgets and long outputs meet SPEC 10's targets; it misses where prompt
+prefill dominates the step (``t_t P >> t_f``: TPOT up to -12% in the mean, -35% at
+P90, TTFT up to +40%: arrival bursts correlate with the decoders' lives) and where the
+KV capacity binds with widely spread reservations (TTFT -40..-60%: head-of-line
+blocking by large reservations is stronger than the M/G/c slot model with a
+``E_sb[r] / E[r]`` factor).
 
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
 the exact integer rounding of lengths; see docs/continuous.md for what neither models.
