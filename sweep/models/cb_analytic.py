@@ -227,19 +227,22 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         comp = lam * p1 * g["u"] * g["et2"] / g["t_bar"]
         b_step = jnp.maximum(bud - dec_a, 1.0)
         one_step = tf + tt * (dec_a + p1 + comp) + tc * (ctx_a + p1 + comp)
-        # chunked: prompt work ahead (M/G/1 backlog in tokens; a step serving prompts
-        # carries B of them and lasts `full`) + own prompt, B per step
+        # chunked: prompt work ahead (M/G/1 backlog in tokens) + own prompt, processed at B
+        # tokens per step: each token costs t_t + t_c, each step t_f plus its decoders,
+        # and the own prompt ends on average half a step into the budget (ceil)
         full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
-        rho_pf = jnp.minimum(lam * p1 * full / b_step, 0.999)
+        step_base = tf + tt * dec_a + tc * ctx_a
+        per_tok_c = step_base / b_step + tt + tc
+        rho_pf = jnp.minimum(lam * p1 * per_tok_c, 0.999)
         backlog = rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf))
         steps = (backlog + p1) / b_step + 0.5
-        chunked = steps * full
+        chunked = steps * step_base + (tt + tc) * (backlog + p1)
         single = p1 + comp <= b_step
         return dict(tp=jnp.where(single, one_step, jnp.maximum(one_step, chunked)),
                     last=jnp.where(single, one_step, full),
-                    wait_pf=jnp.where(single, 0.0, backlog / b_step * full),
+                    wait_pf=jnp.where(single, 0.0, backlog * per_tok_c),
                     rho_pf=jnp.where(single, 0.0, rho_pf),
-                    per_tok=jnp.where(single, tt + tc, full / b_step),
+                    per_tok=jnp.where(single, tt + tc, per_tok_c),
                     comp=comp)
 
     # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
