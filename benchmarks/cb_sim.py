@@ -95,7 +95,9 @@ def main() -> None:
                    block_tokens=p["block_tokens"][i], queue_capacity=p["queue_capacity"][i],
                    t_fixed=p["t_fixed"][i], t_token=p["t_token"][i], t_ctx=p["t_ctx"][i],
                    service_cv=p["service_cv"][i])
-        z = cb_sim.step_normals(st, int(i), 0, int(40 * oo.sum() // max(1, p["cap"][i])) + 10_000)
+        # steps <= sum(O) + sum(P) / M (a step emits a token or fills the budget)
+        n_steps = int(oo.sum() + pp.sum() / p["max_batched_tokens"][i]) + 10
+        z = cb_sim.step_normals(st, int(i), 0, n_steps)
         pi, oi = pp.astype(int).tolist(), oo.astype(int).tolist()
         t = time.perf_counter()
         r = ref.simulate(a, pi, oi, kv_capacity=p["kv_capacity_tokens"][i], z=z, **eng)

@@ -52,7 +52,9 @@ Derivation
    tokens per step (compound Poisson, ``Var = lam T_bar E[P^2]`` tokens^2), the running
    count (Erlang variance) and the service noise (``cv^2 T^2``). ``T_d``, ``T_p`` and
    ``A`` form a fixed point solved by ``N_FIXED`` damped iterations from the light-load
-   values; inside the iteration the occupancy is Poisson and ``P_wait`` Sakasegawa's
+   values (weight ``DAMP`` on the new iterate for the first half, 0.3 after: 1e-6
+   relative at the 99th percentile of random inputs, 5e-3 at worst, next to saturation);
+   inside the iteration the occupancy is Poisson and ``P_wait`` Sakasegawa's
    ``rho^(sqrt(2 (c + 1)) - 1)`` (no special function), and Erlang's exact law is
    evaluated once at the solution. The occupancy is capped by throughput: steps are
    longest at full occupancy, so ``E[S] <= c / capacity_rps`` and ``A <= c lam /
@@ -90,13 +92,15 @@ import jax.numpy as jnp
 from jax import Array, lax
 from jax.scipy.special import ndtri
 
-from sweep._numerics import poisson_tails, safe_div
+from sweep._numerics import gammainc_pq, poisson_pmf, safe_div
 
-__all__ = ["N_FIXED", "cb_point"]
+__all__ = ["DAMP", "N_FIXED", "cb_point"]
 
 INF = jnp.inf
-#: damped fixed-point iterations for (T_d, T_p, A)
-N_FIXED = 16
+#: damped fixed-point iterations for (T_d, T_p)
+N_FIXED = 12
+#: weight of the new iterate in the damped fixed-point update
+DAMP = 0.85
 
 
 def _f64(x) -> Array:
@@ -118,13 +122,20 @@ def _erlang(c, a):
     regularized incomplete gamma function, so c need not be an integer).
 
     Returns (P_wait = Erlang C, P(R = 0), E[R^2]) with R = min(customers, c) the busy
-    servers: below c the state law is p0 a^k / k!, at c the rest (P_wait). All tails come
-    from ONE incomplete-gamma evaluation (`poisson_tails`)."""
+    servers: below c the state law is p0 a^k / k!, at c the rest (P_wait). One
+    incomplete-gamma and one log-gamma evaluation: ``P(Q <= c)`` and ``P(Q = c)``, then the
+    lower tails by subtracting ``P(Q = c - j)`` from the recurrence
+    ``P(Q = k - 1) = P(Q = k) k / a`` (safe: each tail is a difference of larger terms only
+    where the tail itself is tiny beside 1, i.e. where its relative error cannot matter)."""
     a = jnp.maximum(a, 1e-300)
     rho = jnp.clip(a / c, 0.0, 1.0 - 1e-12)
-    _, lower = poisson_tails(c, a)  # P(Q <= c - 4 + i), i = 0..5, Q ~ Poisson(a)
-    q_c, q_c1, q_c2, q_c3 = lower[4], lower[3], lower[2], lower[1]
-    pmf_c = jnp.maximum(q_c - q_c1, 0.0)
+    _, q_c = gammainc_pq(c + 1.0, a)  # P(Q <= c), Q ~ Poisson(a)
+    pmf_c = poisson_pmf(c, a)
+    pmf_1 = pmf_c * c / a
+    pmf_2 = pmf_1 * jnp.maximum(c - 1.0, 0.0) / a
+    q_c1 = jnp.maximum(q_c - pmf_c, 0.0)
+    q_c2 = jnp.where(c >= 2.0, jnp.maximum(q_c1 - pmf_1, 0.0), 0.0)
+    q_c3 = jnp.where(c >= 3.0, jnp.maximum(q_c2 - pmf_2, 0.0), 0.0)
     erl_b = safe_div(pmf_c, q_c, q_c > 0.0, 1.0)
     erl_c = erl_b / (1.0 - rho * (1.0 - erl_b))
     scale = safe_div(1.0 - erl_c, q_c1, q_c1 > 0.0, 0.0)  # p0 e^a
@@ -267,7 +278,10 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         td_free = (t_own + burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
         td_sat = (t_own + burst) / jnp.maximum(1.0 - rho_cap, 1e-9)
         td_new = (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free)
-        return 0.5 * (td + td_new), 0.5 * (tp + pf["tp"])
+        # fast steps first; then heavy damping breaks the 2-cycles that the undamped map
+        # can fall into next to saturation (where P_wait switches T_d to full occupancy)
+        w = jnp.where(_ < N_FIXED // 2, DAMP, 0.3)
+        return (1.0 - w) * td + w * td_new, (1.0 - w) * tp + w * pf["tp"]
 
     td0 = t_own / jnp.maximum(1.0 - rho_tok, 1e-9)
     tp0 = tf + (tt + tc) * p1
