@@ -56,7 +56,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--replications", type=int, default=4)
     ap.add_argument("--python-lanes", type=int, default=8)
-    ap.add_argument("--max-lanes", type=int, default=256)
+    ap.add_argument("--max-lanes", type=int, default=512, help="replications per chunk")
+    ap.add_argument("--lanes", type=int, default=64, help="lanes running them")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="a few seconds: smoke test")
     args = ap.parse_args()
@@ -71,14 +72,15 @@ def main() -> None:
     print(f"# sweep.models.cb_sim benchmark (jax {jax.__version__}, {jax.devices()[0].platform}, "
           f"{os.cpu_count()} CPUs visible, load {os.getloadavg()[0]:.1f})")
     print(f"# {s} scenarios x {st.replications} replications x "
-          f"{st.warmup + st.n_requests} arrivals; lanes per chunk <= {args.max_lanes}\n")
+          f"{st.warmup + st.n_requests} arrivals; {args.lanes} lanes, <= {args.max_lanes} "
+          "replications per chunk\n")
     t = time.perf_counter()
-    res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes)
+    res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes, lanes=args.lanes)
     first = time.perf_counter() - t
     runs = []
     for _ in range(args.repeats):
         t = time.perf_counter()
-        res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes)
+        res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes, lanes=args.lanes)
         runs.append(time.perf_counter() - t)
     wall = min(runs)
     jax_steps = float(np.sum(res["steps"]) * st.replications)
@@ -115,7 +117,7 @@ def main() -> None:
     print("|------------------------------------|-------------:|---------:|------")
     print(f"| JAX first call (compile + run)     |              | {first:8.2f} | "
           f"compile ~ {first - wall:.1f} s")
-    print(f"| JAX, {lanes:4d} lanes                    | {jax_rate:12,.0f} | {wall:8.2f} | "
+    print(f"| JAX, {lanes:4d} replications         | {jax_rate:12,.0f} | {wall:8.2f} | "
           f"{jax_steps:,.0f} steps, best of {len(runs)}")
     print(f"| Python reference, {len(idx):3d} lanes        | {py_rate:12,.0f} | {py_time:8.2f} | "
           f"{py_steps:,} steps, same draws")

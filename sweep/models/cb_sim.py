@@ -115,7 +115,8 @@ _STATS = ("ttft_mean", "tpot_mean", "e2e_mean", "ttft_p", "tpot_p", "e2e_p", "me
           "step_mean", "output_tok_s", "kv_util", "kv_cached_util", "drop_rate")
 _MEM_BUDGET = 1 << 30  # bytes of per-request device buffers per chunk
 _BYTES_PER_REQUEST = 112  # per lane and request: draws, state, outputs
-_DEFAULT_MAX_LANES = 256
+_DEFAULT_MAX_LANES = 512  # replications (jobs) per compiled chunk
+_DEFAULT_LANES = 64  # lanes simulating them: a lane that finishes a job takes the next
 _TRACES = 0  # compilations of the batched kernel (tests count them)
 
 
@@ -162,13 +163,17 @@ class _Out(NamedTuple):
 
 
 def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int,
-         any_queue: bool, max_iters: jax.Array) -> _Out:
-    """Simulate L lanes. ``a``, ``prompt``, ``output`` float64[L, n] (sorted arrivals,
-    integer-valued lengths); ``noise(k)`` -> float64[L] standard normals of step ``k``
-    (int32[L]); ``t0``/``t1`` float64[L] the measurement span; ``ring`` (static) a power
-    of two > max O; ``record`` (static) per-step records kept (0 = none); ``any_queue``
-    (static) whether some lane has a finite queue capacity (False skips the arrival slot:
-    every arrival joins).
+         any_queue: bool, max_iters: jax.Array, n_lanes: int) -> _Out:
+    """Simulate J jobs (replications) on ``n_lanes`` (static, <= J) lanes. ``a``,
+    ``prompt``, ``output`` float64[J, n] (sorted arrivals, integer-valued lengths); ``p``
+    float64[J] per job; ``noise(k, job)`` -> float64[L] standard normals of step ``k`` of
+    each lane's job (int32[L] both); ``t0``/``t1`` float64[J] the measurement span;
+    ``ring`` (static) a power of two > max O; ``record`` (static) per-step records kept
+    for lane 0's first job (0 = none); ``any_queue`` (static) whether some job has a finite
+    queue capacity (False skips the arrival slot: every arrival joins).
+
+    A lane that finishes its job takes the next one (a work queue): lanes never idle while
+    jobs remain, however different their step counts.
 
     One loop iteration handles, per lane, at most one event of each kind, in SPEC order:
     fix the step start (phase 0), one arrival joining or dropped, one head of the queue
@@ -178,47 +183,66 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
     case a step costs one iteration. No inner loops: every event is a masked gather /
     scatter, so the lanes never wait for each other inside an iteration.
     """
-    n_lanes, n = a.shape
+    n_jobs, n = a.shape
     f64, i32 = jnp.float64, jnp.int32
     lane = jnp.arange(n_lanes, dtype=i32)
     mask_ring = ring - 1
-    req = jnp.stack([a, prompt, output], axis=2)  # [L, n, 3]: one gather reads a request
+    req = jnp.stack([a, prompt, output], axis=2)  # [J, n, 3]: one gather reads a request
 
-    def get(x, i):
+    def get(x, i):  # lane scratch [L, m]
         return x[lane, jnp.clip(i, 0, x.shape[1] - 1)]
 
     def put(x, i, v, m):
         return x.at[lane, jnp.where(m, i, x.shape[1])].set(v, mode="drop")
 
-    def reserve(pp, oo):
-        return jnp.ceil((pp + oo) / p.block) * p.block
-
     zero_i = jnp.zeros(n_lanes, i32)
     zero_f = jnp.zeros(n_lanes, f64)
-    head0 = req[:, 0]
     inf_l = jnp.full(n_lanes, jnp.inf)
-    st = dict(
+    fresh = dict(  # a lane's scalar state at the start of a job
         k=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
         joined=zero_i, left=zero_i, n_adm=zero_i, pf=zero_i, running=zero_i, reserved=zero_f,
         cache=zero_f, adm_tok=zero_f, pre_tok=zero_f, dep_j=jnp.full(n_lanes, -1, i32),
-        step_k=zero_i, ha=head0[:, 0], hp=head0[:, 1], ho=head0[:, 2],
-        nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,  # the next prefill to complete (rank pf)
-        status=jnp.zeros((n_lanes, n if any_queue else 0), i32),
-        admit_s=jnp.full((n_lanes, n if record else 0), jnp.inf),
-        first_s=jnp.full((n_lanes, n), jnp.inf), finish_s=jnp.full((n_lanes, n), jnp.inf),
+        step_k=zero_i, nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,
+        stats=jnp.zeros((n_lanes, 6), f64))
+
+    def job_inputs(job):
+        """Per-lane copies of a job's parameters, span and first request."""
+        jc = jnp.minimum(job, n_jobs - 1)
+        head = req[jc, 0]
+        return dict(pl=_Params(*(v[jc] for v in p)), t0=t0[jc], t1=t1[jc], ha=head[:, 0],
+                    hp=head[:, 1], ho=head[:, 2])
+
+    st = dict(
+        fresh, **job_inputs(lane), job=lane, next_job=jnp.int32(n_lanes),
+        status=jnp.zeros((n_jobs, n if any_queue else 0), i32),
+        admit_s=jnp.full((n_jobs, n if record else 0), jnp.inf),
+        first_s=jnp.full((n_jobs, n), jnp.inf), finish_s=jnp.full((n_jobs, n), jnp.inf),
         adm=jnp.zeros((n_lanes, n, 4), f64),  # per admission rank: bound, request, P, O
         node=jnp.zeros((n_lanes, n, 3), f64),  # per request: next in its calendar list, P, O
         cal=jnp.full((n_lanes, ring), -1, i32),
-        stats=jnp.zeros((n_lanes, 6), f64), rec=jnp.zeros((n_lanes, record, 8), f64),
-        it=jnp.int32(0),
+        out_stats=jnp.zeros((n_jobs, 6), f64), out_steps=jnp.zeros(n_jobs, i32),
+        rec=jnp.zeros((n_lanes, record, 8), f64), it=jnp.int32(0),
     )
 
     def alive_of(s):
-        return (s["running"] > 0) | (s["h"] < n) | (s["ph"] == 2)
+        return (s["job"] < n_jobs) & ((s["running"] > 0) | (s["h"] < n) | (s["ph"] == 2))
 
     def iteration(s):
         s = dict(s)
         alive = alive_of(s)
+        job = s["job"]
+        p = s["pl"]  # this lane's job's parameters
+        t0, t1 = s["t0"], s["t1"]
+
+        def getj(x, i):  # per-job arrays [J, m]
+            return x[jnp.minimum(job, n_jobs - 1), jnp.clip(i, 0, x.shape[1] - 1)]
+
+        def putj(x, i, v, m):
+            return x.at[job, jnp.where(m, i, x.shape[1])].set(v, mode="drop")
+
+        def reserve(pp, oo):
+            return jnp.ceil((pp + oo) / p.block) * p.block
+
         # -- phase 0: the step start (when the previous step ends, or the next arrival) ---
         ph0 = alive & (s["ph"] == 0)
         busy = (s["running"] > 0) | ((s["h"] < n) & (s["ha"] <= s["t"]))
@@ -229,12 +253,12 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
         in1 = alive & (s["ph"] == 1)
         # -- phase 1a: one arrival in time for this step joins, or is dropped (finite K) ---
         if any_queue:
-            arr = in1 & (s["ia"] < n) & (get(a, s["ia"]) <= start)
+            arr = in1 & (s["ia"] < n) & (getj(a, s["ia"]) <= start)
             join = arr & ((s["joined"] - s["left"]).astype(f64) < p.queue)
-            s["status"] = put(s["status"], s["ia"], DROPPED, arr & ~join)
+            s["status"] = putj(s["status"], s["ia"], DROPPED, arr & ~join)
             s["joined"] = s["joined"] + join.astype(i32)
             s["ia"] = s["ia"] + arr.astype(i32)
-            arrivals_done = ~((s["ia"] < n) & (get(a, s["ia"]) <= start))
+            arrivals_done = ~((s["ia"] < n) & (getj(a, s["ia"]) <= start))
         else:
             arrivals_done = True
         adm_ok = in1 & arrivals_done
@@ -248,14 +272,14 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
             return adm_ok & (h < n) & (s["ha"] <= start) & (dropped | over | fits), dropped, over, r
 
         h = s["h"]
-        st_h = get(s["status"], h) if any_queue else zero_i
+        st_h = getj(s["status"], h) if any_queue else zero_i
         can, dropped, over, r = resolvable(h, st_h, s["running"], s["reserved"])
         adm = can & ~dropped & ~over  # a rejection (over) needs no write: status is derived
         adm_tok = s["adm_tok"] + jnp.where(adm, s["hp"], 0.0)
         row = jnp.stack([adm_tok, h.astype(f64), s["hp"], s["ho"]], axis=1)
         s["adm"] = put(s["adm"], s["n_adm"], row, adm)
         if record:
-            s["admit_s"] = put(s["admit_s"], h, start, adm)
+            s["admit_s"] = putj(s["admit_s"], h, start, adm)
         first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
         s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
         s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
@@ -268,11 +292,11 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
         s["left"] = s["left"] + (adm | (can & over)).astype(i32)
         h = h + can.astype(i32)
         s["h"] = h
-        nh = get(req, h)  # the new head (row n-1 when h = n: never used then)
+        nh = getj(req, h)  # the new head (row n-1 when h = n: never used then)
         s["ha"] = jnp.where(can, nh[:, 0], s["ha"])
         s["hp"] = jnp.where(can, nh[:, 1], s["hp"])
         s["ho"] = jnp.where(can, nh[:, 2], s["ho"])
-        st_h2 = get(s["status"], h) if any_queue else zero_i
+        st_h2 = getj(s["status"], h) if any_queue else zero_i
         more, _, _, _ = resolvable(h, st_h2, s["running"], s["reserved"])
         ready = adm_ok & ~more
 
@@ -284,7 +308,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
         chunk = jnp.where(run, jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec), 0.0)
         n_tok = n_dec + chunk
         n_ctx = s["cache"] + chunk
-        z = noise(k)
+        z = noise(k, job)
         sig2 = jnp.log1p(p.cv * p.cv)
         mult = jnp.exp(-0.5 * sig2 + jnp.sqrt(sig2) * z)
         dur = (p.t_fixed + p.t_token * n_tok + p.t_ctx * n_ctx) * mult
@@ -335,9 +359,9 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
         dep = in2 & (dj >= 0)
         nd = get(s["node"], dj)
         s["dep_j"] = jnp.where(dep, nd[:, 0].astype(i32), dj)
-        s["first_s"] = put(s["first_s"], j, t_end, cmp)
+        s["first_s"] = putj(s["first_s"], j, t_end, cmp)
         s["finish_s"] = s["finish_s"].at[
-            jnp.concatenate([lane, lane]),
+            jnp.concatenate([job, job]),
             jnp.concatenate([jnp.where(leave_now, j, n), jnp.where(dep, dj, n)])].set(
                 jnp.concatenate([t_end, t_end]), mode="drop")
         gone = (jnp.where(leave_now, reserve(leave_p, leave_o), 0.0)
@@ -354,17 +378,47 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
         pending = (s["nb"] <= s["pre_tok"]) | (s["dep_j"] >= 0)
         s["ph"] = jnp.where(in2 & ~pending, 0, s["ph"])
         s["it"] = s["it"] + 1
+        done = (job < n_jobs) & ~alive_of(s)
+        at = jnp.where(done, job, n_jobs)  # file the ended jobs' statistics (masked writes)
+        s["out_stats"] = s["out_stats"].at[at].set(s["stats"], mode="drop")
+        s["out_steps"] = s["out_steps"].at[at].set(s["k"], mode="drop")
+        # only the lane scalars pass through the cond: a conditional copies its operands
+        small = {key: s[key] for key in _SMALL}
+        small = lax.cond(jnp.any(done), lambda c: next_job(c, done), lambda c: c, small)
+        s.update(small)
         return s
 
-    st = lax.while_loop(lambda s: jnp.any(alive_of(s)) & (s["it"] < max_iters), iteration, st)
+    _SMALL = (*fresh, "pl", "t0", "t1", "ha", "hp", "ho", "job", "next_job")
+
+    def next_job(s, done):
+        """Lanes whose job just ended take the next job (fresh scalar state)."""
+        s = dict(s)
+        job = s["job"]
+        rank = jnp.cumsum(done.astype(i32)).astype(i32) - 1
+        cand = s["next_job"] + rank
+        new = jnp.where(done, jnp.where(cand < n_jobs, cand, n_jobs), job)
+        s["next_job"] = s["next_job"] + jnp.sum(done.astype(i32)).astype(i32)
+        load = dict(fresh, **job_inputs(new))
+        for key, v in load.items():
+            if key == "pl":
+                s[key] = _Params(*(jnp.where(done, nv, ov) for nv, ov in zip(v, s[key])))
+            elif key == "stats":
+                s[key] = jnp.where(done[:, None], v, s[key])
+            else:
+                s[key] = jnp.where(done, v, s[key])
+        s["job"] = new
+        return s
+
+    st = lax.while_loop(lambda s: jnp.any(s["job"] < n_jobs) & (s["it"] < max_iters),
+                        iteration, st)
     # every request was resolved (the engine drains): a request not dropped was admitted
     # unless its reservation exceeds C, which rejects it at the head
     blk = p.block[:, None]
     over = jnp.ceil((prompt + output) / blk) * blk > p.kv[:, None]
-    dropped = st["status"] == DROPPED if any_queue else jnp.zeros((n_lanes, n), bool)
+    dropped = st["status"] == DROPPED if any_queue else jnp.zeros((n_jobs, n), bool)
     status = jnp.where(dropped, DROPPED, jnp.where(over, REJECTED, 0)).astype(i32)
-    return _Out(status, st["admit_s"], st["first_s"], st["finish_s"], st["k"], st["stats"],
-                st["rec"])
+    return _Out(status, st["admit_s"], st["first_s"], st["finish_s"], st["out_steps"],
+                st["out_stats"], st["rec"])
 
 
 # --------------------------------------------------------------------------------------
@@ -452,13 +506,13 @@ def _lane_jit(a, pp, oo, params, z, *, ring, record, any_queue):
     p = _Params(*(v[None] for v in params))
     nz = z.shape[0]
 
-    def noise(k):
+    def noise(k, job):
         return z[jnp.clip(k, 0, nz - 1)]
 
     n = a.shape[0]
     max_iters = jnp.int32(6 * n) + jnp.sum(pp + oo).astype(jnp.int32)
     return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], ring=ring, record=record,
-                any_queue=any_queue, max_iters=max_iters)
+                any_queue=any_queue, max_iters=max_iters, n_lanes=1)
 
 
 def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike, *,
@@ -546,10 +600,10 @@ def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace)
     return a, pp, oo, jnp.max(oo)
 
 
-@partial(jax.jit, static_argnames=("warmup", "reps", "ring", "any_queue", "any_cv"))
-def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring, any_queue, any_cv):
-    """Simulate every lane of a chunk; per-lane statistics and measured per-request
-    TTFT / TPOT / E2E (``+inf`` / ``nan`` where they do not exist)."""
+@partial(jax.jit, static_argnames=("warmup", "reps", "ring", "any_queue", "any_cv", "lanes"))
+def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring, any_queue, any_cv, lanes):
+    """Simulate every replication (job) of a chunk on ``lanes`` lanes; per-job statistics
+    and measured per-request TTFT / TPOT / E2E (``+inf`` where they do not exist)."""
     global _TRACES
     _TRACES += 1  # a Python side effect: runs once per compilation
     lane_s = jnp.repeat(ids, reps)
@@ -559,17 +613,19 @@ def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring, any_queue, any_cv
                      lp["block_tokens"], lp["queue_capacity"], lp["t_fixed"], lp["t_token"],
                      lp["t_ctx"], lp["service_cv"])
     step_keys = jax.vmap(lambda s, r: _lane_keys(seed, s, r)[1])(lane_s, lane_r)
+    n_jobs = step_keys.shape[0]
 
-    def noise(k):
+    def noise(k, job):
         if any_cv:  # static: a chunk without service noise draws nothing
-            return jax.vmap(_step_normal)(step_keys, k)
+            return jax.vmap(_step_normal)(step_keys[jnp.minimum(job, n_jobs - 1)], k)
         return jnp.zeros(k.shape, jnp.float64)
 
     n = a.shape[1]
     t0, t1 = a[:, warmup], a[:, -1]
-    max_iters = jnp.int32(6 * n) + jnp.max(jnp.sum(pp + oo, axis=1)).astype(jnp.int32)
-    out = _run(a, pp, oo, params, noise, t0, t1, ring=ring, record=0,
-               any_queue=any_queue, max_iters=max_iters)
+    bound = jnp.sum(6.0 * n + jnp.sum(pp + oo, axis=1))  # iterations never exceed it
+    max_iters = jnp.minimum(bound, 2.0**31 - 1).astype(jnp.int32)
+    out = _run(a, pp, oo, params, noise, t0, t1, ring=ring, record=0, any_queue=any_queue,
+               max_iters=max_iters, n_lanes=min(lanes, n_jobs))
     return _lane_summary(out, a, oo, params, warmup)
 
 
@@ -717,6 +773,7 @@ def simulate_continuous(
     trace: ArrayLike | Mapping[str, ArrayLike] | None = None,
     scenario_ids: ArrayLike | None = None,
     max_lanes: int = _DEFAULT_MAX_LANES,
+    lanes: int = _DEFAULT_LANES,
 ) -> dict[str, np.ndarray]:
     """Simulate every scenario; float64[S] (bool for ``stable``) per output, SI units.
 
@@ -727,6 +784,8 @@ def simulate_continuous(
     ``lam`` is optional and ``n = len(trace)``), or a mapping with ``arrival_s`` and
     optionally ``prompt_tokens`` / ``output_tokens`` (integers >= 1) replayed as well.
     ``scenario_ids`` key each scenario's random streams (default: positions).
+    ``max_lanes`` bounds the replications (jobs) per compiled chunk (memory) and ``lanes``
+    the lanes that run them, each taking the next job when its own ends.
 
     Returns, for each of ``ttft``, ``tpot``, ``e2e``: ``{name}_mean_s``, ``{name}_p_s``
     and their 95% half-widths ``{name}_mean_hw_s``, ``{name}_p_hw_s``; ``mean_running``,
@@ -781,10 +840,10 @@ def simulate_continuous(
     ids = np.arange(s, dtype=np.int64) if scenario_ids is None else np.asarray(scenario_ids, np.int64).reshape(s)
     chunk = max(1, min(s, max(1, max_lanes // reps), _MEM_BUDGET // (_BYTES_PER_REQUEST * n * reps)))
     n_chunks = -(-s // chunk)
-    # Lanes of a chunk run in lockstep until the slowest is done, so scenarios are grouped
-    # by their expected step count (results do not depend on the grouping: each lane's
-    # streams are keyed by its scenario id).
-    order = np.argsort(_expected_steps(p, n), kind="stable")
+    # Longest jobs first (lanes take the next job when theirs ends, so the short ones fill
+    # in behind the long ones instead of the long ones running alone at the end); results
+    # do not depend on the order: each job's streams are keyed by its scenario id.
+    order = np.argsort(-_expected_steps(p, n), kind="stable")
     per = np.empty((s, reps, len(_SUMMARY) + 3))
     for ci in range(n_chunks):
         lo, hi = ci * chunk, min(s, (ci + 1) * chunk)
@@ -798,7 +857,7 @@ def simulate_continuous(
         summ, ttft, tpot, e2e = (np.asarray(x) for x in _chunk_sim(
             seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps, ring=ring,
             any_queue=bool(np.any(np.isfinite(p["queue_capacity"][take]))),
-            any_cv=bool(np.any(p["service_cv"][take] > 0))))
+            any_cv=bool(np.any(p["service_cv"][take] > 0)), lanes=int(lanes)))
         lanes = (hi - lo) * reps
         summ = summ[:lanes]
         n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)
