@@ -54,8 +54,9 @@ per-running-sequence work and no inner loop. The lanes are an explicit leading a
 array: O(n) per iteration); per-lane reads and writes are gathers and ``mode="drop"``
 scatters (a masked lane writes out of bounds). Rejections need no write at all: every
 request is eventually resolved, so one whose reservation exceeds ``C`` and that was not
-dropped was rejected. The lanes of a chunk run in lockstep until the slowest is done, so
-:func:`simulate_continuous` groups scenarios into chunks by their expected step count.
+dropped was rejected. Replications are jobs on a fixed set of lanes: a lane whose job
+ends files its statistics and takes the next (longest jobs first), so lanes do not idle
+behind the slowest replication; only lane scalars pass through that ``cond``.
 Cost on XLA:CPU: about a dozen gathers / scatters (~30-40 ns per lane each) and ~150
 element-wise operations per lane-step, ~0.5 us (benchmarks/cb_sim.py).
 
