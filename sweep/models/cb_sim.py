@@ -799,8 +799,9 @@ def simulate_continuous(
     p = _validate(params, need_lam=not use_trace)
     s = p["cap"].shape[0]
     reps = int(settings.replications)
-    if reps < 1 or settings.warmup < 0:
-        raise CBSimulationError("simulate_continuous: replications must be >= 1, warmup >= 0")
+    if reps < 1 or settings.warmup < 0 or lanes < 1 or max_lanes < 1:
+        raise CBSimulationError("simulate_continuous: replications, lanes and max_lanes must "
+                                "be >= 1 and warmup >= 0")
     tr_a = tr_p = tr_o = np.zeros(1)
     if use_trace:
         tr = trace if isinstance(trace, Mapping) else {"arrival_s": trace}
