@@ -1,0 +1,916 @@
+"""Iteration-level JAX simulator of continuous batching (SPEC 10), many lanes at once.
+
+The model (one replica, one lane = one scenario x one replication)
+-------------------------------------------------------------------
+Requests arrive (Poisson at ``lam``, or a replayed trace) with ``P`` prompt and ``O >= 1``
+output tokens: ``max(1, round(X))``, ``X`` lognormal with the given mean and CV (CV 0:
+exactly the mean). The engine runs steps; a step carrying ``n_tok`` new tokens whose
+sequences hold ``n_ctx`` cached tokens after it takes
+``(t_fixed + t_token n_tok + t_ctx n_ctx) * exp(mu + sigma z_k)`` (lognormal noise of mean
+1 and CV ``service_cv``, ``z_k`` one standard normal per step ``k``). The scheduler is
+SPEC 10's, rule by rule, with the conventions written out in ``sweep/models/cb_reference.py``
+(the plain-Python reference this module matches request by request):
+
+1. a step starts when the previous one ends, or at the next arrival when idle; an
+   arrival at ``a <= s`` is in time for the step starting at ``s``;
+2. arrivals join the queue (or are dropped when ``K`` requests are waiting: arrived, not
+   admitted, not rejected), then admission from the head, FCFS without skipping:
+   reservation ``r = ceil((P + O) / block) block``; ``r > C`` rejected at the head;
+   admitted while fewer than ``N`` run and ``r <= C - reserved``;
+3. one decode token per running sequence whose prefill is done, then prompt chunks in
+   admission order within ``M - decodes``;
+4. ``n_ctx`` = cache held once the step's tokens are written (prompt so far + tokens
+   emitted before the step);
+5. at the step end prefills that complete emit the first token, decoders one token, and
+   a sequence with ``O`` tokens leaves.
+
+Formulation: O(1) amortised work per step, never O(N)
+------------------------------------------------------
+Everything the scheduler does is FCFS, so the state is a handful of pointers and sums
+per lane instead of a table of running sequences:
+
+* the head ``h`` of the queue is an arrival index (admission, rejection and skipping of
+  dropped requests all consume the queue in arrival order);
+* admitted requests get consecutive *admission ranks*; prefill proceeds in that order, so
+  prefilling sequences are the rank range ``[pf, n_adm)``. Each admitted request stores
+  ``bound`` = the total prompt tokens admitted up to and including it; with ``F`` the
+  prompt tokens prefilled so far, rank ``j`` has finished its prefill iff
+  ``bound[j] <= F``. A step prefills ``min(A - F, M - decodes)`` tokens (``A`` = prompt
+  tokens admitted) and advances ``pf`` over the ranks it completes;
+* decoding sequences emit one token per step, so a sequence whose first token comes at
+  step ``f`` leaves at step ``f + O - 1``: an event calendar (a ring of ``W >= max O``
+  list heads, one linked list of requests per future step) holds departures;
+* ``n_ctx`` is a running sum: the cache of running sequences grows by the step's prompt
+  chunk and one token per emission, and a departing sequence takes ``P + O`` with it;
+  decoders = running - prefilling.
+
+One ``lax.while_loop`` iteration handles, per lane, at most one event of each kind in
+SPEC order (fix the step start; one arrival joins or is dropped; one queue head is
+resolved; the step runs once nothing more can be admitted; one prefill completion and one
+departure of that step): a step is usually one iteration, and a lane with several events
+of a kind spends extra iterations on them before its next step. There is no
+per-running-sequence work and no inner loop. The lanes are an explicit leading axis
+(``vmap`` of a ``while_loop`` with a batched predicate would ``select`` every carried
+array: O(n) per iteration); per-lane reads and writes are gathers and ``mode="drop"``
+scatters (a masked lane writes out of bounds). Rejections need no write at all: every
+request is eventually resolved, so one whose reservation exceeds ``C`` and that was not
+dropped was rejected. Replications are jobs on a fixed set of lanes: a lane whose job
+ends files its statistics and takes the next (longest jobs first), so lanes do not idle
+behind the slowest replication; only lane scalars pass through that ``cond``.
+Cost on XLA:CPU: about a dozen gathers / scatters (~30-40 ns per lane each) and ~150
+element-wise operations per lane-step, ~0.5 us (benchmarks/cb_sim.py).
+
+Randomness: lane (scenario id ``s``, replication ``r``) uses ``fold_in(fold_in(PRNGKey(seed),
+s), r)``, split into a request key (arrival gaps, prompt and output normals: one 3 x 32-bit
+threefry draw per request) and a step key (``z_k = ndtri(u)`` from
+``bits(fold_in(step_key, k))``): results do not depend on chunking or lane order, and
+:func:`step_normals` / :func:`replication_draws` give a reference the very same draws.
+
+Statistics (SPEC 10, "Measurement conventions"; per replication, then averaged over
+replications with 95% Student-t half-widths): requests ``[warmup:]`` are measured; mean
+and q-quantile (linear interpolation) of TTFT, TPOT (O >= 2) and E2E over the admitted
+ones; over the span from the first to the last measured arrival the time-average running
+count, reserved KV / C (``kv_util``; 0 when C is infinite) and cached KV / C
+(``kv_cached_util``), output tokens emitted per second, and the mean duration of the
+steps that start in it; the drop rate (queue-full drops plus rejections). A replication
+is not steady when the mean TTFT of the admitted requests among its last quarter of
+measured arrivals exceeds twice that among its first quarter; a scenario with any such
+replication has ``stable = False`` and ``+inf`` latencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.scipy.special import betainc, ndtri
+from numpy.typing import ArrayLike
+
+from sweep.errors import SweepError
+
+__all__ = [
+    "PARAM_KEYS",
+    "CBSimSettings",
+    "CBSimulationError",
+    "lengths",
+    "replication_draws",
+    "simulate_continuous",
+    "simulate_requests",
+    "step_normals",
+    "student_t975",
+]
+
+PARAM_KEYS = (
+    "lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
+    "max_batched_tokens", "kv_capacity_tokens", "block_tokens", "queue_capacity",
+    "t_fixed", "t_token", "t_ctx", "service_cv",
+)
+DROPPED, REJECTED = 1, 2
+_STATS = ("ttft_mean", "tpot_mean", "e2e_mean", "ttft_p", "tpot_p", "e2e_p", "mean_running",
+          "step_mean", "output_tok_s", "kv_util", "kv_cached_util", "drop_rate")
+_MEM_BUDGET = 1 << 30  # bytes of per-request device buffers per chunk
+_BYTES_PER_REQUEST = 112  # per lane and request: draws, state, outputs
+_DEFAULT_MAX_LANES = 512  # replications (jobs) per compiled chunk
+_DEFAULT_LANES = 64  # lanes simulating them: a lane that finishes a job takes the next
+_TRACES = 0  # compilations of the batched kernel (tests count them)
+
+
+class CBSimulationError(SweepError, ValueError):
+    """Continuous-batching simulation input is invalid (shape, domain)."""
+
+
+@dataclass(frozen=True)
+class CBSimSettings:
+    n_requests: int = 4_000  # measured arrivals per replication
+    warmup: int = 500  # leading arrivals discarded
+    replications: int = 4
+    seed: int = 0
+
+
+class _Params(NamedTuple):
+    """Per-lane scheduler parameters, float64[L] each."""
+
+    cap: jax.Array
+    budget: jax.Array  # M (inf allowed)
+    kv: jax.Array  # C (inf allowed)
+    block: jax.Array
+    queue: jax.Array  # K (inf allowed)
+    t_fixed: jax.Array
+    t_token: jax.Array
+    t_ctx: jax.Array
+    cv: jax.Array
+
+
+class _Out(NamedTuple):
+    status: jax.Array  # int32[L, n]: 0 admitted, 1 dropped (queue full), 2 rejected (r > C)
+    admit_s: jax.Array  # float64[L, n]: step start at admission (inf if not admitted)
+    first_s: jax.Array
+    finish_s: jax.Array
+    steps: jax.Array  # int32[L]: steps run
+    stats: jax.Array  # float64[L, 6]: areas of running, reserved, cached; tokens in span;
+    #                    duration sum and count of steps starting in span
+    rec: jax.Array  # float64[L, R, 8] per-step records (R static, may be 0)
+
+
+# --------------------------------------------------------------------------------------
+# the engine, all lanes of a chunk at once
+# --------------------------------------------------------------------------------------
+
+
+def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int,
+         any_queue: bool, max_iters: jax.Array, n_lanes: int) -> _Out:
+    """Simulate J jobs (replications) on ``n_lanes`` (static, <= J) lanes. ``a``,
+    ``prompt``, ``output`` float64[J, n] (sorted arrivals, integer-valued lengths); ``p``
+    float64[J] per job; ``noise(k, job)`` -> float64[L] standard normals of step ``k`` of
+    each lane's job (int32[L] both); ``t0``/``t1`` float64[J] the measurement span;
+    ``ring`` (static) a power of two > max O; ``record`` (static) per-step records kept
+    for lane 0's first job (0 = none); ``any_queue`` (static) whether some job has a finite
+    queue capacity (False skips the arrival slot: every arrival joins).
+
+    A lane that finishes its job takes the next one (a work queue): lanes never idle while
+    jobs remain, however different their step counts.
+
+    One loop iteration handles, per lane, at most one event of each kind, in SPEC order:
+    fix the step start (phase 0), one arrival joining or dropped, one head of the queue
+    resolved (phase 1), the step itself once nothing more can be admitted, then one
+    prefill completion and one departure of that step (phase 2). A lane with several
+    events of a kind spends extra iterations on them before its next step; in the common
+    case a step costs one iteration. No inner loops: every event is a masked gather /
+    scatter, so the lanes never wait for each other inside an iteration.
+    """
+    n_jobs, n = a.shape
+    f64, i32 = jnp.float64, jnp.int32
+    lane = jnp.arange(n_lanes, dtype=i32)
+    mask_ring = ring - 1
+    req = jnp.stack([a, prompt, output], axis=2)  # [J, n, 3]: one gather reads a request
+
+    def get(x, i):  # lane scratch [L, m]
+        return x[lane, jnp.clip(i, 0, x.shape[1] - 1)]
+
+    def put(x, i, v, m):
+        return x.at[lane, jnp.where(m, i, x.shape[1])].set(v, mode="drop")
+
+    zero_i = jnp.zeros(n_lanes, i32)
+    zero_f = jnp.zeros(n_lanes, f64)
+    inf_l = jnp.full(n_lanes, jnp.inf)
+    fresh = dict(  # a lane's scalar state at the start of a job
+        k=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
+        joined=zero_i, left=zero_i, n_adm=zero_i, pf=zero_i, running=zero_i, reserved=zero_f,
+        cache=zero_f, adm_tok=zero_f, pre_tok=zero_f, dep_j=jnp.full(n_lanes, -1, i32),
+        step_k=zero_i, nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,
+        stats=jnp.zeros((n_lanes, 6), f64))
+
+    def job_inputs(job):
+        """Per-lane copies of a job's parameters, span and first request."""
+        jc = jnp.minimum(job, n_jobs - 1)
+        head = req[jc, 0]
+        return dict(pl=_Params(*(v[jc] for v in p)), t0=t0[jc], t1=t1[jc], ha=head[:, 0],
+                    hp=head[:, 1], ho=head[:, 2])
+
+    st = dict(
+        fresh, **job_inputs(lane), job=lane, next_job=jnp.int32(n_lanes),
+        status=jnp.zeros((n_jobs, n if any_queue else 0), i32),
+        admit_s=jnp.full((n_jobs, n if record else 0), jnp.inf),
+        first_s=jnp.full((n_jobs, n), jnp.inf), finish_s=jnp.full((n_jobs, n), jnp.inf),
+        adm=jnp.zeros((n_lanes, n, 4), f64),  # per admission rank: bound, request, P, O
+        node=jnp.zeros((n_lanes, n, 3), f64),  # per request: next in its calendar list, P, O
+        cal=jnp.full((n_lanes, ring), -1, i32),
+        out_stats=jnp.zeros((n_jobs, 6), f64), out_steps=jnp.zeros(n_jobs, i32),
+        rec=jnp.zeros((n_lanes, record, 8), f64), it=jnp.int32(0),
+    )
+
+    def alive_of(s):
+        return (s["job"] < n_jobs) & ((s["running"] > 0) | (s["h"] < n) | (s["ph"] == 2))
+
+    def iteration(s):
+        s = dict(s)
+        alive = alive_of(s)
+        job = s["job"]
+        p = s["pl"]  # this lane's job's parameters
+        t0, t1 = s["t0"], s["t1"]
+
+        def getj(x, i):  # per-job arrays [J, m]
+            return x[jnp.minimum(job, n_jobs - 1), jnp.clip(i, 0, x.shape[1] - 1)]
+
+        def putj(x, i, v, m):
+            return x.at[job, jnp.where(m, i, x.shape[1])].set(v, mode="drop")
+
+        def reserve(pp, oo):
+            return jnp.ceil((pp + oo) / p.block) * p.block
+
+        # -- phase 0: the step start (when the previous step ends, or the next arrival) ---
+        ph0 = alive & (s["ph"] == 0)
+        busy = (s["running"] > 0) | ((s["h"] < n) & (s["ha"] <= s["t"]))
+        s["start"] = jnp.where(ph0, jnp.where(busy, s["t"], jnp.maximum(s["t"], s["ha"])),
+                               s["start"])
+        s["ph"] = jnp.where(ph0, 1, s["ph"])
+        start = s["start"]
+        in1 = alive & (s["ph"] == 1)
+        # -- phase 1a: one arrival in time for this step joins, or is dropped (finite K) ---
+        if any_queue:
+            arr = in1 & (s["ia"] < n) & (getj(a, s["ia"]) <= start)
+            join = arr & ((s["joined"] - s["left"]).astype(f64) < p.queue)
+            s["status"] = putj(s["status"], s["ia"], DROPPED, arr & ~join)
+            s["joined"] = s["joined"] + join.astype(i32)
+            s["ia"] = s["ia"] + arr.astype(i32)
+            arrivals_done = ~((s["ia"] < n) & (getj(a, s["ia"]) <= start))
+        else:
+            arrivals_done = True
+        adm_ok = in1 & arrivals_done
+
+        # -- phase 1b: resolve the head of the queue (skip dropped, reject, admit) ----------
+        def resolvable(h, status_h, running, reserved):
+            r = reserve(s["hp"], s["ho"])
+            dropped = status_h == DROPPED
+            over = ~dropped & (r > p.kv)
+            fits = (running.astype(f64) < p.cap) & (r <= p.kv - reserved)
+            return adm_ok & (h < n) & (s["ha"] <= start) & (dropped | over | fits), dropped, over, r
+
+        h = s["h"]
+        st_h = getj(s["status"], h) if any_queue else zero_i
+        can, dropped, over, r = resolvable(h, st_h, s["running"], s["reserved"])
+        adm = can & ~dropped & ~over  # a rejection (over) needs no write: status is derived
+        adm_tok = s["adm_tok"] + jnp.where(adm, s["hp"], 0.0)
+        row = jnp.stack([adm_tok, h.astype(f64), s["hp"], s["ho"]], axis=1)
+        s["adm"] = put(s["adm"], s["n_adm"], row, adm)
+        if record:
+            s["admit_s"] = putj(s["admit_s"], h, start, adm)
+        first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
+        s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
+        s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
+        s["np_"] = jnp.where(first_rank, s["hp"], s["np_"])
+        s["no"] = jnp.where(first_rank, s["ho"], s["no"])
+        s["adm_tok"] = adm_tok
+        s["running"] = s["running"] + adm.astype(i32)
+        s["reserved"] = s["reserved"] + jnp.where(adm, r, 0.0)
+        s["n_adm"] = s["n_adm"] + adm.astype(i32)
+        s["left"] = s["left"] + (adm | (can & over)).astype(i32)
+        h = h + can.astype(i32)
+        s["h"] = h
+        nh = getj(req, h)  # the new head (row n-1 when h = n: never used then)
+        s["ha"] = jnp.where(can, nh[:, 0], s["ha"])
+        s["hp"] = jnp.where(can, nh[:, 1], s["hp"])
+        s["ho"] = jnp.where(can, nh[:, 2], s["ho"])
+        st_h2 = getj(s["status"], h) if any_queue else zero_i
+        more, _, _, _ = resolvable(h, st_h2, s["running"], s["reserved"])
+        ready = adm_ok & ~more
+
+        # -- the step: tokens, duration -------------------------------------------------
+        run = ready & (s["running"] > 0)
+        empty = ready & (s["running"] == 0)  # nothing admitted: not a step, no time passes
+        k = s["k"]
+        n_dec = (s["running"] - (s["n_adm"] - s["pf"])).astype(f64)
+        chunk = jnp.where(run, jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec), 0.0)
+        n_tok = n_dec + chunk
+        n_ctx = s["cache"] + chunk
+        z = noise(k, job)
+        sig2 = jnp.log1p(p.cv * p.cv)
+        mult = jnp.exp(-0.5 * sig2 + jnp.sqrt(sig2) * z)
+        dur = (p.t_fixed + p.t_token * n_tok + p.t_ctx * n_ctx) * mult
+        end = start + dur
+        s["pre_tok"] = s["pre_tok"] + chunk
+        s["cache"] = s["cache"] + jnp.where(run, chunk + n_dec, 0.0)
+        slot = k & mask_ring
+        s["dep_j"] = jnp.where(run, get(s["cal"], slot), s["dep_j"])
+        s["cal"] = put(s["cal"], slot, -1, run)
+        s["step_k"] = jnp.where(run, k, s["step_k"])
+        ov = jnp.where(run, jnp.maximum(0.0, jnp.minimum(end, t1) - jnp.maximum(start, t0)), 0.0)
+        in_end = (end >= t0) & (end <= t1)
+        in_start = run & (start >= t0) & (start <= t1)
+        s["stats"] = s["stats"] + jnp.stack([
+            s["running"].astype(f64) * ov, s["reserved"] * ov, n_ctx * ov,
+            jnp.where(run & in_end, n_dec, 0.0), jnp.where(in_start, dur, 0.0),
+            in_start.astype(f64)], axis=1)
+        if record:
+            rrow = jnp.stack([start, dur, n_tok, chunk, n_ctx, s["running"].astype(f64),
+                              s["reserved"], n_dec], axis=1)
+            s["rec"] = s["rec"].at[lane, jnp.where(run & (k < record), k, record)].set(
+                rrow, mode="drop")
+        s["t"] = jnp.where(run, end, jnp.where(empty, start, s["t"]))
+        s["k"] = k + run.astype(i32)
+        s["ph"] = jnp.where(run, 2, jnp.where(empty, 0, s["ph"]))
+
+        # -- phase 2: one prefill completion and one departure of the step just run ---------
+        in2 = alive & (s["ph"] == 2)
+        t_end = s["t"]
+        cmp = in2 & (s["pf"] < s["n_adm"]) & (s["nb"] <= s["pre_tok"])
+        j = s["nj"].astype(i32)
+        o1 = s["no"] == 1.0  # O = 1: leaves at the end of its prefill step
+        book = cmp & ~o1
+        slot2 = (s["step_k"] + s["no"].astype(i32) - 1) & mask_ring
+        nrow = jnp.stack([get(s["cal"], slot2).astype(f64), s["np_"], s["no"]], axis=1)
+        s["node"] = put(s["node"], j, nrow, book)
+        s["cal"] = put(s["cal"], slot2, j, book)
+        leave_now = cmp & o1
+        leave_p, leave_o = s["np_"], s["no"]
+        s["pf"] = s["pf"] + cmp.astype(i32)
+        nxt_row = get(s["adm"], s["pf"])
+        more_pf = s["pf"] < s["n_adm"]
+        s["nb"] = jnp.where(cmp, jnp.where(more_pf, nxt_row[:, 0], jnp.inf), s["nb"])
+        s["nj"] = jnp.where(cmp, nxt_row[:, 1], s["nj"])
+        s["np_"] = jnp.where(cmp, nxt_row[:, 2], s["np_"])
+        s["no"] = jnp.where(cmp, nxt_row[:, 3], s["no"])
+        dj = s["dep_j"]
+        dep = in2 & (dj >= 0)
+        nd = get(s["node"], dj)
+        s["dep_j"] = jnp.where(dep, nd[:, 0].astype(i32), dj)
+        s["first_s"] = putj(s["first_s"], j, t_end, cmp)
+        s["finish_s"] = s["finish_s"].at[
+            jnp.concatenate([job, job]),
+            jnp.concatenate([jnp.where(leave_now, j, n), jnp.where(dep, dj, n)])].set(
+                jnp.concatenate([t_end, t_end]), mode="drop")
+        gone = (jnp.where(leave_now, reserve(leave_p, leave_o), 0.0)
+                + jnp.where(dep, reserve(nd[:, 1], nd[:, 2]), 0.0))
+        s["running"] = s["running"] - leave_now.astype(i32) - dep.astype(i32)
+        s["reserved"] = s["reserved"] - gone
+        s["cache"] = (s["cache"] + cmp.astype(f64) - jnp.where(leave_now, leave_p + leave_o, 0.0)
+                      - jnp.where(dep, nd[:, 1] + nd[:, 2], 0.0))
+        tok_in = cmp & (t_end >= t0) & (t_end <= t1)
+        s["stats"] = s["stats"].at[:, 3].add(tok_in.astype(f64))
+        if record:
+            s["rec"] = s["rec"].at[lane, jnp.where(cmp & (s["step_k"] < record), s["step_k"],
+                                                   record), 7].add(1.0, mode="drop")
+        pending = (s["nb"] <= s["pre_tok"]) | (s["dep_j"] >= 0)
+        s["ph"] = jnp.where(in2 & ~pending, 0, s["ph"])
+        s["it"] = s["it"] + 1
+        done = (job < n_jobs) & ~alive_of(s)
+        at = jnp.where(done, job, n_jobs)  # file the ended jobs' statistics (masked writes)
+        s["out_stats"] = s["out_stats"].at[at].set(s["stats"], mode="drop")
+        s["out_steps"] = s["out_steps"].at[at].set(s["k"], mode="drop")
+        # only the lane scalars pass through the cond: a conditional copies its operands
+        small = {key: s[key] for key in _SMALL}
+        small = lax.cond(jnp.any(done), lambda c: next_job(c, done), lambda c: c, small)
+        s.update(small)
+        return s
+
+    _SMALL = (*fresh, "pl", "t0", "t1", "ha", "hp", "ho", "job", "next_job")
+
+    def next_job(s, done):
+        """Lanes whose job just ended take the next job (fresh scalar state)."""
+        s = dict(s)
+        job = s["job"]
+        rank = jnp.cumsum(done.astype(i32)).astype(i32) - 1
+        cand = s["next_job"] + rank
+        new = jnp.where(done, jnp.where(cand < n_jobs, cand, n_jobs), job)
+        s["next_job"] = s["next_job"] + jnp.sum(done.astype(i32)).astype(i32)
+        load = dict(fresh, **job_inputs(new))
+        for key, v in load.items():
+            if key == "pl":
+                s[key] = _Params(*(jnp.where(done, nv, ov) for nv, ov in zip(v, s[key])))
+            elif key == "stats":
+                s[key] = jnp.where(done[:, None], v, s[key])
+            else:
+                s[key] = jnp.where(done, v, s[key])
+        s["job"] = new
+        return s
+
+    st = lax.while_loop(lambda s: jnp.any(s["job"] < n_jobs) & (s["it"] < max_iters),
+                        iteration, st)
+    # every request was resolved (the engine drains): a request not dropped was admitted
+    # unless its reservation exceeds C, which rejects it at the head
+    blk = p.block[:, None]
+    over = jnp.ceil((prompt + output) / blk) * blk > p.kv[:, None]
+    dropped = st["status"] == DROPPED if any_queue else jnp.zeros((n_jobs, n), bool)
+    status = jnp.where(dropped, DROPPED, jnp.where(over, REJECTED, 0)).astype(i32)
+    return _Out(status, st["admit_s"], st["first_s"], st["finish_s"], st["out_steps"],
+                st["out_stats"], st["rec"])
+
+
+# --------------------------------------------------------------------------------------
+# randomness
+# --------------------------------------------------------------------------------------
+
+
+def _lane_keys(seed, scenario, rep):
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(seed), scenario), rep)
+    k_req, k_step = jax.random.split(key)
+    return k_req, k_step
+
+
+def lengths(z, mean, cv):
+    """Token counts ``max(1, round(X))``, ``X = mean exp(sigma z - sigma^2 / 2)``,
+    ``sigma^2 = ln(1 + cv^2)`` (lognormal of this mean and CV); cv = 0 gives
+    ``max(1, round(mean))`` exactly."""
+    s2 = jnp.log1p(cv * cv)
+    x = jnp.where(cv > 0.0, mean * jnp.exp(jnp.sqrt(s2) * z - 0.5 * s2), mean)
+    return jnp.maximum(1.0, jnp.round(x))
+
+
+def _draws(seed, scenario, rep, lam, pm, pcv, om, ocv, n):
+    """Arrivals float64[n] (Poisson, rate ``lam``), prompt and output tokens float64[n]."""
+    k_req, _ = _lane_keys(seed, scenario, rep)
+    bits = jax.random.bits(k_req, (3, n), dtype=jnp.uint32).astype(jnp.float64)
+    u = (bits + 0.5) * 2.0**-32
+    gaps = -jnp.log(u[0]) / lam
+    _, arrivals = lax.scan(lambda c, x: (c + x, c + x), jnp.zeros_like(lam), gaps)
+    return arrivals, lengths(ndtri(u[1]), pm, pcv), lengths(ndtri(u[2]), om, ocv)
+
+
+def _step_normal(k_step, k):
+    bits = jax.random.bits(jax.random.fold_in(k_step, k), (), dtype=jnp.uint32)
+    return ndtri((bits.astype(jnp.float64) + 0.5) * 2.0**-32)
+
+
+@partial(jax.jit, static_argnames=("n",))
+def _draws_jit(seed, scenario, rep, lam, pm, pcv, om, ocv, n):
+    return _draws(seed, scenario, rep, lam, pm, pcv, om, ocv, n)
+
+
+def replication_draws(settings: CBSimSettings, scenario_id: int, replication: int, *,
+                      lam: float, prompt_mean: float, prompt_cv: float, output_mean: float,
+                      output_cv: float, n: int | None = None):
+    """Arrival times, prompt and output tokens (float64[n] each) that
+    :func:`simulate_continuous` uses for lane (``scenario_id``, ``replication``);
+    ``n`` defaults to ``warmup + n_requests``."""
+    n = settings.warmup + settings.n_requests if n is None else int(n)
+    out = _draws_jit(jnp.uint32(settings.seed), jnp.int32(scenario_id), jnp.int32(replication),
+                     *(jnp.float64(x) for x in (lam, prompt_mean, prompt_cv, output_mean,
+                                                output_cv)), n)
+    return tuple(np.asarray(x) for x in out)
+
+
+@partial(jax.jit, static_argnames=("n_steps",))
+def _step_normals_jit(seed, scenario, rep, n_steps):
+    _, k_step = _lane_keys(seed, scenario, rep)
+    return jax.vmap(lambda k: _step_normal(k_step, k))(jnp.arange(n_steps, dtype=jnp.int32))
+
+
+def step_normals(settings: CBSimSettings, scenario_id: int, replication: int, n_steps: int):
+    """The per-step standard normals ``z_0 .. z_{n_steps-1}`` of a lane (service noise)."""
+    return np.asarray(_step_normals_jit(jnp.uint32(settings.seed), jnp.int32(scenario_id),
+                                        jnp.int32(replication), int(n_steps)))
+
+
+# --------------------------------------------------------------------------------------
+# per-request access (one lane): tests and diagnostics
+# --------------------------------------------------------------------------------------
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def _ring(o_max) -> int:
+    """Calendar size: a power of two > the longest output (departures are booked at most
+    O - 1 steps ahead), at least 1024 so that most grids share one compiled shape."""
+    return max(1024, _pow2(int(o_max) + 1))
+
+
+@partial(jax.jit, static_argnames=("ring", "record", "any_queue"))
+def _lane_jit(a, pp, oo, params, z, *, ring, record, any_queue):
+    p = _Params(*(v[None] for v in params))
+    nz = z.shape[0]
+
+    def noise(k, job):
+        return z[jnp.clip(k, 0, nz - 1)]
+
+    n = a.shape[0]
+    max_iters = jnp.int32(6 * n) + jnp.sum(pp + oo).astype(jnp.int32)
+    return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], ring=ring, record=record,
+                any_queue=any_queue, max_iters=max_iters, n_lanes=1)
+
+
+def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike, *,
+                      cap: float, max_batched_tokens: float = np.inf,
+                      kv_capacity_tokens: float = np.inf, block_tokens: float = 1.0,
+                      queue_capacity: float = np.inf, t_fixed: float, t_token: float,
+                      t_ctx: float = 0.0, service_cv: float = 0.0, z: ArrayLike | None = None,
+                      record_steps: int = 0) -> dict[str, Any]:
+    """Per-request outcome of ONE replication on given arrivals, lengths and step noise.
+
+    ``arrivals`` sorted float64[n] (s); ``prompt``, ``output`` integers >= 1; ``z``
+    standard normals, one per step (step ``k`` is scaled by ``exp(mu + sigma z[k])``; only
+    read when ``service_cv > 0``; steps past its end reuse the last one). Returns
+    ``status`` (0 admitted, 1 dropped on a full queue, 2 rejected: reservation > C),
+    ``admit_s``, ``first_s``, ``finish_s``, ``ttft_s``, ``e2e_s`` (``inf`` unless admitted),
+    ``tpot_s`` (NaN for O = 1 and for requests not admitted: no value), ``n_steps``, and
+    with ``record_steps = R`` the first R steps' ``step_start``, ``step_dur``,
+    ``step_tok``, ``step_prefill``, ``step_ctx``, ``step_running``, ``step_reserved``,
+    ``step_emitted``.
+    """
+    a = np.asarray(arrivals, np.float64)
+    pp = np.asarray(prompt, np.float64)
+    oo = np.asarray(output, np.float64)
+    if a.ndim != 1 or a.size == 0 or pp.shape != a.shape or oo.shape != a.shape:
+        raise CBSimulationError("simulate_requests: arrivals, prompt and output must be "
+                                "equal-length non-empty 1-D arrays")
+    if np.any(np.diff(a) < 0) or not np.all(np.isfinite(a)):
+        raise CBSimulationError("simulate_requests: arrivals must be finite and sorted")
+    if np.any(pp < 1) or np.any(oo < 1) or np.any(pp != np.round(pp)) or np.any(oo != np.round(oo)):
+        raise CBSimulationError("simulate_requests: prompt and output must be integers >= 1")
+    vals = dict(cap=cap, max_batched_tokens=max_batched_tokens,
+                kv_capacity_tokens=kv_capacity_tokens, block_tokens=block_tokens,
+                queue_capacity=queue_capacity, t_fixed=t_fixed, t_token=t_token, t_ctx=t_ctx,
+                service_cv=service_cv)
+    _check({k: np.atleast_1d(np.float64(v)) for k, v in vals.items()}, "simulate_requests")
+    zz = np.zeros(1) if z is None else np.asarray(z, np.float64).reshape(-1)
+    if service_cv > 0 and zz.size == 0:
+        raise CBSimulationError("simulate_requests: service_cv > 0 needs z (one normal per step)")
+    params = tuple(jnp.float64(v) for v in (cap, max_batched_tokens, kv_capacity_tokens,
+                                            block_tokens, queue_capacity, t_fixed, t_token,
+                                            t_ctx, service_cv))
+    out = _lane_jit(a, pp, oo, params, zz if zz.size else np.zeros(1),
+                    ring=_ring(oo.max()), record=int(record_steps), any_queue=True)
+    status = np.asarray(out.status[0])
+    first, finish = np.asarray(out.first_s[0]), np.asarray(out.finish_s[0])
+    adm = status == 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(adm & (oo >= 2), (finish - first) / np.maximum(oo - 1.0, 1.0), np.nan)
+    admit = np.asarray(out.admit_s[0]) if record_steps else np.full(a.shape, np.nan)
+    res: dict[str, Any] = {
+        "status": status, "admit_s": admit, "first_s": first,
+        "finish_s": finish, "ttft_s": np.where(adm, first - a, np.inf),
+        "e2e_s": np.where(adm, finish - a, np.inf), "tpot_s": tpot,
+        "n_steps": int(out.steps[0]),
+    }
+    if record_steps:
+        m = min(int(out.steps[0]), int(record_steps))
+        rec = np.asarray(out.rec[0, :m])
+        for j, name in enumerate(("step_start", "step_dur", "step_tok", "step_prefill",
+                                  "step_ctx", "step_running", "step_reserved", "step_emitted")):
+            res[name] = rec[:, j]
+    return res
+
+
+# --------------------------------------------------------------------------------------
+# batched driver
+# --------------------------------------------------------------------------------------
+
+
+@partial(jax.jit, static_argnames=("n", "reps", "use_trace"))
+def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace):
+    """Draws for every lane of a chunk: float64[L, n] arrivals, prompts, outputs, and the
+    largest output length (for the calendar ring)."""
+    lane_s = jnp.repeat(ids, reps)
+    lane_r = jnp.tile(jnp.arange(reps, dtype=jnp.int32), ids.shape[0])
+    lp = {k: jnp.repeat(v, reps) for k, v in p.items()}
+    a, pp, oo = jax.vmap(_draws, in_axes=(None, 0, 0, 0, 0, 0, 0, 0, None))(
+        seed, lane_s, lane_r, lp["lam"], lp["prompt_mean"], lp["prompt_cv"], lp["output_mean"],
+        lp["output_cv"], n)
+    if use_trace:
+        shape = a.shape
+        a = jnp.broadcast_to(trace_a[None, :], shape)
+        pp = jnp.where(trace_p[None, :] > 0, jnp.broadcast_to(trace_p[None, :], shape), pp)
+        oo = jnp.where(trace_o[None, :] > 0, jnp.broadcast_to(trace_o[None, :], shape), oo)
+    return a, pp, oo, jnp.max(oo)
+
+
+@partial(jax.jit, static_argnames=("warmup", "reps", "ring", "any_queue", "any_cv", "lanes"))
+def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring, any_queue, any_cv, lanes):
+    """Simulate every replication (job) of a chunk on ``lanes`` lanes; per-job statistics
+    and measured per-request TTFT / TPOT / E2E (``+inf`` where they do not exist)."""
+    global _TRACES
+    _TRACES += 1  # a Python side effect: runs once per compilation
+    lane_s = jnp.repeat(ids, reps)
+    lane_r = jnp.tile(jnp.arange(reps, dtype=jnp.int32), ids.shape[0])
+    lp = {k: jnp.repeat(v, reps) for k, v in p.items()}
+    params = _Params(lp["cap"], lp["max_batched_tokens"], lp["kv_capacity_tokens"],
+                     lp["block_tokens"], lp["queue_capacity"], lp["t_fixed"], lp["t_token"],
+                     lp["t_ctx"], lp["service_cv"])
+    step_keys = jax.vmap(lambda s, r: _lane_keys(seed, s, r)[1])(lane_s, lane_r)
+    n_jobs = step_keys.shape[0]
+
+    def noise(k, job):
+        if any_cv:  # static: a chunk without service noise draws nothing
+            return jax.vmap(_step_normal)(step_keys[jnp.minimum(job, n_jobs - 1)], k)
+        return jnp.zeros(k.shape, jnp.float64)
+
+    n = a.shape[1]
+    t0, t1 = a[:, warmup], a[:, -1]
+    bound = jnp.sum(6.0 * n + jnp.sum(pp + oo, axis=1))  # iterations never exceed it
+    max_iters = jnp.minimum(bound, 2.0**31 - 1).astype(jnp.int32)
+    out = _run(a, pp, oo, params, noise, t0, t1, ring=ring, record=0, any_queue=any_queue,
+               max_iters=max_iters, n_lanes=min(lanes, n_jobs))
+    return _lane_summary(out, a, oo, params, warmup)
+
+
+def _lane_summary(out: _Out, a, oo, p: _Params, warmup):
+    f64 = jnp.float64
+    n = a.shape[1]
+    m = n - warmup
+    adm = out.status == 0
+    ttft = jnp.where(adm, out.first_s - a, jnp.inf)
+    e2e = jnp.where(adm, out.finish_s - a, jnp.inf)
+    has_tpot = adm & (oo >= 2.0)
+    tpot = jnp.where(has_tpot, (out.finish_s - out.first_s) / jnp.maximum(oo - 1.0, 1.0), jnp.inf)
+    meas = jnp.arange(n) >= warmup
+    am = adm & meas[None, :]
+    tm = has_tpot & meas[None, :]
+
+    def mean(x, msk):
+        c = jnp.sum(msk, axis=1).astype(f64)
+        return jnp.where(c > 0, jnp.sum(jnp.where(msk, x, 0.0), axis=1) / jnp.maximum(c, 1), jnp.inf)
+
+    quarter = m // 4
+    idx = jnp.arange(n)
+    first_q = am & (idx < warmup + quarter)[None, :]
+    last_q = am & (idx >= n - quarter)[None, :]
+    mf, ml = mean(ttft, first_q), mean(ttft, last_q)
+    steady = ~((quarter > 0) & jnp.isfinite(mf) & jnp.isfinite(ml) & (ml > 2.0 * mf))
+    span = a[:, -1] - a[:, warmup]
+    ok = span > 0.0
+    sp = jnp.where(ok, span, 1.0)
+    st = out.stats
+    kv_fin = jnp.isfinite(p.kv)
+    kvd = jnp.where(kv_fin, p.kv, 1.0)
+    summary = jnp.stack([
+        mean(ttft, am), mean(tpot, tm), mean(e2e, am),
+        jnp.where(ok, st[:, 0] / sp, 0.0),
+        jnp.where(st[:, 5] > 0, st[:, 4] / jnp.maximum(st[:, 5], 1.0), 0.0),
+        jnp.where(ok, st[:, 3] / sp, 0.0),
+        jnp.where(ok & kv_fin, st[:, 1] / sp / kvd, 0.0),
+        jnp.where(ok & kv_fin, st[:, 2] / sp / kvd, 0.0),
+        (m - jnp.sum(am, axis=1)).astype(f64) / m,
+        jnp.sum(am, axis=1).astype(f64), jnp.sum(tm, axis=1).astype(f64),
+        steady.astype(f64), out.steps.astype(f64),
+    ], axis=1)
+    w = slice(warmup, None)
+    return summary, ttft[:, w], tpot[:, w], e2e[:, w]
+
+
+_SUMMARY = ("ttft_mean", "tpot_mean", "e2e_mean", "mean_running", "step_mean", "output_tok_s",
+            "kv_util", "kv_cached_util", "drop_rate", "n_adm", "n_tpot", "steady", "steps")
+
+
+def _check(arrs: dict[str, np.ndarray], who: str) -> None:
+    def bad(key, mask, rule):
+        if key in arrs and np.any(mask(arrs[key])):
+            i = int(np.argmax(mask(arrs[key])))
+            raise CBSimulationError(f"{who}: {key}[{i}] = {arrs[key][i]!r}: {rule}")
+
+    def not_int(v):
+        return ~np.isfinite(v) | (v != np.round(v))
+
+    fin_pos = "must be finite and > 0"
+    bad("lam", lambda v: ~(np.isfinite(v) & (v > 0)), fin_pos)
+    for key in ("prompt_mean", "output_mean"):
+        bad(key, lambda v: ~(np.isfinite(v) & (v > 0)), fin_pos + " (tokens)")
+    for key in ("prompt_cv", "output_cv", "t_fixed", "t_token", "t_ctx", "service_cv"):
+        bad(key, lambda v: ~(np.isfinite(v) & (v >= 0)), "must be finite and >= 0")
+    bad("cap", lambda v: not_int(v) | (v < 1), "must be an integer >= 1 (e.g. 64)")
+    bad("block_tokens", lambda v: not_int(v) | (v < 1), "must be an integer >= 1 (e.g. 16)")
+    bad("max_batched_tokens", lambda v: np.isnan(v) | (v < 1) | (np.isfinite(v) & (v != np.round(v))),
+        "must be an integer >= 1 or inf (e.g. 2048)")
+    bad("kv_capacity_tokens", lambda v: np.isnan(v) | (v <= 0), "must be > 0 or inf")
+    bad("queue_capacity", lambda v: np.isnan(v) | (v < 0) | (np.isfinite(v) & (v != np.round(v))),
+        "must be an integer >= 0 or inf")
+    if "cap" in arrs and "max_batched_tokens" in arrs:
+        m = arrs["max_batched_tokens"] < arrs["cap"]
+        if np.any(m):
+            i = int(np.argmax(m))
+            raise CBSimulationError(
+                f"{who}: max_batched_tokens[{i}] = {arrs['max_batched_tokens'][i]!r} < cap "
+                f"{arrs['cap'][i]!r}: SPEC 10 needs M >= N (e.g. 2048 for N = 64)")
+
+
+def _validate(params: Mapping[str, ArrayLike], need_lam: bool) -> dict[str, np.ndarray]:
+    keys = [k for k in PARAM_KEYS if need_lam or k != "lam"]
+    missing = [k for k in keys if k not in params]
+    if missing:
+        raise CBSimulationError(f"simulate_continuous: missing parameter(s) {missing}; "
+                                f"need {list(PARAM_KEYS)}")
+    unknown = sorted(set(params) - set(PARAM_KEYS))
+    if unknown:
+        raise CBSimulationError(f"simulate_continuous: unknown parameter(s) {unknown}")
+    arrs = {}
+    for k in PARAM_KEYS:
+        if k not in params:
+            continue
+        v = np.atleast_1d(np.asarray(params[k], dtype=np.float64))
+        if v.ndim != 1:
+            raise CBSimulationError(f"simulate_continuous: {k} must be 1-D, got shape {v.shape}")
+        arrs[k] = v
+    sizes = {v.shape[0] for v in arrs.values()}
+    if len(sizes) != 1:
+        raise CBSimulationError("simulate_continuous: parameter arrays differ in length: "
+                                f"{ {k: v.shape[0] for k, v in arrs.items()} }")
+    _check(arrs, "simulate_continuous")
+    if "lam" not in arrs:
+        arrs["lam"] = np.ones(next(iter(sizes)))
+    return arrs
+
+
+def student_t975(dof: int) -> float:
+    """0.975-quantile of Student's t with ``dof`` degrees of freedom (``inf`` for dof < 1):
+    bisection on ``P(T <= t) = 1 - I_{dof/(dof+t^2)}(dof/2, 1/2) / 2`` (regularised
+    incomplete beta), 200 halvings of [0, 1e3]: exact to float64 rounding."""
+    if dof < 1:
+        return float("inf")
+    lo, hi = 0.0, 1e3
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        tail = 0.5 * float(betainc(0.5 * dof, 0.5, dof / (dof + mid * mid)))
+        lo, hi = (mid, hi) if tail > 0.025 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _sorted_quantiles(x: np.ndarray, count: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Linear-interpolation q-quantile of the ``count[l]`` finite values of each row
+    (``inf`` padding sorts last); ``inf`` for an empty row."""
+    srt = np.sort(x, axis=1)
+    nn = np.maximum(count, 1)
+    h = (nn - 1) * q
+    lo = np.floor(h).astype(np.int64)
+    hi = np.minimum(lo + 1, nn - 1)
+    r = np.arange(x.shape[0])
+    v_lo, v_hi = srt[r, lo], srt[r, hi]
+    frac = h - lo
+    with np.errstate(invalid="ignore"):
+        v = np.where(frac > 0, v_lo + frac * (v_hi - v_lo), v_lo)
+    return np.where(count > 0, v, np.inf)
+
+
+def simulate_continuous(
+    params: Mapping[str, ArrayLike],
+    settings: CBSimSettings = CBSimSettings(),
+    *,
+    percentile: float | ArrayLike = 0.99,
+    trace: ArrayLike | Mapping[str, ArrayLike] | None = None,
+    scenario_ids: ArrayLike | None = None,
+    max_lanes: int = _DEFAULT_MAX_LANES,
+    lanes: int = _DEFAULT_LANES,
+) -> dict[str, np.ndarray]:
+    """Simulate every scenario; float64[S] (bool for ``stable``) per output, SI units.
+
+    ``params``: equal-length 1-D arrays, keys ``PARAM_KEYS`` (``lam`` 1/s, token counts,
+    ``kv_capacity_tokens`` ``C`` and ``queue_capacity`` ``K`` may be ``inf``,
+    ``max_batched_tokens`` ``M >= cap``, times in seconds). ``percentile`` a scalar or one
+    per scenario in [0, 1]. ``trace``: arrival times (sorted, shared by every lane; then
+    ``lam`` is optional and ``n = len(trace)``), or a mapping with ``arrival_s`` and
+    optionally ``prompt_tokens`` / ``output_tokens`` (integers >= 1) replayed as well.
+    ``scenario_ids`` key each scenario's random streams (default: positions).
+    ``max_lanes`` bounds the replications (jobs) per compiled chunk (memory) and ``lanes``
+    the lanes that run them, each taking the next job when its own ends.
+
+    Returns, for each of ``ttft``, ``tpot``, ``e2e``: ``{name}_mean_s``, ``{name}_p_s``
+    and their 95% half-widths ``{name}_mean_hw_s``, ``{name}_p_hw_s``; ``mean_running``,
+    ``step_mean_s``, ``output_tok_s``, ``kv_util``, ``kv_cached_util``, ``drop_rate``
+    (each with ``_hw``), ``preempt`` (0: no preemption under this scheduler), ``stable``,
+    ``steady_frac`` (share of steady replications) and ``steps`` (mean steps per
+    replication). Not stable -> every latency and its half-width is ``+inf``.
+    """
+    use_trace = trace is not None
+    p = _validate(params, need_lam=not use_trace)
+    s = p["cap"].shape[0]
+    reps = int(settings.replications)
+    if reps < 1 or settings.warmup < 0 or lanes < 1 or max_lanes < 1:
+        raise CBSimulationError("simulate_continuous: replications, lanes and max_lanes must "
+                                "be >= 1 and warmup >= 0")
+    tr_a = tr_p = tr_o = np.zeros(1)
+    if use_trace:
+        tr = trace if isinstance(trace, Mapping) else {"arrival_s": trace}
+        tr_a = np.asarray(tr["arrival_s"], np.float64)
+        if tr_a.ndim != 1 or tr_a.shape[0] <= settings.warmup + 1:
+            raise CBSimulationError(f"simulate_continuous: trace must be 1-D with more than "
+                                    f"warmup + 1 = {settings.warmup + 1} arrivals")
+        if not np.all(np.isfinite(tr_a)) or np.any(np.diff(tr_a) < 0):
+            raise CBSimulationError("simulate_continuous: trace arrival_s must be finite and sorted")
+        n = tr_a.shape[0]
+        for key in ("prompt_tokens", "output_tokens"):
+            v = np.asarray(tr.get(key, np.zeros(n)), np.float64)
+            if v.shape != (n,) or (key in tr and (np.any(v < 1) or np.any(v != np.round(v)))):
+                raise CBSimulationError(f"simulate_continuous: trace {key} must be {n} "
+                                        "integers >= 1")
+            if key == "prompt_tokens":
+                tr_p = v
+            else:
+                tr_o = v
+    else:
+        if settings.n_requests < 4:
+            raise CBSimulationError("simulate_continuous: n_requests must be >= 4")
+        n = settings.warmup + settings.n_requests
+    try:
+        q = np.broadcast_to(np.asarray(percentile, np.float64), (s,)).copy()
+    except ValueError:
+        raise CBSimulationError(f"simulate_continuous: percentile must be a scalar or one per "
+                                f"scenario ({s}), got shape {np.shape(percentile)}") from None
+    if np.any(~((q >= 0) & (q <= 1))):
+        raise CBSimulationError(f"simulate_continuous: percentile must lie in [0, 1], got {percentile!r}")
+    names = [f"{m}_{k}" for m in ("ttft", "tpot", "e2e") for k in ("mean_s", "p_s", "mean_hw_s", "p_hw_s")]
+    names += [f"{k}{sfx}" for k in ("mean_running", "step_mean_s", "output_tok_s", "kv_util",
+                                    "kv_cached_util", "drop_rate") for sfx in ("", "_hw")]
+    if s == 0:
+        out = {k: np.empty(0) for k in names + ["preempt", "steady_frac", "steps"]}
+        out["stable"] = np.empty(0, bool)
+        return out
+    ids = np.arange(s, dtype=np.int64) if scenario_ids is None else np.asarray(scenario_ids, np.int64).reshape(s)
+    chunk = max(1, min(s, max(1, max_lanes // reps), _MEM_BUDGET // (_BYTES_PER_REQUEST * n * reps)))
+    n_chunks = -(-s // chunk)
+    # Longest jobs first (lanes take the next job when theirs ends, so the short ones fill
+    # in behind the long ones instead of the long ones running alone at the end); results
+    # do not depend on the order: each job's streams are keyed by its scenario id.
+    order = np.argsort(-_expected_steps(p, n), kind="stable")
+    per = np.empty((s, reps, len(_SUMMARY) + 3))
+    for ci in range(n_chunks):
+        lo, hi = ci * chunk, min(s, (ci + 1) * chunk)
+        take = order[np.minimum(np.arange(lo, lo + chunk), s - 1)]  # pad with the last one
+        pc = {k: jnp.asarray(v[take]) for k, v in p.items()}
+        idc = jnp.asarray(ids[take] % (1 << 31), jnp.int32)
+        seed = jnp.uint32(settings.seed)
+        a, pp, oo, o_max = _chunk_draws(seed, idc, pc, jnp.asarray(tr_a), jnp.asarray(tr_p),
+                                        jnp.asarray(tr_o), n=n, reps=reps, use_trace=use_trace)
+        ring = _ring(o_max)
+        summ, ttft, tpot, e2e = (np.asarray(x) for x in _chunk_sim(
+            seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps, ring=ring,
+            any_queue=bool(np.any(np.isfinite(p["queue_capacity"][take]))),
+            any_cv=bool(np.any(p["service_cv"][take] > 0)), lanes=int(lanes)))
+        lanes = (hi - lo) * reps
+        summ = summ[:lanes]
+        n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)
+        n_tp = summ[:, _SUMMARY.index("n_tpot")].astype(np.int64)
+        rows = order[lo:hi]
+        ql = np.repeat(q[rows], reps)
+        quant = np.stack([_sorted_quantiles(ttft[:lanes], n_adm, ql),
+                          _sorted_quantiles(tpot[:lanes], n_tp, ql),
+                          _sorted_quantiles(e2e[:lanes], n_adm, ql)], axis=1)
+        per[rows] = np.concatenate([summ, quant], axis=1).reshape(hi - lo, reps, -1)
+    return _aggregate(per, reps)
+
+
+def _expected_steps(p: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """A rough step count per replication (only orders scenarios into chunks): each
+    request needs about O steps, shared by the sequences running together, about
+    ``lam O T`` of them with ``T`` a decode step at that occupancy (at least 1, at most
+    the cap)."""
+    t_step = p["t_fixed"] + p["t_token"] * (1.0 + p["lam"] * p["prompt_mean"] * p["t_fixed"])
+    running = np.clip(p["lam"] * p["output_mean"] * t_step, 1.0, p["cap"])
+    return n * p["output_mean"] / running
+
+
+def _aggregate(per: np.ndarray, reps: int) -> dict[str, np.ndarray]:
+    col = {name: j for j, name in enumerate(_SUMMARY)}
+    col.update(ttft_p=len(_SUMMARY), tpot_p=len(_SUMMARY) + 1, e2e_p=len(_SUMMARY) + 2)
+    tq = student_t975(reps - 1)
+    steady = per[:, :, col["steady"]] > 0.5
+    stable = np.all(steady, axis=1)
+
+    def mean_hw(x):
+        finite = np.all(np.isfinite(x), axis=1)
+        with np.errstate(invalid="ignore"):
+            m = x.mean(axis=1)
+            if reps < 2:
+                return m, np.full(x.shape[0], np.inf)
+            sd = np.where(finite[:, None], x, 0.0).std(axis=1, ddof=1)
+        return m, np.where(finite, tq * sd / np.sqrt(reps), np.inf)
+
+    out: dict[str, np.ndarray] = {}
+    for met in ("ttft", "tpot", "e2e"):
+        for kind in ("mean", "p"):
+            m, hw = mean_hw(per[:, :, col[f"{met}_{kind}"]])
+            out[f"{met}_{kind}_s"] = np.where(stable, m, np.inf)
+            out[f"{met}_{kind}_hw_s"] = np.where(stable, hw, np.inf)
+    for name, key in (("mean_running", "mean_running"), ("step_mean_s", "step_mean"),
+                      ("output_tok_s", "output_tok_s"), ("kv_util", "kv_util"),
+                      ("kv_cached_util", "kv_cached_util"), ("drop_rate", "drop_rate")):
+        out[name], out[name + "_hw"] = mean_hw(per[:, :, col[key]])
+    out["preempt"] = np.zeros(per.shape[0])
+    out["stable"] = stable
+    out["steady_frac"] = steady.mean(axis=1)
+    out["steps"] = per[:, :, col["steps"]].mean(axis=1)
+    return out

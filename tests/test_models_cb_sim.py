@@ -1,0 +1,450 @@
+"""Tests of the continuous-batching simulator (`sweep.models.cb_sim`): request by request
+against the plain-Python reference (`sweep/models/cb_reference.py`) on hand-traced and random
+cases, against closed forms (M/D/1, light load), and its engineering properties."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+
+from sweep.models import cb_reference as ref  # noqa: E402
+from sweep.models import cb_sim  # noqa: E402
+from sweep.models.cb_sim import (  # noqa: E402
+    CBSimSettings,
+    CBSimulationError,
+    replication_draws,
+    simulate_continuous,
+    simulate_requests,
+    step_normals,
+)
+
+N_PAD = 64  # hand cases are padded to one length (one compiled shape)
+RECORD = 4096  # per-step records kept by every per-request call (one compiled shape)
+SMALL = CBSimSettings(n_requests=400, warmup=40, replications=2, seed=3)
+
+
+def _pad(a, p, o, n=N_PAD):
+    """Pad a hand case with requests long after everything drained (they cannot change
+    the first requests' outcomes) so that every hand case shares one compiled shape."""
+    k = n - len(a)
+    a = np.concatenate([np.asarray(a, float), 1e6 + np.arange(k, dtype=float)])
+    return a, np.concatenate([p, np.ones(k)]), np.concatenate([o, np.ones(k)])
+
+
+def _jax(a, p, o, **kw):
+    if "kv_capacity" in kw:
+        kw["kv_capacity_tokens"] = kw.pop("kv_capacity")
+    return simulate_requests(a, p, o, record_steps=RECORD, **kw)
+
+
+def _both(a, p, o, **kw):
+    """Reference and JAX results on the same (padded) inputs; asserts they agree."""
+    n = len(a)
+    a, p, o = _pad(a, p, o)
+    r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
+    j = _jax(a, p, o, **kw)
+    _assert_same(r, j)
+    return r, j, n
+
+
+def _assert_same(r, j, rtol=1e-12):
+    st = np.array(r.status)
+    np.testing.assert_array_equal(j["status"], st)
+    ok = st == ref.ADMITTED
+    for key in ("first_s", "finish_s", "admit_s"):
+        np.testing.assert_allclose(j[key][ok], np.array(getattr(r, key))[ok], rtol=rtol, atol=0,
+                                   err_msg=key)
+        assert np.all(np.isinf(j[key][~ok])), key
+    np.testing.assert_allclose(j["ttft_s"][ok], np.array(r.ttft_s)[ok], rtol=1e-9, atol=1e-12)
+    assert j["n_steps"] == len(r.step_start)
+    m = min(RECORD, len(r.step_start))
+    for name in ("step_tok", "step_prefill", "step_ctx", "step_running", "step_reserved",
+                 "step_emitted"):
+        np.testing.assert_array_equal(j[name][:m], np.array(getattr(r, name))[:m], err_msg=name)
+    np.testing.assert_allclose(j["step_start"][:m], np.array(r.step_start)[:m], rtol=rtol)
+    np.testing.assert_allclose(j["step_dur"][:m], np.array(r.step_dur)[:m], rtol=rtol)
+
+
+# --------------------------------------------------------------------------------------
+# hand-traced cases (every number below is computed by hand in the comments)
+# --------------------------------------------------------------------------------------
+
+
+def test_hand_traced_small_case():
+    """N = 2, M = inf, C = inf, T = 1 + 0.1 n_tok + 0.01 n_ctx.
+    r0: a = 0,   P = 3, O = 2;  r1: a = 0.5, P = 2, O = 1;  r2: a = 0.6, P = 1, O = 3.
+
+    step 0  start 0 (idle: first arrival). admit r0. prefill r0: 3 tokens.
+            n_tok 3, n_ctx 3 (r0's prompt)      T = 1 + 0.3 + 0.03 = 1.33, end 1.33
+            r0 first token at 1.33.
+    step 1  start 1.33: r1, r2 arrived. admit r1 (2 running = N): r2 waits.
+            decode r0 (1) + prefill r1 (2): n_tok 3; n_ctx = r0 (3 + 1 emitted) + r1 2 = 6
+            T = 1 + 0.3 + 0.06 = 1.36, end 2.69. r0 emits token 2 = O: leaves at 2.69;
+            r1's prefill completes: first token 2.69, O = 1: leaves at 2.69.
+    step 2  start 2.69: admit r2. prefill 1: n_tok 1, n_ctx 1: T = 1.11, end 3.80
+    step 3  decode r2: n_tok 1, n_ctx 1 + 1 = 2: T = 1.12, end 4.92
+    step 4  decode r2: n_ctx 1 + 2 = 3: T = 1.13, end 6.05 = r2's finish (3 tokens).
+    """
+    _r, j, n = _both([0.0, 0.5, 0.6], np.array([3, 2, 1]), np.array([2, 1, 3]), cap=2,
+                    t_fixed=1.0, t_token=0.1, t_ctx=0.01)
+    np.testing.assert_allclose(j["first_s"][:n], [1.33, 2.69, 3.80], rtol=1e-12)
+    np.testing.assert_allclose(j["finish_s"][:n], [2.69, 2.69, 6.05], rtol=1e-12)
+    np.testing.assert_allclose(j["ttft_s"][:n], [1.33, 2.19, 3.20], rtol=1e-12)
+    np.testing.assert_allclose(j["tpot_s"][[0, 2]], [1.36, 1.125], rtol=1e-12)
+    assert np.isnan(j["tpot_s"][1])  # O = 1: no TPOT
+    np.testing.assert_allclose(j["e2e_s"][:n], [2.69, 2.19, 5.45], rtol=1e-12)
+    np.testing.assert_array_equal(j["step_tok"][:5], [3, 3, 1, 1, 1])
+    np.testing.assert_array_equal(j["step_ctx"][:5], [3, 6, 1, 2, 3])
+    np.testing.assert_array_equal(j["step_running"][:5], [1, 2, 1, 1, 1])
+    np.testing.assert_array_equal(j["step_emitted"][:5], [1, 2, 1, 1, 1])
+    np.testing.assert_allclose(j["admit_s"][:n], [0.0, 1.33, 2.69], rtol=1e-12)
+
+
+def test_chunked_prefill_hand():
+    """M = 4 < a prompt; every step takes 1 s (t_token = t_ctx = 0).
+    r0: P = 10, O = 2; r1: P = 3, O = 1; both at 0, N = 2.
+    step 0: both admitted; budget 4 -> r0 4 (6 left), r1 0.   n_tok 4, n_ctx 4
+    step 1: r0 4 (2 left).                                    n_tok 4, n_ctx 8
+    step 2: r0 2 (done: first token at 3), r1 2 (1 left).    n_tok 4, n_ctx 10 + 2 = 12
+    step 3: decode r0 (1), budget 3: r1 1 (done).             n_tok 2, n_ctx 10 + 1 + 3 = 14
+            end 4: r0's 2nd token (leaves), r1's first and only token (leaves)."""
+    _r, j, n = _both([0.0, 0.0], np.array([10, 3]), np.array([2, 1]), cap=2,
+                    max_batched_tokens=4, t_fixed=1.0, t_token=0.0)
+    np.testing.assert_allclose(j["first_s"][:n], [3.0, 4.0], rtol=1e-12)
+    np.testing.assert_allclose(j["finish_s"][:n], [4.0, 4.0], rtol=1e-12)
+    np.testing.assert_array_equal(j["step_tok"][:4], [4, 4, 4, 2])
+    np.testing.assert_array_equal(j["step_prefill"][:4], [4, 4, 4, 1])
+    np.testing.assert_array_equal(j["step_ctx"][:4], [4, 8, 12, 14])
+    assert j["n_steps"] == 4 + (N_PAD - n)  # each padding request is one step
+
+
+def test_kv_blocked_admission_no_skipping():
+    """C = 20 tokens, block 1, every step 1 s. r0 (P 10, O 5: 15 tokens) at 0; r1 (P 3, O 3:
+    6) at 0.1 does not fit beside r0 (15 + 6 > 20); r2 (P 1, O 1: 2) at 0.2 would fit but
+    is behind r1: nobody skips. r0: first token 1, decodes end 2, 3, 4, 5 (finish 5).
+    step at 5: r1 and r2 admitted, prefilled: first tokens at 6; r2 leaves at 6; r1
+    decodes end 7, 8."""
+    _r, j, n = _both([0.0, 0.1, 0.2], np.array([10, 3, 1]), np.array([5, 3, 1]), cap=8,
+                    kv_capacity=20.0, t_fixed=1.0, t_token=0.0)
+    np.testing.assert_allclose(j["admit_s"][:n], [0.0, 5.0, 5.0])
+    np.testing.assert_allclose(j["first_s"][:n], [1.0, 6.0, 6.0])
+    np.testing.assert_allclose(j["finish_s"][:n], [5.0, 8.0, 6.0])
+    np.testing.assert_allclose(j["ttft_s"][2], 5.8, rtol=1e-12)
+    np.testing.assert_array_equal(j["step_reserved"][:6], [15, 15, 15, 15, 15, 8])
+
+
+def test_oversized_request_rejected_at_the_head():
+    """C = 20. r0 (P 2, O 3: 5) runs alone (N = 1) from 0, steps of 1 s, finish 3.
+    r1 (P 30, O 1: 31 > C) arrives at 0.5: at the step start 1 it reaches the head and is
+    rejected although no slot is free; r2 behind it (P 1, O 1) waits for the slot:
+    admitted at 3, first token and finish at 4."""
+    _r, j, n = _both([0.0, 0.5, 0.6], np.array([2, 30, 1]), np.array([3, 1, 1]), cap=1,
+                    kv_capacity=20.0, t_fixed=1.0, t_token=0.0)
+    np.testing.assert_array_equal(j["status"][:n], [0, 2, 0])
+    np.testing.assert_allclose(j["finish_s"][[0, 2]], [3.0, 4.0])
+    assert math.isinf(j["ttft_s"][1]) and math.isinf(j["e2e_s"][1])
+
+
+def test_finite_queue_drops_and_the_tie_convention():
+    """K = 1 waiting place, N = 1, steps of 1 s. r0 (O 3) runs steps ending 1, 2, 3.
+    r1 at 0.1 joins (1 waiting); r2 at 0.2 finds 1 waiting: dropped; r3 at 1.5 joins the
+    queue at the step start 2 and finds r1 waiting: dropped; r4 at exactly 3.0 = a step
+    start is in time for it, joins before admission, finds r1 still waiting: dropped.
+    r1 admitted at 3."""
+    _r, j, n = _both([0.0, 0.1, 0.2, 1.5, 3.0], np.array([1, 1, 1, 1, 1]),
+                    np.array([3, 1, 1, 1, 1]), cap=1, queue_capacity=1.0, t_fixed=1.0,
+                    t_token=0.0)
+    np.testing.assert_array_equal(j["status"][:n], [0, 0, 1, 1, 1])
+    np.testing.assert_allclose(j["admit_s"][1], 3.0)
+    np.testing.assert_allclose(j["finish_s"][1], 4.0)
+
+
+def test_paged_rounding_changes_admission():
+    """C = 32. Block 16: r0 (P 10, O 5) reserves 16, r1 (P 1, O 1) 16, r2 (P 1, O 1) 16 does
+    not fit until r1 leaves. Block 1: 15 + 2 + 2 = 19 <= 32, all three run at once."""
+    a, p, o = [0.0, 0.0, 0.0], np.array([10, 1, 1]), np.array([5, 1, 1])
+    kw = dict(cap=8, kv_capacity=32.0, t_fixed=1.0, t_token=0.0)
+    _, paged, _ = _both(a, p, o, block_tokens=16, **kw)
+    _, exact, _ = _both(a, p, o, block_tokens=1, **kw)
+    assert paged["admit_s"][2] == 1.0 and exact["admit_s"][2] == 0.0
+    assert paged["step_reserved"][0] == 32 and exact["step_reserved"][0] == 19
+
+
+def test_output_of_one_token_leaves_at_its_prefill_step():
+    rng = np.random.default_rng(4)
+    a = np.sort(rng.uniform(0, 5, 30))
+    _r, j, n = _both(a, rng.integers(1, 50, 30), np.ones(30, int), cap=4, max_batched_tokens=32,
+                    t_fixed=0.05, t_token=0.01, t_ctx=1e-3)
+    ok = j["status"][:n] == 0
+    np.testing.assert_array_equal(j["first_s"][:n][ok], j["finish_s"][:n][ok])
+    assert np.all(np.isnan(j["tpot_s"][:n]))
+
+
+def test_service_noise_is_replayed():
+    rng = np.random.default_rng(5)
+    a = np.sort(rng.uniform(0, 3, 40))
+    z = rng.standard_normal(4000)
+    kw = dict(cap=3, max_batched_tokens=16, kv_capacity=200.0, block_tokens=4, t_fixed=0.05,
+              t_token=0.01, t_ctx=1e-4, service_cv=0.7, z=z)
+    r, _j, _n = _both(a, rng.integers(1, 30, 40), rng.integers(1, 20, 40), **kw)
+    d = np.array(r.step_dur)
+    base = 0.05 + 0.01 * np.array(r.step_tok) + 1e-4 * np.array(r.step_ctx)
+    s2 = math.log1p(0.49)
+    np.testing.assert_allclose(d, base * np.exp(-s2 / 2 + math.sqrt(s2) * z[:d.size]), rtol=1e-13)
+
+
+def test_random_cases_match_reference():
+    """Seeded random scenarios, light to overloaded, with ties (arrivals on a grid), every
+    knob: caps, budgets, KV, blocks, queue limits, noise."""
+    rng = np.random.default_rng(11)
+    seen = {"drop": 0, "reject": 0}
+    for case in range(14):
+        n = 250
+        lam = rng.uniform(0.5, 40.0)
+        a = np.cumsum(rng.exponential(1.0 / lam, n))
+        if case % 3 == 0:
+            a = np.round(a, 1)
+        p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
+        o = np.maximum(1, np.round(rng.lognormal(2.5, 0.8, n)))
+        cap = int(rng.integers(1, 9))
+        kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
+                  kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
+                  block_tokens=int(rng.choice([1, 16])),
+                  queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
+                  t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
+                  t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
+                  z=rng.standard_normal(40_000))
+        r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
+        _assert_same(r, _jax(a, p, o, **kw))
+        seen["drop"] += r.status.count(ref.DROPPED)
+        seen["reject"] += r.status.count(ref.REJECTED)
+    assert seen["drop"] > 0 and seen["reject"] > 0  # both paths were exercised
+
+
+def test_vllm_budget_gated_admission_gives_the_same_times():
+    """The convention documented in cb_reference: gating admission on the token budget
+    (vLLM v1) changes no request's times, only running counts and reserved KV."""
+    rng = np.random.default_rng(8)
+    for _ in range(6):
+        n = 200
+        a = np.cumsum(rng.exponential(0.05, n))
+        p = rng.integers(1, 200, n).tolist()
+        o = rng.integers(1, 40, n).tolist()
+        kw = dict(cap=6, max_batched_tokens=64, kv_capacity=1500.0, block_tokens=16,
+                  t_fixed=0.02, t_token=1e-3, t_ctx=1e-5)
+        x = ref.simulate(a, p, o, **kw)
+        y = ref.simulate(a, p, o, vllm_admission=True, **kw)
+        assert x.status == y.status and x.step_dur == y.step_dur
+        np.testing.assert_array_equal(x.first_s, y.first_s)
+        np.testing.assert_array_equal(x.finish_s, y.finish_s)
+        assert sum(x.step_running) >= sum(y.step_running)
+
+
+# --------------------------------------------------------------------------------------
+# closed forms
+# --------------------------------------------------------------------------------------
+
+
+def test_light_load_hand_formula():
+    """Arrivals 1000 s apart: every request is alone. Its prefill step takes
+    t_f + (t_t + t_c) P; decode step i = 1..O-1 carries 1 token and P + i cached, so
+    finish = a + t_f + (t_t + t_c) P + (O - 1)(t_f + t_t + t_c P) + t_c O (O - 1) / 2."""
+    rng = np.random.default_rng(3)
+    n = N_PAD
+    a = 1000.0 * np.arange(n)
+    p, o = rng.integers(1, 500, n).astype(float), rng.integers(1, 300, n).astype(float)
+    tf, tt, tc = 0.02, 5e-5, 1e-7
+    j = _jax(a, p, o, cap=8, t_fixed=tf, t_token=tt, t_ctx=tc)
+    ttft = tf + (tt + tc) * p
+    e2e = ttft + (o - 1) * (tf + tt + tc * p) + tc * o * (o - 1) / 2
+    np.testing.assert_allclose(j["ttft_s"], ttft, rtol=1e-9)
+    np.testing.assert_allclose(j["e2e_s"], e2e, rtol=1e-9)
+    np.testing.assert_allclose(j["finish_s"], a + e2e, rtol=1e-12)
+
+
+@pytest.mark.slow  # compiles the batched kernel for its own shapes (~10-20 s)
+def test_md1_limit():
+    """O = 1, N = 1, M = inf, t_ctx = 0: each request is ONE step of D = t_f + t_t P (its
+    prefill, which emits its only token), steps start when the previous ends or at the
+    arrival when idle: a FIFO single server with deterministic service D, i.e. M/D/1, and
+    TTFT = E2E = the sojourn, mean D + lam D^2 / (2 (1 - rho)) (Pollaczek-Khinchine).
+    The simulated mean (R = 4 replications) must be within its 99% CI of that value."""
+    tf, tt, pm = 0.01, 1e-4, 100.0
+    d = tf + tt * pm
+    lam = 0.6 / d
+    st = CBSimSettings(n_requests=4000, warmup=400, replications=4, seed=1)
+    p = dict(lam=[lam], prompt_mean=[pm], prompt_cv=[0.0], output_mean=[1.0], output_cv=[0.0],
+             cap=[1.0], max_batched_tokens=[np.inf], kv_capacity_tokens=[np.inf],
+             block_tokens=[1.0], queue_capacity=[np.inf], t_fixed=[tf], t_token=[tt],
+             t_ctx=[0.0], service_cv=[0.0])
+    res = simulate_continuous(p, st, percentile=0.5)
+    pk = d + lam * d * d / (2.0 * (1.0 - lam * d))
+    widen = 5.841 / 3.182  # t_{0.995,3} / t_{0.975,3}: the 99% interval
+    assert abs(res["ttft_mean_s"][0] - pk) <= widen * res["ttft_mean_hw_s"][0], (res["ttft_mean_s"], pk)
+    assert res["ttft_mean_hw_s"][0] < 0.1 * pk
+    np.testing.assert_allclose(res["e2e_mean_s"], res["ttft_mean_s"], rtol=1e-12)
+    np.testing.assert_allclose(res["step_mean_s"], d, rtol=1e-12)
+    assert res["mean_running"][0] == pytest.approx(lam * d, rel=0.05)  # utilisation
+    assert np.isinf(res["tpot_mean_s"][0])  # no request has a second token
+
+
+# --------------------------------------------------------------------------------------
+# the batched driver
+# --------------------------------------------------------------------------------------
+
+
+def _grid(n=4, seed=0, **over):
+    rng = np.random.default_rng(seed)
+    p = dict(lam=rng.uniform(5.0, 25.0, n), prompt_mean=rng.uniform(20, 200, n),
+             prompt_cv=rng.choice([0.0, 0.5, 1.0], n), output_mean=rng.uniform(5, 40, n),
+             output_cv=rng.choice([0.0, 0.8], n), cap=rng.integers(2, 16, n).astype(float),
+             max_batched_tokens=np.array([np.inf, 256.0, 64.0, 512.0] * n)[:n],
+             kv_capacity_tokens=np.array([np.inf, 3000.0, 1500.0, np.inf] * n)[:n],
+             block_tokens=np.array([16.0, 1.0] * n)[:n],
+             queue_capacity=np.array([np.inf, 50.0] * n)[:n],
+             t_fixed=rng.uniform(0.005, 0.02, n), t_token=rng.uniform(1e-5, 2e-4, n),
+             t_ctx=rng.uniform(0, 1e-6, n), service_cv=np.array([0.0, 0.3] * n)[:n])
+    p.update(over)
+    return p
+
+
+@pytest.mark.slow  # compiles the batched kernel for its own shapes (~10-20 s)
+def test_batched_statistics_match_the_reference_on_its_own_draws():
+    p = _grid()
+    q = np.array([0.9, 0.5, 0.99, 0.75])
+    res = simulate_continuous(p, SMALL, percentile=q)
+    for i in range(4):
+        reps = []
+        for r in range(SMALL.replications):
+            a, pp, oo = replication_draws(SMALL, i, r, **{k: p[k][i] for k in (
+                "lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv")})
+            z = step_normals(SMALL, i, r, 20_000)
+            o = oo.astype(int).tolist()
+            run = ref.simulate(a, pp.astype(int).tolist(), o, cap=p["cap"][i],
+                               max_batched_tokens=p["max_batched_tokens"][i],
+                               kv_capacity=p["kv_capacity_tokens"][i],
+                               block_tokens=p["block_tokens"][i],
+                               queue_capacity=p["queue_capacity"][i], t_fixed=p["t_fixed"][i],
+                               t_token=p["t_token"][i], t_ctx=p["t_ctx"][i],
+                               service_cv=p["service_cv"][i], z=z)
+            assert len(run.step_start) < z.size
+            reps.append(ref.measure(run, a, o, warmup=SMALL.warmup, q=q[i],
+                                    kv_capacity=p["kv_capacity_tokens"][i]))
+        m = {k: np.mean([x[k] for x in reps]) for k in reps[0]}
+        assert res["stable"][i] == all(x["steady"] for x in reps)
+        if not res["stable"][i]:
+            continue
+        for key, rk in (("ttft_mean_s", "ttft_mean"), ("ttft_p_s", "ttft_p"),
+                        ("tpot_mean_s", "tpot_mean"), ("tpot_p_s", "tpot_p"),
+                        ("e2e_mean_s", "e2e_mean"), ("e2e_p_s", "e2e_p"),
+                        ("mean_running", "mean_running"), ("kv_util", "kv_util"),
+                        ("output_tok_s", "output_tok_s"), ("step_mean_s", "step_mean"),
+                        ("drop_rate", "drop_rate")):
+            np.testing.assert_allclose(res[key][i], m[rk], rtol=1e-9, atol=1e-12, err_msg=key)
+        tq = cb_sim.student_t975(SMALL.replications - 1)
+        sd = np.std([x["ttft_p"] for x in reps], ddof=1)
+        np.testing.assert_allclose(res["ttft_p_hw_s"][i], tq * sd / np.sqrt(2), rtol=1e-9)
+    assert res["drop_rate"][1] >= 0 and np.all(res["preempt"] == 0)
+
+
+def test_student_t_quantile():
+    from scipy.stats import t
+
+    for dof in (1, 2, 3, 7, 30, 200):
+        assert cb_sim.student_t975(dof) == pytest.approx(t.ppf(0.975, dof), rel=1e-10)
+    assert math.isinf(cb_sim.student_t975(0))
+
+
+@pytest.mark.slow  # compiles the batched kernel for its own shapes (~10-20 s)
+def test_overload_is_unstable_with_infinite_latencies():
+    """lam = 5x what one sequence slot can serve: the queue grows all run long, TTFT of
+    the last quarter >> first quarter; the point is not stable and its latencies are +inf,
+    never finite numbers."""
+    p = _grid(n=2, seed=1, lam=np.array([400.0, 5.0]), cap=np.array([1.0, 8.0]),
+              queue_capacity=np.array([np.inf, np.inf]), kv_capacity_tokens=np.full(2, np.inf))
+    res = simulate_continuous(p, SMALL)
+    assert not res["stable"][0] and res["steady_frac"][0] == 0.0
+    for m in ("ttft", "tpot", "e2e"):
+        for k in ("mean_s", "p_s", "mean_hw_s", "p_hw_s"):
+            assert np.isinf(res[f"{m}_{k}"][0])
+    assert res["stable"][1] and np.isfinite(res["ttft_p_s"][1])
+    assert res["mean_running"][0] == pytest.approx(1.0, abs=0.01)  # the slot never idles
+
+
+@pytest.mark.slow  # compiles the batched kernel for its own shapes (~10-20 s)
+def test_deterministic_and_independent_of_chunking_and_order():
+    p = _grid(n=4, seed=2)
+    r1 = simulate_continuous(p, SMALL)
+    r2 = simulate_continuous(p, SMALL, max_lanes=SMALL.replications)  # one scenario a chunk
+    for k in r1:
+        np.testing.assert_allclose(r2[k], r1[k], rtol=1e-12, atol=0, err_msg=k)
+    perm = np.array([2, 0, 3, 1])
+    r3 = simulate_continuous({k: v[perm] for k, v in p.items()}, SMALL, scenario_ids=perm)
+    for k in r1:
+        np.testing.assert_allclose(r3[k], r1[k][perm], rtol=1e-12, atol=0, err_msg=k)
+    r4 = simulate_continuous(p, CBSimSettings(**{**SMALL.__dict__, "seed": 4}))
+    assert not np.array_equal(r4["ttft_mean_s"], r1["ttft_mean_s"])
+
+
+def test_second_call_with_same_shapes_does_not_recompile():
+    simulate_continuous(_grid(seed=5), SMALL)
+    before = cb_sim._TRACES
+    simulate_continuous(_grid(seed=6), SMALL, percentile=0.5)
+    assert cb_sim._TRACES == before
+
+
+def test_trace_replay():
+    rng = np.random.default_rng(7)
+    n = SMALL.warmup + SMALL.n_requests
+    tr = {"arrival_s": np.cumsum(rng.exponential(0.1, n)),
+          "prompt_tokens": rng.integers(1, 100, n).astype(float),
+          "output_tokens": rng.integers(1, 30, n).astype(float)}
+    p = _grid(n=2, seed=3, service_cv=np.zeros(2), queue_capacity=np.full(2, np.inf))
+    del p["lam"]
+    res = simulate_continuous(p, SMALL, percentile=0.9, trace=tr)
+    np.testing.assert_array_equal(res["ttft_p_hw_s"], 0.0)  # replications coincide
+    for i in range(2):
+        run = ref.simulate(tr["arrival_s"], tr["prompt_tokens"].astype(int).tolist(),
+                           tr["output_tokens"].astype(int).tolist(), cap=p["cap"][i],
+                           max_batched_tokens=p["max_batched_tokens"][i],
+                           kv_capacity=p["kv_capacity_tokens"][i],
+                           block_tokens=p["block_tokens"][i], t_fixed=p["t_fixed"][i],
+                           t_token=p["t_token"][i], t_ctx=p["t_ctx"][i])
+        m = ref.measure(run, tr["arrival_s"], tr["output_tokens"].astype(int).tolist(),
+                        warmup=SMALL.warmup, q=0.9, kv_capacity=p["kv_capacity_tokens"][i])
+        np.testing.assert_allclose(res["ttft_p_s"][i], m["ttft_p"], rtol=1e-10)
+        np.testing.assert_allclose(res["e2e_mean_s"][i], m["e2e_mean"], rtol=1e-10)
+
+
+def test_lengths_follow_the_spec():
+    z = np.linspace(-3, 3, 7)
+    np.testing.assert_array_equal(cb_sim.lengths(z, 100.4, 0.0), np.full(7, 100.0))
+    np.testing.assert_array_equal(cb_sim.lengths(z, 0.2, 0.0), np.ones(7))
+    s2 = math.log1p(0.25)
+    np.testing.assert_array_equal(cb_sim.lengths(z, 50.0, 0.5),
+                                  np.maximum(1, np.round(50 * np.exp(math.sqrt(s2) * z - s2 / 2))))
+
+
+def test_invalid_input_is_rejected():
+    p = _grid()
+    with pytest.raises(CBSimulationError, match="missing"):
+        simulate_continuous({k: v for k, v in p.items() if k != "cap"}, SMALL)
+    with pytest.raises(CBSimulationError, match="differ in length"):
+        simulate_continuous({**p, "lam": p["lam"][:2]}, SMALL)
+    with pytest.raises(CBSimulationError, match="M >= N"):
+        simulate_continuous({**p, "max_batched_tokens": np.full(4, 2.0), "cap": np.full(4, 8.0)}, SMALL)
+    with pytest.raises(CBSimulationError, match=r"cap\[0\]"):
+        simulate_continuous({**p, "cap": np.full(4, 1.5)}, SMALL)
+    with pytest.raises(CBSimulationError, match="percentile"):
+        simulate_continuous(p, SMALL, percentile=1.5)
+    with pytest.raises(CBSimulationError, match="sorted"):
+        simulate_requests([1.0, 0.0], [1, 1], [1, 1], cap=1, t_fixed=1.0, t_token=0.0)
+    with pytest.raises(CBSimulationError, match="integers"):
+        simulate_requests([0.0, 1.0], [1.5, 1], [1, 1], cap=1, t_fixed=1.0, t_token=0.0)
+    empty = simulate_continuous({k: np.empty(0) for k in cb_sim.PARAM_KEYS}, SMALL)
+    assert all(v.shape == (0,) for v in empty.values())
