@@ -248,6 +248,9 @@ class ServingModel(abc.ABC):
     monotone_in_load: ClassVar[tuple[str, ...]] = ()
     #: `[search] objective` names -> (point column, "minimize" | "maximize").
     objectives: ClassVar[dict[str, tuple[str, str]]] = {"min_cost": ("cost_usd_per_hour", "minimize")}
+    #: What a `[profile]` CSV fits for this model (`sweep.grid.fit`): "service" (T_svc(B) =
+    #: T_fixed + t_req B) or "step" (T_step = t_fixed + t_token n_tok + t_ctx n_ctx).
+    profile_kind: ClassVar[str] = "service"
     #: Memory XLA needs to compile this model's chunk function beyond the window proxy's,
     #: MB (measured; `sweep.runner.memory` plans --memory-limit with it).
     compile_mb: ClassVar[int] = 0

@@ -258,6 +258,7 @@ class ContinuousModel(ServingModel):
         "min_ttft": ("ttft_p_ms", "minimize"),
         "min_tpot": ("tpot_p_ms", "minimize"),
     }
+    profile_kind: ClassVar[str] = "step"
     #: More load: more running sequences, a larger share of the capacity, longer queues.
     monotone_in_load: ClassVar[tuple[str, ...]] = ("lambda_per_replica_rps", "rho", "mean_running", "output_tok_s")
 
