@@ -190,9 +190,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"[bold]{args.profile}[/bold]: T_svc(B) = T_fixed + t_req B fitted to {fit.n} rows, "
         f"{len(fit.residuals)} batch sizes"
     )
-    console.print(f"T_fixed = {fit.t_fixed_ms:.4f} ms")
-    console.print(f"t_req   = {fit.t_req_ms:.4f} ms per request")
+    se = fit.se_ms
+    console.print(f"T_fixed = {fit.t_fixed_ms:.4f} ms" + (f"  (standard error {se[0]:.2g})" if se else ""))
+    console.print(f"t_req   = {fit.t_req_ms:.4f} ms per request" + (f"  (standard error {se[1]:.2g})" if se else ""))
     console.print(f"R^2     = {fit.r2:.6f}   (RMS residual {fit.rmse_ms:.4f} ms)")
+    _print_covariance(console, ("t_fixed_ms", "t_req_ms"), fit.cov_ms2)
     t = Table(title="residuals per batch size (ms; residual = mean measured - fitted)", title_justify="left")
     for name in ("batch_size", "rows", "mean measured", "fitted", "residual", "max |residual|"):
         t.add_column(name, justify="right")
@@ -201,6 +203,21 @@ def cmd_fit(args: argparse.Namespace) -> int:
                   f"{r.residual_ms:+.3f}", f"{r.max_abs_residual_ms:.3f}")
     console.print(t)
     return 0
+
+
+def _print_covariance(console: Any, names: tuple[str, ...], cov: Any) -> None:
+    """The coefficients' covariance (ms^2), what `[uncertainty.profile] covariance = true` samples."""
+    if not cov:
+        console.print("covariance: not estimable (no residual degree of freedom: measure more rows)")
+        return
+    t = Table(title="covariance of the coefficients (ms^2; [uncertainty.profile] covariance = true samples it)",
+              title_justify="left")
+    t.add_column("")
+    for name in names:
+        t.add_column(name, justify="right")
+    for name, row in zip(names, cov):
+        t.add_row(name, *(f"{v:.4g}" for v in row))
+    console.print(t)
 
 
 def _print_step_fit(console: Any, path: Path, fit: Any) -> int:
@@ -215,6 +232,7 @@ def _print_step_fit(console: Any, path: Path, fit: Any) -> int:
         console.print(f"{name:<10} = {value:.6g} {unit}  (standard error {se:.2g}){pinned}")
     console.print(f"R^2        = {fit.r2:.6f}   (RMS residual {fit.rmse_ms:.4g} ms"
                   f"{', weighted by 1/measured^2' if fit.shape == 'request' else ''})")
+    _print_covariance(console, ("t_fixed_ms", "t_token_ms", "t_ctx_ms"), fit.cov_ms2)
     t = Table(title="residuals (ms; residual = measured - fitted)", title_justify="left")
     for name in ("equation", "measured", "fitted", "residual", "relative"):
         t.add_column(name, justify="right")
