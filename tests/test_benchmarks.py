@@ -116,7 +116,14 @@ def _simulate(out, text):
     assert "speed-up JAX / Python" in text
 
 
-CHECKS = {"kernel": _kernel, "gamma": _gamma, "batcher": _batcher, "proxy_vs_sim": _proxy_vs_sim,
+def _uncertainty(out, text):
+    rows = out["rows"]
+    assert set(rows) == {"plain", "S=64", "derivatives", "sensitivity"}
+    assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in rows.values())
+    assert rows["plain"]["cost_ratio"] == 1.0 and "cost / plain" in text
+
+
+CHECKS = {"kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher, "proxy_vs_sim": _proxy_vs_sim,
           "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
 
 

@@ -30,6 +30,7 @@ from sweep.grid.search_table import (
     resolve_search,
 )
 from sweep.grid.spec import Axis, GridSpec, Options, OutputOptions, SimulationOptions
+from sweep.grid.uncertainty import parse_sensitivity, parse_uncertainty
 from sweep.grid.values import MAX_AXIS_VALUES, axis_size, axis_values, check_value, expand_range
 from sweep.models import (
     REGISTRY,
@@ -42,7 +43,8 @@ from sweep.models.dynamic import OPTION_PARAMS
 
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
-TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation")
+TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation",
+                  "uncertainty", "sensitivity")
 OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction")
 PARTITION_KEYS = ("model", "gpu")
 
@@ -98,6 +100,11 @@ def build(
     values, facts = model.fill(values, _grid_key, source)
     service_source = "fitted" if fit is not None else facts.pop("service_source")
     model.check(values, options, _grid_key, source)
+    uncertainty = (parse_uncertainty(doc["uncertainty"], model, fit, service_source, source)
+                   if "uncertainty" in doc else None)
+    sensitivity = parse_sensitivity(doc["sensitivity"], model, source) if "sensitivity" in doc else False
+    if (uncertainty is not None or sensitivity) and search is not None:
+        raise GridError(source, "search", "[search]", "cannot be combined with [uncertainty] or [sensitivity] (yet)")
     catalog = _resolve_catalog(doc.get("catalog", {}), source, catalog)
     if search is not None:
         search = resolve_search(search, catalog, source)
@@ -122,6 +129,8 @@ def build(
         fit=fit,
         search=search,
         simulation=simulation,
+        uncertainty=uncertainty,
+        sensitivity=sensitivity,
     )
 
 

@@ -40,10 +40,19 @@ Kind = Literal["float", "int", "name"]
 #: Conditions under which a declared column is written ("" = always).
 WHEN_ROOFLINE = "roofline"
 WHEN_SIMULATION = "simulation"
+WHEN_UNCERTAINTY = "uncertainty"
+WHEN_SENSITIVITY = "sensitivity"
+#: sensitivity to a service-time coefficient: only where the coefficient is an input
+WHEN_SENSITIVITY_COEF = "sensitivity_coef"
 WHEN_TEXT = {
     WHEN_ROOFLINE: "service_source = roofline",
     WHEN_SIMULATION: "the grid simulates (latency_model = simulated, or a [simulation] table)",
+    WHEN_UNCERTAINTY: "the grid has an [uncertainty] table (docs/uncertainty.md)",
+    WHEN_SENSITIVITY: "the grid has a [sensitivity] table (docs/uncertainty.md)",
+    WHEN_SENSITIVITY_COEF: "the grid has a [sensitivity] table and its service times are given or fitted (not roofline)",
 }
+#: Conditions the engine computes after the model's per-point function (sweep.engine.plan).
+PLANNING_WHEN: tuple[str, ...] = (WHEN_UNCERTAINTY, WHEN_SENSITIVITY, WHEN_SENSITIVITY_COEF)
 
 #: Catalog figures gathered for every point (name -> which axis indexes its table);
 #: `model_figures` and `gpu_figures` compute them from catalog entries.
@@ -126,9 +135,12 @@ class Column:
     doc: str
     when: str = ""
 
-    def present(self, *, roofline: bool, simulation: bool) -> bool:
+    def present(self, *, roofline: bool, simulation: bool, uncertainty: bool = False, sensitivity: bool = False) -> bool:
         return (not self.when or (self.when == WHEN_ROOFLINE and roofline)
-                or (self.when == WHEN_SIMULATION and simulation))
+                or (self.when == WHEN_SIMULATION and simulation)
+                or (self.when == WHEN_UNCERTAINTY and uncertainty)
+                or (self.when == WHEN_SENSITIVITY and sensitivity)
+                or (self.when == WHEN_SENSITIVITY_COEF and sensitivity and not roofline))
 
 
 #: Columns every model declares (the engine fills `point_id`; `sweep.decide.verdict` the rest).
@@ -138,6 +150,38 @@ FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and latency_ms fin
 ACTION = Column("action", "dict", "-", "Seed Table 1: out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
 #: Output keys the engine and the verdict add to a model's own (not computed by `point`).
 ENGINE_KEYS: tuple[str, ...] = ("point_id", "slo_ok", "feasible", "action")
+
+
+def band_stem(latency: str) -> str:
+    """`latency_ms` -> `latency`, `ttft_p_ms` -> `ttft_p`: the stem of a latency's band columns."""
+    return latency[:-3] if latency.endswith("_ms") else latency
+
+
+def planning_columns(slo_checks: tuple[tuple[str, str], ...], coefficient_keys: tuple[str, ...],
+                     length_keys: tuple[str, ...], units: Mapping[str, str], *,
+                     sensitivity: bool = True) -> tuple[Column, ...]:
+    """The `[uncertainty]` and `[sensitivity]` columns of a model with these SLO checks and
+    inputs (docs/uncertainty.md); `units` gives each input's unit."""
+    cols = [Column("p_slo_breach", "float64", "-",
+                   "Share of the [uncertainty] samples that miss the SLO (some SLO latency above its SLO, or unstable).",
+                   WHEN_UNCERTAINTY)]
+    for lat, _ in slo_checks:
+        for q in (5, 50, 95):
+            cols.append(Column(f"{band_stem(lat)}_p{q}_ms", "float64", "ms",
+                               f"{q}th percentile over the [uncertainty] samples of {lat} (+inf: unstable samples).",
+                               WHEN_UNCERTAINTY))
+    if not sensitivity:
+        return tuple(cols)
+    for key in ("arrival_rps", *coefficient_keys, *length_keys):
+        when = WHEN_SENSITIVITY_COEF if key in coefficient_keys else WHEN_SENSITIVITY
+        for lat, _ in slo_checks:
+            cols.append(Column(f"d_{band_stem(lat)}_d_{key}", "float64", f"ms per {units[key]}",
+                               f"Derivative of {lat} with respect to {key} (jax autodiff at the point; +inf where {lat} is +inf).",
+                               when))
+    cols.append(Column("headroom_rps", "float64", "requests/s",
+                       "Largest arrival rate per replica up to which the point keeps meeting its SLO, from its own rate up "
+                       "(bisection on the model; the answer evaluated and met); 0 where it misses at its own rate.", WHEN_SENSITIVITY))
+    return tuple(cols)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -296,6 +340,14 @@ class ServingModel(abc.ABC):
     #: The SLO checks: (latency column, SLO column) pairs; a point meets its SLO when every
     #: latency is <= its SLO (+inf fails).
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (("latency_ms", "slo_ms"),)
+    #: `[uncertainty]` / `[sensitivity]` inputs (docs/uncertainty.md): the arrival rate, the
+    #: service-time coefficients (`coefficient_keys`) and the token lengths, in that order.
+    coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_req_ms")
+    length_keys: ClassVar[tuple[str, ...]] = ()
+    #: Does `[sensitivity]` work for this model (its derivatives are finite and checked)?
+    supports_sensitivity: ClassVar[bool] = True
+    #: an input the grid may leave to another key (which then stands for it)
+    input_fallback: ClassVar[dict[str, str]] = {}
     #: Does this model need the host pass to decide (the simulator's percentile)?
     needs_host_pass: ClassVar[bool] = False
     #: Columns that never decrease as arrival_rps rises, all else fixed (+inf counts as the
@@ -320,9 +372,11 @@ class ServingModel(abc.ABC):
     def row_axes(self) -> tuple[str, str]:
         return (self.decisions.knob, self.decisions.cap)
 
-    def point_columns(self, *, roofline: bool, simulation: bool) -> tuple[Column, ...]:
+    def point_columns(self, *, roofline: bool, simulation: bool, uncertainty: bool = False,
+                      sensitivity: bool = False) -> tuple[Column, ...]:
         """The columns a run of this model writes, in order."""
-        return tuple(c for c in self.columns if c.present(roofline=roofline, simulation=simulation))
+        return tuple(c for c in self.columns if c.present(roofline=roofline, simulation=simulation,
+                                                          uncertainty=uncertainty, sensitivity=sensitivity))
 
     # -- validation -------------------------------------------------------------------
 

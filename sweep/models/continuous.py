@@ -48,6 +48,7 @@ from sweep.models.base import (
     HostPass,
     Param,
     ServingModel,
+    planning_columns,
 )
 from sweep.models.cb_analytic import cb_point
 from sweep.models.dynamic import DOMAINS as SEED_DOMAINS
@@ -226,6 +227,9 @@ def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_token
     return jnp.floor(tokens / block_tokens) * block_tokens if paged else tokens
 
 
+SLO_CHECKS: tuple[tuple[str, str], ...] = (("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
+
+
 class ContinuousModel(ServingModel):
     """`serving = "continuous"`, `latency_model = "analytic"`: the fixed-point model of
     `sweep.models.cb_analytic` decides."""
@@ -233,7 +237,14 @@ class ContinuousModel(ServingModel):
     serving: ClassVar[str] = "continuous"
     name: ClassVar[str] = "analytic"
     params: ClassVar[tuple[Param, ...]] = PARAMS
-    columns: ClassVar[tuple[Column, ...]] = COLUMNS
+    columns: ClassVar[tuple[Column, ...]] = COLUMNS + planning_columns(
+        SLO_CHECKS, ("t_fixed_ms", "t_token_ms", "t_ctx_ms"), ("prompt_tokens", "output_tokens"),
+        {"arrival_rps": "request/s", "t_fixed_ms": "ms", "t_token_ms": "(ms/token)", "t_ctx_ms": "(ms/context token)",
+         "prompt_tokens": "token", "output_tokens": "token"}, sensitivity=False)
+    #: forward-mode derivatives through the step-time fixed point give NaN tangents: not yet
+    supports_sensitivity: ClassVar[bool] = False
+    coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
+    length_keys: ClassVar[tuple[str, ...]] = ("prompt_tokens", "output_tokens")
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
         "output_tokens", "output_cv", "batch_size", "max_batched_tokens",
@@ -242,8 +253,7 @@ class ContinuousModel(ServingModel):
     )
     decisions: ClassVar[Decisions] = DECISIONS
     row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
-    slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
+    slo_checks: ClassVar[tuple[tuple[str, str], ...]] = SLO_CHECKS
     objectives: ClassVar[dict[str, tuple[str, str]]] = {
         "min_cost": ("cost_usd_per_hour", "minimize"),
         "min_cost_per_mtok": ("cost_usd_per_mtok", "minimize"),

@@ -29,6 +29,7 @@ from sweep.models.base import (
     Domain,
     Param,
     ServingModel,
+    planning_columns,
 )
 from sweep.models.batch_sim import never_fills
 from sweep.models.batching import batch_moments
@@ -206,6 +207,11 @@ BASE_COLUMNS: tuple[Column, ...] = (
 )
 
 #: The simulator's columns (SPEC 7), written when the grid simulates.
+#: `[uncertainty]` and `[sensitivity]` columns (sweep.engine.plan; docs/uncertainty.md).
+PLAN_COLUMNS: tuple[Column, ...] = planning_columns(
+    (("latency_ms", "slo_ms"),), ("t_fixed_ms", "t_req_ms"), ("mean_seq_len",),
+    {"arrival_rps": "request/s", "t_fixed_ms": "ms", "t_req_ms": "(ms/request)", "mean_seq_len": "token"})
+
 SIM_COLUMNS: tuple[Column, ...] = (
     Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _S),
     Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _S),
@@ -252,7 +258,10 @@ class DynamicModel(ServingModel):
 
     serving: ClassVar[str] = "dynamic"
     params: ClassVar[tuple[Param, ...]] = PARAMS
-    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + SIM_COLUMNS
+    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + SIM_COLUMNS + PLAN_COLUMNS
+    length_keys: ClassVar[tuple[str, ...]] = ("mean_seq_len",)
+    #: mean_seq_len follows seq_len where the grid leaves it out: vary seq_len then
+    input_fallback: ClassVar[dict[str, str]] = {"mean_seq_len": "seq_len"}
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "seq_len", "arrival_rps", "replicas", "batch_size",
         "batch_window_ms", "tokens_per_request", "weight_bytes_per_param",
