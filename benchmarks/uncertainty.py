@@ -7,8 +7,10 @@ Four jitted, vmapped programs over the same random dynamic-batching points (the 
 * S = 64: the same plus `[uncertainty]` with `arrival_rps` normal (sd 20 %) and `t_req_ms`
   lognormal (sd 10 %): 64 model evaluations per point, p_slo_breach and the bands.
   Goal: points/s at most 64x slower than plain (cost ratio <= 64);
+* latency only: the model's `latency_ms` alone (XLA drops every other column): the fair
+  baseline of the derivatives, which need only the latency;
 * derivatives: `sweep.engine.plan.derivative_columns` alone (jax.jacfwd over 4 inputs).
-  Goal: at most 3x the plain kernel;
+  Goal: at most 3x the plain kernel (also printed: the cost against latency only);
 * sensitivity: the whole `[sensitivity]` (the derivatives and headroom_rps, a 48-step
   bisection), for reference.
 
@@ -65,6 +67,11 @@ def programs() -> dict[str, object]:
         x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
         return jax.vmap(lambda p: derivative_columns(p, MODEL, KW, False))(x)
 
+    def latency_only(v, t):
+        x = dict(v)
+        x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
+        return jax.vmap(lambda p: MODEL.point(p, **KW)["latency_ms"])(x)
+
     def sensitivity(v, t):
         x = dict(v)
         x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
@@ -73,6 +80,7 @@ def programs() -> dict[str, object]:
     return {
         "plain": jax.jit(plain),
         "S=64": jax.jit(functools.partial(with_plan, plan=(UNC, False, False))),
+        "latency only": jax.jit(latency_only),
         "derivatives": jax.jit(derivatives),
         "sensitivity": jax.jit(sensitivity),
     }
@@ -110,6 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         r["cost_ratio"] = r["seconds"] / rows["plain"]["seconds"]
         goal = f"<= {goals[name]:g}" if name in goals else ""
         print(f"{name:<12} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f}")
+    rows["derivatives"]["cost_vs_latency_only"] = rows["derivatives"]["seconds"] / rows["latency only"]["seconds"]
+    print(f"derivatives / latency only: {rows['derivatives']['cost_vs_latency_only']:.2f}x")
     out = {"points": args.points, "rows": rows}
     if not args.smoke:
         res = Path(__file__).parent / "results"

@@ -118,7 +118,7 @@ def _simulate(out, text):
 
 def _uncertainty(out, text):
     rows = out["rows"]
-    assert set(rows) == {"plain", "S=64", "derivatives", "sensitivity"}
+    assert set(rows) == {"plain", "S=64", "latency only", "derivatives", "sensitivity"}
     assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in rows.values())
     assert rows["plain"]["cost_ratio"] == 1.0 and "cost / plain" in text
 
