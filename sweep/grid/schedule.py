@@ -112,8 +112,7 @@ def _hourly_rps(raw: Any, source: str) -> tuple[float, ...]:
             raise GridError(source, key, f"{len(raw)} lists", "a week as lists needs 7 lists of 24 rates (Monday first)")
         raw = [r for day in raw for r in day]
     if not isinstance(raw, list) or len(raw) not in PERIODS.values():
-        n = len(raw) if isinstance(raw, list) else raw
-        raise GridError(source, key, n if isinstance(raw, list) else raw,
+        raise GridError(source, key, f"{len(raw)} values" if isinstance(raw, list) else raw,
                         f"must be a list of 24 hourly rates (a day) or 168 (a week, Monday 00:00 first), e.g. {_EXAMPLE}")
     out = []
     for h, r in enumerate(raw):
