@@ -172,3 +172,22 @@ def test_sweep_plan_prints_the_schedule(tmp_path, capsys):
     assert (tmp_path / "o" / "manifest.json").exists()
     assert main(["plan", str(_write(tmp_path, DYNAMIC.split("[schedule]")[0].replace("replicas =", "arrival_rps = 5\nreplicas ="), "plain.toml")),
                  "--out", str(tmp_path / "p")]) == 2
+
+
+def test_segments_and_chunks_do_not_change_the_schedule(tmp_path):
+    """Row facts are staged per segment and joined at the end: small chunks and segments (a
+    run that could be resumed between them) give the same file as one chunk."""
+    spec = load(_write(tmp_path, DYNAMIC % (DIURNAL, "ramp = 1\nwarmup_hours = 0.5")))
+    run_grid(spec, tmp_path / "a")
+    run_grid(spec, tmp_path / "b", chunk_size=8, segment_points=16)
+    a, b = _schedule(tmp_path / "a"), _schedule(tmp_path / "b")
+    assert a.equals(b)
+
+
+def test_shards_are_refused(tmp_path):
+    from sweep.errors import OutputError
+    from sweep.runner import Shard
+
+    spec = load(_write(tmp_path, DYNAMIC % (DIURNAL, "")))
+    with pytest.raises(OutputError, match="without --shard"):
+        run_grid(spec, tmp_path / "o", shard=Shard(1, 2))
