@@ -103,3 +103,13 @@ def test_weekly_trace_starts_monday(tmp_path):
     (tmp_path / "w.csv").write_text("\n".join(lines))
     rates = bin_trace("w.csv", str(tmp_path / "g.toml"), 168)
     assert rates[0] == pytest.approx(1 / 3600) and rates[167] == pytest.approx(168 / 3600)
+
+
+def test_coupled_plans_bound_the_replica_counts(tmp_path):
+    big = '{start = 1, stop = 200, step = 1}'
+    path = tmp_path / "g.toml"
+    path.write_text(BASE.replace("replicas = [1, 2, 4]", f"replicas = {big}") % f"[schedule]\nhourly_rps = {DAY}\nramp = 2")
+    with pytest.raises(GridError, match=r"grid\.replicas = .*has 200 values; .*at most 128"):
+        load(path)
+    path.write_text(BASE.replace("replicas = [1, 2, 4]", f"replicas = {big}") % f"[schedule]\nhourly_rps = {DAY}")
+    assert load(path).schedule.ramp is None  # independent hours: any axis

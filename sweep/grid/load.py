@@ -23,7 +23,7 @@ from typing import Any
 
 from sweep.catalog import Catalog, load_catalog
 from sweep.errors import CatalogError, GridError, did_you_mean
-from sweep.grid.schedule import ScheduleSpec, parse_schedule
+from sweep.grid.schedule import ScheduleSpec, check_schedule_replicas, parse_schedule
 from sweep.grid.search_table import (
     check_search_space,
     fill_searched,
@@ -103,6 +103,8 @@ def build(
     values, facts = model.fill(values, _grid_key, source)
     service_source = "fitted" if fit is not None else facts.pop("service_source")
     model.check(values, options, _grid_key, source)
+    if schedule is not None:
+        check_schedule_replicas(schedule, values.get("replicas", [1]), source)
     catalog = _resolve_catalog(doc.get("catalog", {}), source, catalog)
     if search is not None:
         search = resolve_search(search, catalog, source)

@@ -105,6 +105,20 @@ def parse_schedule(raw: Any, source: str) -> ScheduleSpec:
     )
 
 
+#: Replica counts a ramped or warmed-up plan may choose among: the exact plan costs
+#: O(hours x counts^3) time (128 counts: about 1 s for a day, 6 s for a week on one core).
+MAX_PLAN_COUNTS = 128
+
+
+def check_schedule_replicas(schedule: ScheduleSpec, replicas: list[Any], source: str) -> None:
+    """The replicas axis a plan chooses from: bounded when the hours are coupled."""
+    coupled = schedule.ramp is not None or schedule.warmup_hours > 0
+    if coupled and len(replicas) > MAX_PLAN_COUNTS:
+        raise GridError(source, "grid.replicas", replicas,
+                        f"has {len(replicas)} values; a [schedule] with ramp or warmup_hours plans over at most {MAX_PLAN_COUNTS} replica counts; "
+                        "use a coarser axis, e.g. replicas = {start = 2, stop = 256, step = 2}")
+
+
 def _hourly_rps(raw: Any, source: str) -> tuple[float, ...]:
     key = "schedule.hourly_rps"
     if isinstance(raw, list) and raw and all(isinstance(day, list) for day in raw):
@@ -112,8 +126,9 @@ def _hourly_rps(raw: Any, source: str) -> tuple[float, ...]:
             raise GridError(source, key, f"{len(raw)} lists", "a week as lists needs 7 lists of 24 rates (Monday first)")
         raw = [r for day in raw for r in day]
     if not isinstance(raw, list) or len(raw) not in PERIODS.values():
-        raise GridError(source, key, f"{len(raw)} values" if isinstance(raw, list) else raw,
-                        f"must be a list of 24 hourly rates (a day) or 168 (a week, Monday 00:00 first), e.g. {_EXAMPLE}")
+        got = f"has {len(raw)} values; " if isinstance(raw, list) else ""
+        raise GridError(source, key, raw,
+                        f"{got}must be a list of 24 hourly rates (a day) or 168 (a week, Monday 00:00 first), e.g. {_EXAMPLE}")
     out = []
     for h, r in enumerate(raw):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or not (0.0 <= r <= MAX_RPS):
