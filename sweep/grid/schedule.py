@@ -35,8 +35,8 @@ from sweep.errors import GridError, did_you_mean
 
 SCHEDULE_KEYS = ("hourly_rps", "trace", "period", "ramp", "warmup_hours")
 PERIODS = {"day": 24, "week": 168}
-#: The largest hourly rate accepted (the `arrival_rps` domain's upper bound).
-MAX_RPS = 1e9
+#: The hourly rates accepted besides 0 (the `arrival_rps` domain).
+MIN_RPS, MAX_RPS = 1e-6, 1e9
 _EXAMPLE = "hourly_rps = [40.0, 35.0, ...] (24 values)"
 
 
@@ -131,8 +131,9 @@ def _hourly_rps(raw: Any, source: str) -> tuple[float, ...]:
                         f"{got}must be a list of 24 hourly rates (a day) or 168 (a week, Monday 00:00 first), e.g. {_EXAMPLE}")
     out = []
     for h, r in enumerate(raw):
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or not (0.0 <= r <= MAX_RPS):
-            raise GridError(source, f"{key}[{h}]", r, f"must be a rate in requests/s in [0, {MAX_RPS:g}] (0: no traffic that hour)")
+        if (isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)
+                or not (r == 0 or MIN_RPS <= r <= MAX_RPS)):
+            raise GridError(source, f"{key}[{h}]", r, f"must be a rate in requests/s, 0 (no traffic that hour) or in [{MIN_RPS:g}, {MAX_RPS:g}]")
         out.append(float(r))
     _check_positive(out, source, key)
     return tuple(out)
@@ -197,5 +198,9 @@ def bin_trace(path_value: Any, source: str, hours: int) -> tuple[float, ...]:
         raise GridError(source, key, path_value,
                         f"covers {last - first + 1} whole hours; a {'day' if hours == 24 else 'week'} profile needs every hour of the period "
                         f"(hour {missing[0]} never occurs): give a longer trace")
+    tiny = [h for h, r in enumerate(out) if 0 < r < MIN_RPS]
+    if tiny:
+        raise GridError(source, key, path_value, f"hour {tiny[0]} averages {out[tiny[0]]:.3g} requests/s, below {MIN_RPS:g}; "
+                                                 "a trace this sparse says little about that hour: give a denser or shorter trace")
     _check_positive(out, source, key)
     return tuple(out)
