@@ -191,3 +191,18 @@ def test_shards_are_refused(tmp_path):
     spec = load(_write(tmp_path, DYNAMIC % (DIURNAL, "")))
     with pytest.raises(OutputError, match="without --shard"):
         run_grid(spec, tmp_path / "o", shard=Shard(1, 2))
+
+
+def test_weekly_profile_and_the_run_summary(tmp_path, capsys):
+    """7 x 24 rates: weekdays the diurnal day, the weekend half of it; per-day figures divide
+    the week's total by 7; `sweep run` prints the group's saving line."""
+    week = [DIURNAL] * 5 + [[r / 2 for r in DIURNAL]] * 2
+    path = _write(tmp_path, DYNAMIC % (week, ""))
+    assert main(["run", str(path), "--out", str(tmp_path / "o"), "--progress", "none"]) == 0
+    assert "schedule group 0: llama-3.1-8b on 2 x h100-sxm: plan" in capsys.readouterr().out
+    s = _schedule(tmp_path / "o")
+    want = [math.ceil(r / 85) for day in week for r in day]
+    assert len(s) == 168 and s["replicas"].tolist() == want
+    assert s["day"].tolist() == [h // 24 for h in range(168)]
+    assert s["gpu_hours_per_day"].iloc[0] == pytest.approx(2.0 * sum(want) / 7)
+    assert s["flat_gpu_hours_per_day"].iloc[0] == 2.0 * 6 * 24
