@@ -11,6 +11,7 @@ from sweep.catalog import Gpu, Model
 from sweep.models import ServingModel
 
 if TYPE_CHECKING:
+    from sweep.grid.schedule import ScheduleSpec
     from sweep.grid.search_table import SearchSpec
     from sweep.grid.uncertainty import UncertaintyOptions
 
@@ -85,6 +86,8 @@ class GridSpec:
     uncertainty: UncertaintyOptions | None = None
     #: a `[sensitivity]` table asks for the derivative and headroom columns
     sensitivity: bool = False
+    #: the validated `[schedule]` (an hourly arrival profile), else None
+    schedule: ScheduleSpec | None = None
 
     def axis(self, key: str) -> Axis:
         for a in self.axes:

@@ -1,8 +1,8 @@
 """The column reference of every output file, generated from the declarations.
 
 Point columns are declared by each serving model (`sweep.models`), the reduced outputs'
-by `sweep.decide.tables`, the search answers' by `sweep.search`. This module only renders
-them: `python -m sweep.io.columns points|optimum|frontier|search [SERVING]` prints one
+by `sweep.decide.tables` (and `sweep.decide.schedule`), the search answers' by `sweep.search`. This module only renders
+them: `python -m sweep.io.columns points|optimum|frontier|schedule|search [SERVING]` prints one
 table, and `python -m sweep.io.columns --readme FILE.md` rewrites every table between
 `<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file (NAME is a
 table, or TABLE:SERVING for a serving mode other than dynamic).
@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sweep.decide.schedule import schedule_columns
 from sweep.decide.tables import FRONTIER_EXTRA, optimum_columns
 from sweep.models import REGISTRY, ServingModel, get_model
 from sweep.models.base import WHEN_TEXT, Column
@@ -67,11 +68,13 @@ def reference(table: str, model: ServingModel | None = None) -> str:
         return markdown_table(optimum_columns(model, all_point_columns(model.serving)))
     if table == "frontier":
         return markdown_table(FRONTIER_EXTRA)
+    if table == "schedule":
+        return markdown_table(schedule_columns(model, all_point_columns(model.serving)))
     if table == "search":
         from sweep.search.study import SEARCH_META_FIRST, SEARCH_META_LAST
 
         return markdown_table(SEARCH_META_FIRST + SEARCH_META_LAST)
-    raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]; not {table!r}")
+    raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|schedule|search [serving/latency_model]; not {table!r}")
 
 
 _MARKED = re.compile(r"(<!-- columns:([a-z]+(?::[a-z]+)?) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
