@@ -119,7 +119,9 @@ def test_results_do_not_depend_on_the_chunking_and_memory_is_bounded():
     a, b = cols(doc, chunk_size=64), cols(doc)
     for name in a:
         np.testing.assert_array_equal(a[name], b[name])
-    assert Evaluator(spec, 64).n_chunks == 3  # one group (3 batch sizes x 2 replicas) per call
+    ev = Evaluator(spec, 64)
+    assert ev.n_chunks == 3  # one group (3 batch sizes x 2 replicas) per call
+    assert len(list(ev.iter_chunks())) == 3 and ev.compile_count() == 1  # chunks 2 and 3 do not recompile
 
 
 def test_risk_makes_decisions_require_a_small_breach_probability():
