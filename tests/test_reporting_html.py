@@ -141,7 +141,7 @@ def test_seed_report_table_and_figures_equal_the_parquet_values(runs, tmp_path):
     lat = _figure(payload, "latency")["figs"][sid]
     line = next(t for t in lat["data"] if str(t.get("name", "")).startswith("P99 estimate"))
     np.testing.assert_allclose(_decode(line["x"]), pts["batch_size"])
-    want = np.array([x if math.isfinite(x) else math.nan for x in pts["latency_ms"]])
+    want = np.array([math.nan if x is None else x for x in pts["latency_ms"]])
     np.testing.assert_allclose(_decode(line["y"]), want)
     knee = next(t for t in lat["data"] if str(t.get("name", "")).startswith("knee"))
     assert knee["x"] == [opt["knee"]] and knee["y"] == [pytest.approx(opt["knee_latency_ms"])]
@@ -213,7 +213,7 @@ def test_simulated_run_draws_proxy_against_simulator(runs, tmp_path):
     pts = pq.read_table(runs("sim") / "points").to_pydict()
     gauss = [t for t in sim["data"] if t.get("name", "").endswith("gaussian proxy")]
     xs = np.concatenate([_decode(t["x"]) for t in gauss])
-    finite_pairs = [(s, p) for s, p in zip(pts["sim_p_ms"], pts["p_gauss_ms"]) if math.isfinite(p)]
+    finite_pairs = [(s, p) for s, p in zip(pts["sim_p_ms"], pts["p_gauss_ms"]) if p is not None and s is not None]
     np.testing.assert_allclose(np.sort(xs), np.sort([s for s, _ in finite_pairs]))
 
 

@@ -8,19 +8,18 @@ columns into table rows.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
 
-from sweep.models.base import Column, ServingModel
+from sweep.models.base import NO_ANSWER, Column, ServingModel
 
 #: The answers of optimum.parquet: (prefix, what it is). Each gets the model's answer fields.
 ANSWERS: tuple[tuple[str, str], ...] = (
-    ("b_max_slo", "the largest batch with latency_ms <= slo_ms (seed step 5); ties: lowest latency"),
+    ("b_max_slo", "the largest batch with latency_ms <= slo_ms (docs/model.md, decisions); ties: lowest latency"),
     ("b_latency_opt", "the batch minimising e_resp_ms; ties: smallest batch"),
     ("slo_opt", "the most capacity with latency_ms <= slo_ms (the SLO-optimal point); ties: lowest latency"),
-    ("knee", "the frontier's knee (SPEC 6)"),
+    ("knee", "the frontier's knee (docs/model.md, decisions)"),
     ("replicas_min", "at replicas_min: the largest batch meeting the SLO with rho <= rho_max"),
 )
 _ANSWER_INDEX = {
@@ -29,30 +28,30 @@ _ANSWER_INDEX = {
     "slo_opt": "slo_opt_idx",
     "knee": "knee_idx",
 }
-#: What an answer's columns hold when there is none (see `reason`), by dtype.
-_MISSING = {"int64": 0, "float64": math.inf}
-_MISSING_BY_SOURCE = {"capacity_rps": 0.0, "point_id": -1}
-
-
-def missing_value(source: str, dtype: str) -> float:
-    return _MISSING_BY_SOURCE.get(source, _MISSING[dtype])
 
 
 def answer_name(prefix: str, suffix: str) -> str:
     return prefix + suffix if (prefix, suffix) != ("replicas_min", "") else "replicas_min_batch"
 
 
-def answer_columns(model: ServingModel) -> tuple[Column, ...]:
+def answer_columns(model: ServingModel, point_columns: tuple[Column, ...] = ()) -> tuple[Column, ...]:
+    """Each answer's fields. Every one is NULL where the row has no such answer (`reason`
+    says why); a field whose point column can be NULL is also NULL where that point's is
+    (its flags are the point's: join on the answer's point_id to read them)."""
+    source_null = {c.name: c.null_when for c in (point_columns or model.columns)}
+    source_null[model.decisions.latency] = ""  # an answer is feasible: its latency is bounded
     out = []
     for prefix, what in ANSWERS:
         for suffix, source, dtype, unit in model.decisions.answer_fields:
+            numeric = dtype in ("float64", "int64")
+            null_when = ", ".join(w for w in (NO_ANSWER, source_null.get(source, "")) if w) if numeric else ""
             out.append(Column(answer_name(prefix, suffix), dtype, unit,
-                              f"{source} of {what}; {missing_value(source, dtype)} when there is none."))
+                              f"{source} of {what}; NULL when there is none.", null_when=null_when))
     return tuple(out)
 
 
 def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> tuple[Column, ...]:
-    """optimum.parquet: one row per (scenario group, replicas) (SPEC 6)."""
+    """optimum.parquet: one row per (scenario group, replicas) (docs/model.md, decisions)."""
     present = {c.name: c for c in point_columns}
     return (
         Column("group_id", "int64", "-", "Scenario group: flat index over every axis except replicas and the row axes."),
@@ -61,11 +60,11 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
         Column("n_points", "int64", "points", "Points in the row (the product of the row axes)."),
         Column("n_feasible", "int64", "points", "Feasible points in the row."),
         Column("n_frontier", "int64", "points", "Pareto points of the row (rows of frontier.parquet)."),
-        Column("reason", "dict", "-", "ok, or the first constraint that left no feasible batch: out_of_memory | unstable | proxy_invalid (stable, but the latency estimate is +inf) | slo_violated."),
-        Column("replicas_min", "float64", "replicas", "Per scenario group: the fewest replicas of the grid's replicas axis for which some batch meets the SLO with rho <= rho_max; +inf when none. On every row of the group."),
+        Column("reason", "dict", "-", "ok, or the first constraint that left no feasible batch: out_of_memory | unstable | proxy_invalid (stable, but the latency estimate is unbounded) | slo_violated."),
+        Column("replicas_min", "int64", "replicas", "Per scenario group: the fewest replicas of the grid's replicas axis for which some batch meets the SLO with rho <= rho_max; NULL when none does. On every row of the group.", null_when=NO_ANSWER),
         Column("is_replicas_min", "bool", "-", "This row is at replicas_min."),
-        Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); +inf when none."),
-        *answer_columns(model),
+        Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); NULL when there is none.", null_when=NO_ANSWER),
+        *answer_columns(model, point_columns),
         Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
     )
 
@@ -73,7 +72,7 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
 FRONTIER_EXTRA: tuple[Column, ...] = (
     Column("group_id", "int64", "-", "Scenario group (see optimum.parquet)."),
     Column("row_id", "int64", "-", "(scenario group, replicas) row this frontier belongs to."),
-    Column("is_knee", "bool", "-", "The row's knee: largest capacity_norm - latency_norm over the frontier (SPEC 6)."),
+    Column("is_knee", "bool", "-", "The row's knee: largest capacity_norm - latency_norm over the frontier (docs/model.md, decisions)."),
     Column("is_slo_opt", "bool", "-", "The row's SLO-optimal point: most capacity with latency_ms <= slo_ms."),
 )
 
@@ -119,7 +118,11 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
         has = idx >= 0
         point = np.where(has, pick_start[prefix] + idx, 0)
         for suffix, source, dtype, _unit in model.decisions.answer_fields:
-            out[answer_name(prefix, suffix)] = np.where(has, cols[source][point], missing_value(source, dtype))
+            value = cols[source][point]
+            if dtype in ("float64", "int64"):  # +inf in memory where there is none: NULL in the files
+                out[answer_name(prefix, suffix)] = np.where(has, value.astype(np.float64), np.inf)
+            else:  # a flag or a name: false / the first name where there is none
+                out[answer_name(prefix, suffix)] = np.where(has, value, np.zeros_like(value))
     out["method"] = np.zeros(n_rows, dtype=np.int32)
     return out
 
