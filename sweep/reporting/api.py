@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -115,6 +116,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
             kfig = F.kv_figure(r, pts)
             if kfig is not None:
                 kv.figs[sid] = kfig
+        html_maps["explain"] = _explanations(run, rows, ids, T)
         latency.notes = util.notes = list(detail.notes)
         if not rows:
             latency.note = util.note = kv.note = "optimum.parquet has no rows"
@@ -255,6 +257,52 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
                             [f.id for f in figs if f.drawn], {f.id: f.note for f in figs if not f.drawn}, pngs)
     finally:
         run.close()
+
+
+#: The point a scenario's derivation shows: the first answer the row has.
+EXPLAIN_ANSWERS = (("b_max_slo", "the largest batch meeting the SLO"), ("knee", "the frontier's knee"),
+                   ("b_latency_opt", "the lowest E[T]"))
+
+
+def _explanations(run: Run, rows: list[dict[str, Any]], ids: list[str], T: Any) -> dict[str, str]:
+    """Per scenario row: the derivation of its chosen point (`ServingModel.derivation`)."""
+    from sweep.models import get_model
+
+    try:
+        model = get_model(run.serving, run.manifest.get("latency_model"))
+    except KeyError:
+        return {}
+    chosen: dict[str, tuple[int, str]] = {}
+    for r, sid in zip(rows, ids):
+        for prefix, what in EXPLAIN_ANSWERS:
+            pid = r.get(f"{prefix}_point_id")
+            if pid is not None and math.isfinite(float(pid)) and float(pid) >= 0:
+                chosen[sid] = (int(pid), f"{prefix}: {what}")
+                break
+    if not chosen:
+        return {}
+    cols = run.points_by_id([pid for pid, _ in chosen.values()])
+    if not cols:
+        return {}
+    at = {int(p): i for i, p in enumerate(cols["point_id"])}
+    options = {"kv_allocation": run.manifest.get("kv_allocation", "contiguous")}
+    out: dict[str, str] = {}
+    for sid, (pid, which) in chosen.items():
+        if pid not in at:
+            continue
+        i = at[pid]
+        row = {k: _plain(v[i]) for k, v in cols.items()}
+        out[sid] = T.explain_html(model.derivation(row, None, options), pid, which)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    """A column value as the derivation reads it: NULL (NaN here) is unbounded (+inf)."""
+    if isinstance(v, np.bool_ | bool):
+        return bool(v)
+    if isinstance(v, np.floating | float):
+        return math.inf if math.isnan(float(v)) else float(v)
+    return v
 
 
 def _rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:

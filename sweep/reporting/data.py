@@ -277,6 +277,16 @@ class Run:
         n = len(cols.get("row_id", []))
         return Sample(cols, n, n, source=source, notes=notes)
 
+    def points_by_id(self, ids: Sequence[int]) -> Columns:
+        """Every column of the given points (at most one per scenario shown: bounded), from
+        points/ or, for the reduced outputs only, frontier.parquet (an answer's point is on
+        its row's frontier except b_latency_opt's)."""
+        ids = sorted({int(i) for i in ids})
+        if not ids:
+            return {}
+        src = self.points_src if self.points_src is not None and "point_id" in self.points_cols else self.frontier_src
+        return self.query(f"SELECT * FROM {src} WHERE point_id IN (SELECT unnest(?::BIGINT[])) ORDER BY point_id", [ids])
+
     def action_cells(self, scen: Columns) -> Sample:
         """Points of the chosen scenarios' configurations across every arrival rate
         (points/ only: actions of infeasible points are not in the reduced outputs)."""

@@ -8,6 +8,7 @@ answer that does not exist (batch 0 or NULL) as `none`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -321,6 +322,10 @@ def body_html(figs: list[Figure], plan_table: str, search_table: str, scen: Samp
         "<p class='caption'>The decisions of optimum.parquet for the selected scenario row, and every point of it "
         "as in the seed's worked example.</p>"
         f"{notes}<div data-scenario-html='answers'></div><div data-scenario-html='table'></div></section>"),
+        ("<section class='block long' id='sec-explain'><h2>How the answer was derived</h2>"
+         "<p class='caption'>The chosen point of the selected scenario row (b_max_slo, else the knee, else the lowest "
+         "E[T]) derived step by step with the formulas of docs/model.md, as <code>sweep explain</code> prints it."
+         "</p><div data-scenario-html='explain'></div></section>"),
     ]
     for fid in ("latency", "utilisation", "kv-budget", "action-map", "frontier"):
         parts.append(_section(by_id[fid]))
@@ -329,3 +334,17 @@ def body_html(figs: list[Figure], plan_table: str, search_table: str, scen: Samp
     for fid in ("proxy-sim", "throughput", "ttft-tpot"):
         parts.append(_section(by_id[fid]))
     return "\n".join(parts)
+
+
+def explain_html(steps: Sequence[Any] | None, point_id: int, which: str) -> str:
+    """One point's derivation (`ServingModel.derivation`) as tables, one per step."""
+    if steps is None:
+        return "<p class='note'>This serving model has no step-by-step derivation yet.</p>"
+    parts = [f"<p class='scenario-head'>point_id {point_id} ({esc(which)})</p>"]
+    for n, step in enumerate(steps, 1):
+        rows = "".join(f"<tr><td class='l'>{esc(f)}</td><td class='l'>{esc(x)}</td><td>{esc(r)}</td></tr>"
+                       for f, x, r in step.lines)
+        parts.append(f"<h3>{n}. {esc(step.title)} <span class='note'>({esc(step.section)})</span></h3>"
+                     f"<div class='scroll'><table class='data explain'><tr><th class='l'>formula</th>"
+                     f"<th class='l'>with this point's numbers</th><th>result</th></tr>{rows}</table></div>")
+    return "".join(parts)

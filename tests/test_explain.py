@@ -1,0 +1,96 @@
+"""`sweep explain` (issue 13, item 3): one point's derivation with the formulas of
+docs/model.md and its numbers, in the terminal and in the report.
+
+References: the seed's worked example (grids/seed-gpt3.toml) to its printed precision, and
+the engine's own columns: every number the derivation recomputes from the inputs in plain
+float arithmetic equals the kernel's to 1e-9 (full batches, with and without service noise).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import sweep
+from sweep.cli import main
+from sweep.errors import GridError
+from sweep.models.base import ServingModel
+from sweep.models.derive_dynamic import recompute
+
+
+def test_the_seed_point_step_by_step(root, capsys):
+    assert main(["explain", str(root / "grids" / "seed-gpt3.toml"), "--point", "2"]) == 0
+    text = capsys.readouterr().out
+    for fragment in ("T_svc(B) = T_fixed + t_req B", "50 + 0.5 x 8", "54 ms", "148.1 requests/s",
+                     "5.263 requests -> smallest stable integer batch 6", "7.143 requests -> 8",
+                     "(8 - 1) / (2 x 100)", "35 ms", "rho = 0.675", "56.08 ms", "56.08 + 35 + 54", "145.1 ms",
+                     "z_q = 2.3263", "325.9 ms", "668.1 ms", "misses the SLO", "14.51 requests",
+                     "9.664 GB", "floor(290 / 9.664)", "30 requests", "The action: slo_violated",
+                     "docs/model.md#3-queue-the-mg1-batch-proxy"):
+        assert fragment in text, fragment
+
+
+def test_filters_choose_the_point(root):
+    spec = sweep.load_grid(root / "grids" / "seed-gpt3.toml")
+    assert sweep.explain(spec, filters={"batch_size": "16"}).point_id == 3
+    with pytest.raises(GridError, match="not one of the grid's values"):
+        sweep.explain(spec, filters={"batch_size": "17"})
+    with pytest.raises(GridError, match="not an axis"):
+        sweep.explain(spec, filters={"colour": "red"})
+    with pytest.raises(GridError, match="point_id range"):
+        sweep.explain(spec, point_id=5)
+
+
+def test_explain_errors_are_one_line(root, capsys):
+    assert main(["explain", str(root / "grids" / "seed-gpt3.toml"), "batch_size=17"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("cv", [0.0, 0.5])
+def test_recomputed_numbers_are_the_engines(cv):
+    spec = sweep.grid_from_dict({"name": "x", "grid": {
+        "model": "llama-3.1-8b", "gpu": "h100-sxm", "seq_len": 2048, "arrival_rps": [20.0, 150.0, 900.0],
+        "batch_size": [1, 3, 8, 32, 128], "replicas": [1, 3], "t_fixed_ms": [4.0, 25.0], "t_req_ms": [0.3, 2.0],
+        "slo_ms": 300.0, "service_cv": cv, "percentile": [0.9, 0.999]}})
+    table = sweep.evaluate(spec).to_pydict()
+    for i in range(len(table["point_id"])):
+        row = {k: (math.inf if v[i] is None else v[i]) for k, v in table.items()}
+        r = recompute(row)
+        for name in ("t_svc_ms", "capacity_rps", "rho", "mean_batch", "e_batch_ms", "e_wait_ms", "e_resp_ms", "sd_resp_ms",
+                     "p_gauss_ms", "p_exp_ms", "little_l", "in_service", "in_queue", "b_min_stable", "b_min_rho_target",
+                     "b_mem_max"):
+            want, got = float(row[name]), r[name]
+            assert (math.isinf(want) and math.isinf(got)) or got == pytest.approx(want, rel=1e-9, abs=1e-12), (name, row)
+        assert bool(r["stable"]) == row["stable"]
+
+
+def test_a_windowed_and_a_simulated_point_explain(root):
+    spec = sweep.load_grid(root / "tests" / "golden" / "grids" / "windowed.toml")
+    window = next(w for w in spec.axis("batch_window_ms").values if math.isfinite(w))
+    e = sweep.explain(spec, filters={"batch_window_ms": str(window)})
+    assert any("mu = lambda T_max" in line[0] for step in e.steps for line in step.lines)
+    spec = sweep.grid_from_dict({"name": "s", "grid": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "seq_len": 2048,
+                                                       "arrival_rps": 50.0, "batch_size": [2, 4], "t_fixed_ms": 10.0,
+                                                       "t_req_ms": 1.0, "slo_ms": 100.0},
+                                 "options": {"latency_model": "simulated"},
+                                 "simulation": {"n_requests": 1000, "warmup": 100, "replications": 2}})
+    e = sweep.explain(spec, point_id=1)
+    lines = [line for step in e.steps for line in step.lines]
+    assert any(line[0].startswith("simulated percentile") for line in lines)
+    assert any("checked against the SLO (simulated)" in line[0] for line in lines)
+
+
+def test_a_model_without_a_derivation_says_so():
+    assert ServingModel.derivation(sweep.get_model(), {}) is None  # the base's: a new serving model starts there
+
+
+def test_the_report_explains_each_scenarios_answer(tmp_path, root):
+    pytest.importorskip("plotly")
+    from sweep.reporting import build_report
+
+    assert main(["run", str(root / "tests" / "golden" / "grids" / "windowed.toml"), "--out", str(tmp_path / "w"),
+                 "--quiet"]) == 0
+    html = build_report(tmp_path / "w").path.read_text()
+    assert "How the answer was derived" in html and "data-scenario-html='explain'" in html
+    assert "b_max_slo: the largest batch meeting the SLO" in html and "E[T] = E[W] + E[T_batch] + E[T_svc]" in html
