@@ -10,7 +10,7 @@ group (`sweep.cli.answers`); a search's best trials; and where the full tables a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,9 @@ from sweep.decide.verdict import ACTIONS
 from sweep.grid.spec import GridSpec
 from sweep.runner.run import RunResult
 
+#: Columns continuous serving's per-point table reads.
+CONTINUOUS_TABLE_COLUMNS = ("batch_size", "max_batched_tokens", "mean_running", "step_mean_ms", "ttft_p_ms",
+                            "tpot_p_ms", "e2e_p_ms", "tok_s_per_gpu", "tok_s_per_user", "rho", "stable", "action")
 #: Columns the per-point table reads (the dynamic batcher's); a model without them has none.
 POINT_TABLE_COLUMNS = ("batch_size", "t_svc_ms", "capacity_rps", "rho", "stable", "e_wait_ms", "e_batch_ms",
                        "e_svc_ms", "e_resp_ms", "p_gauss_ms", "p_exp_ms", "latency_ms", "little_l", "in_service",
@@ -58,7 +61,8 @@ def print_summary(spec: GridSpec, result: RunResult, console: Console | None = N
         if result.rows is not None:
             rows = _decoded(spec, result.rows)
             q = spec.axis("percentile").values if "percentile" in {a.key for a in spec.axes} else []
-            varying = [a.key for a in spec.axes if len(a) > 1 and a.key != spec.model.decisions.cap]
+            row_axes = (spec.model.decisions.cap,) if spec.model.serving == "dynamic" else spec.model.row_axes
+            varying = [a.key for a in spec.axes if len(a) > 1 and a.key not in row_axes]
             point_table(rows, varying, q, spec.options.latency_model, console)
     _answers(result.out_dir, console, top)
     counts = ", ".join(f"{a} {result.action_counts[a]:,}" for a in ACTIONS if result.action_counts.get(a))
@@ -107,8 +111,8 @@ def show_run(run: RunFolder, console: Console | None = None, top: int = TOP) -> 
     if points is not None and points.num_rows:
         host = to_host(points)
         q: Any = np.unique(host["percentile"]) if "percentile" in host else []
-        varying = [k for k in run.varying if k in host] + [k for k in ("replicas", run.model.decisions.knob)
-                                                          if k in host and len(np.unique(host[k])) > 1]
+        shown = ("replicas", run.model.decisions.knob) if run.model.serving == "dynamic" else ("replicas",)
+        varying = [k for k in run.varying if k in host] + [k for k in shown if k in host and len(np.unique(host[k])) > 1]
         point_table(host, varying, q, run.latency_model, console)
     print_answers(run, console, top)
     actions = rows.get("actions", {})
@@ -117,7 +121,11 @@ def show_run(run: RunFolder, console: Console | None = None, top: int = TOP) -> 
 
 def point_table(rows: dict[str, np.ndarray], varying: Sequence[str], percentile: Any,
                 latency_model: str, console: Console) -> None:
-    """The dynamic batcher's per-point table (model, gpu and action as names)."""
+    """The per-point table (model, gpu and action as names): the dynamic batcher's, or
+    continuous serving's when the rows have its columns."""
+    if all(c in rows for c in CONTINUOUS_TABLE_COLUMNS):
+        continuous_table(rows, varying, percentile, latency_model, console)
+        return
     if not all(c in rows for c in POINT_TABLE_COLUMNS):
         return
     q = [float(v) for v in percentile]
@@ -148,6 +156,49 @@ def point_table(rows: dict[str, np.ndarray], varying: Sequence[str], percentile:
     console.print(t)
     console.print(f"action and SLO checked against {checked} (latency_ms)", markup=False)
     _b_min_lines(rows, console)
+
+
+def continuous_table(rows: dict[str, np.ndarray], varying: Sequence[str], percentile: Any,
+                     latency_model: str, console: Console) -> None:
+    """Continuous serving, per point: the knobs, the step, the percentiles the SLOs check,
+    throughput, load and action; then which SLOs were checked against which estimate."""
+    q = [float(v) for v in percentile]
+    ql = f"P{100 * q[0]:g}" if len(q) == 1 else "P(q)"
+    t = Table(title="per point (times in ms; N = cap on running sequences, M = tokens per step)", title_justify="left")
+    for key in varying:
+        t.add_column(key, justify="right")
+    for name in ("N", "M", "running", "step", f"TTFT {ql}", f"TPOT {ql}", f"E2E {ql}", "tok/s/GPU", "tok/s/user",
+                 "rho", "action"):
+        t.add_column(name, justify="right")
+    order = np.argsort(rows["point_id"], kind="stable") if "point_id" in rows else np.arange(len(rows["batch_size"]))
+    for i in order:
+        cells = [escape(_cell(rows[key][i])) for key in varying]
+        budget = float(rows["max_batched_tokens"][i])
+        rho = float(rows["rho"][i])
+        cells += [f"{int(rows['batch_size'][i])}", "inf" if math.isinf(budget) else f"{budget:.0f}",
+                  _fmt(rows["mean_running"][i], 1), _fmt(rows["step_mean_ms"][i], 2), _fmt(rows["ttft_p_ms"][i]),
+                  _fmt(rows["tpot_p_ms"][i], 2), _fmt(rows["e2e_p_ms"][i]), _fmt(rows["tok_s_per_gpu"][i]),
+                  _fmt(rows["tok_s_per_user"][i]),
+                  ("inf" if math.isinf(rho) else f"{100.0 * rho:.1f}%") + ("" if rows["stable"][i] else " (unstable)"),
+                  str(rows["action"][i])]
+        t.add_row(*cells)
+    console.print(t)
+    console.print(f"action and SLOs checked against the {latency_label(latency_model, q)} estimates: "
+                  f"{continuous_slos(rows)}", markup=False)
+
+
+def continuous_slos(rows: Mapping[str, Any]) -> str:
+    """The SLOs a continuous grid sets, e.g. `ttft_p_ms <= 1500 ms, tpot_p_ms <= 60 ms`
+    (an SLO of inf is none)."""
+    parts = []
+    for lat, slo in (("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms")):
+        if slo not in rows:
+            continue
+        values = sorted({float(v) for v in np.atleast_1d(rows[slo]) if math.isfinite(float(v))})
+        if values:
+            parts.append(f"{lat} <= " + ", ".join(f"{v:g}" for v in values[:4]) + (" ..." if len(values) > 4 else "")
+                         + " ms")
+    return ", ".join(parts) or "none"
 
 
 def _cell(v: Any) -> str:

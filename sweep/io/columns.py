@@ -2,11 +2,12 @@
 
 Point columns are declared by each serving model (`sweep.models`), the reduced outputs'
 by `sweep.decide.tables`, the search answers' by `sweep.search`. This module only renders
-them: `python -m sweep.io.columns points|optimum|frontier|search` prints one table, and
-`python -m sweep.io.columns --readme README.md` rewrites every table between
-`<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file, and
-`python -m sweep.io.columns --csv NAME` prints one file's reference as CSV (a data
-dictionary for BI tools, which do not show Parquet field metadata).
+them: `python -m sweep.io.columns points|optimum|frontier|search [SERVING]` prints one
+table, `python -m sweep.io.columns --readme FILE.md` rewrites every table between
+`<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file (NAME is a
+table, or TABLE:SERVING for a serving mode other than dynamic), and
+`python -m sweep.io.columns --csv NAME [SERVING]` prints one file's reference as CSV (a
+data dictionary for BI tools, which do not show Parquet field metadata).
 """
 
 from __future__ import annotations
@@ -89,12 +90,19 @@ def reference(table: str, model: ServingModel | None = None) -> str:
     raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]; not {table!r}")
 
 
-_MARKED = re.compile(r"(<!-- columns:([a-z]+) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
+_MARKED = re.compile(r"(<!-- columns:([a-z]+(?::[a-z]+)?) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
+
+
+def marked_reference(name: str) -> str:
+    """The table a marker names: `TABLE` (dynamic serving) or `TABLE:SERVING`."""
+    table, _, serving = name.partition(":")
+    return reference(table, get_model(serving) if serving else None)
 
 
 def fill_markdown(text: str) -> str:
-    """`text` with every marked table regenerated."""
-    return _MARKED.sub(lambda m: m.group(1) + reference(m.group(2)) + "\n" + m.group(4), text)
+    """`text` with every marked table regenerated (`<!-- columns:points -->`, or
+    `<!-- columns:points:continuous -->` for another serving mode)."""
+    return _MARKED.sub(lambda m: m.group(1) + marked_reference(m.group(2)) + "\n" + m.group(4), text)
 
 
 def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
@@ -111,7 +119,7 @@ def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
 
         columns["search"] = SEARCH_META_FIRST + SEARCH_META_LAST
     if table not in columns:
-        raise SystemExit(f"usage: python -m sweep.io.columns --csv points|optimum|frontier|search; not {table!r}")
+        raise SystemExit(f"usage: python -m sweep.io.columns --csv points|optimum|frontier|search [SERVING]; not {table!r}")
     nulls = _null_by_model(model.serving)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -124,7 +132,8 @@ def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
 
 if __name__ == "__main__":  # pragma: no cover - docs helper
     if sys.argv[1:2] == ["--csv"]:
-        sys.stdout.write(csv_dictionary(sys.argv[2] if len(sys.argv) > 2 else "points"))
+        serving = sys.argv[3] if len(sys.argv) > 3 else None
+        sys.stdout.write(csv_dictionary(sys.argv[2] if len(sys.argv) > 2 else "points", get_model(serving) if serving else None))
     elif sys.argv[1:2] == ["--readme"]:
         path = Path(sys.argv[2])
         path.write_text(fill_markdown(path.read_text()))
