@@ -46,6 +46,19 @@ GRIDS = {
                            "queue_capacity": [8, math.inf], "slo_ms": 80.0},
                   "options": {"latency_model": "simulated"},
                   "simulation": {"n_requests": 1000, "warmup": 100, "replications": 2, "seed": 3}},
+    # continuous serving, analytic: saturated loads, no token budget (inf), a model whose
+    # weights do not fit one GPU (Mixtral 8x7B in bf16, 93 GB, on an 80 GB H100)
+    "continuous": {"grid": {"model": ["llama-3.1-8b", "mixtral-8x7b"], "gpu": "h100-sxm", "arrival_rps": [1.0, 40.0, 400.0],
+                            "prompt_tokens": 512, "prompt_cv": 1.0, "output_tokens": 128, "output_cv": 1.0,
+                            "batch_size": [8, 64], "max_batched_tokens": [512, math.inf], "replicas": [1, 2],
+                            "ttft_slo_ms": 500.0, "tpot_slo_ms": 40.0},
+                   "options": {"serving": "continuous", "kv_allocation": "paged"}},
+    # continuous serving decided by the simulator: 200 req/s is far beyond one engine (unsteady)
+    "continuous-simulated": {"grid": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "arrival_rps": [2.0, 200.0],
+                                      "prompt_tokens": 512, "output_tokens": 128, "batch_size": [8, 32],
+                                      "max_batched_tokens": 2048, "tpot_slo_ms": 40.0},
+                             "options": {"serving": "continuous", "latency_model": "simulated"},
+                             "simulation": {"n_requests": 1000, "warmup": 100, "replications": 2, "seed": 3}},
 }
 
 
@@ -160,7 +173,8 @@ def test_files_hold_no_inf_or_nan_and_every_null_is_explained(runs, name):
                      " bool_and(replicas_min_batch IS NULL) AS no_batch FROM optimum GROUP BY ALL").fetchall()
     assert all(found != none and none == no_batch for _, found, none, no_batch in groups)
     # unlimited inputs are the grid's inf: a NULL window means full batches
-    assert con.execute("SELECT count(*) FROM points WHERE batch_window_ms IS NULL AND mean_batch <> batch_size").fetchall()[0][0] == 0
+    if "batch_window_ms" in _read(run / "points").column_names:
+        assert con.execute("SELECT count(*) FROM points WHERE batch_window_ms IS NULL AND mean_batch <> batch_size").fetchall()[0][0] == 0
     if name == "search":
         search = _read(run / "search.parquet")
         con.register("search", search)
@@ -183,6 +197,16 @@ def test_the_runs_cover_the_rules(runs):
     assert con.execute(f"SELECT count(*) FROM {s} WHERE queue_capacity IS NULL").fetchall()[0][0] > 0
     b = f"read_parquet('{runs['batcher']}/points/*.parquet')"
     assert con.execute(f"SELECT count(*) FROM {b} WHERE batcher_p_ms IS NULL").fetchall()[0][0] > 0
+    c = f"read_parquet('{runs['continuous']}/points/*.parquet')"
+    assert con.execute(f"SELECT count(*) FROM {c} WHERE ttft_p_ms IS NULL AND mem_ok AND NOT stable").fetchall()[0][0] > 0
+    assert con.execute(f"SELECT count(*) FROM {c} WHERE rho IS NULL AND NOT mem_ok").fetchall()[0][0] > 0
+    assert con.execute(f"SELECT count(*) FROM {c} WHERE max_batched_tokens IS NULL").fetchall()[0][0] > 0
+    assert con.execute(f"SELECT count(*) FROM {c} WHERE slo_ms IS NULL").fetchall()[0][0] > 0  # no end-to-end SLO
+    assert con.execute(f"SELECT count(*) FROM read_parquet('{runs['continuous']}/optimum.parquet') "
+                       "WHERE b_max_slo IS NULL AND reason = 'out_of_memory'").fetchall()[0][0] > 0
+    cs = f"read_parquet('{runs['continuous-simulated']}/points/*.parquet')"
+    assert con.execute(f"SELECT count(*) FROM {cs} WHERE sim_ttft_p_ms IS NULL AND NOT sim_steady").fetchall()[0][0] > 0
+    assert con.execute(f"SELECT count(*) FROM {cs} WHERE tpot_p_ms IS NOT NULL AND sim_steady").fetchall()[0][0] > 0
 
 
 def test_integer_answers_are_integers(runs):
@@ -192,6 +216,11 @@ def test_integer_answers_are_integers(runs):
         assert schema.field(name).type == pa.int64() and schema.field(name).nullable, name
     points = pq.read_schema(next((runs["simulated"] / "points").glob("*.parquet")))
     assert points.field("queue_capacity").type == pa.int64()
+    continuous = pq.read_schema(runs["continuous"] / "optimum.parquet")
+    for name in ("b_max_slo", "b_max_slo_max_batched_tokens", "replicas_min", "knee_point_id"):
+        assert continuous.field(name).type == pa.int64() and continuous.field(name).nullable, name
+    points = pq.read_schema(next((runs["continuous"] / "points").glob("*.parquet")))
+    assert points.field("max_batched_tokens").type == pa.int64() and points.field("queue_capacity").type == pa.int64()
 
 
 def test_the_python_api_gives_what_the_files_hold(runs):

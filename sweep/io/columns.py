@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from sweep.decide.tables import FRONTIER_EXTRA, optimum_columns
+from sweep.decide.tables import frontier_extra, optimum_columns
 from sweep.models import REGISTRY, ServingModel, get_model
 from sweep.models.base import WHEN_TEXT, Column
 
@@ -82,7 +82,7 @@ def reference(table: str, model: ServingModel | None = None) -> str:
     if table == "optimum":
         return markdown_table(optimum_columns(model, all_point_columns(model.serving)), nulls=_null_by_model(model.serving))
     if table == "frontier":
-        return markdown_table(FRONTIER_EXTRA)
+        return markdown_table(frontier_extra(model.decisions, model.slo_checks))
     if table == "search":
         from sweep.search.study import SEARCH_META_FIRST, SEARCH_META_LAST
 
@@ -112,7 +112,7 @@ def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
     import io
 
     model = model or get_model()
-    columns = {"points": all_point_columns(model.serving), "frontier": FRONTIER_EXTRA,
+    columns = {"points": all_point_columns(model.serving), "frontier": frontier_extra(model.decisions, model.slo_checks),
                "optimum": optimum_columns(model, all_point_columns(model.serving))}
     if table == "search":
         from sweep.search.study import SEARCH_META_FIRST, SEARCH_META_LAST

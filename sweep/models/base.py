@@ -61,9 +61,13 @@ SERVICE_SOURCES: tuple[str, ...] = ("given", "fitted", "roofline")
 #: table's `reason` says why), or the grid said `inf` for this input (no limit).
 NO_ANSWER = "no answer"
 UNLIMITED = "unlimited"
+#: The analytic estimate a simulated value is compared with is unbounded (the analytic
+#: model finds the load unsustainable where the simulator decided it was steady).
+ANALYTIC_UNBOUNDED = "analytic unbounded"
 NULL_WORDS: dict[str, str] = {
     NO_ANSWER: "no answer",
     UNLIMITED: "`inf` in the grid (no limit)",
+    ANALYTIC_UNBOUNDED: "the analytic model's estimate is unbounded",
 }
 #: Integers above this are not exact in float64 (2^53): an integer column holds NULL there.
 MAX_EXACT_INT = float(2**53)

@@ -199,7 +199,7 @@ class _Run:
         point_cols = [c for c in point_cols if c.name not in out.partition_by]
         self.point_schema = arrow_schema(point_cols, self.meta)
         self.opt_schema = arrow_schema(optimum_columns(spec.model, every), self.meta)
-        self.front_schema = arrow_schema(frontier_columns(every), self.meta)
+        self.front_schema = arrow_schema(frontier_columns(every, spec.model), self.meta)
         self.dictionaries = {
             "model": [m.name for m in spec.models],
             "gpu": [g.name for g in spec.gpus],

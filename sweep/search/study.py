@@ -79,8 +79,8 @@ _BIG = 1e6  # constraint value standing in for +inf / NaN violations
 SEARCH_META_FIRST: tuple[Column, ...] = (
     Column("study_name", "dict", "-", "The Optuna study: GRID/key=value,.../DIGEST (one per combination of the unsearched list axes)."),
     Column("method", "dict", "-", "How the answer was found: optuna."),
-    Column("objective", "dict", "-", "The objective(s), joined by +: min_cost, max_capacity, min_latency."),
-    Column("objective_value", "float64", "-", "The first objective's value at this answer, in its column's unit (cost_usd_per_hour, fleet_capacity_rps or latency_ms); NULL where that is unbounded (an answer that does not meet the constraints).", null_when="meets_constraints"),
+    Column("objective", "dict", "-", "The objective(s), joined by +: dynamic serving min_cost, max_capacity, min_latency; continuous serving min_cost, min_cost_per_mtok, max_tok_s_per_gpu, max_tok_s_per_user, min_ttft, min_tpot."),
+    Column("objective_value", "float64", "-", "The first objective's value at this answer, in the unit of the column it optimises (min_cost: cost_usd_per_hour, max_capacity: fleet_capacity_rps, min_latency: latency_ms; continuous serving: cost_usd_per_mtok, tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms); NULL where that is unbounded (an answer that does not meet the constraints).", null_when="meets_constraints"),
     Column("rank", "int64", "-", "0 for a single objective; the answer's position in the Pareto set (sorted by the first objective) otherwise."),
     Column("meets_constraints", "bool", "-", "The answer meets every constraint: SLO, stability, rho <= rho_max, memory."),
     Column("reason", "dict", "-", "Empty, or why no answer meets every constraint (the least-violating trial is shown)."),
