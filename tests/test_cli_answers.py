@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from sweep.cli import main
@@ -153,3 +154,75 @@ def test_chunk_size_and_memory_limit_together_are_refused_in_one_line(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "both set the chunk size" in err[0]
     assert not out.exists()  # refused before any work: nothing written
+
+
+# --------------------------------------------------------------------------- continuous serving
+
+CONTINUOUS = """
+name = "cb-answers"
+[grid]
+model = ["llama-3.1-8b", "mixtral-8x7b"]
+gpu = "h100-sxm"
+arrival_rps = [2.0, 40.0]
+prompt_tokens = 512
+prompt_cv = 1.0
+output_tokens = 128
+output_cv = 1.0
+batch_size = [16, 64]
+max_batched_tokens = [2048, inf]
+replicas = [1, 4]
+ttft_slo_ms = 500
+tpot_slo_ms = 40
+[options]
+serving = "continuous"
+kv_allocation = "paged"
+"""
+
+
+def test_a_continuous_run_answers_in_ttft_and_tpot(tmp_path, capsys):
+    """The decisions of a continuous grid name both SLO checks (TTFT, TPOT against their
+    SLOs), the cap and the token budget, from optimum.parquet; groups whose model does not
+    fit (Mixtral 8x7B in bf16 on one 80 GB H100) are counted, not shown as a closest point."""
+    grid = tmp_path / "cb.toml"
+    grid.write_text(CONTINUOUS)
+    out = tmp_path / "o"
+    assert main(["run", str(grid), "--out", str(out), "--progress", "none"]) == 0
+    text = capsys.readouterr().out
+    assert "TTFT P99" in text and "TPOT P99" in text and "tok/s/user" in text  # the per-point table
+    assert "action and SLOs checked against the P99 analytic estimates: ttft_p_ms <= 500 ms, tpot_p_ms <= 40 ms" in text
+    decisions = text[text.index("decisions per scenario group"):text.index("full tables")]
+    for head in ("batch_size", "max_batched_tokens", "TTFT P99 ms", "TTFT SLO ms", "TPOT P99 ms", "TPOT SLO ms",
+                 "tok_s_per_user", "USD/h"):
+        assert head in decisions, head
+    assert "latency_ms" not in decisions and "window" not in decisions
+    opt = pq.read_table(out / "optimum.parquet").to_pandas()
+    at = opt[opt.is_replicas_min].sort_values("replicas_min_cost_usd_per_hour")
+    first = at.iloc[0]
+    row = re.search(r"│ llama-3\.1-8b │\s+([0-9.]+) │\s+(\d+) │\s+(\d+) │\s+(\S+) │\s+([0-9.]+) │", decisions)
+    assert row and int(row.group(3)) == first.replicas_min_batch and row.group(4) == f"{first.replicas_min_max_batched_tokens:.0f}"
+    assert float(row.group(5)) == pytest.approx(first.replicas_min_ttft_p_ms, abs=0.05)
+    assert "no replica count of the grid meets every SLO" in decisions and "out_of_memory 2" in decisions
+    assert "without an answer" not in decisions  # no feasible point to show there
+    assert main(["show", str(out), "model=llama-3.1-8b", "arrival_rps=40"]) == 0
+    shown = capsys.readouterr().out
+    assert "TTFT P99 ms" in shown and "mixtral" not in shown.split("decisions per")[1]
+
+
+def test_a_continuous_search_prints_its_answers(tmp_path, capsys):
+    grid = tmp_path / "cbs.toml"
+    grid.write_text(CONTINUOUS.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-8b"')
+                    .replace("arrival_rps = [2.0, 40.0]", "arrival_rps = 40.0") + """
+[search]
+objective = "min_cost"
+trials = 24
+batch = 8
+seed = 0
+storage = "memory"
+[search.params]
+batch_size = [16, 32, 64]
+replicas = {low = 1, high = 6}
+""")
+    assert main(["run", str(grid), "--out", str(tmp_path / "s"), "--progress", "none"]) == 0
+    text = capsys.readouterr().out
+    search = text[text.index("search: each study's best trials"):]
+    assert "TTFT P99 ms" in search and "TPOT SLO ms" in search and "min_cost" in search

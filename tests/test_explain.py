@@ -94,3 +94,83 @@ def test_the_report_explains_each_scenarios_answer(tmp_path, root):
     html = build_report(tmp_path / "w").path.read_text()
     assert "How the answer was derived" in html and "data-scenario-html='explain'" in html
     assert "b_max_slo: the largest batch meeting the SLO" in html and "E[T] = E[W] + E[T_batch] + E[T_svc]" in html
+
+
+# --------------------------------------------------------------------------- continuous serving
+
+CONTINUOUS = {"name": "cb", "grid": {
+    "model": "llama-3.1-8b", "gpu": "h100-sxm", "arrival_rps": [0.001, 8.0, 40.0], "prompt_tokens": 1000,
+    "prompt_cv": [0.0, 1.0], "output_tokens": 200, "output_cv": [0.0, 1.0], "batch_size": [8, 64],
+    "max_batched_tokens": [512, math.inf], "ttft_slo_ms": 800.0, "tpot_slo_ms": 30.0},
+    "options": {"serving": "continuous", "kv_allocation": "paged"}}
+
+
+def _lines(e) -> dict[str, tuple[str, str]]:
+    return {f: (x, r) for step in e.steps for f, x, r in step.lines}
+
+
+def test_a_continuous_point_recomputes_to_the_engines_numbers():
+    """Every closed form the derivation recomputes (step roofline, KV capacity, both capacity
+    bounds, rho, E2E, tokens/s, cost per token) equals the kernel's column to 1e-9, and the
+    TTFT parts it shows add up to the kernel's TTFT."""
+    from sweep.models.derive_continuous import model_parts, recompute
+
+    spec = sweep.grid_from_dict(CONTINUOUS)
+    table = sweep.evaluate(spec).to_pydict()
+    checked = 0
+    for i in range(len(table["point_id"])):
+        row = {k: (math.inf if v[i] is None else v[i]) for k, v in table.items()}
+        parts = model_parts(row, 16.0)
+        r = recompute(row, parts, 16.0)
+        for name in ("capacity_rps", "rho", "tok_s_per_gpu"):
+            assert r[name] == pytest.approx(row[name], rel=1e-9), (name, i)
+        if row["stable"]:
+            for name in ("e2e_mean_ms", "tok_s_per_user", "output_tok_s", "cost_usd_per_mtok"):
+                assert r[name] == pytest.approx(row[name], rel=1e-9), (name, i)
+            parts_ms = (parts["ttft_slot_wait"] + parts["ttft_residual"] + parts["ttft_prefill"]) * 1e3
+            assert parts_ms == pytest.approx(row["ttft_mean_ms"], rel=1e-9)
+            checked += 1
+    assert checked >= 8
+
+
+def test_a_continuous_point_step_by_step(capsys, tmp_path):
+    grid = tmp_path / "cb.toml"
+    grid.write_text('name = "cb"\n[grid]\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\narrival_rps = 0.001\n'
+                    "prompt_tokens = 1000\noutput_tokens = 200\nbatch_size = 8\nttft_slo_ms = 800\ntpot_slo_ms = 30\n"
+                    "t_fixed_ms = 8.0\nt_token_ms = 0.05\nt_ctx_ms = 0.0002\n"
+                    '[options]\nserving = "continuous"\nkv_allocation = "paged"\n')
+    assert main(["explain", str(grid), "--point", "0"]) == 0
+    text = capsys.readouterr().out
+    for fragment in ("Step time", "KV capacity and admission", "Load against capacity", "Time to first token",
+                     "TTFT = W_slot + residual + prefill", "TPOT = T_d", "E2E = TTFT + (O - 1) TPOT",
+                     "cost_usd_per_mtok", "The action: overprovisioned", "docs/continuous.md"):
+        assert fragment in text, fragment
+    # light load, lengths exact, whole prompts in one step (the scheduler's rules, by hand):
+    # TTFT = t_f + (t_t + t_c) P = 8 + 0.0502 x 1000 = 58.2 ms; TPOT = t_f + t_t + t_c (P + O/2) = 8.27 ms
+    e = sweep.explain(sweep.load_grid(grid), point_id=0)
+    lines = _lines(e)
+    ttft = float(lines["TTFT = W_slot + residual + prefill"][1].split()[0])
+    tpot = float(lines["TPOT = T_d, the decode step a running sequence sees (its token, the other decoders', the "
+                       "prompts prefilled meanwhile, their cache)"][1].split()[0])
+    assert ttft == pytest.approx(58.2, rel=1e-3) and tpot == pytest.approx(8.27, rel=1e-3)
+
+
+def test_a_continuous_point_from_the_catalog_and_the_simulator():
+    spec = sweep.grid_from_dict({**CONTINUOUS, "grid": {**CONTINUOUS["grid"], "arrival_rps": [8.0, 400.0],
+                                                        "prompt_cv": 1.0, "output_cv": 1.0, "batch_size": 64,
+                                                        "max_batched_tokens": 2048},
+                                 "options": {**CONTINUOUS["options"], "latency_model": "simulated"},
+                                 "simulation": {"n_requests": 1000, "warmup": 100, "replications": 2, "seed": 1}})
+    e = sweep.explain(spec, point_id=0)
+    lines = _lines(e)
+    # the step roofline recomputed from the catalog figures is the engine's t_step_fixed_ms, t_token_ms, t_ctx_ms
+    from sweep.models.derive_dynamic import num
+
+    for prefix, column in (("t_fixed = ", "t_step_fixed_ms"), ("t_token = ", "t_token_ms"), ("t_ctx = ", "t_ctx_ms")):
+        result = next(v[1] for k, v in lines.items() if k.startswith(prefix))
+        assert result == num(e.row[column], "ms"), (prefix, result)
+    assert lines["TTFT at q <= ttft_slo_ms (simulated)"][0].startswith(f"{e.row['ttft_p_ms']:.4g}")
+    assert any(step.title == "The simulator" for step in e.steps)
+    overloaded = sweep.explain(spec, point_id=1)  # 400 req/s: far beyond one engine
+    assert overloaded.row["stable"] is False and "Time to first token" not in {s.title for s in overloaded.steps}
+    assert "The action: unstable" in {r for s in overloaded.steps for *_, r in s.lines}

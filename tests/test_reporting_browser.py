@@ -263,7 +263,7 @@ def test_continuous_report_draws_its_figures(browser, reports):
     pg = Page(browser, reports["continuous"])
     try:
         drawn = set(pg.drawn())
-        assert {"throughput", "ttft-tpot", "frontier"} <= drawn
+        assert {"throughput", "ttft-tpot", "frontier", "latency", "utilisation", "kv-budget", "action-map"} <= drawn
         assert pg.marks("throughput")["points"] == 19  # 32 points, 13 unstable (tests/_report_runs.py, CONTINUOUS)
         assert pg.marks("ttft-tpot")["lines"] >= 8
         pg.assert_clean()

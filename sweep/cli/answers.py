@@ -23,7 +23,7 @@ import json
 import math
 import tomllib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,26 +214,18 @@ def latency_label(latency_model: str, percentile: Any) -> str:
     return f"P(q) {name}"
 
 
-def _knob_field(model: ServingModel) -> tuple[str, str] | None:
-    """(answer suffix, point column) of the model's second decision axis (the window)."""
-    for suffix, source, *_ in model.decisions.answer_fields:
-        if source == model.decisions.knob and suffix:
-            return suffix, source
-    return None
+#: Short names of the latencies an SLO checks, for table headers.
+CHECK_NAMES = {"ttft_p_ms": "TTFT", "tpot_p_ms": "TPOT", "e2e_p_ms": "E2E"}
+#: What the grid's inf means for a decision knob.
+KNOB_INF = {"batch_window_ms": "full batch", "max_batched_tokens": "no budget"}
 
 
 def _field(model: ServingModel, source: str) -> str | None:
+    """The answer suffix that carries point column `source` (None: the answers do not)."""
     for suffix, src, *_ in model.decisions.answer_fields:
         if src == source:
             return suffix
     return None
-
-
-def _slo_column(model: ServingModel) -> str:
-    for lat, slo in model.slo_checks:
-        if lat == model.decisions.latency:
-            return slo
-    return model.slo_checks[0][1]
 
 
 def _scenario_cell(value: Any) -> str:
@@ -242,27 +234,85 @@ def _scenario_cell(value: Any) -> str:
     return fmt(value, 0) if float(value).is_integer() else f"{float(value):g}"
 
 
+@dataclass(frozen=True)
+class AnswerView:
+    """How a model's answers read in a table: the cap, the knob, each SLO check (its latency
+    answer field and SLO column), and the frontier objective the checks do not cover."""
+
+    cap: str  # answer suffix of the cap ("" for the batch itself)
+    knob: tuple[str, str, str] | None  # (answer suffix, point column, dtype) of the second row axis
+    checks: tuple[tuple[str, str, str], ...]  # (name, answer suffix, SLO column)
+    extra: tuple[str, str] | None  # (point column, answer suffix): tok_s_per_user in continuous serving
+
+    @classmethod
+    def of(cls, model: ServingModel) -> AnswerView:
+        d = model.decisions
+        knob = next(((sfx, src, dtype) for sfx, src, dtype, _ in d.answer_fields if src == d.knob and sfx), None)
+        checks = tuple((CHECK_NAMES.get(lat, lat), sfx, slo) for lat, slo in model.slo_checks
+                       if (sfx := _field(model, lat)) is not None)
+        checked = {lat for lat, _ in model.slo_checks}
+        extra_sfx = _field(model, d.latency) if d.latency not in checked else None
+        return cls(_field(model, d.cap) or "", knob, checks,
+                   (d.latency, extra_sfx) if extra_sfx is not None else None)
+
+    def columns(self, prefix: str) -> list[str]:
+        """The optimum.parquet columns of answer `prefix` this view reads."""
+        out = [answer_name(prefix, self.cap), *(answer_name(prefix, sfx) for _, sfx, _ in self.checks)]
+        if self.knob is not None:
+            out.append(answer_name(prefix, self.knob[0]))
+        if self.extra is not None:
+            out.append(answer_name(prefix, self.extra[1]))
+        return out
+
+    def slos(self) -> list[str]:
+        return [slo for *_, slo in self.checks]
+
+    def active(self, rows: Mapping[str, np.ndarray], picks: Iterable[int]) -> list[tuple[str, str, str]]:
+        """The checks whose SLO some shown row sets (an SLO of inf, NULL in the file, is none)."""
+        keep = [c for c in self.checks if any(math.isfinite(float(rows[c[2]][i])) for i in picks)]
+        return keep or list(self.checks[:1])
+
+    def headers(self, model: ServingModel, label: str, checks: Sequence[tuple[str, str, str]]) -> list[str]:
+        heads = [model.decisions.cap]
+        if self.knob is not None:
+            heads.append(self.knob[1])
+        q = label.split(" ")[0]
+        for name, _, _ in checks:
+            heads += [f"{label} ms", "SLO ms"] if len(self.checks) == 1 else [f"{name} {q} ms", f"{name} SLO ms"]
+        if self.extra is not None:
+            heads.append(self.extra[0])
+        return heads
+
+    def cells(self, rows: Mapping[str, np.ndarray], i: int, prefix: str,
+              checks: Sequence[tuple[str, str, str]]) -> list[str]:
+        batch = rows[answer_name(prefix, self.cap)][i]
+        out = [fmt(batch, 0)]
+        if self.knob is not None:
+            v = float(rows[answer_name(prefix, self.knob[0])][i])
+            if math.isinf(float(batch)):
+                out.append("-")
+            elif math.isinf(v):
+                out.append(KNOB_INF.get(self.knob[1], "inf"))
+            else:
+                out.append(fmt(v, 0) if self.knob[2] == "int64" else fmt(v, 1))
+        for _, sfx, slo in checks:
+            out += [fmt(rows[answer_name(prefix, sfx)][i]), fmt(rows[slo][i])]
+        if self.extra is not None:
+            out.append(fmt(rows[answer_name(prefix, self.extra[1])][i]))
+        return out
+
+
 # --------------------------------------------------------------------------- decisions
 
 
 def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     """Per scenario group, cheapest first: replicas_min and its configuration."""
     model, d = run.model, run.model.decisions
-    cap = _field(model, d.cap)
-    lat = _field(model, d.latency)
-    knob = _knob_field(model)
-    slo = _slo_column(model)
-    answer = {"batch": answer_name("replicas_min", cap if cap is not None else ""),
-              "latency": answer_name("replicas_min", lat or "_latency_ms")}
-    if knob is not None:
-        answer["knob"] = answer_name("replicas_min", knob[0])
+    view = AnswerView.of(model)
     cost = "replicas_min_cost_usd_per_hour"
-    closest = {"batch": answer_name("b_latency_opt", cap if cap is not None else ""),
-               "latency": answer_name("b_latency_opt", lat or "_latency_ms")}
-    if knob is not None:
-        closest["knob"] = answer_name("b_latency_opt", knob[0])
-    wanted = ["group_id", "replicas", "reason", "is_replicas_min", "replicas_min", cost, "percentile", slo,
-              "cost_usd_per_hour", *answer.values(), *closest.values(), *run.varying]
+    wanted = ["group_id", "replicas", "reason", "is_replicas_min", "replicas_min", cost, "percentile",
+              "cost_usd_per_hour", *view.slos(), *view.columns("replicas_min"), *view.columns("b_latency_opt"),
+              *run.varying]
     table = run.optimum(wanted)
     if table.num_rows == 0:
         console.print("decisions: no optimum row matches the filters" if run.filters else "decisions: optimum.parquet is empty")
@@ -275,25 +325,17 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     order = order[np.lexsort((rows["group_id"][order], rows[cost][order]))]
     shown = order[:top]
     label = latency_label(run.latency_model, rows.get("percentile"))
-    title = (f"decisions per scenario group, cheapest first: the fewest replicas meeting the SLO "
-             f"(checked against {label}) with rho <= rho_max")
+    slo = "the SLO" if len(view.checks) == 1 else "every SLO"
+    title = (f"decisions per scenario group, cheapest first: the fewest replicas meeting {slo} "
+             f"(checked against {label}) with {d.utilisation} <= rho_max")
+    checks = view.active(rows, shown)
     t = Table(title=title, title_justify="left")
-    for key in run.varying:
-        t.add_column(key, justify="right")
-    t.add_column("replicas", justify="right")
-    t.add_column(model.decisions.cap, justify="right")
-    if knob is not None:
-        t.add_column(knob[1], justify="right")
-    t.add_column(f"{label} ms", justify="right")
-    t.add_column("SLO ms", justify="right")
-    t.add_column("USD/h", justify="right")
+    for name in (*run.varying, "replicas", *view.headers(model, label, checks), "USD/h"):
+        t.add_column(name, justify="right")
     for i in shown:
         cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
-        cells += [fmt(rows["replicas_min"][i], 0), fmt(rows[answer["batch"]][i], 0)]
-        if knob is not None:
-            w = rows[answer["knob"]][i]
-            cells.append("full batch" if math.isinf(float(w)) else fmt(w, 1))
-        cells += [fmt(rows[answer["latency"]][i]), fmt(rows[slo][i]), fmt(rows[cost][i], 2)]
+        cells += [fmt(rows["replicas_min"][i], 0), *view.cells(rows, int(i), "replicas_min", checks),
+                  fmt(rows[cost][i], 2)]
         t.add_row(*cells)
     if len(shown):
         console.print(t)
@@ -310,35 +352,30 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
                 last[g] = int(i)
         reasons = Counter(str(rows["reason"][i]) for i in last.values())
         why = ", ".join(f"{r} {n:,}" for r, n in reasons.most_common())
-        console.print(f"{len(missing):,} of {len(groups):,} scenario groups: no replica count of the grid meets the SLO "
-                      f"with rho <= rho_max (at the most replicas: {why})")
+        console.print(f"{len(missing):,} of {len(groups):,} scenario groups: no replica count of the grid meets {slo} "
+                      f"with {d.utilisation} <= rho_max (at the most replicas: {why})")
         room = top - len(shown)
-        if room > 0:
-            picks = sorted(last.values(), key=lambda i: (float(rows["cost_usd_per_hour"][i]), int(rows["group_id"][i])))
-            _closest(run, rows, picks[:room], closest, slo, label, console)
+        # the closest configuration where there is one: a feasible point that misses the SLO
+        near = [i for i in last.values() if math.isfinite(float(rows[answer_name("b_latency_opt", view.cap)][i]))]
+        if room > 0 and near:
+            picks = sorted(near, key=lambda i: (float(rows["cost_usd_per_hour"][i]), int(rows["group_id"][i])))
+            _closest(run, view, rows, picks[:room], label, console)
 
 
-def _closest(run: RunFolder, rows: dict[str, np.ndarray], picks: list[int], closest: dict[str, str], slo: str,
-             label: str, console: Console) -> None:
-    """Groups without an answer, at their most replicas (cheapest first): why, and the
-    lowest-latency batch."""
-    if not all(c in rows for c in closest.values()):
-        return
-    t = Table(title="without an answer, at the most replicas: the batch with the lowest E[T] (b_latency_opt)",
-              title_justify="left")
-    for key in run.varying:
-        t.add_column(key, justify="right")
-    for name in ("replicas", "reason", run.model.decisions.cap, *(["window"] if "knob" in closest else []),
-                 f"{label} ms", "SLO ms", "USD/h"):
+def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], picks: list[int], label: str,
+             console: Console) -> None:
+    """Groups without an answer but with a feasible point, at their most replicas (cheapest
+    first): why, and the point with the lowest mean latency (b_latency_opt)."""
+    d = run.model.decisions
+    checks = view.active(rows, picks)
+    t = Table(title=f"without an answer, at the most replicas: the {d.cap} with the lowest {d.mean_latency} "
+                    "(b_latency_opt)", title_justify="left")
+    for name in (*run.varying, "replicas", "reason", *view.headers(run.model, label, checks), "USD/h"):
         t.add_column(name, justify="right")
     for i in picks:
         cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
-        cells += [fmt(rows["replicas"][i], 0), str(rows["reason"][i]), fmt(rows[closest["batch"]][i], 0)]
-        if "knob" in closest:
-            w = rows[closest["knob"]][i]
-            b = rows[closest["batch"]][i]
-            cells.append("-" if math.isinf(float(b)) else "full batch" if math.isinf(float(w)) else fmt(w, 1))
-        cells += [fmt(rows[closest["latency"]][i]), fmt(rows[slo][i]), fmt(rows["cost_usd_per_hour"][i], 2)]
+        cells += [fmt(rows["replicas"][i], 0), str(rows["reason"][i]), *view.cells(rows, i, "b_latency_opt", checks),
+                  fmt(rows["cost_usd_per_hour"][i], 2)]
         t.add_row(*cells)
     console.print(t)
 
@@ -357,21 +394,28 @@ def print_search(run: RunFolder, console: Console, top: int = TOP) -> None:
     searched = [k for k in meta.get("searched", []) if k in table.column_names]
     rows = to_host(table)
     label = latency_label(run.latency_model, rows.get("percentile"))
-    slo = _slo_column(run.model)
-    t = Table(title=f"search: each study's best trials (search.parquet; latency checked: {label})", title_justify="left")
-    for name in ("study", "objective", "value", *searched, f"{label} ms", "SLO ms", "USD/h", "meets", "gap"):
-        t.add_column(name, justify="left" if name in ("study", "objective", "meets") else "right")
+    q = label.split(" ")[0]
     order = np.lexsort((rows["rank"], rows["study_name"]))
+    # each SLO check the answers carry (a point column and its SLO), those some answer sets
+    checks = [(CHECK_NAMES.get(lat, lat), lat, slo) for lat, slo in run.model.slo_checks if lat in rows and slo in rows]
+    checks = [c for c in checks if any(math.isfinite(float(rows[c[2]][i])) for i in order[:top])] or checks[:1]
+    heads = [h for name, _, _ in checks for h in ((f"{label} ms", "SLO ms") if len(run.model.slo_checks) == 1
+                                                   else (f"{name} {q} ms", f"{name} SLO ms"))]
+    t = Table(title=f"search: each study's best trials (search.parquet; latency checked: {label})", title_justify="left")
+    for name in ("study", "objective", "value", *searched, *heads, "USD/h", "meets", "gap"):
+        t.add_column(name, justify="left" if name in ("study", "objective", "meets") else "right")
     for i in order[:top]:
         study = str(rows["study_name"][i]).split("/")
         scenario = study[1] if len(study) > 2 else "-"
         gap = "n/a" if not rows["enumerable"][i] else ("exact" if rows["found_exact"][i] else f"{100 * float(rows['gap_rel'][i]):.1f}%")
-        cells = [escape(scenario), str(rows["objective"][i]), f"{float(rows['objective_value'][i]):g}"]
+        value = float(rows["objective_value"][i])
+        cells = [escape(scenario), str(rows["objective"][i]), f"{value:g}" if math.isfinite(value) else "-"]
         for k in searched:
             v = rows[k][i]
-            cells.append("full batch" if k == run.model.decisions.knob and not isinstance(v, str) and math.isinf(float(v))
-                         else escape(_scenario_cell(v)))
-        cells += [fmt(rows["latency_ms"][i]), fmt(rows[slo][i]), fmt(rows["cost_usd_per_hour"][i], 2),
+            unlimited = k == run.model.decisions.knob and not isinstance(v, str) and math.isinf(float(v))
+            cells.append(KNOB_INF.get(k, "inf") if unlimited else escape(_scenario_cell(v)))
+        cells += [c for _, lat, slo in checks for c in (fmt(rows[lat][i]), fmt(rows[slo][i]))]
+        cells += [fmt(rows["cost_usd_per_hour"][i], 2),
                   "yes" if rows["meets_constraints"][i] else escape(str(rows["reason"][i]) or "no"), gap]
         t.add_row(*cells)
     console.print(t)

@@ -179,7 +179,7 @@ def continuous_table(rows: dict[str, np.ndarray], varying: Sequence[str], percen
                   _fmt(rows["mean_running"][i], 1), _fmt(rows["step_mean_ms"][i], 2), _fmt(rows["ttft_p_ms"][i]),
                   _fmt(rows["tpot_p_ms"][i], 2), _fmt(rows["e2e_p_ms"][i]), _fmt(rows["tok_s_per_gpu"][i]),
                   _fmt(rows["tok_s_per_user"][i]),
-                  ("inf" if math.isinf(rho) else f"{100.0 * rho:.1f}%") + ("" if rows["stable"][i] else " (unstable)"),
+                  ("-" if math.isinf(rho) else f"{100.0 * rho:.1f}%") + ("" if rows["stable"][i] else " (unstable)"),
                   str(rows["action"][i])]
         t.add_row(*cells)
     console.print(t)

@@ -43,7 +43,7 @@ PLAN_BUDGET = 60_000
 
 #: Axes that vary within a row (the batcher's knobs); everything else names a scenario.
 DEFAULT_ROW_AXES = ("batch_window_ms", "batch_size")
-#: Columns of SPEC 10 (continuous batching) the continuous figures draw.
+#: Columns of continuous serving (docs/continuous.md) the continuous figures draw.
 CONTINUOUS_COLUMNS = ("tok_s_per_gpu", "tok_s_per_user", "ttft_p_ms", "tpot_p_ms")
 
 
@@ -248,7 +248,10 @@ class Run:
               "rho", "stable", "proxy_ok", "mean_batch", "e_wait_ms", "e_batch_ms", "e_svc_ms", "e_resp_ms",
               "p_gauss_ms", "p_exp_ms", "latency_ms", "slo_ok", "little_l", "in_service", "in_queue",
               "kv_gb_at_cap", "mem_ok", "feasible", "action", "batcher_rho", "batcher_p_ms", "sim_utilization",
-              "sim_p_ms", "sim_mean_ms")
+              "sim_p_ms", "sim_mean_ms",
+              # continuous serving
+              "mean_running", "step_mean_ms", "ttft_p_ms", "tpot_p_ms", "e2e_p_ms", "tok_s_per_gpu", "tok_s_per_user",
+              "kv_util", "sim_ttft_p_ms", "sim_tpot_p_ms")
 
     def detail(self, scen: Columns) -> Sample:
         """Every point of the chosen rows: from points/, or else the rows' frontier points."""
@@ -320,7 +323,8 @@ class Run:
         lo, hi = rows * n_points, rows * n_points + n_points - 1
         ranges = " OR ".join(f"point_id BETWEEN {a} AND {b}" for a, b in zip(lo, hi))
         sel = self._select(("point_id", "arrival_rps", "lambda_per_replica_rps", "batch_size", "batch_window_ms",
-                            "action", "latency_ms", "rho", "capacity_rps"), self.points_cols)
+                            "max_batched_tokens", "action", "latency_ms", "ttft_p_ms", "rho", "capacity_rps"),
+                           self.points_cols)
         cols = self.query(f"SELECT {sel} FROM {self.points_src} WHERE {ranges} ORDER BY point_id")
         order = np.argsort(lo)
         starts = np.searchsorted(lo[order], cols["point_id"], side="right") - 1
@@ -336,7 +340,7 @@ class Run:
 
     def frontier_axes(self) -> tuple[str, str]:
         """(x, y) of the frontier: capacity against latency, or for continuous serving
-        throughput per user against throughput per GPU (SPEC 10)."""
+        throughput per user against throughput per GPU (continuous serving)."""
         if self.serving == "continuous":
             return "tok_s_per_user", "tok_s_per_gpu"
         return "capacity_rps", "latency_ms"
@@ -438,7 +442,7 @@ class Run:
     def continuous(self, budget: int = CONTINUOUS_BUDGET) -> Sample:
         src, have, where = self._with(CONTINUOUS_COLUMNS)
         if src is None:
-            return Sample({}, 0, 0, notes=[("needs the continuous-serving columns of SPEC 10 "
+            return Sample({}, 0, 0, notes=[("needs the continuous-serving columns "
                                             "(tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms)")])
         total = int(self.scalar(f"SELECT count(*) FROM {src}"))
         sample = f" USING SAMPLE reservoir({budget} ROWS) REPEATABLE (7)" if total > budget else ""
