@@ -30,7 +30,7 @@ def _slug(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-@pytest.mark.parametrize("doc", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("doc", documents() + sorted((ROOT / "grids").glob("*.toml")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_reference_outside_the_repository(doc):
     text = doc.read_text()
     hits = [m.group(0) for m in OUTSIDE.finditer(text)]
