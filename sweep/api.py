@@ -16,7 +16,7 @@ grids go through `run`, which streams to Parquet in bounded memory.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,7 @@ class Explanation:
     model: str  # serving/latency_model
     row: dict[str, Any]  # every column, file units; names decoded; +inf where unbounded
     steps: list[Step] | None  # None: the serving model has no derivation yet
+    figures: dict[str, float] = field(default_factory=dict)  # the catalog figures of its model and GPU
 
 
 def point_id_of(spec: GridSpec, filters: Mapping[str, str]) -> int:
@@ -150,4 +151,4 @@ def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, s
     options = {"kv_allocation": spec.options.kv_allocation, "block_tokens": spec.options.block_tokens,
                "reserve_fraction": spec.options.reserve_fraction}
     steps = spec.model.derivation(row, figures, options)
-    return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps)
+    return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps, figures)

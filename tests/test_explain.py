@@ -174,3 +174,36 @@ def test_a_continuous_point_from_the_catalog_and_the_simulator():
     overloaded = sweep.explain(spec, point_id=1)  # 400 req/s: far beyond one engine
     assert overloaded.row["stable"] is False and "Time to first token" not in {s.title for s in overloaded.steps}
     assert "The action: unstable" in {r for s in overloaded.steps for *_, r in s.lines}
+
+
+@pytest.mark.parametrize("serving", ["dynamic", "continuous"])
+def test_roofline_lines_recompute_to_the_engines(serving):
+    """The step times `sweep explain` shows for a roofline point (the refined step at its two
+    anchor steps, and the line through them) equal the kernel's service-time columns to 1e-9:
+    the dynamic batcher's secant through B = 1 and B (t_fixed_ms, t_req_ms), continuous
+    serving's line through a lone request's decode and prefill steps (t_step_fixed_ms,
+    t_token_ms, t_ctx_ms). A dense and a mixture-of-experts model, 1 and 4 GPUs, fp8 and bf16."""
+    from sweep.api import explain
+    from sweep.models.derive_continuous import roofline_line
+    from sweep.models.derive_dynamic import roofline_secant
+
+    grid = {"model": ["llama-3.1-70b", "mixtral-8x7b"], "gpu": "h100-sxm", "gpus_per_replica": [1, 4],
+            "weight_bytes_per_param": [1.0, 2.0], "batch_size": [1, 8, 64]}
+    if serving == "dynamic":
+        doc = {"name": "r", "grid": {**grid, "arrival_rps": 5.0, "seq_len": 4096, "mean_seq_len": 1500, "slo_ms": 500.0}}
+    else:
+        doc = {"name": "r", "grid": {**grid, "arrival_rps": 1.0, "prompt_tokens": 1500, "output_tokens": 200,
+                                     "max_batched_tokens": [512, math.inf], "tpot_slo_ms": 50.0},
+               "options": {"serving": "continuous"}}
+    spec = sweep.grid_from_dict(doc)
+    for pid in range(spec.n_points):
+        e = explain(spec, point_id=pid)
+        figures = e.figures  # the catalog figures of the point's model and GPU
+        if serving == "dynamic":
+            sec = roofline_secant(e.row, figures)
+            assert sec["t_fixed"] * 1e3 == pytest.approx(e.row["t_fixed_ms"], rel=1e-9)
+            assert sec["t_req"] * 1e3 == pytest.approx(e.row["t_req_ms"], rel=1e-9, abs=1e-15)
+        else:
+            line = roofline_line(e.row, figures)
+            for key, col in (("t_fixed", "t_step_fixed_ms"), ("t_token", "t_token_ms"), ("t_ctx", "t_ctx_ms")):
+                assert line[key] * 1e3 == pytest.approx(e.row[col], rel=1e-9, abs=1e-15), (pid, key)

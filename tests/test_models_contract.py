@@ -20,6 +20,7 @@ from sweep.api import grid_from_dict
 from sweep.catalog import packaged_catalog
 from sweep.engine.evaluate import Evaluator, ModelContractError, evaluate_points
 from sweep.models import REGISTRY, ServingModel
+from sweep.models.base import figure_arrays
 from sweep.models.proxy import GaussianProxy
 
 MODELS = sorted(REGISTRY.items())
@@ -31,15 +32,7 @@ def _catalog_figures(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     cat = packaged_catalog()
     models = [cat.model(m) for m in rng.choice(sorted(cat.models), n)]
     gpus = [cat.gpu(g) for g in rng.choice(sorted(cat.gpus), n)]
-    return {
-        "kv_elems_per_token": np.array([m.n_layers * m.kv_elems_per_token_per_layer for m in models]),
-        "n_params": np.array([m.n_params for m in models]),
-        "active_params": np.array([m.active_params for m in models]),
-        "hbm_bytes": np.array([g.hbm_bytes for g in gpus]),
-        "hbm_bw": np.array([g.hbm_bandwidth_bytes_per_s for g in gpus]),
-        "flops": np.array([g.bf16_dense_flops for g in gpus]),
-        "usd_per_gpu_hour": np.array([g.usd_per_gpu_hour for g in gpus]),
-    }
+    return figure_arrays(models, gpus)
 
 
 def random_points(serving: str, rng: np.random.Generator, n: int, *, windowed: bool) -> dict[str, np.ndarray]:

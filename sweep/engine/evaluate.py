@@ -25,7 +25,15 @@ import numpy as np
 from sweep.decide.reduce import reduce_chunk
 from sweep.decide.verdict import verdict
 from sweep.grid.spec import GridSpec
-from sweep.models.base import CATALOG_FIELDS, ENGINE_KEYS, WHEN_SIMULATION, Column, ServingModel
+from sweep.models.base import (
+    CATALOG_FIELDS,
+    ENGINE_KEYS,
+    WHEN_SIMULATION,
+    Column,
+    ServingModel,
+    gpu_figures,
+    model_figures,
+)
 
 DEFAULT_CHUNK = 1 << 16
 _CAST = {"float64": jnp.float64, "int64": jnp.int64, "bool": jnp.bool_, "dict": jnp.int32}
@@ -264,15 +272,10 @@ def catalog_tables(spec: GridSpec) -> dict[str, jax.Array]:
     def f(xs: list[float]) -> jax.Array:
         return jnp.asarray(np.asarray(xs, dtype=np.float64))
 
-    return {
-        "kv_elems_per_token": f([m.n_layers * m.kv_elems_per_token_per_layer for m in spec.models]),
-        "n_params": f([m.n_params for m in spec.models]),
-        "active_params": f([m.active_params for m in spec.models]),
-        "hbm_bytes": f([g.hbm_bytes for g in spec.gpus]),
-        "hbm_bw": f([g.hbm_bandwidth_bytes_per_s for g in spec.gpus]),
-        "flops": f([g.bf16_dense_flops for g in spec.gpus]),
-        "usd_per_gpu_hour": f([g.usd_per_gpu_hour for g in spec.gpus]),
-    }
+    per_model = [model_figures(m) for m in spec.models]
+    per_gpu = [gpu_figures(g) for g in spec.gpus]
+    return {name: f([row[name] for row in (per_model if axis == "model" else per_gpu)])
+            for name, axis in CATALOG_FIELDS.items()}
 
 
 @functools.lru_cache(maxsize=32)

@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from jax import Array
 
+from sweep.catalog import Gpu, Model
+from sweep.models.roofline import ETA_BW, ETA_FLOPS, PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
+
 if TYPE_CHECKING:  # the grid layer builds specs from models; models only read them
     from sweep.grid.spec import GridSpec
 
@@ -42,16 +45,68 @@ WHEN_TEXT = {
     WHEN_SIMULATION: "the grid simulates (latency_model = simulated, or a [simulation] table)",
 }
 
-#: Catalog figures gathered for every point (name -> which axis indexes its table).
+#: Catalog figures gathered for every point (name -> which axis indexes its table);
+#: `model_figures` and `gpu_figures` compute them from catalog entries.
 CATALOG_FIELDS: dict[str, str] = {
     "kv_elems_per_token": "model",  # KV elements cached per token over all layers
     "n_params": "model",
     "active_params": "model",
+    "dense_params": "model",  # read every step whatever the routing (SPEC 13)
+    "expert_params": "model",  # in routed experts (0: dense)
+    "n_experts": "model",
+    "experts_per_token": "model",
+    "n_layers": "model",
+    "hidden": "model",
+    "attn_width": "model",  # n_heads * head_dim: the attention FLOPs' width
     "hbm_bytes": "gpu",
     "hbm_bw": "gpu",  # bytes/s
     "flops": "gpu",  # dense bf16 FLOP/s
+    "fp8_flops": "gpu",  # dense FP8 FLOP/s; 0 where the part has none
+    "link_bw": "gpu",  # tensor-parallel interconnect, bytes/s per GPU one way (PCIe 4.0 x16 if unknown)
+    "alpha": "gpu",  # seconds per all-reduce (PCIe's 50 us if unknown)
+    "gpu_eta_bw": "gpu",  # a calibrated entry's eta_bw, else the SPEC 13 default
+    "gpu_eta_flops": "gpu",
     "usd_per_gpu_hour": "gpu",
 }
+
+
+def model_figures(m: Model) -> dict[str, float]:
+    """The model half of `CATALOG_FIELDS` for one catalog entry."""
+    return {
+        "kv_elems_per_token": m.n_layers * m.kv_elems_per_token_per_layer,
+        "n_params": m.n_params,
+        "active_params": m.active_params,
+        "dense_params": m.dense_params,
+        "expert_params": m.expert_params,
+        "n_experts": float(m.n_experts),
+        "experts_per_token": float(m.experts_per_token),
+        "n_layers": float(m.n_layers),
+        "hidden": float(m.hidden),
+        "attn_width": float(m.n_heads * m.head_dim),
+    }
+
+
+def figure_arrays(models: Sequence[Model], gpus: Sequence[Gpu]) -> dict[str, np.ndarray]:
+    """Every `CATALOG_FIELDS` figure for the (model, gpu) pairs zip(models, gpus), one pair
+    per element (for evaluating explicit points, e.g. `sweep.engine.evaluate_points`)."""
+    rows = [{**model_figures(m), **gpu_figures(g)} for m, g in zip(models, gpus, strict=True)]
+    return {name: np.array([r[name] for r in rows], dtype=np.float64) for name in CATALOG_FIELDS}
+
+
+def gpu_figures(g: Gpu) -> dict[str, float]:
+    """The GPU half of `CATALOG_FIELDS` for one catalog entry (SPEC 13 defaults where the
+    entry leaves a figure out; `sweep.models.roofline`)."""
+    return {
+        "hbm_bytes": g.hbm_bytes,
+        "hbm_bw": g.hbm_bandwidth_bytes_per_s,
+        "flops": g.bf16_dense_flops,
+        "fp8_flops": g.fp8_dense_flops or 0.0,
+        "link_bw": g.interconnect_bytes_per_s or PCIE_LINK_BYTES_PER_S,
+        "alpha": g.collective_latency_s if g.collective_latency_s is not None else PCIE_ALPHA_S,
+        "gpu_eta_bw": g.eta_bw if g.eta_bw is not None else ETA_BW,
+        "gpu_eta_flops": g.eta_flops if g.eta_flops is not None else ETA_FLOPS,
+        "usd_per_gpu_hour": g.usd_per_gpu_hour,
+    }
 
 #: `service_source` values (a dictionary column).
 SERVICE_SOURCES: tuple[str, ...] = ("given", "fitted", "roofline")

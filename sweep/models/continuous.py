@@ -37,6 +37,7 @@ from jax import Array
 
 from sweep.errors import GridError
 from sweep.models import base
+from sweep.models import roofline as rl
 from sweep.models.base import (
     ANALYTIC_UNBOUNDED,
     SERVICE_SOURCES,
@@ -95,8 +96,9 @@ PARAMS: tuple[Param, ...] = (
     Param("t_fixed_ms", "float", None, DOMAINS["t_fixed_ms"], example="t_fixed_ms = 12.0"),
     Param("t_token_ms", "float", None, DOMAINS["t_token_ms"], example="t_token_ms = 0.05"),
     Param("t_ctx_ms", "float", None, DOMAINS["t_ctx_ms"], example="t_ctx_ms = 1e-5"),
-    Param("eta_bw", "float", 0.8, DOMAINS["eta_bw"], example="eta_bw = 0.8"),
-    Param("eta_flops", "float", 0.5, DOMAINS["eta_flops"], example="eta_flops = 0.5"),
+    # default: the GPU entry's calibrated value (sweep calibrate), else SPEC 13's 0.7 / 0.6
+    Param("eta_bw", "float", None, DOMAINS["eta_bw"], example="eta_bw = 0.7"),
+    Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
     Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp8"'),
     Param("ttft_slo_ms", "float", math.inf, DOMAINS["ttft_slo_ms"], example="ttft_slo_ms = 2000"),
@@ -137,12 +139,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("output_cv", "float64", "-", "Coefficient of variation of the output length."),
     Column("batch_size", "int64", "sequences", "The cap N on running sequences (vLLM max_num_seqs)."),
     Column("max_batched_tokens", "int64", "tokens", "The token budget M of one step (max_num_batched_tokens); NULL (the grid's inf) = no budget: a whole prompt in one step.", null_when=UNLIMITED),
-    Column("t_step_fixed_ms", "float64", "ms", "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx."),
-    Column("t_token_ms", "float64", "ms", "Time per new token in a step."),
-    Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold."),
+    Column("t_step_fixed_ms", "float64", "ms", "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx. Roofline: the line through a lone request's decode step and its prefill chunk min(prompt_tokens, max_batched_tokens), so it varies with max_batched_tokens; optimum.parquet repeats the row's first point's."),
+    Column("t_token_ms", "float64", "ms", "Time per new token in a step (roofline: see t_step_fixed_ms)."),
+    Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
     Column("service_source", "dict", "-", "Where the step-time coefficients came from: given | fitted | roofline."),
-    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency.", _R),
-    Column("eta_flops", "float64", "-", "Roofline compute efficiency.", _R),
+    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency: the grid's, else the GPU entry's calibrated one, else 0.7.", _R),
+    Column("eta_flops", "float64", "-", "Roofline compute efficiency: the grid's, else the GPU entry's calibrated one, else 0.6.", _R),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
     Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
     Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile`; NULL (the grid's inf, the default) = no TTFT SLO.", null_when=UNLIMITED),
@@ -231,14 +233,6 @@ def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_token
     return jnp.floor(tokens / block_tokens) * block_tokens if paged else tokens
 
 
-def step_roofline(weights_bytes: Array, active_params: Array, kv_bytes_per_token: Array, gpus: Array,
-                  hbm_bw: Array, flops: Array, eta_bw: Array, eta_flops: Array) -> tuple[Array, Array, Array]:
-    """(t_fixed, t_token, t_ctx) in seconds, the linear step roofline: the weights stream once
-    per step, each new token costs its matmul FLOPs, each cached token its KV bytes."""
-    bw = gpus * hbm_bw * eta_bw
-    return weights_bytes / bw, 2.0 * active_params / (gpus * flops * eta_flops), kv_bytes_per_token / bw
-
-
 class ContinuousModel(ServingModel):
     """`serving = "continuous"`, `latency_model = "analytic"`: the fixed-point model of
     `sweep.models.cb_analytic` decides."""
@@ -249,7 +243,7 @@ class ContinuousModel(ServingModel):
     columns: ClassVar[tuple[Column, ...]] = COLUMNS
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
-        "output_tokens", "output_cv", "batch_size", "max_batched_tokens", "eta_bw", "eta_flops",
+        "output_tokens", "output_cv", "batch_size", "max_batched_tokens",
         "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms", "percentile",
         "rho_max", "rho_min", "queue_capacity", "service_cv",
     )
@@ -320,9 +314,13 @@ class ContinuousModel(ServingModel):
         gpus = x["gpus_per_replica"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
+        roof: dict[str, Array] = {}
         if service_source == "roofline":
-            tf, tt, tc = step_roofline(weights, x["active_params"], kv_per_token, gpus, x["hbm_bw"], x["flops"],
-                                       x["eta_bw"], x["eta_flops"])
+            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
+            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
+            tf, tt, tc = rl.step_line(rl.replica_params(x, eta_bw, eta_flops), x["prompt_tokens"], x["output_tokens"],
+                                      x["max_batched_tokens"], kv_per_token, x["attn_width"], x["n_layers"])
+            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
         else:
             tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
         lam = x["arrival_rps"] / x["replicas"]
@@ -375,6 +373,7 @@ class ContinuousModel(ServingModel):
             "cost_usd_per_hour": cost_h,
             "cost_usd_per_mtok": per_mtok,
             "_rho_rules": jnp.where(mem_ok, rho, INF),
+            **roof,
         }
 
     def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,

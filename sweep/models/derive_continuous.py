@@ -57,6 +57,28 @@ def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]
     return {k: float(v) for k, v in out.items()}
 
 
+def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float]) -> dict[str, float]:
+    """The step line of a roofline point (seconds): the refined roofline's decode step of a
+    lone request and its prefill chunk (`sweep.models.roofline.step_time`), and the line
+    through them, as `sweep.models.roofline.step_line` draws it."""
+    from sweep.models import roofline as rl
+
+    x = {**figures, "gpus_per_replica": _f(row, "gpus_per_replica", 1.0),
+         "weight_bytes_per_param": _f(row, "weight_bytes_per_param", 2.0)}
+    p = rl.replica_params(x, _f(row, "eta_bw"), _f(row, "eta_flops"))
+    p1, o1, budget = _f(row, "prompt_tokens"), _f(row, "output_tokens"), _f(row, "max_batched_tokens")
+    kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem", 2.0)
+    ctx = p1 + o1 / 2.0
+    chunk = max(min(p1, budget), 2.0)
+    t_dec, _ = rl.step_time(rl.decode_work(1.0, ctx, kv_tok, figures["attn_width"], figures["n_layers"]), p)
+    t_pre, _ = rl.step_time(rl.prefill_work(1.0, chunk, kv_tok, figures["attn_width"], figures["n_layers"]), p)
+    t_ctx = kv_tok / (_f(row, "gpus_per_replica", 1.0) * figures["hbm_bw"] * _f(row, "eta_bw"))
+    t_dec, t_pre = float(t_dec), float(t_pre)
+    t_token = max((t_pre - t_dec - (chunk - ctx) * t_ctx) / (chunk - 1.0), 0.0)
+    return {"ctx": ctx, "chunk": chunk, "kv_tok": kv_tok, "t_dec": t_dec, "t_pre": t_pre, "t_ctx": t_ctx,
+            "t_token": t_token, "t_fixed": max(t_dec - t_token - ctx * t_ctx, 0.0)}
+
+
 def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: float) -> dict[str, float]:
     """The closed forms of this point recomputed from its inputs and the model's slots
     (file units: ms, tokens/s, USD)."""
@@ -114,19 +136,23 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     lines = []
     source = str(row.get("service_source", "given"))
     if source == "roofline" and figures:
-        wbytes = figures["n_params"] * _f(row, "weight_bytes_per_param", 2.0)
-        bw = g * figures["hbm_bw"] * _f(row, "eta_bw", 0.8)
-        kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem", 2.0)
+        rf = roofline_line(row, figures)
         lines += [
-            ("t_fixed = weight bytes / (g HBM_bw eta_bw): the weights stream once per step",
-             f"{num(wbytes / 1e9)} GB / ({g:g} x {num(figures['hbm_bw'] / 1e12)} TB/s x {_f(row, 'eta_bw', 0.8):g})",
-             num(wbytes / bw * 1e3, "ms")),
-            ("t_token = 2 active_params / (g FLOPs eta_flops): each new token's matmuls",
-             f"2 x {num(figures['active_params'] / 1e9)}e9 / ({g:g} x {num(figures['flops'] / 1e12)} TFLOP/s x "
-             f"{_f(row, 'eta_flops', 0.5):g})", num(2 * figures["active_params"] / (g * figures["flops"] * _f(row, "eta_flops", 0.5)) * 1e3, "ms")),
+            ("a lone request's decode step (1 token, P + O/2 cached) on the refined roofline "
+             "(max(memory, compute) + collectives + overhead; docs/roofline.md)",
+             f"g = {g:g}, eta_bw {_f(row, 'eta_bw'):g}, eta_flops {_f(row, 'eta_flops'):g}, context {num(rf['ctx'])} tokens",
+             num(rf["t_dec"] * 1e3, "ms")),
+            ("its prefill step: a chunk of min(P, M) prompt tokens", f"chunk = {num(rf['chunk'])} tokens",
+             num(rf["t_pre"] * 1e3, "ms")),
             ("t_ctx = KV bytes per token / (g HBM_bw eta_bw): each cached token read",
-             f"{num(kv_tok)} bytes / ({g:g} x {num(figures['hbm_bw'] / 1e12)} TB/s x {_f(row, 'eta_bw', 0.8):g})",
-             num(kv_tok / bw * 1e3, "ms")),
+             f"{num(rf['kv_tok'])} bytes / ({g:g} x {num(figures['hbm_bw'] / 1e12)} TB/s x {_f(row, 'eta_bw'):g})",
+             num(rf["t_ctx"] * 1e3, "ms")),
+            ("t_token = (T_prefill - T_decode - (chunk - context) t_ctx) / (chunk - 1): the line through both steps",
+             f"({num(rf['t_pre'] * 1e3)} - {num(rf['t_dec'] * 1e3)} - ({num(rf['chunk'])} - {num(rf['ctx'])}) x "
+             f"{num(rf['t_ctx'] * 1e3)}) / ({num(rf['chunk'])} - 1)", num(rf["t_token"] * 1e3, "ms")),
+            ("t_fixed = T_decode - t_token - context t_ctx",
+             f"{num(rf['t_dec'] * 1e3)} - {num(rf['t_token'] * 1e3)} - {num(rf['ctx'])} x {num(rf['t_ctx'] * 1e3)}",
+             num(rf["t_fixed"] * 1e3, "ms")),
         ]
     else:
         lines.append((f"t_fixed, t_token, t_ctx (service_source = {source})", f"{num(tf)} ms, {num(tt)} ms per token, "

@@ -53,6 +53,25 @@ def _f(row: Mapping[str, Any], key: str, default: float = INF) -> float:
     return default if v is None else float(v)
 
 
+def roofline_secant(row: Mapping[str, Any], figures: Mapping[str, float]) -> dict[str, float]:
+    """A roofline point's service line (seconds): the refined roofline's step time at one
+    request and at the point's batch (`sweep.models.roofline.step_time`), and the secant
+    through them, as `sweep.models.roofline.service_line` draws it."""
+    from sweep.models import roofline as rl
+
+    x = {**figures, "gpus_per_replica": _f(row, "gpus_per_replica", 1.0),
+         "weight_bytes_per_param": _f(row, "weight_bytes_per_param", 2.0)}
+    p = rl.replica_params(x, _f(row, "eta_bw"), _f(row, "eta_flops"))
+    kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem", 2.0)
+    tokens, ctx = _f(row, "tokens_per_request", 1.0), _f(row, "mean_seq_len")
+    hi = max(_f(row, "batch_size"), 2.0)
+    t1, _ = rl.step_time(rl.batch_work(1.0, tokens, ctx, kv_tok, figures["attn_width"], figures["n_layers"]), p)
+    th, _ = rl.step_time(rl.batch_work(hi, tokens, ctx, kv_tok, figures["attn_width"], figures["n_layers"]), p)
+    t1, th = float(t1), float(th)
+    t_req = max((th - t1) / (hi - 1.0), 0.0)
+    return {"hi": hi, "t1": t1, "th": th, "t_req": t_req, "t_fixed": max(t1 - t_req, 0.0)}
+
+
 def recompute(row: Mapping[str, Any]) -> dict[str, float]:
     """The point's numbers recomputed from its inputs (seconds inside, file units out).
 
@@ -124,15 +143,19 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
               num(lam, "requests/s per replica"))]
     source = str(row.get("service_source", "given"))
     if source == "roofline" and figures:
-        g = _f(row, "gpus_per_replica", 1.0)
-        bw, flops = figures["hbm_bw"] * _f(row, "eta_bw"), figures["flops"] * _f(row, "eta_flops")
-        weights = figures["n_params"] * _f(row, "weight_bytes_per_param")
-        kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem")
-        lines += [("T_fixed = weight_bytes / (g hbm_bw eta_bw)", f"{num(weights)} B / ({num(g)} x {num(bw)} B/s)",
-                   num(weights / (g * bw) * 1e3, "ms")),
-                  ("t_req = 2 active_params tokens / (g flops eta_flops) + kv_bytes_per_token S_mean / (g hbm_bw eta_bw)",
-                   f"2 x {num(figures['active_params'])} x {num(row.get('tokens_per_request'))} / ({num(g)} x {num(flops)}) "
-                   f"+ {num(kv_tok)} x {num(row.get('mean_seq_len'))} / ({num(g)} x {num(bw)})", num(t_req, "ms"))]
+        sec = roofline_secant(row, figures)
+        lines += [
+            ("T_step(1): one request's forward pass on the refined roofline (max(memory, compute) + "
+             "collectives + overhead; docs/roofline.md)",
+             f"g = {num(row.get('gpus_per_replica'))}, eta_bw {_f(row, 'eta_bw'):g}, eta_flops {_f(row, 'eta_flops'):g}, "
+             f"{num(row.get('tokens_per_request'))} new tokens, {num(row.get('mean_seq_len'))} cached",
+             num(sec["t1"] * 1e3, "ms")),
+            (f"T_step({num(sec['hi'])}): a pass of this point's batch", "", num(sec["th"] * 1e3, "ms")),
+            ("t_req = (T_step(B) - T_step(1)) / (B - 1): the secant through both",
+             f"({num(sec['th'] * 1e3)} - {num(sec['t1'] * 1e3)}) / ({num(sec['hi'])} - 1)", num(sec["t_req"] * 1e3, "ms")),
+            ("T_fixed = T_step(1) - t_req", f"{num(sec['t1'] * 1e3)} - {num(sec['t_req'] * 1e3)}",
+             num(sec["t_fixed"] * 1e3, "ms")),
+        ]
     else:
         lines.append(("T_fixed, t_req", f"{source} ({'roofline from the catalogs' if source == 'roofline' else 'the grid' if source == 'given' else 'a profile fit'})",
                       f"{num(t_fixed, 'ms')}, {num(t_req, 'ms')}"))
