@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
                        "sweep show runs/seed model=gpt3-175b                # the answers of a finished run",
                        "sweep explain grids/seed-gpt3.toml --point 2        # one point's derivation, step by step",
                        "sweep report runs/seed                              # an HTML report",
+                       "sweep plan grids/diurnal.toml --out runs/diurnal    # replicas per hour of a daily profile",
                        "sweep <command> --help                              # a command's options and examples"],
                       EXITS_RUN),
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -150,6 +151,18 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                     help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
     ex.set_defaults(handler=_cmd_explain)
+    pl = command(sub, "plan", "a grid with [schedule]: run it and print the replica schedule (schedule.parquet)",
+                 ["sweep plan grids/diurnal.toml --out runs/diurnal",
+                  "sweep plan grids/diurnal.toml --out runs/diurnal --quiet   # then: duckdb on runs/diurnal/schedule.parquet"],
+                 EXITS_RUN)
+    pl.add_argument("grid", type=Path, help="grid file with a [schedule] table, see grids/diurnal.toml")
+    pl.add_argument("--out", type=Path, required=True, help="output folder")
+    pl.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
+    pl.add_argument("--wait", action="store_true", help="if another sweep is writing OUT, wait for it")
+    pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    pl.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    pl.set_defaults(handler=_cmd_plan)
     m = command(sub, "merge", "combine the shards in OUT/shards/ into one output",
                 ["sweep merge runs/fleet", "sweep merge runs/fleet --wait --quiet"], EXITS_RUN)
     m.add_argument("out", type=Path, help="the --out folder the shards were run with")
@@ -205,6 +218,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           progress=None if mode == "none" else progress, note=progress.note)
     if not args.quiet:
         print_summary(grid, result, top=args.top)
+        if grid.schedule is not None:
+            from sweep.cli.plan import print_schedule
+
+            print_schedule(result.out_dir, full=False)
+    return EXIT_OK
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """`sweep run` for a grid with [schedule], printing the schedule instead of the points."""
+    from sweep.catalog import load_catalog
+    from sweep.cli.plan import print_schedule
+    from sweep.errors import GridError
+    from sweep.grid import load
+    from sweep.runner import run_grid
+    from sweep.runner.progress import enable_compile_cache
+
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    if grid.schedule is None:
+        raise GridError(grid.source, "schedule", None,
+                        "sweep plan needs a [schedule] table, e.g. [schedule] hourly_rps = [24 rates]; use sweep run for a plain grid")
+    enable_compile_cache(compile_cache_dir())
+    result = run_grid(grid, args.out, force=args.force, wait=args.wait)
+    if not args.quiet:
+        s = grid.schedule
+        rules = ", ".join(x for x in (f"ramp {s.ramp}/h" if s.ramp else "", f"warm-up {s.warmup_hours:g} h" if s.warmup_hours else "") if x)
+        print(f"{grid.name}: {s.hours}-hour profile from {s.source}{f' ({rules})' if rules else ''}; "
+              f"{grid.n_points:,} points evaluated; {result.out_dir / 'schedule.parquet'}")
+        print_schedule(result.out_dir)
     return EXIT_OK
 
 
@@ -262,7 +303,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         for s in result.meta["studies"]:
             print(f"{s['name']}: {s['trials_run']} trials run by this worker")
         for r in result.records():
-            print(f"{r['study_name']}: {r['objective']} = {r['objective_value']:g} at trial {r['trial_number']} "
+            value = "unbounded" if r["objective_value"] is None else f"{r['objective_value']:g}"  # NULL: misses a constraint
+            print(f"{r['study_name']}: {r['objective']} = {value} at trial {r['trial_number']} "
                   f"({'meets every constraint' if r['meets_constraints'] else r['reason']})")
     return EXIT_OK
 

@@ -11,6 +11,7 @@ from sweep.catalog import Gpu, Model
 from sweep.models import ServingModel
 
 if TYPE_CHECKING:
+    from sweep.grid.schedule import ScheduleSpec
     from sweep.grid.search_table import SearchSpec
 
 
@@ -80,6 +81,8 @@ class GridSpec:
     search: SearchSpec | None = None
     #: the simulator's settings when the grid simulates, else None
     simulation: SimulationOptions | None = None
+    #: the validated `[schedule]` (an hourly arrival profile), else None
+    schedule: ScheduleSpec | None = None
 
     def axis(self, key: str) -> Axis:
         for a in self.axes:

@@ -1,9 +1,9 @@
 """The column reference of every output file, generated from the declarations.
 
 Point columns are declared by each serving model (`sweep.models`), the reduced outputs'
-by `sweep.decide.tables`, the search answers' by `sweep.search`. This module only renders
-them: `python -m sweep.io.columns points|optimum|frontier|search [SERVING]` prints one
-table, `python -m sweep.io.columns --readme FILE.md` rewrites every table between
+by `sweep.decide.tables` (and `sweep.decide.schedule`), the search answers' by `sweep.search`. This module
+only renders them: `python -m sweep.io.columns points|optimum|frontier|schedule|search [SERVING]`
+prints one table, `python -m sweep.io.columns --readme FILE.md` rewrites every table between
 `<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file (NAME is a
 table, or TABLE:SERVING for a serving mode other than dynamic), and
 `python -m sweep.io.columns --csv NAME [SERVING]` prints one file's reference as CSV (a
@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from sweep.decide.schedule import schedule_columns
 from sweep.decide.tables import frontier_extra, optimum_columns
 from sweep.models import REGISTRY, ServingModel, get_model
 from sweep.models.base import WHEN_TEXT, Column
@@ -83,11 +84,13 @@ def reference(table: str, model: ServingModel | None = None) -> str:
         return markdown_table(optimum_columns(model, all_point_columns(model.serving)), nulls=_null_by_model(model.serving))
     if table == "frontier":
         return markdown_table(frontier_extra(model.decisions, model.slo_checks))
+    if table == "schedule":
+        return markdown_table(schedule_columns(model, all_point_columns(model.serving)))
     if table == "search":
         from sweep.search.study import SEARCH_META_FIRST, SEARCH_META_LAST
 
         return markdown_table(SEARCH_META_FIRST + SEARCH_META_LAST)
-    raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]; not {table!r}")
+    raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|schedule|search [serving/latency_model]; not {table!r}")
 
 
 _MARKED = re.compile(r"(<!-- columns:([a-z]+(?::[a-z]+)?) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
@@ -113,13 +116,14 @@ def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
 
     model = model or get_model()
     columns = {"points": all_point_columns(model.serving), "frontier": frontier_extra(model.decisions, model.slo_checks),
-               "optimum": optimum_columns(model, all_point_columns(model.serving))}
+               "optimum": optimum_columns(model, all_point_columns(model.serving)),
+               "schedule": schedule_columns(model, all_point_columns(model.serving))}
     if table == "search":
         from sweep.search.study import SEARCH_META_FIRST, SEARCH_META_LAST
 
         columns["search"] = SEARCH_META_FIRST + SEARCH_META_LAST
     if table not in columns:
-        raise SystemExit(f"usage: python -m sweep.io.columns --csv points|optimum|frontier|search [SERVING]; not {table!r}")
+        raise SystemExit(f"usage: python -m sweep.io.columns --csv points|optimum|frontier|schedule|search [SERVING]; not {table!r}")
     nulls = _null_by_model(model.serving)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
