@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from scipy.stats import norm
 
@@ -52,8 +54,16 @@ def grid(base: dict, **tables: object) -> dict:
 
 
 def cols(doc: dict, chunk_size: int = DEFAULT_CHUNK) -> dict[str, np.ndarray]:
+    """Every column of the evaluated grid; a float column's NULL (unbounded, under the output
+    contract) back to the engine's +inf."""
     t = evaluate(grid_from_dict(doc), chunk_size=chunk_size)
-    return {n: t.column(n).to_numpy(zero_copy_only=False) for n in t.column_names}
+    out = {}
+    for n in t.column_names:
+        col = t.column(n)
+        if pa.types.is_floating(col.type):
+            col = pc.fill_null(col, math.inf)
+        out[n] = col.to_numpy(zero_copy_only=False)
+    return out
 
 
 def with_grid(base: dict, **values: object) -> dict:
