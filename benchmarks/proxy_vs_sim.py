@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> dict:
             ax = axes[i, j]
             m = (t == tw) & (b == cap)
             x = rf[m]
-            top = 1.25 * max(np.nanmax(s_p[m]), np.nanmax(bm["p_q"][m]))
+            # the scale of what is bounded: an unsteady simulated point or an unstable model is +inf
+            bounded = np.concatenate([s_p[m], bm["p_q"][m]])
+            bounded = bounded[np.isfinite(bounded)]
+            top = 1.25 * float(bounded.max()) if bounded.size else 1.0
             ax.errorbar(x, s_mean[m], yerr=s_mhw[m], fmt="o", ms=4, color="k", label="simulated E[T]")
             ax.errorbar(x, s_p[m], yerr=s_phw[m], fmt="o", ms=4, mfc="none", color="0.45",
                         label="simulated P99")

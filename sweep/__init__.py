@@ -19,6 +19,9 @@ from __future__ import annotations
 import jax
 
 jax.config.update("jax_enable_x64", True)
+# The simulators' random streams: JAX's default since 0.5, set here so that every supported
+# release (0.4.35 on) draws the same numbers from the same seed.
+jax.config.update("jax_threefry_partitionable", True)
 
 from sweep._version import __version__  # noqa: E402
 from sweep.api import MAX_IN_MEMORY, Explanation, decide, evaluate, explain, grid_from_dict, load_grid, run  # noqa: E402

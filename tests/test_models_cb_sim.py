@@ -355,8 +355,10 @@ def test_batched_statistics_match_the_reference_on_its_own_draws():
 def test_student_t_quantile():
     from scipy.stats import t
 
+    # SciPy's t.ppf as the reference: within 3e-10 of the exact quantile in SciPy 1.11 (7 dof:
+    # 2.3646242510 against the exact 2.3646242516), closer in later releases
     for dof in (1, 2, 3, 7, 30, 200):
-        assert cb_sim.student_t975(dof) == pytest.approx(t.ppf(0.975, dof), rel=1e-10)
+        assert cb_sim.student_t975(dof) == pytest.approx(t.ppf(0.975, dof), rel=1e-9)
     assert math.isinf(cb_sim.student_t975(0))
 
 
