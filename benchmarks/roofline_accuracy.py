@@ -1,6 +1,6 @@
 """The SPEC 13 roofline against published measurements (tests/data/gpu_measurements.csv).
 
-For every figure: the SPEC 13 estimate at the documented defaults, today's linear roofline
+For every figure: the SPEC 13 estimate at the documented defaults, the seed's linear roofline
 (`sweep.models.service.roofline_times`: T_fixed + t_req B with eta_bw 0.8, eta_flops 0.5, every weight
 read every step, bf16 FLOP/s, no collectives, no overhead), the measurement and both ratios;
 then the error distribution of each (median and max |estimate / measured - 1|, share within
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
     meas = np.asarray([r.measured_ms for r in rows])
     miss = np.asarray([r.extra.get("expected_miss", "") == "yes" for r in rows])
     print(f"{'figure':50s} {'phase':8s} {'B':>4s} {'tp':>2s} {'measured':>9s} {'SPEC 13':>9s} {'ratio':>6s} "
-          f"{'today':>9s} {'ratio':>6s}")
+          f"{'linear':>9s} {'ratio':>6s}")
     for r, n, o, m, x in zip(rows, new, old, meas, miss):
         flag = "  (listed miss)" if x else ""
         print(f"{r.extra['id'][:50]:50s} {r.phase:8s} {r.batch:4.0f} {r.tensor_parallel:2d} {m:9.2f} {n:9.2f} "
@@ -84,16 +84,16 @@ def main(argv: list[str] | None = None) -> dict:
     print()
     print(f"SPEC 13, all {len(rows)} figures:   {summary(new / meas - 1)}")
     print(f"SPEC 13, {int((~miss).sum())} not listed as misses: {summary(new[~miss] / meas[~miss] - 1)}")
-    print(f"today's roofline, all figures: {summary(old / meas - 1)}")
+    print(f"linear roofline, all figures: {summary(old / meas - 1)}")
     print(f"baseline: the published measurements; median ratio estimate / measured: SPEC 13 "
-          f"{np.median(new / meas):.3f}, today's roofline {np.median(old / meas):.3f}")
+          f"{np.median(new / meas):.3f}, linear roofline {np.median(old / meas):.3f}")
     print()
     print("listed misses (tests/data/gpu_measurements.csv, miss_reason):")
     for r, n, m, x in zip(rows, new, meas, miss):
         if x:
             print(f"- {r.extra['id']}: ratio {n / m:.2f}: {r.extra['miss_reason']}")
     result = {"rows": [{"id": r.extra["id"], "phase": r.phase, "measured_ms": float(m), "spec13_ms": float(n),
-                        "today_ms": float(o), "listed_miss": bool(x)}
+                        "linear_ms": float(o), "listed_miss": bool(x)}
                        for r, n, o, m, x in zip(rows, new, old, meas, miss, strict=True)]}
     if args.smoke:
         with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +123,7 @@ def _figure(rows, new, old, meas, miss, path: Path):
         ax.scatter(meas[sel & ~miss], new[sel & ~miss], marker=mk, color="C0", label=f"SPEC 13, {ph}")
         ax.scatter(meas[sel & miss], new[sel & miss], marker=mk, facecolors="none", edgecolors="C3",
                    label=f"SPEC 13, {ph}, listed miss")
-        ax.scatter(meas[sel], old[sel], marker=mk, color="C1", alpha=0.5, s=14, label=f"today, {ph}")
+        ax.scatter(meas[sel], old[sel], marker=mk, color="C1", alpha=0.5, s=14, label=f"linear, {ph}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)

@@ -34,10 +34,12 @@ from sweep.engine.evaluate import evaluate_points
 from sweep.errors import GridError
 from sweep.grid.values import check_value
 from sweep.models import REGISTRY, ServingModel
+from sweep.models.base import figure_arrays
 from sweep.models.dynamic import DOMAINS, MAX_WINDOWED_BATCH, MIN_T_SVC_MS, OPTION_PARAMS, PARAMS
 
 N = 512
-MODELS = sorted(REGISTRY.items())
+#: The dynamic serving mode's models (the continuous mode's domains: tests/test_domains_continuous.py)
+MODELS = sorted((k, m) for k, m in REGISTRY.items() if m.serving == "dynamic")
 IDS = [f"{s}/{n}" for (s, n), _ in MODELS]
 NUMERIC = tuple(p for p in PARAMS if p.domain is not None)
 BY_KEY = {p.key: p for p in NUMERIC}
@@ -72,15 +74,7 @@ def _figures() -> dict[str, np.ndarray]:
     """Every packaged (model, GPU) pair's figures, one pair per row."""
     cat = packaged_catalog()
     pairs = list(itertools.product(cat.models.values(), cat.gpus.values()))
-    return {
-        "kv_elems_per_token": np.array([m.n_layers * m.kv_elems_per_token_per_layer for m, _ in pairs]),
-        "n_params": np.array([m.n_params for m, _ in pairs]),
-        "active_params": np.array([m.active_params for m, _ in pairs]),
-        "hbm_bytes": np.array([g.hbm_bytes for _, g in pairs]),
-        "hbm_bw": np.array([g.hbm_bandwidth_bytes_per_s for _, g in pairs]),
-        "flops": np.array([g.bf16_dense_flops for _, g in pairs]),
-        "usd_per_gpu_hour": np.array([g.usd_per_gpu_hour for _, g in pairs]),
-    }
+    return figure_arrays([m for m, _ in pairs], [g for _, g in pairs])
 
 
 FIGURES = _figures()
@@ -88,14 +82,21 @@ N_PAIRS = len(FIGURES["n_params"])
 
 
 def _roofline_reach_ms() -> float:
-    """The largest T_fixed or t_req (ms) the roofline gives over the domains and the packaged
-    catalog (SPEC 1): one GPU at the lowest efficiency, the widest dtypes, the longest reads."""
+    """An upper bound of the T_fixed or t_req (ms) the SPEC 13 roofline gives over the
+    domains and the packaged catalog: the sum of its terms' largest values for one request
+    (the secant's T_fixed <= T_svc(1); its slope <= one more request's whole cost) on one
+    GPU at the lowest efficiencies, the widest dtypes and the longest reads, and the most
+    GPUs' collectives."""
     d, f = DOMAINS, FIGURES
     bw = f["hbm_bw"].min() * d["eta_bw"].lo
-    t_fixed = f["n_params"].max() * d["weight_bytes_per_param"].hi / bw
-    t_req = (2 * f["active_params"].max() * d["tokens_per_request"].hi / (f["flops"].min() * d["eta_flops"].lo)
-             + f["kv_elems_per_token"].max() * d["kv_bytes_per_elem"].hi * d["mean_seq_len"].hi / bw)
-    return float(max(t_fixed, t_req) * 1e3)
+    flops = f["flops"].min() * d["eta_flops"].lo
+    tokens, ctx = d["tokens_per_request"].hi, d["mean_seq_len"].hi
+    t_mem = (f["n_params"].max() * d["weight_bytes_per_param"].hi
+             + f["kv_elems_per_token"].max() * d["kv_bytes_per_elem"].hi * (ctx + tokens)) / bw
+    t_compute = (2 * f["active_params"].max() * tokens
+                 + 4 * f["n_layers"].max() * f["attn_width"].max() * tokens * ctx) / flops
+    t_comm = 2 * f["n_layers"].max() * (f["alpha"].max() + 2 * tokens * f["hidden"].max() * 2 / f["link_bw"].min())
+    return float((t_mem + t_compute + t_comm + 1e-3) * 1e3)
 
 
 REACH_MS = _roofline_reach_ms()

@@ -82,6 +82,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
     r.set_defaults(handler=_cmd_run)
     one_line_errors(r)
+    pl = sub.add_parser("plan", help="a grid with [schedule]: run it and print the replica schedule (schedule.parquet)")
+    pl.add_argument("grid", type=Path, help="grid file with a [schedule] table, see grids/diurnal.toml")
+    pl.add_argument("--out", type=Path, required=True, help="output folder")
+    pl.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
+    pl.add_argument("--wait", action="store_true", help="if another sweep is writing OUT, wait for it")
+    pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    pl.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    pl.set_defaults(handler=_cmd_plan)
+    one_line_errors(pl)
     m = sub.add_parser("merge", help="combine the shards in OUT/shards/ into one output")
     m.add_argument("out", type=Path, help="the --out folder the shards were run with")
     m.add_argument("--quiet", action="store_true")
@@ -131,6 +141,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           progress=None if mode == "none" else progress, note=progress.note)
     if not args.quiet:
         print_summary(grid, result)
+        if grid.schedule is not None:
+            from sweep.cli.plan import print_schedule
+
+            print_schedule(result.out_dir, full=False)
+    return EXIT_OK
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """`sweep run` for a grid with [schedule], printing the schedule instead of the points."""
+    from sweep.catalog import load_catalog
+    from sweep.cli.plan import print_schedule
+    from sweep.errors import GridError
+    from sweep.grid import load
+    from sweep.runner import run_grid
+    from sweep.runner.progress import enable_compile_cache
+
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    if grid.schedule is None:
+        raise GridError(grid.source, "schedule", None,
+                        "sweep plan needs a [schedule] table, e.g. [schedule] hourly_rps = [24 rates]; use sweep run for a plain grid")
+    enable_compile_cache(compile_cache_dir())
+    result = run_grid(grid, args.out, force=args.force, wait=args.wait)
+    if not args.quiet:
+        s = grid.schedule
+        rules = ", ".join(x for x in (f"ramp {s.ramp}/h" if s.ramp else "", f"warm-up {s.warmup_hours:g} h" if s.warmup_hours else "") if x)
+        print(f"{grid.name}: {s.hours}-hour profile from {s.source}{f' ({rules})' if rules else ''}; "
+              f"{grid.n_points:,} points evaluated; {result.out_dir / 'schedule.parquet'}")
+        print_schedule(result.out_dir)
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from sweep.catalog import Catalog, load_catalog
 from sweep.errors import CatalogError, GridError, did_you_mean
+from sweep.grid.schedule import ScheduleSpec, check_schedule_replicas, parse_schedule
 from sweep.grid.search_table import (
     check_search_space,
     fill_searched,
@@ -30,6 +31,7 @@ from sweep.grid.search_table import (
     resolve_search,
 )
 from sweep.grid.spec import Axis, GridSpec, Options, OutputOptions, SimulationOptions
+from sweep.grid.uncertainty import parse_sensitivity, parse_uncertainty
 from sweep.grid.values import MAX_AXIS_VALUES, axis_size, axis_values, check_value, expand_range
 from sweep.models import (
     REGISTRY,
@@ -42,7 +44,8 @@ from sweep.models.dynamic import OPTION_PARAMS
 
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
-TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation")
+TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation",
+                  "schedule", "uncertainty", "sensitivity")
 OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction")
 PARTITION_KEYS = ("model", "gpu")
 
@@ -88,16 +91,27 @@ def build(
     grid = doc.get("grid")
     if not isinstance(grid, Mapping):
         raise GridError(source, "grid", grid, "a [grid] table is required")
+    schedule = None
+    if "schedule" in doc:
+        schedule = parse_schedule(doc["schedule"], source)
+        grid = _with_schedule_rates(grid, schedule, source)
     values = _normalise_grid(grid, model, source)
     search = parse_search(doc["search"], source, model) if "search" in doc else None
     if search is not None:
         values = fill_searched(search, values)
     simulation = _build_simulation(doc.get("simulation"), options, source)
     output = _build_output(doc.get("output", {}), model, source)
-    fit = _fit_profile(doc.get("profile"), values, source) if "profile" in doc else None
+    fit = _fit_profile(doc.get("profile"), values, source, model) if "profile" in doc else None
     values, facts = model.fill(values, _grid_key, source)
     service_source = "fitted" if fit is not None else facts.pop("service_source")
     model.check(values, options, _grid_key, source)
+    uncertainty = (parse_uncertainty(doc["uncertainty"], model, fit, service_source, source)
+                   if "uncertainty" in doc else None)
+    sensitivity = parse_sensitivity(doc["sensitivity"], model, source) if "sensitivity" in doc else False
+    if (uncertainty is not None or sensitivity) and search is not None:
+        raise GridError(source, "search", "[search]", "cannot be combined with [uncertainty] or [sensitivity] (yet)")
+    if schedule is not None:
+        check_schedule_replicas(schedule, values.get("replicas", [1]), source)
     catalog = _resolve_catalog(doc.get("catalog", {}), source, catalog)
     if search is not None:
         search = resolve_search(search, catalog, source)
@@ -122,37 +136,54 @@ def build(
         fit=fit,
         search=search,
         simulation=simulation,
+        uncertainty=uncertainty,
+        sensitivity=sensitivity,
+        schedule=schedule,
     )
+
+
+def _with_schedule_rates(grid: Mapping[str, Any], schedule: ScheduleSpec, source: str) -> dict[str, Any]:
+    """[schedule]'s distinct positive hourly rates become the `arrival_rps` axis: the run
+    evaluates every point at every rate the profile needs."""
+    if "arrival_rps" in grid:
+        raise GridError(source, "grid.arrival_rps", grid["arrival_rps"],
+                        "[schedule] gives the arrival rates (one per hour); drop arrival_rps from [grid]")
+    return {**grid, "arrival_rps": list(schedule.rates)}
 
 
 # --------------------------------------------------------------------------- stage 2: shape
 
 
-def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str) -> dict[str, Any]:
-    """`[profile] file = "x.csv"` (relative to the grid file): fit T_fixed, t_req (sweep.fit)
-    and put them in `values` as scalar axes. Exclusive with t_fixed_ms/t_req_ms and the
-    roofline inputs. A bad profile raises `ProfileError` naming the CSV file and row."""
-    from sweep.grid.profile import fit_file
+def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: ServingModel) -> dict[str, Any]:
+    """`[profile] file = "x.csv"` (relative to the grid file): fit the model's service-time
+    coefficients (`sweep.grid.fit`: T_fixed and t_req for the dynamic batcher, t_fixed,
+    t_token and t_ctx for continuous serving) and put them in `values` as scalar axes.
+    Exclusive with those keys and the roofline inputs. A bad profile raises `ProfileError`
+    naming the CSV file and row."""
+    from sweep.grid.fit import FILLS, KINDS, SHAPES, fit_file
 
+    kind = model.profile_kind
+    example = "profiles/my-model.csv"
     if not isinstance(raw, Mapping):
-        raise GridError(source, "profile", raw, 'must be a table, e.g. [profile] file = "profiles/my-model.csv"')
+        raise GridError(source, "profile", raw, f'must be a table, e.g. [profile] file = "{example}"')
     for k in raw:
         if k != "file":
             raise GridError(source, f"profile.{k}", raw[k], "unknown profile key; expected file")
     file = raw.get("file")
     if not isinstance(file, str) or not file.strip():
+        shapes = " or ".join(",".join(SHAPES[s]) for s in KINDS[kind])
         raise GridError(source, "profile.file", file,
-                        'must be a path (string) to a CSV relative to the grid file, e.g. file = "profiles/gpt3-a100.csv"')
-    for key in ("t_fixed_ms", "t_req_ms", "eta_bw", "eta_flops", "tokens_per_request"):
+                        f'must be a path (string) to a CSV ({shapes}) relative to the grid file, e.g. file = "{example}"')
+    for key in (*FILLS[kind], "eta_bw", "eta_flops", "tokens_per_request"):
         if key in values:
             raise GridError(source, f"grid.{key}", values[key][0],
                             "[profile] gives the service times; drop it or the profile, not both")
     path = Path(file)
     if not path.is_absolute():
         path = Path(source).parent / path
-    fit = fit_file(path)  # its T_fixed and t_req lie in the t_fixed_ms / t_req_ms domains, or it raises
-    values["t_fixed_ms"] = [fit.t_fixed_ms]
-    values["t_req_ms"] = [fit.t_req_ms]
+    fit = fit_file(path, kind)  # its coefficients lie in their [grid] domains, or it raises
+    for key, value in fit.grid_values().items():
+        values[key] = [value]
     return fit.as_dict()
 
 

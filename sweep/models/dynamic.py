@@ -20,6 +20,7 @@ from jax.scipy.special import ndtri
 
 from sweep.errors import GridError
 from sweep.models import base
+from sweep.models import roofline as rl
 from sweep.models.base import (
     SERVICE_SOURCES,
     WHEN_ROOFLINE,
@@ -28,12 +29,13 @@ from sweep.models.base import (
     Domain,
     Param,
     ServingModel,
+    planning_columns,
 )
 from sweep.models.batch_sim import never_fills
 from sweep.models.batching import batch_moments
 from sweep.models.memory import kv_memory
 from sweep.models.queue import b_min, b_min_stable_int, b_min_target_int, queue_proxy
-from sweep.models.service import roofline_times, service_time
+from sweep.models.service import service_time
 
 if TYPE_CHECKING:
     from sweep.grid.spec import GridSpec
@@ -107,8 +109,9 @@ PARAMS: tuple[Param, ...] = (
     Param("arrival_rps", "float", None, DOMAINS["arrival_rps"], example="arrival_rps = [50, 100, 200]"),
     Param("t_fixed_ms", "float", None, DOMAINS["t_fixed_ms"], example="t_fixed_ms = 50.0"),
     Param("t_req_ms", "float", None, DOMAINS["t_req_ms"], example="t_req_ms = 0.5"),
-    Param("eta_bw", "float", 0.8, DOMAINS["eta_bw"], example="eta_bw = 0.8"),
-    Param("eta_flops", "float", 0.5, DOMAINS["eta_flops"], example="eta_flops = 0.5"),
+    # default: the GPU entry's calibrated value (sweep calibrate), else SPEC 13's 0.7 / 0.6
+    Param("eta_bw", "float", None, DOMAINS["eta_bw"], example="eta_bw = 0.7"),
+    Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
     Param("tokens_per_request", "float", 1.0, DOMAINS["tokens_per_request"], example="tokens_per_request = 1"),
     Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp16"'),
@@ -148,11 +151,11 @@ BASE_COLUMNS: tuple[Column, ...] = (
     Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
     Column("batch_size", "int64", "requests", "B, the batch cap B_max when a window is set."),
     Column("batch_window_ms", "float64", "ms", "Batching window T_max; +inf = full-batch regime."),
-    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (seed eq. 1)."),
-    Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch."),
+    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (seed eq. 1). Roofline: the secant of the step time through B = 1 and this point's batch_size, so it varies with batch_size; optimum.parquet repeats the row's first point's."),
+    Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch (roofline: see t_fixed_ms)."),
     Column("service_source", "dict", "-", "Where T_fixed and t_req came from: given | fitted | roofline."),
-    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency.", _R),
-    Column("eta_flops", "float64", "-", "Roofline compute efficiency.", _R),
+    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency: the grid's, else the GPU entry's calibrated one, else 0.7.", _R),
+    Column("eta_flops", "float64", "-", "Roofline compute efficiency: the grid's, else the GPU entry's calibrated one, else 0.6.", _R),
     Column("tokens_per_request", "float64", "tokens", "Roofline: new tokens per request in one forward pass.", _R),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size (fp16 2, fp8 1, int4 0.5)."),
     Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
@@ -204,6 +207,11 @@ BASE_COLUMNS: tuple[Column, ...] = (
 )
 
 #: The simulator's columns (SPEC 7), written when the grid simulates.
+#: `[uncertainty]` and `[sensitivity]` columns (sweep.engine.plan; docs/uncertainty.md).
+PLAN_COLUMNS: tuple[Column, ...] = planning_columns(
+    (("latency_ms", "slo_ms"),), ("t_fixed_ms", "t_req_ms"), ("mean_seq_len",),
+    {"arrival_rps": "request/s", "t_fixed_ms": "ms", "t_req_ms": "(ms/request)", "mean_seq_len": "token"})
+
 SIM_COLUMNS: tuple[Column, ...] = (
     Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _S),
     Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _S),
@@ -250,14 +258,22 @@ class DynamicModel(ServingModel):
 
     serving: ClassVar[str] = "dynamic"
     params: ClassVar[tuple[Param, ...]] = PARAMS
-    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + SIM_COLUMNS
+    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + SIM_COLUMNS + PLAN_COLUMNS
+    length_keys: ClassVar[tuple[str, ...]] = ("mean_seq_len",)
+    #: mean_seq_len follows seq_len where the grid leaves it out: vary seq_len then
+    input_fallback: ClassVar[dict[str, str]] = {"mean_seq_len": "seq_len"}
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "seq_len", "arrival_rps", "replicas", "batch_size",
-        "batch_window_ms", "eta_bw", "eta_flops", "tokens_per_request", "weight_bytes_per_param",
+        "batch_window_ms", "tokens_per_request", "weight_bytes_per_param",
         "kv_bytes_per_elem", "slo_ms", "percentile", "rho_target", "rho_max", "rho_min", "workers",
         "queue_capacity", "service_cv",
     )
     row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
+    objectives: ClassVar[dict[str, tuple[str, str]]] = {
+        "min_cost": ("cost_usd_per_hour", "minimize"),
+        "max_capacity": ("fleet_capacity_rps", "maximize"),
+        "min_latency": ("latency_ms", "minimize"),
+    }
     #: More load: more followers per window (E[B]), more utilisation, a longer P-K wait,
     #: more requests in service, larger B_min (seed eq. 2 rises in lambda).
     monotone_in_load: ClassVar[tuple[str, ...]] = (
@@ -343,11 +359,14 @@ class DynamicModel(ServingModel):
         mean_seq = x["seq_len"] if mean_follows else x["mean_seq_len"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
+        roof: dict[str, Array] = {}
         if service_source == "roofline":
-            t_fixed, t_req = roofline_times(
-                weights, x["active_params"], kv_per_token, mean_seq, x["tokens_per_request"],
-                gpus, x["hbm_bw"], x["flops"], x["eta_bw"], x["eta_flops"],
-            )
+            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
+            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
+            t_fixed, t_req = rl.service_line(
+                rl.replica_params(x, eta_bw, eta_flops), x["batch_size"], x["tokens_per_request"], mean_seq,
+                kv_per_token, x["attn_width"], x["n_layers"])
+            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
         else:
             t_fixed, t_req = x["t_fixed_ms"] * 1e-3, x["t_req_ms"] * 1e-3
         lam = x["arrival_rps"] / x["replicas"]
@@ -411,6 +430,7 @@ class DynamicModel(ServingModel):
             "mem_ok": mem.mem_ok,
             "cost_usd_per_hour": x["replicas"] * gpus * x["usd_per_gpu_hour"],
             "_rho_rules": rho_rules,
+            **roof,
             **extra,
         }
 

@@ -181,6 +181,18 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         else:
             plan_fig.note = plan.notes[0] if plan.notes else "no rows"
         figs.append(plan_fig)
+        sched = run.schedule()
+        if sched is not None:  # the grid had a [schedule]
+            sched_fig = F.Figure("schedule", "Replica schedule",
+                                 "Replicas per hour meeting the SLO at each hour's traffic (schedule.parquet): the "
+                                 "plan (solid; raised where the ramp or the warm-up cost require), the per-hour "
+                                 "requirement (dotted) and the flat peak-sized fleet (dashed), against the traffic "
+                                 "(grey, right axis).")
+            sched_fig.fig = F.schedule_figure(sched.cols)
+            sched_fig.notes = list(sched.notes)
+            if sched_fig.fig is None:
+                sched_fig.note = "schedule.parquet has no rows"
+            figs.append(sched_fig)
         search = run.search()
         search_table = T.search_table(search.cols) if search.shown else ""
 

@@ -40,6 +40,8 @@ ACTION_CELLS = 60_000
 CONTINUOUS_BUDGET = 50_000
 #: Lines of the replica-plan figure.
 PLAN_BUDGET = 60_000
+#: Schedule groups drawn in the schedule figure (one line set each).
+SCHEDULE_GROUPS = 6
 
 #: Axes that vary within a row (the batcher's knobs); everything else names a scenario.
 DEFAULT_ROW_AXES = ("batch_window_ms", "batch_size")
@@ -379,6 +381,20 @@ class Run:
             f"ORDER BY group_id LIMIT {PLAN_BUDGET}")
         notes = [] if total <= PLAN_BUDGET else [f"the first {PLAN_BUDGET:,} of {total:,} scenario groups"]
         return Sample(cols, len(cols["group_id"]), total, notes=notes)
+
+    def schedule(self) -> Sample | None:
+        """schedule.parquet's first `SCHEDULE_GROUPS` schedule groups, every hour; None when
+        the run has no schedule (its grid had no [schedule])."""
+        path = self.path / "schedule.parquet"
+        if not path.exists():
+            return None
+        src = f"read_parquet({_sql_str(str(path))})"
+        total = int(self.scalar(f"SELECT count(DISTINCT schedule_group_id) FROM {src}"))
+        cols = self.query(f"SELECT * FROM {src} WHERE schedule_group_id < {SCHEDULE_GROUPS} "
+                          "ORDER BY schedule_group_id, hour")
+        shown = len(np.unique(cols["schedule_group_id"])) if cols else 0
+        notes = [] if total <= SCHEDULE_GROUPS else [f"the first {SCHEDULE_GROUPS} of {total:,} schedule groups"]
+        return Sample(cols, shown, total, notes=notes)
 
     def search(self) -> Sample:
         if self.search_path is None:

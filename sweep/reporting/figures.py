@@ -553,6 +553,60 @@ def plan_figure(plan: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | N
     return {"data": traces, "layout": layout}
 
 
+def _closed(x: np.ndarray, *ys: np.ndarray) -> list[np.ndarray]:
+    """Step lines ("hv") end at their last point: repeat it one hour on, so the last hour shows."""
+    return [np.r_[x, x[-1] + 1]] + [np.r_[y, y[-1:]] for y in ys]
+
+
+def schedule_figure(sched: Columns) -> dict[str, Any] | None:
+    """The replica schedule (SPEC 12): planned and required replicas per hour (steps) and the
+    flat peak fleet (dashed) against the hour's traffic (grey, right axis), per schedule group."""
+    if not len(sched.get("hour", [])):
+        return None
+    traces: list[dict[str, Any]] = []
+    groups = np.unique(sched["schedule_group_id"])
+    palette = colour_map([str(int(g)) for g in groups])
+    first = sched["schedule_group_id"] == groups[0]
+    hours = sched["hour"][first]
+    tx, ty = _closed(hours, sched["arrival_rps"][first])
+    traces.append({"type": "scatter", "mode": "lines", "x": tx, "y": ty, "yaxis": "y2",
+                   "name": "traffic (req/s)", "line": {"color": "#bbbbbb", "width": 2, "shape": "hv"},
+                   "fill": "tozeroy", "fillcolor": "rgba(190,190,190,0.25)",
+                   "hovertemplate": "hour %{x}<br>%{y:,.4g} req/s<extra>traffic</extra>"})
+    for g in groups:
+        m = sched["schedule_group_id"] == g
+        label = f"{sched['model'][m][0]} on {int(sched['gpus_per_replica'][m][0])} x {sched['gpu'][m][0]}"
+        if len(groups) > 1:
+            label = f"{int(g)}: {label}"
+        colour = palette[str(int(g))]
+        x, planned, required, cost = _closed(
+            sched["hour"][m],
+            np.where(np.isfinite(sched["replicas"][m]), sched["replicas"][m], np.nan),  # +inf: no plan, a gap
+            np.where(np.isfinite(sched["replicas_required"][m]), sched["replicas_required"][m], np.nan),
+            sched["cost_usd"][m])
+        flat = float(sched["flat_replicas"][m][0])
+        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": planned, "name": f"planned replicas ({label})",
+                       "line": {"color": colour, "width": 2.5, "shape": "hv"}, "connectgaps": False,
+                       "customdata": np.stack([required, cost], axis=1),
+                       "hovertemplate": "hour %{x}<br>replicas %{y}<br>required %{customdata[0]}"
+                                        "<br>cost %{customdata[1]:$,.2f}<extra>" + label + "</extra>"})
+        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": required, "name": f"required ({label})",
+                       "line": {"color": colour, "width": 1, "dash": "dot", "shape": "hv"}, "connectgaps": False,
+                       "hoverinfo": "skip"})
+        if math.isfinite(flat):
+            saving = float(sched["saving_frac"][m][0])
+            traces.append({"type": "scatter", "mode": "lines", "x": [float(x.min()), float(x.max())], "y": [flat, flat],
+                           "name": f"flat fleet ({label}; plan saves {100 * saving:.0f}%)",
+                           "line": {"color": colour, "width": 1.2, "dash": "dash"},
+                           "hovertemplate": "flat fleet %{y} replicas<extra>" + label + "</extra>"})
+    layout = base_layout(460, xaxis=axis("hour" + (" of the week (0 = Monday 00:00)" if len(hours) > 24 else " of the day")),
+                         yaxis=axis("replicas", rangemode="tozero"),
+                         yaxis2=axis("arrival rate (req/s, fleet)", overlaying="y", side="right", rangemode="tozero",
+                                     showgrid=False))
+    layout["margin"] = {**layout["margin"], "r": 70}
+    return {"data": traces, "layout": layout}
+
+
 def sim_figure(sim: Columns) -> dict[str, Any] | None:
     """The proxy (and the batcher model) against the simulator: estimated percentile and
     mean against the simulated ones, with y = x. Unbounded estimates are markers on the

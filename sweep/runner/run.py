@@ -30,9 +30,11 @@ from typing import Any
 import jax
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sweep._version import __version__
 from sweep.decide.reduce import REASONS
+from sweep.decide.schedule import ROW_FACTS, row_fact_columns, row_facts, schedule_columns, schedule_table
 from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Chunk, Evaluator
@@ -50,6 +52,8 @@ SUMMARY_ROWS = 64
 SEGMENT_POINTS = 1 << 23
 #: Row-group size of frontier.parquet (it is concatenated row group by row group).
 FRONTIER_ROW_GROUP = 1 << 16
+#: The replica schedule's file (grids with [schedule], SPEC 12).
+SCHEDULE_FILE = "schedule.parquet"
 #: Threads encoding points/ (whole row groups alternate between two files): Parquet
 #: encoding is the run's largest cost with points = "all", and one thread is one core.
 POINT_ENCODERS = 2
@@ -148,9 +152,12 @@ def run_grid(
     shard = shard or Shard()
     evaluator = Evaluator(spec, chunk_size)
     seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
-    run_key = hashlib.sha256(
-        json.dumps([spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]).encode()
-    ).hexdigest()[:16]
+    if spec.schedule is not None and shard.count > 1:
+        raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; run it without --shard")
+    key = [spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]
+    if spec.schedule is not None:  # a trace file's hours are not in the grid's text
+        key.append(list(spec.schedule.hourly_rps))
+    run_key = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     with FolderLock(target, what="sweep run", wait=wait):
         recover(target)
         done = _finished(target, run_key)
@@ -199,6 +206,12 @@ class _Run:
         self.point_schema = arrow_schema(point_cols, self.meta)
         self.opt_schema = arrow_schema(optimum_columns(spec.model, every), self.meta)
         self.front_schema = arrow_schema(frontier_columns(every), self.meta)
+        if spec.schedule is not None:
+            sched = spec.schedule
+            self.meta["schedule"] = {"source": sched.source, "hours": sched.hours, "ramp": sched.ramp,
+                                     "warmup_hours": sched.warmup_hours}
+            self.facts_schema = arrow_schema(row_fact_columns(spec.model, every), {})
+            self.sched_schema = arrow_schema(schedule_columns(spec.model, every), self.meta)
         self.dictionaries = {
             "model": [m.name for m in spec.models],
             "gpu": [g.name for g in spec.gpus],
@@ -244,6 +257,8 @@ class _Run:
         self._verify(n_seg)
         concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
         concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
+        if self.spec.schedule is not None:
+            self._schedule(n_seg)
         self.timings["write"] += time.perf_counter() - w0
         search_meta = None
         if self.spec.search is not None and self.shard.count == 1:
@@ -273,6 +288,22 @@ class _Run:
                 if rel.startswith("final/"):
                     self.records[rel.removeprefix("final/")] = record
 
+    def _schedule(self, n_seg: int) -> None:
+        """The replica schedule from every segment's staged row facts -> schedule.parquet."""
+        spec, sched = self.spec, self.spec.schedule
+        assert sched is not None
+        tables = [pq.read_table(self.staging.path / "schedule-facts" / f"{k:05d}.parquet") for k in range(n_seg)]
+        facts = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in self.facts_schema.names}
+        keys = [a.key for a in spec.axes if a.key not in ("replicas", *spec.model.row_axes)]
+        axis_names = [n for n in self.facts_schema.names[len(ROW_FACTS):] if n in self.sched_schema.names]
+        table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys], arrival_pos=keys.index("arrival_rps"),
+                               hourly_rps=sched.hourly_rps, rate_index=sched.rate_index, ramp=sched.ramp,
+                               warmup_hours=sched.warmup_hours, axis_names=axis_names)
+        writer = DatasetWriter(self.staging.final, self.sched_schema, single_file=SCHEDULE_FILE)
+        writer.write(record_batch(table, self.sched_schema, self.dictionaries))
+        writer.close()
+        self.n_schedule = len(table["hour"])
+
     def _search(self) -> dict[str, Any]:
         """Run the `[search]` studies; their answers go through the same writer and staging."""
         from sweep.search import RESULT_FILE, run_search
@@ -298,6 +329,9 @@ class _Run:
         front_w = DatasetWriter(self.staging.path / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
                                 row_group_rows=min(out.row_group_rows, FRONTIER_ROW_GROUP))
         stats: dict[str, Any] = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
+        facts_w = None
+        if self.spec.schedule is not None:
+            facts_w = DatasetWriter(self.staging.path / "schedule-facts", self.facts_schema, single_file=f"{k:05d}.parquet")
 
         timings_lock = threading.Lock()
 
@@ -322,6 +356,9 @@ class _Run:
             opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size, self.n_replicas),
                                      self.opt_schema, self.dictionaries))
             front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
+            if facts_w is not None:
+                facts = row_facts(data, chunk.rows, self.ev.row_size, self.ev.group_size, self.facts_schema.names)
+                facts_w.write(record_batch(facts, self.facts_schema, {}))
             timed("write", w0)
 
         # Two writer threads, each keeping its files in order: points on one, decisions on
@@ -347,11 +384,12 @@ class _Run:
                 for f in pending.popleft():
                     f.result()
         w0 = time.perf_counter()
-        for w in (*point_writers.values(), opt_w, front_w):
+        extra = [facts_w] if facts_w is not None else []
+        for w in (*point_writers.values(), opt_w, front_w, *extra):
             w.close()
         _release_memory()
         self.timings["write"] += time.perf_counter() - w0
-        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w) for path, rows in w.written.items()]
+        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w, *extra) for path, rows in w.written.items()]
         return {
             "points_written": sum(w.rows for w in point_writers.values()),
             "optimum": opt_w.rows,
@@ -416,10 +454,12 @@ class _Run:
                 "frontier": stats["frontier"],
                 "feasible": stats["feasible"],
                 "actions": dict(zip(ACTIONS, stats["actions"])),
+                **({"schedule": self.n_schedule} if spec.schedule is not None else {}),
             },
             "output": {"columns": list(spec.output.columns) or "all", "partition_by": list(spec.output.partition_by),
                        "row_group_rows": spec.output.row_group_rows},
-            "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet"},
+            "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet",
+                      **({"schedule": SCHEDULE_FILE} if spec.schedule is not None else {})},
             "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes), "group_axis": "replicas"},
             "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
                        "resumed_segments": resumed, "compilations": ev.compile_count()},
