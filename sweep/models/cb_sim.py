@@ -103,7 +103,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import jax
@@ -479,12 +479,19 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
 
         # binary search for the steps of the run that start before tau: step i starts
         # at start + alpha G0(i) + beta G1(i), increasing in i (prefix sums of the block)
+        # (skipped when no lane runs noisy decode steps)
+        searching = noisy & decode
+
+        def search(lo, hi):
+            for _ in range(block.bit_length()):
+                mid = (lo + hi) // 2
+                before = start + f_noisy(mid) < tau_n
+                lo, hi = jnp.where(before, mid, lo), jnp.where(before, hi, mid)
+            return lo
+
         lo = jnp.zeros(n_lanes, i32)  # step lo starts before tau (step 0 does)
-        hi = jnp.maximum(l_max, 1)  # steps >= hi are not in the run
-        for _ in range(block.bit_length()):
-            mid = (lo + hi) // 2
-            before = start + f_noisy(mid) < tau_n
-            lo, hi = jnp.where(before, mid, lo), jnp.where(before, hi, mid)
+        hi = jnp.where(searching, jnp.maximum(l_max, 1), 1)  # steps >= hi are not in the run
+        lo = lax.cond(jnp.any(searching), search, lambda lo, hi: lo, lo, hi)
         l_run = jnp.where(noisy, lo + 1, l_run)
         n_run = jnp.where(decode, jnp.maximum(l_run, 1), 1)
         (n_run,) = pin(s, n_run)
@@ -994,6 +1001,7 @@ def _validate(params: Mapping[str, ArrayLike], need_lam: bool) -> dict[str, np.n
     return arrs
 
 
+@lru_cache(maxsize=256)
 def student_t975(dof: int) -> float:
     """0.975-quantile of Student's t with ``dof`` degrees of freedom (``inf`` for dof < 1):
     bisection on ``P(T <= t) = 1 - I_{dof/(dof+t^2)}(dof/2, 1/2) / 2`` (regularised
