@@ -92,6 +92,7 @@ def _params():
             for p in grid_files()]
 
 
+@pytest.mark.toolchain  # exact bytes: other JAX/XLA releases round the last bit differently
 @pytest.mark.parametrize("grid", _params())
 def test_outputs_match_golden_digests(grid: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"

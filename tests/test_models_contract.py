@@ -102,8 +102,21 @@ def test_columns_as_declared_no_nan_inf_where_unstable(key, model):
         out = evaluate(model, static, points, _catalog_figures(rng, n))
         public = {k: v for k, v in out.items() if not k.startswith("_")}
         for name, values in public.items():
-            assert values.dtype == _DTYPES[declared[name].dtype], (name, values.dtype)
-            assert not np.isnan(values.astype(np.float64)).any(), f"{model.name}: NaN in {name} ({static})"
+            column = declared[name]
+            assert values.dtype == _DTYPES[column.memory_dtype], (name, values.dtype)
+            as_float = values.astype(np.float64)
+            assert not np.isnan(as_float).any(), f"{model.name}: NaN in {name} ({static})"
+            # +inf only where the column declares when it is NULL in the files, and then with
+            # one of its explaining flags false (no-answer and grid-inf columns name no flag)
+            unbounded = np.isinf(as_float)
+            if not column.nullable:
+                assert not unbounded.any(), f"{model.name}: {name} is +inf but declares no null_when"
+            elif (column.null_flags and len(column.null_flags) == len(column.null_reasons)
+                  and all(f in out for f in column.null_flags)):  # sim_* flags come from the host pass
+                explained = np.zeros(n, bool)
+                for flag in column.null_flags:
+                    explained |= ~out[flag]
+                assert explained[unbounded].all(), f"{model.name}: {name} unbounded with every flag of {column.null_when} true"
         unstable = ~out["stable"]
         for latency, _ in model.slo_checks:  # every latency an SLO checks is +inf where unsustainable
             assert np.isinf(out[latency][unstable]).all() and (out[latency][unstable] > 0).all(), latency

@@ -264,7 +264,7 @@ def test_continuous_report_draws_its_figures(browser, reports, tmp_path_factory)
     pg = Page(browser, reports["continuous"])
     try:
         drawn = set(pg.drawn())
-        assert {"throughput", "ttft-tpot", "frontier"} <= drawn
+        assert {"throughput", "ttft-tpot", "frontier", "latency", "utilisation", "kv-budget", "action-map"} <= drawn
         # one mark per stable point of the run (tests/_report_runs.py, CONTINUOUS: 32 points)
         run = run_folder(tmp_path_factory.getbasetemp() / "report-runs", "continuous")  # made by `reports`
         pts = pq.read_table(run / "points", columns=["stable"])

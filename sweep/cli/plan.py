@@ -17,7 +17,10 @@ from sweep.runner.run import SCHEDULE_FILE
 FULL_GROUPS = 2
 
 
-def _n(x: float, digits: int = 0) -> str:
+def _n(x: float | None, digits: int = 0) -> str:
+    """A cell: NULL (no plan, no flat fleet) or +inf reads `-` / `inf`."""
+    if x is None:
+        return "-"
     x = float(x)
     if math.isinf(x):
         return "inf"
@@ -36,7 +39,8 @@ def schedule_lines(out_dir: str | Path) -> list[dict]:
 def saving_line(first: dict) -> str:
     """One group's day: the plan's cost against the flat fleet's."""
     if not first["schedule_ok"]:
-        bad = "an hour no replica count of the grid serves" if math.isinf(first["flat_replicas"]) else "the ramp"
+        flat = first["flat_replicas"]
+        bad = "an hour no replica count of the grid serves" if flat is None or math.isinf(flat) else "the ramp"
         return f"no schedule meets the SLO every hour ({bad}); widen the replicas axis or relax the ramp"
     return (f"plan {_n(first['gpu_hours_per_day'], 1)} GPU-h/day, ${_n(first['cost_usd_per_day'], 2)}/day; "
             f"flat {_n(first['flat_replicas'])} replicas {_n(first['flat_gpu_hours_per_day'], 1)} GPU-h/day, "

@@ -258,7 +258,7 @@ def evaluate_values(
         if name in ENGINE_KEYS:
             continue
         value = v[name] if name in echoed else computed[name]
-        out[name] = value.astype(_CAST[declared[name].dtype])
+        out[name] = value.astype(_CAST[declared[name].memory_dtype])
     out.update({k: val for k, val in computed.items() if k.startswith("_")})
     out.update(take_verdict(model, out))
     if plan is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -121,12 +121,37 @@ def gpu_figures(g: Gpu) -> dict[str, float]:
 SERVICE_SOURCES: tuple[str, ...] = ("given", "fitted", "roofline")
 
 
+#: `Column.null_when` words that are not flag columns: the row has no such answer (the
+#: table's `reason` says why), or the grid said `inf` for this input (no limit).
+NO_ANSWER = "no answer"
+UNLIMITED = "unlimited"
+#: The analytic estimate a simulated value is compared with is unbounded (the analytic
+#: model finds the load unsustainable where the simulator decided it was steady).
+ANALYTIC_UNBOUNDED = "analytic unbounded"
+#: A planning column (band, derivative) of a latency that is unbounded there (unstable samples).
+UNBOUNDED = "unbounded"
+NULL_WORDS: dict[str, str] = {
+    NO_ANSWER: "no answer",
+    UNBOUNDED: "the latency it describes is unbounded (unstable samples or point)",
+    UNLIMITED: "`inf` in the grid (no limit)",
+    ANALYTIC_UNBOUNDED: "the analytic model's estimate is unbounded",
+}
+#: Integers above this are not exact in float64 (2^53): an integer column holds NULL there.
+MAX_EXACT_INT = float(2**53)
+
+
 @dataclass(frozen=True)
 class Column:
     """One output column: name (snake_case with its unit), dtype, unit, meaning.
 
     Types are BI-safe: float64, int64, bool, and dictionary-encoded strings ("dict", stored
     as int32 codes in memory). `when` names the condition under which it is written.
+
+    `null_when` ("" = never NULL) says what explains a NULL in the files: the flag columns
+    (comma-separated) of which at least one is false where the value is NULL, and/or
+    `NO_ANSWER` or `UNLIMITED`. The engine keeps `+inf` in memory; the writer turns every
+    non-finite value of a nullable column into NULL (`sweep.io.parquet.record_batch`). A
+    nullable int64 column is float64 in memory (`memory_dtype`), `+inf` standing for NULL.
     """
 
     name: str
@@ -134,6 +159,7 @@ class Column:
     unit: str
     doc: str
     when: str = ""
+    null_when: str = ""
 
     def present(self, *, roofline: bool, simulation: bool, uncertainty: bool = False, sensitivity: bool = False) -> bool:
         return (not self.when or (self.when == WHEN_ROOFLINE and roofline)
@@ -142,12 +168,37 @@ class Column:
                 or (self.when == WHEN_SENSITIVITY and sensitivity)
                 or (self.when == WHEN_SENSITIVITY_COEF and sensitivity and not roofline))
 
+    @property
+    def nullable(self) -> bool:
+        return bool(self.null_when)
+
+    @property
+    def memory_dtype(self) -> DType:
+        """The dtype of the engine's in-memory column (+inf where the file has NULL)."""
+        return "float64" if self.dtype == "int64" and self.nullable else self.dtype
+
+    @property
+    def null_reasons(self) -> tuple[str, ...]:
+        return tuple(w.strip() for w in self.null_when.split(",") if w.strip())
+
+    @property
+    def null_flags(self) -> tuple[str, ...]:
+        """The flag columns that explain a NULL (one of them is false there)."""
+        return tuple(w for w in self.null_reasons if w not in NULL_WORDS)
+
+    def null_text(self) -> str:
+        """`null_when` for a reader: "`proxy_ok` false", "no answer", ..."""
+        return "; or ".join(NULL_WORDS.get(w, f"`{w}` false") for w in self.null_reasons)
+
+    def with_null(self, null_when: str) -> Column:
+        return replace(self, null_when=null_when)
+
 
 #: Columns every model declares (the engine fills `point_id`; `sweep.decide.verdict` the rest).
 POINT_ID = Column("point_id", "int64", "-", "Flat index of the point in the grid (row-major over the axes in canonical order); stable across runs of the same grid file.")
-SLO_OK = Column("slo_ok", "bool", "-", "latency_ms <= slo_ms (+inf fails).")
-FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and latency_ms finite: considered by every decision.")
-ACTION = Column("action", "dict", "-", "Seed Table 1: out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
+SLO_OK = Column("slo_ok", "bool", "-", "latency_ms <= slo_ms (an unbounded latency fails).")
+FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and latency_ms bounded (not NULL): considered by every decision.")
+ACTION = Column("action", "dict", "-", "The operating rule, first match wins (docs/model.md, decisions): out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
 #: Output keys the engine and the verdict add to a model's own (not computed by `point`).
 ENGINE_KEYS: tuple[str, ...] = ("point_id", "slo_ok", "feasible", "action")
 
@@ -168,19 +219,20 @@ def planning_columns(slo_checks: tuple[tuple[str, str], ...], coefficient_keys: 
     for lat, _ in slo_checks:
         for q in (5, 50, 95):
             cols.append(Column(f"{band_stem(lat)}_p{q}_ms", "float64", "ms",
-                               f"{q}th percentile over the [uncertainty] samples of {lat} (+inf: unstable samples).",
-                               WHEN_UNCERTAINTY))
+                               f"{q}th percentile over the [uncertainty] samples of {lat}; NULL where that share of samples is unstable.",
+                               WHEN_UNCERTAINTY, null_when=UNBOUNDED))
     if not sensitivity:
         return tuple(cols)
     for key in ("arrival_rps", *coefficient_keys, *length_keys):
         when = WHEN_SENSITIVITY_COEF if key in coefficient_keys else WHEN_SENSITIVITY
         for lat, _ in slo_checks:
             cols.append(Column(f"d_{band_stem(lat)}_d_{key}", "float64", f"ms per {units[key]}",
-                               f"Derivative of {lat} with respect to {key} (jax autodiff at the point; +inf where {lat} is +inf).",
-                               when))
+                               f"Derivative of {lat} with respect to {key} (jax autodiff at the point; NULL where {lat} is unbounded).",
+                               when, null_when=UNBOUNDED))
     cols.append(Column("headroom_rps", "float64", "requests/s",
                        "Largest arrival rate per replica up to which the point keeps meeting its SLO, from its own rate up "
-                       "(bisection on the model; the answer evaluated and met); 0 where it misses at its own rate.", WHEN_SENSITIVITY))
+                       "(bisection on the model; the answer evaluated and met); 0 where it misses at its own rate.", WHEN_SENSITIVITY,
+                       null_when=UNBOUNDED))
     return tuple(cols)
 
 
@@ -297,6 +349,20 @@ class Decisions:
     )
 
 
+# --------------------------------------------------------------------------- derivations
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a point's derivation (`sweep explain`): a title, the section of
+    docs/model.md it follows, and lines of (formula, the formula with the point's numbers,
+    result)."""
+
+    title: str
+    section: str
+    lines: tuple[tuple[str, str, str], ...]
+
+
 # --------------------------------------------------------------------------- host pass
 
 
@@ -406,6 +472,15 @@ class ServingModel(abc.ABC):
 
     def host_pass(self, spec: GridSpec) -> HostPass | None:
         """The host pass a grid needs (None: decisions fuse into the jitted chunk)."""
+        return None
+
+    # -- explanation ------------------------------------------------------------------
+
+    def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[Step] | None:
+        """The step-by-step derivation of one evaluated point (`sweep explain`, the report),
+        from its columns (`row`: file units, +inf or None where unbounded), the catalog
+        figures when known, and the grid's options. None: this model has none yet."""
         return None
 
 

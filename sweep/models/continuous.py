@@ -39,7 +39,9 @@ from sweep.errors import GridError
 from sweep.models import base
 from sweep.models import roofline as rl
 from sweep.models.base import (
+    ANALYTIC_UNBOUNDED,
     SERVICE_SOURCES,
+    UNLIMITED,
     WHEN_ROOFLINE,
     WHEN_SIMULATION,
     Column,
@@ -120,6 +122,10 @@ SLO_KEYS: tuple[str, ...] = ("ttft_slo_ms", "tpot_slo_ms", "slo_ms")
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
+#: The verdicts in continuous serving's terms (`sweep.decide.verdict` computes them).
+SLO_OK = Column("slo_ok", "bool", "-", "Every SLO the grid sets holds at `percentile`: ttft_p_ms <= ttft_slo_ms, tpot_p_ms <= tpot_slo_ms, e2e_p_ms <= slo_ms (an absent SLO holds; an unbounded latency fails).")
+FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and TTFT, TPOT and E2E at `percentile` bounded: considered by every decision.")
+
 COLUMNS: tuple[Column, ...] = (
     base.POINT_ID,
     Column("model", "dict", "-", "Model catalog name."),
@@ -133,7 +139,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("output_tokens", "float64", "tokens", "Mean output length O (lognormal, rounded, at least 1)."),
     Column("output_cv", "float64", "-", "Coefficient of variation of the output length."),
     Column("batch_size", "int64", "sequences", "The cap N on running sequences (vLLM max_num_seqs)."),
-    Column("max_batched_tokens", "float64", "tokens", "The token budget M of one step (max_num_batched_tokens); +inf = a whole prompt in one step."),
+    Column("max_batched_tokens", "int64", "tokens", "The token budget M of one step (max_num_batched_tokens); NULL (the grid's inf) = no budget: a whole prompt in one step.", null_when=UNLIMITED),
     Column("t_step_fixed_ms", "float64", "ms", "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx. Roofline: the line through a lone request's decode step and its prefill chunk min(prompt_tokens, max_batched_tokens), so it varies with max_batched_tokens; optimum.parquet repeats the row's first point's."),
     Column("t_token_ms", "float64", "ms", "Time per new token in a step (roofline: see t_step_fixed_ms)."),
     Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
@@ -142,13 +148,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("eta_flops", "float64", "-", "Roofline compute efficiency: the grid's, else the GPU entry's calibrated one, else 0.6.", _R),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
     Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
-    Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile` (+inf: none)."),
-    Column("tpot_slo_ms", "float64", "ms", "TPOT SLO at `percentile` (+inf: none)."),
-    Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile` (+inf: none)."),
+    Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile`; NULL (the grid's inf, the default) = no TTFT SLO.", null_when=UNLIMITED),
+    Column("tpot_slo_ms", "float64", "ms", "TPOT SLO at `percentile`; NULL (the grid's inf, the default) = no TPOT SLO.", null_when=UNLIMITED),
+    Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile`; NULL (the grid's inf, the default) = no end-to-end SLO.", null_when=UNLIMITED),
     Column("percentile", "float64", "-", "Percentile q of the SLOs."),
     Column("rho_max", "float64", "-", "Near-saturation threshold on rho (action, replicas_min)."),
     Column("rho_min", "float64", "-", "Over-provisioning threshold on rho (action)."),
-    Column("queue_capacity", "float64", "requests", "Waiting requests before arrivals are dropped; +inf = unbounded."),
+    Column("queue_capacity", "int64", "requests", "Waiting requests before arrivals are dropped (simulator); NULL (the grid's inf) = unbounded.", null_when=UNLIMITED),
     Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative per-step noise."),
     Column("kv_capacity_tokens", "float64", "tokens", "KV capacity C: free HBM / KV bytes per token (paged: whole blocks)."),
     Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param."),
@@ -156,27 +162,27 @@ COLUMNS: tuple[Column, ...] = (
     Column("weights_fit", "bool", "-", "free_gb >= 0."),
     Column("mem_ok", "bool", "-", "The weights fit and a mean request's reservation (P + O tokens, paged: in blocks) fits in C."),
     Column("capacity_rps", "float64", "requests/s", "The largest sustainable per-replica arrival rate at this cap and budget (the analytic model's)."),
-    Column("rho", "float64", "-", "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules)."),
+    Column("rho", "float64", "-", "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules); NULL where the weights or a mean request do not fit (no capacity).", null_when="mem_ok"),
     Column("stable", "bool", "-", "The load is sustainable at the cap and the KV capacity (rho < 1)."),
     Column("mean_running", "float64", "sequences", "Mean running sequences (admitted, not finished)."),
-    Column("step_mean_ms", "float64", "ms", "Mean step time."),
-    Column("ttft_mean_ms", "float64", "ms", "Mean time to first token; +inf where not stable."),
-    Column("ttft_p_ms", "float64", "ms", "TTFT at `percentile`; +inf where not stable."),
-    Column("tpot_mean_ms", "float64", "ms", "Mean time per output token after the first; +inf where not stable."),
-    Column("tpot_p_ms", "float64", "ms", "TPOT at `percentile`; +inf where not stable."),
-    Column("e2e_mean_ms", "float64", "ms", "Mean end-to-end latency (arrival to last token); +inf where not stable."),
-    Column("e2e_p_ms", "float64", "ms", "E2E at `percentile`; +inf where not stable."),
+    Column("step_mean_ms", "float64", "ms", "Mean step time; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("ttft_mean_ms", "float64", "ms", "Mean time to first token; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("ttft_p_ms", "float64", "ms", "TTFT at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("tpot_mean_ms", "float64", "ms", "Mean time per output token after the first; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("tpot_p_ms", "float64", "ms", "TPOT at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("e2e_mean_ms", "float64", "ms", "Mean end-to-end latency (arrival to last token); NULL (unbounded) where not stable.", null_when="stable"),
+    Column("e2e_p_ms", "float64", "ms", "E2E at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
     Column("output_tok_s", "float64", "tokens/s", "Output tokens per second of one replica: lambda x O when stable, capacity_rps x O when saturated."),
     Column("tok_s_per_gpu", "float64", "tokens/s", "Output tokens/s per GPU this cap and budget sustain: capacity_rps x output_tokens / gpus_per_replica (the frontier's throughput axis, as capacity_rps is in dynamic serving)."),
-    Column("tok_s_per_user", "float64", "tokens/s", "1000 / tpot_mean_ms: the speed one user sees (0 where not stable)."),
+    Column("tok_s_per_user", "float64", "tokens/s", "1000 / tpot_mean_ms: the speed one user sees (0 where not stable: the limit of 1000 / an unbounded TPOT)."),
     Column("kv_util", "float64", "-", "Time-average share of C reserved by running sequences."),
-    base.SLO_OK,
-    base.FEASIBLE,
+    SLO_OK,
+    FEASIBLE,
     base.ACTION,
     Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
-    Column("cost_usd_per_mtok", "float64", "USD", "Cost per million output tokens at this load; +inf where not stable."),
+    Column("cost_usd_per_mtok", "float64", "USD", "Cost per million output tokens at this load: cost_usd_per_hour / (output_tok_s x replicas x 3600) x 1e6; NULL (unbounded) where not stable.", null_when="stable"),
     # ---- the simulator (a [simulation] table, or latency_model = simulated)
-    *(Column(f"sim_{m}_{k}_ms", "float64", "ms", f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; +inf where not steady.", _S)
+    *(Column(f"sim_{m}_{k}_ms", "float64", "ms", f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; NULL (unbounded) where not steady.", _S, "sim_steady")
       for m in ("ttft", "tpot", "e2e") for k, what, hw in (("mean", "mean", False), ("mean_hw", "mean", True),
                                                             ("p", "percentile", False), ("p_hw", "percentile", True))),
     Column("sim_mean_running", "float64", "sequences", "Simulated mean running sequences.", _S),
@@ -185,9 +191,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("sim_kv_util", "float64", "-", "Simulated time-average share of C reserved.", _S),
     Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped (full queue, or a reservation larger than C).", _S),
     Column("sim_preempt", "float64", "-", "Simulated preemptions per request (0 under this scheduler: it never preempts).", _S),
-    Column("sim_steady", "bool", "-", "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); where false the sim_* latencies are +inf.", _S),
-    Column("ttft_rel_err", "float64", "-", "(ttft_mean_ms - sim_ttft_mean_ms) / sim_ttft_mean_ms; +inf where either is +inf.", _S),
-    Column("tpot_rel_err", "float64", "-", "(tpot_mean_ms - sim_tpot_mean_ms) / sim_tpot_mean_ms; +inf where either is +inf.", _S),
+    Column("sim_steady", "bool", "-", "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); where false the sim_* latencies are unbounded (NULL).", _S),
+    Column("ttft_rel_err", "float64", "-", "(analytic mean TTFT - sim_ttft_mean_ms) / sim_ttft_mean_ms; NULL where either is unbounded.", _S, "stable, sim_steady"),
+    Column("tpot_rel_err", "float64", "-", "(analytic mean TPOT - sim_tpot_mean_ms) / sim_tpot_mean_ms; NULL where either is unbounded.", _S, "stable, sim_steady"),
 )
 
 ROW_CONSTANT: tuple[str, ...] = (
@@ -208,9 +214,10 @@ DECISIONS = Decisions(
     utilisation="rho",
     answer_fields=(
         ("", "batch_size", "int64", "sequences"),
-        ("_max_batched_tokens", "max_batched_tokens", "float64", "tokens"),
+        ("_max_batched_tokens", "max_batched_tokens", "int64", "tokens"),
         ("_ttft_p_ms", "ttft_p_ms", "float64", "ms"),
         ("_tpot_p_ms", "tpot_p_ms", "float64", "ms"),
+        ("_e2e_p_ms", "e2e_p_ms", "float64", "ms"),
         ("_e2e_mean_ms", "e2e_mean_ms", "float64", "ms"),
         ("_tok_s_per_gpu", "tok_s_per_gpu", "float64", "tokens/s"),
         ("_tok_s_per_user", "tok_s_per_user", "float64", "tokens/s"),
@@ -379,6 +386,13 @@ class ContinuousModel(ServingModel):
             **roof,
         }
 
+    def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[base.Step] | None:
+        """docs/continuous.md's steps with this point's numbers (`sweep.models.derive_continuous`)."""
+        from sweep.models.derive_continuous import derivation
+
+        return derivation(row, figures, options)
+
     def host_pass(self, spec: GridSpec) -> HostPass | None:
         if spec.simulation is None:
             return None
@@ -392,6 +406,11 @@ class SimulatedContinuous(ContinuousModel):
 
     name: ClassVar[str] = "simulated"
     needs_host_pass: ClassVar[bool] = True
+    #: `stable` is the simulator's verdict here, so an unbounded analytic estimate (in the
+    #: relative errors) is explained by no column: its own NULL word says so.
+    columns: ClassVar[tuple[Column, ...]] = tuple(
+        c.with_null(f"{ANALYTIC_UNBOUNDED}, sim_steady") if c.name in ("ttft_rel_err", "tpot_rel_err") else c
+        for c in COLUMNS)
 
 
 class ContinuousSimulation(HostPass):

@@ -22,7 +22,9 @@ from sweep.errors import GridError
 from sweep.models import base
 from sweep.models import roofline as rl
 from sweep.models.base import (
+    NO_ANSWER,
     SERVICE_SOURCES,
+    UNLIMITED,
     WHEN_ROOFLINE,
     WHEN_SIMULATION,
     Column,
@@ -137,6 +139,12 @@ OPTION_PARAMS: dict[str, Param] = {
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
+def latency_nulls(columns: tuple[Column, ...], flag: str) -> tuple[Column, ...]:
+    """`columns` with `latency_ms` NULL where `flag` is false: the latency model's own
+    condition for an unbounded estimate (proxy_ok, stable, sim_steady)."""
+    return tuple(c.with_null(flag) if c.name == "latency_ms" else c for c in columns)
+
+
 #: Columns up to the verdicts and the cost; a model may add its own after them.
 BASE_COLUMNS: tuple[Column, ...] = (
     base.POINT_ID,
@@ -150,8 +158,8 @@ BASE_COLUMNS: tuple[Column, ...] = (
     Column("replicas", "int64", "replicas", "Replicas sharing the load (random split)."),
     Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
     Column("batch_size", "int64", "requests", "B, the batch cap B_max when a window is set."),
-    Column("batch_window_ms", "float64", "ms", "Batching window T_max; +inf = full-batch regime."),
-    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (seed eq. 1). Roofline: the secant of the step time through B = 1 and this point's batch_size, so it varies with batch_size; optimum.parquet repeats the row's first point's."),
+    Column("batch_window_ms", "float64", "ms", "Batching window T_max; NULL (the grid's inf) = no window: the full-batch regime, every batch waits for batch_size requests.", null_when=UNLIMITED),
+    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (docs/model.md, service time). Roofline: the secant of the step time through B = 1 and this point's batch_size, so it varies with batch_size; optimum.parquet repeats the row's first point's."),
     Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch (roofline: see t_fixed_ms)."),
     Column("service_source", "dict", "-", "Where T_fixed and t_req came from: given | fitted | roofline."),
     Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency: the grid's, else the GPU entry's calibrated one, else 0.7.", _R),
@@ -161,36 +169,36 @@ BASE_COLUMNS: tuple[Column, ...] = (
     Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
     Column("slo_ms", "float64", "ms", "Latency SLO at `percentile`."),
     Column("percentile", "float64", "-", "Percentile q of the SLO (0.99 = P99)."),
-    Column("rho_target", "float64", "-", "Target utilisation for b_min_rho_target (seed eq. 2)."),
+    Column("rho_target", "float64", "-", "Target utilisation for b_min_rho_target (docs/model.md, sizing)."),
     Column("rho_max", "float64", "-", "Near-saturation threshold (action, replicas_min)."),
     Column("rho_min", "float64", "-", "Over-provisioning threshold (action)."),
     Column("workers", "int64", "workers", "Workers sharing one queue per replica (simulator; analytic models use 1)."),
-    Column("queue_capacity", "float64", "requests", "K, waiting-request capacity (simulator); +inf = unbounded."),
+    Column("queue_capacity", "int64", "requests", "K, waiting-request capacity (simulator); NULL (the grid's inf) = unbounded.", null_when=UNLIMITED),
     Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative service-time noise (enters the proxy's E[S^2], E[S^3])."),
     # ---- service and queue
     Column("t_svc_ms", "float64", "ms", "T_svc(B) at the batch cap."),
     Column("capacity_rps", "float64", "requests/s", "Per-replica capacity B / T_svc(B)."),
     Column("fleet_capacity_rps", "float64", "requests/s", "replicas x capacity_rps."),
     Column("rho", "float64", "-", "Proxy utilisation lambda_b E[S] = lambda E[S] / E[B]."),
-    Column("proxy_ok", "bool", "-", "rho < 1: the M/G/1 proxy's own validity; where false its waits are +inf."),
+    Column("proxy_ok", "bool", "-", "rho < 1: the M/G/1 proxy's own validity; where false its waits, E[T], sigma_T and percentiles are unbounded (NULL)."),
     Column("stable", "bool", "-", "lambda < B / T_svc(B): the batcher can keep up at all."),
     Column("mean_batch", "float64", "requests", "E[B], mean actual batch size per batch (= B for full batches)."),
-    Column("e_wait_ms", "float64", "ms", "E[W], queue wait before the batch starts (P-K); +inf where not proxy_ok."),
+    Column("e_wait_ms", "float64", "ms", "E[W], queue wait before the batch starts (Pollaczek-Khinchine).", null_when="proxy_ok"),
     Column("e_batch_ms", "float64", "ms", "E[T_batch], request-weighted accumulation delay in the batcher."),
     Column("e_svc_ms", "float64", "ms", "E[T_svc], request-weighted service time."),
-    Column("e_resp_ms", "float64", "ms", "E[T] = E[W] + E[T_batch] + E[T_svc]."),
-    Column("sd_resp_ms", "float64", "ms", "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed)."),
-    Column("p_gauss_ms", "float64", "ms", "Gaussian percentile estimate E[T] + z_q sigma_T."),
-    Column("p_exp_ms", "float64", "ms", "Exponential percentile estimate -ln(1-q) E[T]."),
-    Column("latency_ms", "float64", "ms", "The estimate the SLO is checked against ([options] latency_model)."),
+    Column("e_resp_ms", "float64", "ms", "E[T] = E[W] + E[T_batch] + E[T_svc].", null_when="proxy_ok"),
+    Column("sd_resp_ms", "float64", "ms", "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed).", null_when="proxy_ok"),
+    Column("p_gauss_ms", "float64", "ms", "Gaussian percentile estimate E[T] + z_q sigma_T.", null_when="proxy_ok"),
+    Column("p_exp_ms", "float64", "ms", "Exponential percentile estimate -ln(1-q) E[T].", null_when="proxy_ok"),
+    Column("latency_ms", "float64", "ms", "The estimate the SLO is checked against ([options] latency_model): p_gauss_ms, p_exp_ms, batcher_p_ms or sim_p_ms.", null_when="proxy_ok"),
     base.SLO_OK,
-    Column("little_l", "float64", "requests", "Little's law L = lambda E[T], requests in the replica."),
+    Column("little_l", "float64", "requests", "Little's law L = lambda E[T], requests in the replica (a count of requests).", null_when="proxy_ok"),
     Column("in_service", "float64", "requests", "lambda E[T_svc], requests being served (= B rho for full batches)."),
-    Column("in_queue", "float64", "requests", "L - in_service, requests waiting or accumulating."),
-    Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (seed step 2); +inf if infeasible."),
-    Column("b_min_stable_int", "float64", "requests", "Smallest integer batch that is strictly stable; +inf if none."),
-    Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) (seed eq. 2); +inf if infeasible."),
-    Column("b_min_rho_target_int", "float64", "requests", "Smallest integer batch with rho <= rho_target (seed: 7.14 -> 8); +inf if none."),
+    Column("in_queue", "float64", "requests", "L - in_service, requests waiting or accumulating.", null_when="proxy_ok"),
+    Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (docs/model.md, sizing); NULL where no batch is stable (lambda t_req >= 1).", null_when=NO_ANSWER),
+    Column("b_min_stable_int", "int64", "requests", "Smallest integer batch that is strictly stable; NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
+    Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) = lambda T_fixed / (rho_target - lambda t_req) (docs/model.md, sizing); NULL where no batch reaches it (lambda t_req >= rho_target).", null_when=NO_ANSWER),
+    Column("b_min_rho_target_int", "int64", "requests", "Smallest integer batch with rho <= rho_target (the seed's example: 7.14 -> 8); NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
     # ---- memory
     Column("kv_gb_per_req", "float64", "GB", "KV reservation per request under the allocation (1 GB = 1e9 bytes)."),
     Column("kv_gb_at_cap", "float64", "GB", "KV reservation for a full batch: kv_gb_per_req x batch_size."),
@@ -213,18 +221,18 @@ PLAN_COLUMNS: tuple[Column, ...] = planning_columns(
     {"arrival_rps": "request/s", "t_fixed_ms": "ms", "t_req_ms": "(ms/request)", "mean_seq_len": "token"})
 
 SIM_COLUMNS: tuple[Column, ...] = (
-    Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _S),
-    Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _S),
-    Column("sim_p90_ms", "float64", "ms", "Simulated P90 latency.", _S),
-    Column("sim_p99_ms", "float64", "ms", "Simulated P99 latency.", _S),
-    Column("sim_p999_ms", "float64", "ms", "Simulated P99.9 latency.", _S),
-    Column("sim_p_ms", "float64", "ms", "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).", _S),
-    Column("sim_p_hw_ms", "float64", "ms", "95% half-width of sim_p_ms across replications (Student t).", _S),
+    Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _S, "sim_steady"),
+    Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _S, "sim_steady"),
+    Column("sim_p90_ms", "float64", "ms", "Simulated P90 latency.", _S, "sim_steady"),
+    Column("sim_p99_ms", "float64", "ms", "Simulated P99 latency.", _S, "sim_steady"),
+    Column("sim_p999_ms", "float64", "ms", "Simulated P99.9 latency.", _S, "sim_steady"),
+    Column("sim_p_ms", "float64", "ms", "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).", _S, "sim_steady"),
+    Column("sim_p_hw_ms", "float64", "ms", "95% half-width of sim_p_ms across replications (Student t).", _S, "sim_steady"),
     Column("sim_mean_batch", "float64", "requests", "Simulated mean batch size per dispatched batch.", _S),
     Column("sim_utilization", "float64", "-", "Simulated busy time / (workers x simulated span).", _S),
     Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped at a full queue (queue_capacity).", _S),
-    Column("sim_steady", "bool", "-", "No replication's backlog grew: the last quarter of measured requests waited on average at most twice as long as the first. Where false every sim_* latency is +inf.", _S),
-    Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; +inf where the proxy is +inf.", _S),
+    Column("sim_steady", "bool", "-", "No replication's backlog grew: the last quarter of measured requests waited on average at most twice as long as the first. Where false every sim_* latency is unbounded (NULL).", _S),
+    Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; NULL where either is unbounded.", _S, "proxy_ok, sim_steady"),
 )
 
 #: Point columns constant within a (scenario group, replicas) row; optimum.parquet repeats them.
@@ -433,6 +441,13 @@ class DynamicModel(ServingModel):
             **roof,
             **extra,
         }
+
+    def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[base.Step] | None:
+        """docs/model.md's steps with this point's numbers (`sweep.models.derive_dynamic`)."""
+        from sweep.models.derive_dynamic import derivation
+
+        return derivation(row, figures, options, latency_model=self.name)
 
     def host_pass(self, spec: GridSpec) -> base.HostPass | None:
         """The simulator, when the grid simulates (a [simulation] table or latency_model

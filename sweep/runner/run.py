@@ -58,7 +58,8 @@ SCHEDULE_FILE = "schedule.parquet"
 #: encoding is the run's largest cost with points = "all", and one thread is one core.
 POINT_ENCODERS = 2
 
-Progress = Callable[[int, int], None]  # (points done, points total)
+#: (points done, points total, points computed by this process: resumed segments excluded)
+Progress = Callable[[int, int, int], None]
 Note = Callable[[str], None]  # one line a person should read
 
 
@@ -205,7 +206,7 @@ class _Run:
         point_cols = [c for c in point_cols if c.name not in out.partition_by]
         self.point_schema = arrow_schema(point_cols, self.meta)
         self.opt_schema = arrow_schema(optimum_columns(spec.model, every), self.meta)
-        self.front_schema = arrow_schema(frontier_columns(every), self.meta)
+        self.front_schema = arrow_schema(frontier_columns(every, spec.model), self.meta)
         if spec.schedule is not None:
             sched = spec.schedule
             self.meta["schedule"] = {"source": sched.source, "hours": sched.hours, "ramp": sched.ramp,
@@ -225,6 +226,13 @@ class _Run:
         self.n_replicas = len(spec.axis("replicas"))
         self.keep_rows = spec.n_points <= 64
         self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}
+        self.computed = 0  # points evaluated by this process (resumed segments are not)
+
+    def _report(self, done: int) -> None:
+        """Progress after every chunk (the reporter rate-limits what it prints), so a person
+        or a log hears from the run whatever the segment size."""
+        if self.progress is not None:
+            self.progress(done, self.stop - self.start, self.computed)
 
     # ------------------------------------------------------------------ driver
 
@@ -249,8 +257,7 @@ class _Run:
                 stats[key] += seg_stats[key]
             stats["actions"] = [a + b for a, b in zip(stats["actions"], seg_stats["actions"])]
             done_points += end - begin
-            if self.progress is not None:
-                self.progress(done_points, self.stop - self.start)
+            self._report(done_points)
         w0 = time.perf_counter()
         final = self.staging.final
         n_seg = len(bounds)
@@ -372,6 +379,8 @@ class _Run:
             for chunk in self.ev.iter_chunks(begin, end):
                 timed("first_chunk_incl_compile" if first else "evaluate", tick)
                 first = False
+                self.computed += len(chunk)
+                self._report(done_before + chunk.stop - begin)
                 futures = [dec_pool.submit(handle_decisions, chunk)]
                 if write_points:
                     futures.append(points_pool.submit(handle_points, chunk))
