@@ -4,8 +4,8 @@ Standalone: ``python benchmarks/cb_sim.py [--scenarios 64] [--n-requests 2000] [
 Both sides simulate the same scenarios on the same draws (arrivals, lengths, step noise)
 in the same run; the table gives simulated engine steps per second, the ratio, and the
 largest per-request difference of a spot check (they must agree to float rounding).
-Where the time goes is printed below it. Machines here are shared and noisy: the best of
-``--repeats`` runs is reported for the JAX side.
+Machines here are shared and noisy: both sides are timed ``--repeats`` times, interleaved,
+and the medians are reported (compilation, the JAX side's first call, is reported apart).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--replications", type=int, default=4)
     ap.add_argument("--python-lanes", type=int, default=8)
     ap.add_argument("--max-lanes", type=int, default=512, help="replications per chunk")
-    ap.add_argument("--lanes", type=int, default=64, help="lanes running them")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--lanes", type=int, default=cb_sim._DEFAULT_LANES, help="lanes running them")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--smoke", "--tiny", dest="tiny", action="store_true", help="a few seconds: smoke test")
     args = ap.parse_args(argv)
     if args.tiny:
@@ -77,18 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
     t = time.perf_counter()
     res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes, lanes=args.lanes)
     first = time.perf_counter() - t
-    runs = []
-    for _ in range(args.repeats):
-        t = time.perf_counter()
-        res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes, lanes=args.lanes)
-        runs.append(time.perf_counter() - t)
-    wall = min(runs)
-    jax_steps = float(np.sum(res["steps"]) * st.replications)
-    jax_rate = jax_steps / wall
-
     # the plain-Python reference on lanes (scenario i, replication 0), same draws
     idx = np.linspace(0, s - 1, min(args.python_lanes, s)).round().astype(int)
-    py_time, py_steps, worst = 0.0, 0, 0.0
+    lanes_in = []
     for i in idx:
         kw = {k: float(p[k][i]) for k in ("lam", "prompt_mean", "prompt_cv", "output_mean",
                                           "output_cv")}
@@ -100,10 +91,27 @@ def main(argv: list[str] | None = None) -> dict:
         # steps <= sum(O) + sum(P) / M (a step emits a token or fills the budget)
         n_steps = int(oo.sum() + pp.sum() / p["max_batched_tokens"][i]) + 10
         z = cb_sim.step_normals(st, int(i), 0, n_steps)
-        pi, oi = pp.astype(int).tolist(), oo.astype(int).tolist()
+        lanes_in.append((i, a, pp, oo, eng, z))
+
+    def python_pass():
         t = time.perf_counter()
-        r = ref.simulate(a, pi, oi, kv_capacity=p["kv_capacity_tokens"][i], z=z, **eng)
-        py_time += time.perf_counter() - t
+        out = [ref.simulate(a, pp.astype(int).tolist(), oo.astype(int).tolist(),
+                            kv_capacity=p["kv_capacity_tokens"][i], z=z, **eng)
+               for i, a, pp, oo, eng, z in lanes_in]
+        return out, time.perf_counter() - t
+
+    runs, py_runs = [], []
+    for _ in range(args.repeats):  # interleaved: both sides see the same machine load
+        t = time.perf_counter()
+        res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes, lanes=args.lanes)
+        runs.append(time.perf_counter() - t)
+        refs, dt = python_pass()
+        py_runs.append(dt)
+    wall, py_time = float(np.median(runs)), float(np.median(py_runs))
+    jax_steps = float(np.sum(res["steps"]) * st.replications)
+    jax_rate = jax_steps / wall
+    py_steps, worst = 0, 0.0
+    for (i, a, pp, oo, eng, z), r in zip(lanes_in, refs):
         py_steps += len(r.step_start)
         o = cb_sim.simulate_requests(a, pp, oo, kv_capacity_tokens=p["kv_capacity_tokens"][i],
                                      z=z, **eng)
@@ -118,18 +126,20 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"| JAX first call (compile + run)     |              | {first:8.2f} | "
           f"compile ~ {first - wall:.1f} s")
     print(f"| JAX, {lanes:4d} replications         | {jax_rate:12,.0f} | {wall:8.2f} | "
-          f"{jax_steps:,.0f} steps, best of {len(runs)}")
+          f"{jax_steps:,.0f} steps, median of {len(runs)} ({min(runs):.2f}-{max(runs):.2f} s)")
     print(f"| Python reference, {len(idx):3d} lanes        | {py_rate:12,.0f} | {py_time:8.2f} | "
-          f"{py_steps:,} steps, same draws")
+          f"{py_steps:,} steps, same draws, median of {len(py_runs)}")
+    paired = sorted(jax_steps / py_steps * pr / jr for jr, pr in zip(runs, py_runs))
     print(f"| speed-up JAX / Python              | {jax_rate / py_rate:11.1f}x |          | "
-          f"max rel. finish-time diff {worst:.1e}")
+          f"per repeat {paired[0]:.1f}-{paired[-1]:.1f}x; max rel. finish-time diff {worst:.1e}")
     print(f"\n# mean running over the grid {np.mean(res['mean_running']):.1f}, "
           f"{int(np.sum(~res['stable']))} of {s} scenarios not steady, "
           f"median TTFT {np.median(res['ttft_mean_s']) * 1e3:.1f} ms")
     print(f"baseline: the plain-Python reference (sweep.models.cb_reference), same draws; ratio ours / baseline "
           f"{jax_rate / py_rate:.2f} (steps/s)")
     return {"jax_steps_per_s": jax_rate, "python_steps_per_s": py_rate, "speedup": jax_rate / py_rate,
-            "max_finish_rel_diff": worst, "scenarios": s}
+            "max_finish_rel_diff": worst, "scenarios": s, "compile_s": first - wall,
+            "jax_wall_s": runs, "python_wall_s": py_runs}
 
 
 if __name__ == "__main__":

@@ -24,10 +24,10 @@ SPEC 10's, rule by rule, with the conventions written out in ``sweep/models/cb_r
 5. at the step end prefills that complete emit the first token, decoders one token, and
    a sequence with ``O`` tokens leaves.
 
-Formulation: O(1) amortised work per step, never O(N)
-------------------------------------------------------
+Formulation: work per event, not per step
+-----------------------------------------
 Everything the scheduler does is FCFS, so the state is a handful of pointers and sums
-per lane instead of a table of running sequences:
+per lane, plus the departure steps of the decoding sequences:
 
 * the head ``h`` of the queue is an arrival index (admission, rejection and skipping of
   dropped requests all consume the queue in arrival order);
@@ -38,27 +38,47 @@ per lane instead of a table of running sequences:
   ``bound[j] <= F``. A step prefills ``min(A - F, M - decodes)`` tokens (``A`` = prompt
   tokens admitted) and advances ``pf`` over the ranks it completes;
 * decoding sequences emit one token per step, so a sequence whose first token comes at
-  step ``f`` leaves at step ``f + O - 1``: an event calendar (a ring of ``W >= max O``
-  list heads, one linked list of requests per future step) holds departures;
+  step ``f`` leaves at step ``f + O - 1``: a per-lane table of ``slots >= N`` entries
+  holds each decoding sequence's departure step (and the cache and reservation it frees);
+  a departure step's end time is logged, and each request's finish time is looked up
+  from that log after the loop;
 * ``n_ctx`` is a running sum: the cache of running sequences grows by the step's prompt
   chunk and one token per emission, and a departing sequence takes ``P + O`` with it;
   decoders = running - prefilling.
 
-One ``lax.while_loop`` iteration handles, per lane, at most one event of each kind in
-SPEC order (fix the step start; one arrival joins or is dropped; one queue head is
-resolved; the step runs once nothing more can be admitted; one prefill completion and one
-departure of that step): a step is usually one iteration, and a lane with several events
-of a kind spends extra iterations on them before its next step. There is no
-per-running-sequence work and no inner loop. The lanes are an explicit leading axis
-(``vmap`` of a ``while_loop`` with a batched predicate would ``select`` every carried
-array: O(n) per iteration); per-lane reads and writes are gathers and ``mode="drop"``
-scatters (a masked lane writes out of bounds). Rejections need no write at all: every
-request is eventually resolved, so one whose reservation exceeds ``C`` and that was not
-dropped was rejected. Replications are jobs on a fixed set of lanes: a lane whose job
-ends files its statistics and takes the next (longest jobs first), so lanes do not idle
-behind the slowest replication; only lane scalars pass through that ``cond``.
-Cost on XLA:CPU: about a dozen gathers / scatters (~30-40 ns per lane each) and ~150
-element-wise operations per lane-step, ~0.5 us (benchmarks/cb_sim.py).
+Event jumps: one ``lax.while_loop`` iteration handles, per lane, in SPEC order: the step
+start; a window of arrivals joining or dropped; one queue head resolved; once nothing
+more can be admitted, a *run*: the step itself and, when no sequence is prefilling, every
+following pure-decode step up to the next event (the next departure, the first step
+that starts after the queue's head could be admitted, the measurement span's ends, the
+end of the noise block) in closed form: step ``i`` of a run lasts ``(alpha + beta i) m_i``
+(``m_i`` the noise multiplier), so the run's start offsets are ``alpha G0 + beta G1`` and
+its cached-token area needs ``G2`` (``G_p`` prefix sums of ``i^p m_i`` over a block of
+512 steps of noise, drawn when a lane reaches the block's end; without noise they are
+polynomials). The run's length is the quadratic's root without noise, a binary search in
+the prefix sums with it. Then every departure of the run's last step and one prefill
+completion. The summation order differs from the reference's step-by-step sums: event
+times agree to ~1e-14 relative. Rejections need no write: a request not dropped whose
+reservation exceeds ``C`` was rejected.
+
+Lanes: replications are jobs on a fixed set of lanes (an explicit leading axis: ``vmap``
+of a ``while_loop`` with a batched predicate would ``select`` every carried array); a
+lane whose job ends files its statistics and takes the next one (longest jobs first), so
+lanes do not idle behind the slowest replication. Per-lane reads are gathers; per-lane
+writes into per-job arrays are loops over the lanes of in-place dynamic-slice updates.
+
+One kernel: on XLA:CPU every fused operation of a loop body is a separately dispatched
+"thunk" (~1 us each, and, on a loaded machine, hand-offs between threads that cost far
+more), ~300 per iteration here. The whole ``while_loop`` is therefore compiled into a
+single kernel: it is a nested ``jit`` whose call is tagged ``xla_cpu_small_call`` (and not
+inlinable), the hook XLA:CPU's own small-loop pass uses (``jax.experimental.xla_metadata``).
+Such a kernel cannot contain scatters, sorts, custom calls or library fusions, hence
+the loops above instead of scatters, integer (not float) reductions, and an associative
+scan (not ``cumsum``) for the prefix sums; nor a zero-size array in its state. Inside
+it, what costs is the work: ~1.2 us per lane-iteration (benchmarks/cb_sim.py; the
+environment variable ``SWEEP_CB_SINGLE_KERNEL=0`` reverts to XLA's default execution).
+The ``pin`` divisions by a 1 XLA cannot see through stop it from recomputing a lane's
+whole chain of arithmetic in every consumer that broadcasts it over a second axis.
 
 Randomness: lane (scenario id ``s``, replication ``r``) uses ``fold_in(fold_in(PRNGKey(seed),
 s), r)``, split into a request key (arrival gaps, prompt and output normals: one 3 x 32-bit
@@ -80,15 +100,17 @@ replication has ``stable = False`` and ``+inf`` latencies.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental.xla_metadata import set_xla_metadata
 from jax.scipy.special import betainc, ndtri
 from numpy.typing import ArrayLike
 
@@ -119,6 +141,40 @@ _BYTES_PER_REQUEST = 112  # per lane and request: draws, state, outputs
 _DEFAULT_MAX_LANES = 512  # replications (jobs) per compiled chunk
 _DEFAULT_LANES = 64  # lanes simulating them: a lane that finishes a job takes the next
 _TRACES = 0  # compilations of the batched kernel (tests count them)
+_NOISE_BLOCK = 512  # steps of service noise a lane holds at a time (prefix sums)
+_ARR_WINDOW = 8  # arrivals joining or dropped per iteration (finite queue)
+_L_CAP = 1 << 30  # the longest run; also an empty departure slot
+# XLA:CPU splits loop fusions that read large arrays over its thread pool; at a few
+# microseconds per operation the hand-offs cost more than they save (and much more on a
+# loaded machine), so the simulator's kernels run on one thread
+_XLA_OPTIONS = {"xla_disable_hlo_passes": "cpu-parallel-task-assigner"}
+# The engine loop is compiled into ONE kernel (see _run); SWEEP_CB_SINGLE_KERNEL=0 falls
+# back to XLA's default (one runtime dispatch per fused operation, ~5x slower here)
+_SINGLE_KERNEL = os.environ.get("SWEEP_CB_SINGLE_KERNEL", "1") != "0"
+
+
+def _lane_set(writes, n_lanes):
+    """Per-lane writes: for each ``(x, idx, v, m)`` of ``writes``,
+    ``x[idx[0][j], idx[1][j], ...] = v[j]`` for every lane ``j`` with ``m[j]``; returns
+    the updated arrays. One loop over the lanes of in-place dynamic-slice updates, not
+    scatters, which the single-kernel loop (see :func:`_run`) cannot contain; there a lane
+    costs a few nanoseconds per write."""
+    if not _SINGLE_KERNEL:  # scatters; a masked lane writes out of bounds (dropped)
+        return [x.at[(jnp.where(m, idx[0], x.shape[0]), *idx[1:])].set(v, mode="drop")
+                for x, idx, v, m in writes]
+
+    def body(j, xs):
+        out = []
+        for x, (_, idx, v, m) in zip(xs, writes):
+            k = len(idx)
+            size = (1,) * k + x.shape[k:]
+            start = tuple(i[j].astype(jnp.int32) for i in idx) + (jnp.int32(0),) * (x.ndim - k)
+            old = lax.dynamic_slice(x, start, size)
+            out.append(lax.dynamic_update_slice(x, jnp.where(m[j], v[j].reshape(size), old),
+                                                start))
+        return out
+
+    return lax.fori_loop(0, n_lanes, body, [w[0] for w in writes])
 
 
 class CBSimulationError(SweepError, ValueError):
@@ -156,6 +212,7 @@ class _Out(NamedTuple):
     stats: jax.Array  # float64[L, 6]: areas of running, reserved, cached; tokens in span;
     #                    duration sum and count of steps starting in span
     rec: jax.Array  # float64[L, R, 8] per-step records (R static, may be 0)
+    loops: jax.Array  # int32: loop iterations (diagnostics)
 
 
 # --------------------------------------------------------------------------------------
@@ -163,233 +220,403 @@ class _Out(NamedTuple):
 # --------------------------------------------------------------------------------------
 
 
-def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int,
-         any_queue: bool, max_iters: jax.Array, n_lanes: int) -> _Out:
+def _prefix_sums(x):
+    """Inclusive prefix sums along the last axis (an associative scan: element-wise
+    operations only, which the single-kernel loop can contain; ``jnp.cumsum`` lowers to a
+    reduce-window, quadratic in the length on XLA:CPU)."""
+    return lax.associative_scan(jnp.add, x, axis=x.ndim - 1)
+
+
+def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int, record: int,
+         max_iters: jax.Array, n_lanes: int) -> _Out:
     """Simulate J jobs (replications) on ``n_lanes`` (static, <= J) lanes. ``a``,
     ``prompt``, ``output`` float64[J, n] (sorted arrivals, integer-valued lengths); ``p``
-    float64[J] per job; ``noise(k, job)`` -> float64[L] standard normals of step ``k`` of
-    each lane's job (int32[L] both); ``t0``/``t1`` float64[J] the measurement span;
-    ``ring`` (static) a power of two > max O; ``record`` (static) per-step records kept
-    for lane 0's first job (0 = none); ``any_queue`` (static) whether some job has a finite
-    queue capacity (False skips the arrival slot: every arrival joins).
+    float64[J] per job; ``noise(job, ks)`` -> float64[B] the standard normals of steps
+    ``ks`` (int32[B]) of one job (int32 scalar); ``t0``/``t1`` float64[J] the measurement
+    span. Static: ``slots`` a power of two >= every job's cap (running sequences);
+    ``block`` the steps of noise a lane holds at a time; ``record``
+    per-step records kept for lane 0's first job (0 = none).
 
-    A lane that finishes its job takes the next one (a work queue): lanes never idle while
-    jobs remain, however different their step counts.
-
-    One loop iteration handles, per lane, at most one event of each kind, in SPEC order:
-    fix the step start (phase 0), one arrival joining or dropped, one head of the queue
-    resolved (phase 1), the step itself once nothing more can be admitted, then one
-    prefill completion and one departure of that step (phase 2). A lane with several
-    events of a kind spends extra iterations on them before its next step; in the common
-    case a step costs one iteration. No inner loops: every event is a masked gather /
-    scatter, so the lanes never wait for each other inside an iteration.
+    A lane that finishes its job takes the next one (a work queue). One loop iteration
+    handles, per lane, in SPEC order: the step start (phase 0); up to ``_ARR_WINDOW``
+    arrivals joining or dropped; one head of the queue resolved (phase 1); then, once
+    nothing more can be admitted, a *run*: the step itself, and when no sequence is
+    prefilling, every following step up to the next event (the next departure, the
+    step at which the head of the queue can be admitted, the end of the noise block, the
+    measurement span's ends) in closed form; then every departure of the run's last step
+    and one prefill completion (phase 2). A lane with several admissions or completions
+    at one step spends extra iterations on them.
     """
     n_jobs, n = a.shape
     f64, i32 = jnp.float64, jnp.int32
     lane = jnp.arange(n_lanes, dtype=i32)
-    mask_ring = ring - 1
+    i64 = jnp.int64
+    big = jnp.int32(_L_CAP)
     req = jnp.stack([a, prompt, output], axis=2)  # [J, n, 3]: one gather reads a request
-
-    def get(x, i):  # lane scratch [L, m]
-        return x[lane, jnp.clip(i, 0, x.shape[1] - 1)]
-
-    def put(x, i, v, m):
-        return x.at[lane, jnp.where(m, i, x.shape[1])].set(v, mode="drop")
 
     zero_i = jnp.zeros(n_lanes, i32)
     zero_f = jnp.zeros(n_lanes, f64)
     inf_l = jnp.full(n_lanes, jnp.inf)
     fresh = dict(  # a lane's scalar state at the start of a job
         k=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
-        joined=zero_i, left=zero_i, n_adm=zero_i, pf=zero_i, running=zero_i, reserved=zero_f,
-        cache=zero_f, adm_tok=zero_f, pre_tok=zero_f, dep_j=jnp.full(n_lanes, -1, i32),
-        step_k=zero_i, nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,
+        q=zero_i, dlo=jnp.full(n_lanes, -1, i32), dhi=jnp.full(n_lanes, -1, i32),
+        running=zero_i, n_adm=zero_i, pf=zero_i, reserved=zero_f, cache=zero_f,
+        adm_tok=zero_f, pre_tok=zero_f, nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,
+        logn=zero_i, bs=jnp.full(n_lanes, -block, i32),
         stats=jnp.zeros((n_lanes, 6), f64))
 
     def job_inputs(job):
-        """Per-lane copies of a job's parameters, span and first request."""
+        """Per-lane copies of a job's parameters and span."""
         jc = jnp.minimum(job, n_jobs - 1)
-        head = req[jc, 0]
-        return dict(pl=_Params(*(v[jc] for v in p)), t0=t0[jc], t1=t1[jc], ha=head[:, 0],
-                    hp=head[:, 1], ho=head[:, 2])
+        return dict(pl=_Params(*(v[jc] for v in p)), t0=t0[jc], t1=t1[jc])
 
     st = dict(
         fresh, **job_inputs(lane), job=lane, next_job=jnp.int32(n_lanes),
-        status=jnp.zeros((n_jobs, n if any_queue else 0), i32),
-        admit_s=jnp.full((n_jobs, n if record else 0), jnp.inf),
-        first_s=jnp.full((n_jobs, n), jnp.inf), finish_s=jnp.full((n_jobs, n), jnp.inf),
-        adm=jnp.zeros((n_lanes, n, 4), f64),  # per admission rank: bound, request, P, O
-        node=jnp.zeros((n_lanes, n, 3), f64),  # per request: next in its calendar list, P, O
-        cal=jnp.full((n_lanes, ring), -1, i32),
+        fs=jnp.full((n_jobs, n, 2), jnp.inf),  # per request: first-token time, departure step
+        logk=jnp.full((n_jobs, n), big), logt=jnp.zeros((n_jobs, n), f64),
+        ring=jnp.zeros((n_lanes, slots, 4), f64),  # prefilling ranks: bound, request, P, O
+        dep=jnp.full((n_lanes, slots), big),  # decoding sequences: departure step (big: free)
+        pay_c=jnp.zeros((n_lanes, slots), i64),  # ... their cache at departure (P + O)
+        pay_r=jnp.zeros((n_lanes, slots), i64),  # ... and reservation
+        nzb=jnp.zeros((n_lanes, block + 1, 4), f64),  # noise: prefix sums
         out_stats=jnp.zeros((n_jobs, 6), f64), out_steps=jnp.zeros(n_jobs, i32),
-        rec=jnp.zeros((n_lanes, record, 8), f64), it=jnp.int32(0),
+        it=jnp.int32(0),
+        one=jnp.where(jnp.isnan(a[0, 0]), 2.0, 1.0),  # 1, unknown to the compiler (pin)
     )
+    # optional state only when used (a zero-size array in the single-kernel loop trips
+    # XLA:CPU's emitter)
+    st["skip"] = jnp.zeros((n_jobs, n), i32)  # a dropped range [lo, hi): skip[lo] = hi
+    if record:
+        st["admit_s"] = jnp.full((n_jobs, n), jnp.inf)
+        st["rec"] = jnp.zeros((n_lanes, record, 8), f64)
+
+    def pin(s, *xs):
+        """The values ``xs`` (float64, int32 or bool [L] each) computed once, here. XLA
+        fuses element-wise producers into their consumers; a consumer that broadcasts a
+        lane value over a second axis (a search over steps, the slot table) would
+        recompute the whole chain of per-lane arithmetic behind it per element. A float
+        division is "expensive" to XLA, so it is neither duplicated nor fused into such
+        consumers: dividing the stacked values by a 1 it cannot see through materialises
+        them (exactly: x / 1 == x) in one fused loop."""
+        m = jnp.stack([x.astype(f64) for x in xs], axis=1) / s["one"]
+        return tuple(m[:, i] != 0.0 if x.dtype == jnp.bool_ else m[:, i].astype(x.dtype)
+                     for i, x in enumerate(xs))
 
     def alive_of(s):
         return (s["job"] < n_jobs) & ((s["running"] > 0) | (s["h"] < n) | (s["ph"] == 2))
 
+    def regenerate(s, alive):
+        """Lanes whose run reached the end of their noise block draw the next block:
+        multipliers ``m`` of the steps ``[bs, bs + B)`` and prefix sums of ``m``, ``i m``,
+        ``i^2 m`` (``i`` the step's index in the block), one lane at a time."""
+        noisy = s["pl"].cv > 0.0
+        need = alive & noisy & (s["k"] >= s["bs"] + block)
+        sig2 = jnp.log1p(s["pl"].cv * s["pl"].cv)
+        jj = jnp.arange(block, dtype=f64)
+
+        def body(c):
+            need, nzb, bs = c
+            ln = jnp.argmax(need).astype(i32)
+            k0 = (s["k"][ln] // block) * block
+            z = noise(s["job"][ln], k0 + jnp.arange(block, dtype=i32))
+            m = jnp.exp(-0.5 * sig2[ln] + jnp.sqrt(sig2[ln]) * z)
+            cs = _prefix_sums(jnp.stack([m, jj * m, jj * jj * m], axis=0)).T  # [B, 3]
+            row = jnp.concatenate([jnp.concatenate([jnp.zeros((1, 3), f64), cs], axis=0),
+                                   jnp.concatenate([m, jnp.zeros(1, f64)])[:, None]], axis=1)
+            nzb = lax.dynamic_update_slice(nzb, row[None], (ln, jnp.int32(0), jnp.int32(0)))
+            hit = lane == ln
+            return need & ~hit, nzb, jnp.where(hit, k0, bs)
+
+        _, s["nzb"], s["bs"] = lax.while_loop(lambda c: jnp.any(c[0]), body,
+                                              (need, s["nzb"], s["bs"]))
+
     def iteration(s):
         s = dict(s)
         alive = alive_of(s)
+        regenerate(s, alive)
         job = s["job"]
+        jc = jnp.minimum(job, n_jobs - 1)
         p = s["pl"]  # this lane's job's parameters
         t0, t1 = s["t0"], s["t1"]
 
-        def getj(x, i):  # per-job arrays [J, m]
-            return x[jnp.minimum(job, n_jobs - 1), jnp.clip(i, 0, x.shape[1] - 1)]
+        later: list[tuple[str, tuple, Any, Any]] = []  # per-lane writes read after the loop
 
-        def putj(x, i, v, m):
-            return x.at[job, jnp.where(m, i, x.shape[1])].set(v, mode="drop")
+        def putj(key, i, v, m, now=False):  # per-job arrays [J, m]
+            w = (key, (job, i), v, m & (i >= 0) & (i < s[key].shape[1]))
+            if now:
+                (s[key],) = _lane_set([(s[key], *w[1:])], n_lanes)
+            else:
+                later.append(w)
 
         def reserve(pp, oo):
             return jnp.ceil((pp + oo) / p.block) * p.block
 
+        def head(h):
+            """The head of the queue at or after ``h`` (skipping a dropped range) and its
+            arrival, prompt and output."""
+            sk = s["skip"][jc, jnp.clip(h, 0, n - 1)]
+            h = jnp.where((sk > h) & (h < n), sk, h)
+            row = req[jc, jnp.clip(h, 0, n - 1)]
+            return h, row[:, 0], row[:, 1], row[:, 2]
+
         # -- phase 0: the step start (when the previous step ends, or the next arrival) ---
         ph0 = alive & (s["ph"] == 0)
-        busy = (s["running"] > 0) | ((s["h"] < n) & (s["ha"] <= s["t"]))
-        s["start"] = jnp.where(ph0, jnp.where(busy, s["t"], jnp.maximum(s["t"], s["ha"])),
-                               s["start"])
+        # arrivals in a window from the next one to join or drop
+        widx = s["ia"][:, None] + jnp.arange(_ARR_WINDOW + 1, dtype=i32)[None, :]
+        aw = req[jc[:, None], jnp.clip(widx, 0, n - 1), 0]
+        nxt_a = jnp.where(s["q"] > 0, s["t"], aw[:, 0])  # someone waiting: no idling
+        start = jnp.where(ph0, jnp.where(s["running"] > 0, s["t"], jnp.maximum(s["t"], nxt_a)),
+                          s["start"])
+        s["start"] = start
         s["ph"] = jnp.where(ph0, 1, s["ph"])
-        start = s["start"]
         in1 = alive & (s["ph"] == 1)
-        # -- phase 1a: one arrival in time for this step joins, or is dropped (finite K) ---
-        if any_queue:
-            arr = in1 & (s["ia"] < n) & (getj(a, s["ia"]) <= start)
-            join = arr & ((s["joined"] - s["left"]).astype(f64) < p.queue)
-            s["status"] = putj(s["status"], s["ia"], DROPPED, arr & ~join)
-            s["joined"] = s["joined"] + join.astype(i32)
-            s["ia"] = s["ia"] + arr.astype(i32)
-            arrivals_done = ~((s["ia"] < n) & (getj(a, s["ia"]) <= start))
-        else:
-            arrivals_done = True
+        # -- phase 1a: arrivals in time for this step join, or are dropped (finite K) -------
+        inw = (aw <= start[:, None]) & (widx < n)
+        c = jnp.where(in1, jnp.sum(inw[:, :_ARR_WINDOW], axis=1).astype(i32), 0)
+        room = jnp.maximum(p.queue - s["q"].astype(f64), 0.0)
+        join = jnp.minimum(c.astype(f64), room).astype(i32)
+        lo, hi = s["ia"] + join, s["ia"] + c
+        drop = c > join
+        # a dropped range [lo, hi) extends the previous one when adjacent and not yet
+        # passed by the head; the head jumps a whole range (skip[lo] = hi)
+        merge = (lo == s["dhi"]) & (s["h"] <= s["dlo"])
+        at = jnp.where(merge, s["dlo"], lo)
+        putj("skip", at, hi, drop, now=True)  # read by head() below
+        s["dlo"] = jnp.where(drop, at, s["dlo"])
+        s["dhi"] = jnp.where(drop, hi, s["dhi"])
+        s["q"] = s["q"] + join
+        s["ia"] = s["ia"] + c
+        arrivals_done = ~(in1 & inw[:, _ARR_WINDOW])
         adm_ok = in1 & arrivals_done
 
         # -- phase 1b: resolve the head of the queue (skip dropped, reject, admit) ----------
-        def resolvable(h, status_h, running, reserved):
-            r = reserve(s["hp"], s["ho"])
-            dropped = status_h == DROPPED
-            over = ~dropped & (r > p.kv)
+        def resolvable(h, ha, hp, ho, running, reserved):
+            r = reserve(hp, ho)
+            over = r > p.kv
             fits = (running.astype(f64) < p.cap) & (r <= p.kv - reserved)
-            return adm_ok & (h < n) & (s["ha"] <= start) & (dropped | over | fits), dropped, over, r
+            arrived = ha <= start
+            arrived = arrived & (h < s["ia"])
+            return (h < n) & arrived & (over | fits), over, fits, r
 
-        h = s["h"]
-        st_h = getj(s["status"], h) if any_queue else zero_i
-        can, dropped, over, r = resolvable(h, st_h, s["running"], s["reserved"])
-        adm = can & ~dropped & ~over  # a rejection (over) needs no write: status is derived
-        adm_tok = s["adm_tok"] + jnp.where(adm, s["hp"], 0.0)
-        row = jnp.stack([adm_tok, h.astype(f64), s["hp"], s["ho"]], axis=1)
-        s["adm"] = put(s["adm"], s["n_adm"], row, adm)
+        h, ha, hp, ho = head(s["h"])
+        ok, over, _, r = resolvable(h, ha, hp, ho, s["running"], s["reserved"])
+        can = adm_ok & ok
+        adm = can & ~over  # a rejection (over) needs no write: status is derived
+        adm_tok = s["adm_tok"] + jnp.where(adm, hp, 0.0)
+        row = jnp.stack([adm_tok, h.astype(f64), hp, ho], axis=1)
+        (s["ring"],) = _lane_set([(s["ring"], (lane, s["n_adm"] & (slots - 1)), row, adm)],
+                                 n_lanes)
         if record:
-            s["admit_s"] = putj(s["admit_s"], h, start, adm)
+            putj("admit_s", h, start, adm)
         first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
         s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
         s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
-        s["np_"] = jnp.where(first_rank, s["hp"], s["np_"])
-        s["no"] = jnp.where(first_rank, s["ho"], s["no"])
+        s["np_"] = jnp.where(first_rank, hp, s["np_"])
+        s["no"] = jnp.where(first_rank, ho, s["no"])
         s["adm_tok"] = adm_tok
         s["running"] = s["running"] + adm.astype(i32)
         s["reserved"] = s["reserved"] + jnp.where(adm, r, 0.0)
         s["n_adm"] = s["n_adm"] + adm.astype(i32)
-        s["left"] = s["left"] + (adm | (can & over)).astype(i32)
-        h = h + can.astype(i32)
+        s["q"] = s["q"] - can.astype(i32)
+        h, ha, hp, ho = head(h + can.astype(i32))
         s["h"] = h
-        nh = getj(req, h)  # the new head (row n-1 when h = n: never used then)
-        s["ha"] = jnp.where(can, nh[:, 0], s["ha"])
-        s["hp"] = jnp.where(can, nh[:, 1], s["hp"])
-        s["ho"] = jnp.where(can, nh[:, 2], s["ho"])
-        st_h2 = getj(s["status"], h) if any_queue else zero_i
-        more, _, _, _ = resolvable(h, st_h2, s["running"], s["reserved"])
+        more, over2, fits2, _ = resolvable(h, ha, hp, ho, s["running"], s["reserved"])
         ready = adm_ok & ~more
+        start, h, ha, over2, fits2, ready = pin(s, start, h, ha, over2, fits2, ready)
 
-        # -- the step: tokens, duration -------------------------------------------------
+        # -- the run: this step, and the pure-decode steps up to the next event ------------
         run = ready & (s["running"] > 0)
         empty = ready & (s["running"] == 0)  # nothing admitted: not a step, no time passes
         k = s["k"]
-        n_dec = (s["running"] - (s["n_adm"] - s["pf"])).astype(f64)
-        chunk = jnp.where(run, jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec), 0.0)
+        running = s["running"].astype(f64)
+        n_pre = s["n_adm"] - s["pf"]
+        n_dec = running - n_pre.astype(f64)
+        chunk = jnp.where(run & (n_pre > 0), jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec),
+                          0.0)
+        decode = run & (n_pre == 0)  # a pure-decode step: it may run on
         n_tok = n_dec + chunk
-        n_ctx = s["cache"] + chunk
-        z = noise(k, job)
-        sig2 = jnp.log1p(p.cv * p.cv)
-        mult = jnp.exp(-0.5 * sig2 + jnp.sqrt(sig2) * z)
-        dur = (p.t_fixed + p.t_token * n_tok + p.t_ctx * n_ctx) * mult
-        end = start + dur
-        s["pre_tok"] = s["pre_tok"] + chunk
-        s["cache"] = s["cache"] + jnp.where(run, chunk + n_dec, 0.0)
-        slot = k & mask_ring
-        s["dep_j"] = jnp.where(run, get(s["cal"], slot), s["dep_j"])
-        s["cal"] = put(s["cal"], slot, -1, run)
-        s["step_k"] = jnp.where(run, k, s["step_k"])
-        ov = jnp.where(run, jnp.maximum(0.0, jnp.minimum(end, t1) - jnp.maximum(start, t0)), 0.0)
-        in_end = (end >= t0) & (end <= t1)
-        in_start = run & (start >= t0) & (start <= t1)
-        s["stats"] = s["stats"] + jnp.stack([
-            s["running"].astype(f64) * ov, s["reserved"] * ov, n_ctx * ov,
-            jnp.where(run & in_end, n_dec, 0.0), jnp.where(in_start, dur, 0.0),
-            in_start.astype(f64)], axis=1)
-        if record:
-            rrow = jnp.stack([start, dur, n_tok, chunk, n_ctx, s["running"].astype(f64),
-                              s["reserved"], n_dec], axis=1)
-            s["rec"] = s["rec"].at[lane, jnp.where(run & (k < record), k, record)].set(
-                rrow, mode="drop")
-        s["t"] = jnp.where(run, end, jnp.where(empty, start, s["t"]))
-        s["k"] = k + run.astype(i32)
-        s["ph"] = jnp.where(run, 2, jnp.where(empty, 0, s["ph"]))
+        ctx0 = s["cache"] + chunk
+        alpha = p.t_fixed + p.t_token * n_tok + p.t_ctx * ctx0  # step i of the run lasts
+        beta = p.t_ctx * n_dec  # (alpha + beta i) m_i
+        l_dep = jnp.minimum(jnp.min(s["dep"], axis=1) - k, _L_CAP - 1) + 1  # the next departure
+        # the run stops before the first step that starts at or after tau: the head's
+        # arrival when it could then be resolved, and the measurement span's ends
+        tau_h = jnp.where((h < n) & (over2 | fits2) & (ha > start), ha, jnp.inf)
+        tau_s = jnp.where(start < t0, t0, jnp.where(start <= t1, jnp.nextafter(t1, jnp.inf), jnp.inf))
+        tau = jnp.minimum(tau_h, tau_s)
+        l_max = jnp.minimum(l_dep, _L_CAP)
+        (run, empty, decode, running, n_dec, chunk, n_tok, ctx0, alpha, beta, tau,
+         l_max) = pin(s, run, empty, decode, running, n_dec, chunk, n_tok, ctx0, alpha,
+                      beta, tau, l_max)
 
-        # -- phase 2: one prefill completion and one departure of the step just run ---------
+        def f_det(i):  # start offset of step i of the run, no noise
+            fi = i.astype(f64)
+            return alpha[:, None] * fi + beta[:, None] * (fi * (fi - 1.0) * 0.5)
+
+        delta = tau - start
+        b2 = alpha - 0.5 * beta
+        root = jnp.where(jnp.isfinite(delta),
+                         2.0 * delta / (b2 + jnp.sqrt(b2 * b2 + 2.0 * beta * delta)), jnp.inf)
+        c0 = jnp.clip(jnp.ceil(root), 1.0, float(_L_CAP)).astype(i32)
+        cand = jnp.maximum(c0[:, None] + jnp.arange(-1, 2, dtype=i32)[None, :], 1)
+        okc = start[:, None] + f_det(cand - 1) < tau[:, None]
+        l_run = jnp.minimum(jnp.max(jnp.where(okc, cand, 1), axis=1), l_max)
+        noisy = p.cv > 0.0
+        i0 = jnp.clip(k - s["bs"], 0, block)
+        l_max = jnp.where(noisy, jnp.minimum(l_max, s["bs"] + block - k), l_max)
+        base = s["nzb"][lane, i0]  # [L, 4]
+
+        tau_n, i0f = pin(s, tau, i0.astype(f64))
+
+        def f_noisy(i):  # start offset of step i of the run (i [L] or [L, m], <= block - i0)
+            def col(x):  # a lane vector against i
+                return x.reshape(x.shape + (1,) * (i.ndim - 1))
+
+            g = s["nzb"][col(lane), jnp.clip(col(i0) + i, 0, block)]
+            g0 = g[..., 0] - col(base[:, 0])
+            g1 = (g[..., 1] - col(base[:, 1])) - col(i0f) * g0
+            return col(alpha) * g0 + col(beta) * g1
+
+        # binary search for the steps of the run that start before tau: step i starts
+        # at start + alpha G0(i) + beta G1(i), increasing in i (prefix sums of the block)
+        # (skipped when no lane runs noisy decode steps)
+        searching = noisy & decode
+
+        def search(lo, hi):
+            for _ in range(block.bit_length()):
+                mid = (lo + hi) // 2
+                before = start + f_noisy(mid) < tau_n
+                lo, hi = jnp.where(before, mid, lo), jnp.where(before, hi, mid)
+            return lo
+
+        lo = jnp.zeros(n_lanes, i32)  # step lo starts before tau (step 0 does)
+        hi = jnp.where(searching, jnp.maximum(l_max, 1), 1)  # steps >= hi are not in the run
+        lo = lax.cond(jnp.any(searching), search, lambda lo, hi: lo, lo, hi)
+        l_run = jnp.where(noisy, lo + 1, l_run)
+        n_run = jnp.where(decode, jnp.maximum(l_run, 1), 1)
+        (n_run,) = pin(s, n_run)
+        ln = n_run.astype(f64)
+        # sums over the run: G0 = sum m_i, G1 = sum i m_i, G2 = sum i^2 m_i
+        g0, g1, g2 = ln, ln * (ln - 1.0) * 0.5, (ln - 1.0) * ln * (2.0 * ln - 1.0) / 6.0
+        m0 = jnp.ones(n_lanes, f64)
+        f_last = alpha * (ln - 1.0) + beta * ((ln - 1.0) * (ln - 2.0) * 0.5)
+        ends = s["nzb"][lane[:, None], jnp.clip(i0[:, None] + n_run[:, None] - 1 + jnp.arange(2, dtype=i32)[None, :], 0, block)]
+        i0f = i0.astype(f64)
+        e0 = ends[:, 1, 0] - base[:, 0]
+        e1 = (ends[:, 1, 1] - base[:, 1]) - i0f * e0
+        e2 = (ends[:, 1, 2] - base[:, 2]) - 2.0 * i0f * (ends[:, 1, 1] - base[:, 1]) + i0f * i0f * e0
+        l0 = ends[:, 0, 0] - base[:, 0]
+        l1 = (ends[:, 0, 1] - base[:, 1]) - i0f * l0
+        g0, g1, g2 = jnp.where(noisy, e0, g0), jnp.where(noisy, e1, g1), jnp.where(noisy, e2, g2)
+        f_last = jnp.where(noisy, alpha * l0 + beta * l1, f_last)
+        m0 = jnp.where(noisy, base[:, 3], m0)
+        f_run = jnp.where(n_run == 1, alpha * m0, alpha * g0 + beta * g1)
+        f_last = jnp.where(n_run == 1, 0.0, f_last)
+        end = start + f_run
+        s_last = start + f_last
+        ctx_last = ctx0 + n_dec * (ln - 1.0)
+        # statistics over [t0, t1]: a run starting before t0 stops at the first step that
+        # starts at or after it, one starting inside at the first that starts after t1, so
+        # only its last step can cross either end
+        inside = run & (start >= t0) & (start <= t1)
+        before = run & (start < t0)
+        ov_last = jnp.maximum(0.0, jnp.minimum(end, t1) - jnp.maximum(s_last, t0))
+        ov_in = jnp.minimum(end, t1) - start
+        ctx_dur = jnp.where(n_run == 1, ctx0 * f_run,
+                            ctx0 * alpha * g0 + (ctx0 * beta + n_dec * alpha) * g1 + n_dec * beta * g2)
+        cached_in = ctx_dur - ctx_last * jnp.maximum(0.0, end - t1)
+        end_in = (end >= t0) & (end <= t1)
+        ov = jnp.where(inside, ov_in, jnp.where(before, ov_last, 0.0))
+        s["stats"] = s["stats"] + jnp.stack([
+            running * ov, s["reserved"] * ov,
+            jnp.where(inside, cached_in, jnp.where(before, ctx_last * ov_last, 0.0)),
+            jnp.where(inside, n_dec * (ln - 1.0 + end_in.astype(f64)),
+                      jnp.where(before & end_in, n_dec, 0.0)),
+            jnp.where(inside, f_run, 0.0), jnp.where(inside, ln, 0.0)], axis=1)
+        if record:
+            idx = jnp.arange(record, dtype=i32)[None, :]
+            ir = idx - k[:, None]
+            valid = run[:, None] & (ir >= 0) & (ir < n_run[:, None])
+            ir = jnp.maximum(ir, 0)
+            f_i = f_det(ir)
+            m_i = jnp.ones(ir.shape, f64)
+            f_i = jnp.where(noisy[:, None], f_noisy(ir), f_i)
+            m_i = jnp.where(noisy[:, None],
+                            s["nzb"][lane[:, None], jnp.clip(i0[:, None] + ir, 0, block), 3], 1.0)
+            ctx_i = ctx0[:, None] + n_dec[:, None] * ir.astype(f64)
+            dur_i = (p.t_fixed[:, None] + p.t_token[:, None] * n_tok[:, None]
+                     + p.t_ctx[:, None] * ctx_i) * m_i
+            f_i = jnp.where(ir == 0, 0.0, f_i)
+            bc = jnp.broadcast_to
+            rrow = jnp.stack([start[:, None] + f_i, dur_i, bc(n_tok[:, None], ir.shape),
+                              bc(chunk[:, None], ir.shape), ctx_i,
+                              bc(running[:, None], ir.shape), bc(s["reserved"][:, None], ir.shape),
+                              bc(n_dec[:, None], ir.shape)], axis=2)
+            s["rec"] = jnp.where(valid[..., None], rrow, s["rec"])
+        s["t"] = jnp.where(run, end, jnp.where(empty, start, s["t"]))
+        k = k + jnp.where(run, n_run, 0)
+        s["k"] = k
+        s["pre_tok"] = s["pre_tok"] + chunk
+        s["cache"] = s["cache"] + jnp.where(run, chunk + n_dec * ln, 0.0)
+        s["ph"] = jnp.where(run, 2, jnp.where(empty, 0, s["ph"]))
+        run, end, k = pin(s, run, end, k)
+
+        # -- phase 2: every departure of the run's last step, one prefill completion -------
+        k_last = k - 1
+        dmask = run[:, None] & (s["dep"] == k_last[:, None])
+        n_gone = jnp.sum(dmask, axis=1).astype(i32)
+        # integer sums (exact; XLA:CPU would hand a float reduction to a library kernel,
+        # which the single-kernel loop cannot contain)
+        gone_c = jnp.sum(jnp.where(dmask, s["pay_c"], 0), axis=1).astype(f64)
+        gone_r = jnp.sum(jnp.where(dmask, s["pay_r"], 0), axis=1).astype(f64)
+        logged = n_gone > 0  # the end of a departure step, looked up by the departing requests
+        putj("logk", s["logn"], k_last, logged)
+        putj("logt", s["logn"], end, logged)
+        s["logn"] = s["logn"] + logged.astype(i32)
         in2 = alive & (s["ph"] == 2)
         t_end = s["t"]
         cmp = in2 & (s["pf"] < s["n_adm"]) & (s["nb"] <= s["pre_tok"])
         j = s["nj"].astype(i32)
         o1 = s["no"] == 1.0  # O = 1: leaves at the end of its prefill step
         book = cmp & ~o1
-        slot2 = (s["step_k"] + s["no"].astype(i32) - 1) & mask_ring
-        nrow = jnp.stack([get(s["cal"], slot2).astype(f64), s["np_"], s["no"]], axis=1)
-        s["node"] = put(s["node"], j, nrow, book)
-        s["cal"] = put(s["cal"], slot2, j, book)
+        d_step = k_last + s["no"].astype(i32) - 1
+        later.append(("fs", (job, j), jnp.stack([t_end, d_step.astype(f64)], axis=1),
+                      cmp & (job < n_jobs)))
+        free = jnp.argmax((s["dep"] == big) | dmask, axis=1).astype(i32)
+        onehot = book[:, None] & (jnp.arange(slots, dtype=i32)[None, :] == free[:, None])
+        r_j = reserve(s["np_"], s["no"])
+        s["dep"] = jnp.where(onehot, d_step[:, None], jnp.where(dmask, big, s["dep"]))
+        s["pay_c"] = jnp.where(onehot, (s["np_"] + s["no"]).astype(i64)[:, None], s["pay_c"])
+        s["pay_r"] = jnp.where(onehot, r_j.astype(i64)[:, None], s["pay_r"])
         leave_now = cmp & o1
-        leave_p, leave_o = s["np_"], s["no"]
+        s["running"] = s["running"] - n_gone - leave_now.astype(i32)
+        s["reserved"] = s["reserved"] - gone_r - jnp.where(leave_now, r_j, 0.0)
+        s["cache"] = (s["cache"] - gone_c + cmp.astype(f64)
+                      - jnp.where(leave_now, s["np_"] + s["no"], 0.0))
         s["pf"] = s["pf"] + cmp.astype(i32)
-        nxt_row = get(s["adm"], s["pf"])
+        nxt = s["ring"][lane, s["pf"] & (slots - 1)]
         more_pf = s["pf"] < s["n_adm"]
-        s["nb"] = jnp.where(cmp, jnp.where(more_pf, nxt_row[:, 0], jnp.inf), s["nb"])
-        s["nj"] = jnp.where(cmp, nxt_row[:, 1], s["nj"])
-        s["np_"] = jnp.where(cmp, nxt_row[:, 2], s["np_"])
-        s["no"] = jnp.where(cmp, nxt_row[:, 3], s["no"])
-        dj = s["dep_j"]
-        dep = in2 & (dj >= 0)
-        nd = get(s["node"], dj)
-        s["dep_j"] = jnp.where(dep, nd[:, 0].astype(i32), dj)
-        s["first_s"] = putj(s["first_s"], j, t_end, cmp)
-        s["finish_s"] = s["finish_s"].at[
-            jnp.concatenate([job, job]),
-            jnp.concatenate([jnp.where(leave_now, j, n), jnp.where(dep, dj, n)])].set(
-                jnp.concatenate([t_end, t_end]), mode="drop")
-        gone = (jnp.where(leave_now, reserve(leave_p, leave_o), 0.0)
-                + jnp.where(dep, reserve(nd[:, 1], nd[:, 2]), 0.0))
-        s["running"] = s["running"] - leave_now.astype(i32) - dep.astype(i32)
-        s["reserved"] = s["reserved"] - gone
-        s["cache"] = (s["cache"] + cmp.astype(f64) - jnp.where(leave_now, leave_p + leave_o, 0.0)
-                      - jnp.where(dep, nd[:, 1] + nd[:, 2], 0.0))
+        s["nb"] = jnp.where(cmp, jnp.where(more_pf, nxt[:, 0], jnp.inf), s["nb"])
+        s["nj"] = jnp.where(cmp, nxt[:, 1], s["nj"])
+        s["np_"] = jnp.where(cmp, nxt[:, 2], s["np_"])
+        s["no"] = jnp.where(cmp, nxt[:, 3], s["no"])
         tok_in = cmp & (t_end >= t0) & (t_end <= t1)
-        s["stats"] = s["stats"].at[:, 3].add(tok_in.astype(f64))
+        s["stats"] = s["stats"] + jnp.where(jnp.arange(6)[None, :] == 3, tok_in.astype(f64)[:, None], 0.0)
         if record:
-            s["rec"] = s["rec"].at[lane, jnp.where(cmp & (s["step_k"] < record), s["step_k"],
-                                                   record), 7].add(1.0, mode="drop")
-        pending = (s["nb"] <= s["pre_tok"]) | (s["dep_j"] >= 0)
+            kr = jnp.clip(k_last, 0, record - 1)
+            later.append(("rec", (lane, kr),
+                          s["rec"][lane, kr] + (jnp.arange(8) == 7).astype(f64)[None, :],
+                          cmp & (k_last >= 0) & (k_last < record)))
+        pending = s["nb"] <= s["pre_tok"]
         s["ph"] = jnp.where(in2 & ~pending, 0, s["ph"])
         s["it"] = s["it"] + 1
         done = (job < n_jobs) & ~alive_of(s)
-        at = jnp.where(done, job, n_jobs)  # file the ended jobs' statistics (masked writes)
-        s["out_stats"] = s["out_stats"].at[at].set(s["stats"], mode="drop")
-        s["out_steps"] = s["out_steps"].at[at].set(s["k"], mode="drop")
-        # only the lane scalars pass through the cond: a conditional copies its operands
-        small = {key: s[key] for key in _SMALL}
-        small = lax.cond(jnp.any(done), lambda c: next_job(c, done), lambda c: c, small)
-        s.update(small)
-        return s
-
-    _SMALL = (*fresh, "pl", "t0", "t1", "ha", "hp", "ho", "job", "next_job")
+        # file the ended jobs' statistics; their lanes take the next job
+        later.append(("out_stats", (job,), s["stats"], done))
+        later.append(("out_steps", (job,), s["k"], done))
+        for key, *w in later:  # (one loop per array: a loop carrying several is slower)
+            (s[key],) = _lane_set([(s[key], *w)], n_lanes)
+        return next_job(s, done)
 
     def next_job(s, done):
         """Lanes whose job just ended take the next job (fresh scalar state)."""
@@ -410,16 +637,28 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, ring: int, record: int
         s["job"] = new
         return s
 
-    st = lax.while_loop(lambda s: jnp.any(s["job"] < n_jobs) & (s["it"] < max_iters),
-                        iteration, st)
+    loop = jax.jit(lambda st: lax.while_loop(
+        lambda s: jnp.any(s["job"] < n_jobs) & (s["it"] < max_iters), iteration, st))
+    st = loop(st)
+    if _SINGLE_KERNEL:
+        st = set_xla_metadata(st, inlineable="false", xla_cpu_small_call="true")
     # every request was resolved (the engine drains): a request not dropped was admitted
-    # unless its reservation exceeds C, which rejects it at the head
+    # unless its reservation exceeds C, which rejects it at the head; a dropped range
+    # [lo, hi) is skip[lo] = hi
     blk = p.block[:, None]
     over = jnp.ceil((prompt + output) / blk) * blk > p.kv[:, None]
-    dropped = st["status"] == DROPPED if any_queue else jnp.zeros((n_jobs, n), bool)
+    dropped = lax.cummax(st["skip"], axis=1) > jnp.arange(n, dtype=i32)[None, :]
     status = jnp.where(dropped, DROPPED, jnp.where(over, REJECTED, 0)).astype(i32)
-    return _Out(status, st["admit_s"], st["first_s"], st["finish_s"], st["out_steps"],
-                st["out_stats"], st["rec"])
+    admitted = status == 0
+    first = jnp.where(admitted, st["fs"][:, :, 0], jnp.inf)
+    d_step = jnp.where(admitted & (output >= 2.0), st["fs"][:, :, 1], -1.0).astype(i32)
+    at = jax.vmap(jnp.searchsorted)(st["logk"], d_step)
+    fin = jnp.take_along_axis(st["logt"], jnp.clip(at, 0, n - 1), axis=1)
+    finish = jnp.where(admitted, jnp.where(output >= 2.0, fin, first), jnp.inf)
+    none = jnp.zeros((n_jobs, 0), f64)
+    return _Out(status, st.get("admit_s", none), first, finish, st["out_steps"], st["out_stats"],
+                st.get("rec", jnp.zeros((n_lanes, 0, 8), f64)),
+                st["it"])
 
 
 # --------------------------------------------------------------------------------------
@@ -452,9 +691,33 @@ def _draws(seed, scenario, rep, lam, pm, pcv, om, ocv, n):
     return arrivals, lengths(ndtri(u[1]), pm, pcv), lengths(ndtri(u[2]), om, ocv)
 
 
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(k1, k2, x1, x2):
+    """The Threefry-2x32 hash (20 rounds) written out, bit for bit ``jax.random``'s:
+    unrolled, it fuses into one loop (XLA:CPU lowers ``jax.random``'s with a rolled
+    loop of small operations, ~100x slower here)."""
+    u32 = jnp.uint32
+    ks = (k1, k2, k1 ^ k2 ^ u32(0x1BD11BDA))
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x1 = x1 + x2
+            x2 = x1 ^ ((x2 << u32(r)) | (x2 >> u32(32 - r)))
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + u32(i + 1)
+    return x1, x2
+
+
 def _step_normal(k_step, k):
-    bits = jax.random.bits(jax.random.fold_in(k_step, k), (), dtype=jnp.uint32)
-    return ndtri((bits.astype(jnp.float64) + 0.5) * 2.0**-32)
+    """``z_k = ndtri(u)``, ``u`` from ``jax.random.bits(fold_in(k_step, k), (), uint32)``
+    (the same bits, computed by :func:`_threefry2x32`); ``k_step`` uint32[..., 2] and
+    ``k`` broadcast together."""
+    zero = jnp.zeros(jnp.broadcast_shapes(jnp.shape(k), jnp.shape(k_step)[:-1]), jnp.uint32)
+    y1, y2 = _threefry2x32(k_step[..., 0], k_step[..., 1], zero, zero + jnp.asarray(k).astype(jnp.uint32))
+    b1, b2 = _threefry2x32(y1, y2, zero, zero)
+    return ndtri(((b1 ^ b2).astype(jnp.float64) + 0.5) * 2.0**-32)
 
 
 @partial(jax.jit, static_argnames=("n",))
@@ -478,7 +741,7 @@ def replication_draws(settings: CBSimSettings, scenario_id: int, replication: in
 @partial(jax.jit, static_argnames=("n_steps",))
 def _step_normals_jit(seed, scenario, rep, n_steps):
     _, k_step = _lane_keys(seed, scenario, rep)
-    return jax.vmap(lambda k: _step_normal(k_step, k))(jnp.arange(n_steps, dtype=jnp.int32))
+    return _step_normal(k_step, jnp.arange(n_steps, dtype=jnp.int32))
 
 
 def step_normals(settings: CBSimSettings, scenario_id: int, replication: int, n_steps: int):
@@ -496,24 +759,26 @@ def _pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
 
-def _ring(o_max) -> int:
-    """Calendar size: a power of two > the longest output (departures are booked at most
-    O - 1 steps ahead), at least 1024 so that most grids share one compiled shape."""
-    return max(1024, _pow2(int(o_max) + 1))
+def _slots(cap_max, n: int) -> int:
+    """Sequence slots per lane: a power of two >= the largest cap (no more than the
+    requests of a replication can run), at least 16 so that most grids share a shape."""
+    return max(16, _pow2(int(min(float(cap_max), n))))
 
 
-@partial(jax.jit, static_argnames=("ring", "record", "any_queue"))
-def _lane_jit(a, pp, oo, params, z, *, ring, record, any_queue):
+@partial(jax.jit, static_argnames=("slots", "record"),
+         compiler_options=_XLA_OPTIONS)
+def _lane_jit(a, pp, oo, params, z, *, slots, record):
     p = _Params(*(v[None] for v in params))
     nz = z.shape[0]
 
-    def noise(k, job):
-        return z[jnp.clip(k, 0, nz - 1)]
+    def noise(job, ks):
+        return z[jnp.clip(ks, 0, nz - 1)]
 
     n = a.shape[0]
-    max_iters = jnp.int32(6 * n) + jnp.sum(pp + oo).astype(jnp.int32)
-    return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], ring=ring, record=record,
-                any_queue=any_queue, max_iters=max_iters, n_lanes=1)
+    max_iters = jnp.int32(8 * n) + jnp.sum(pp + oo).astype(jnp.int32)
+    return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], slots=slots,
+                block=_NOISE_BLOCK, record=record,
+                max_iters=max_iters, n_lanes=1)
 
 
 def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike, *,
@@ -556,7 +821,7 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                             block_tokens, queue_capacity, t_fixed, t_token,
                                             t_ctx, service_cv))
     out = _lane_jit(a, pp, oo, params, zz if zz.size else np.zeros(1),
-                    ring=_ring(oo.max()), record=int(record_steps), any_queue=True)
+                    slots=_slots(cap, a.size), record=int(record_steps))
     status = np.asarray(out.status[0])
     first, finish = np.asarray(out.first_s[0]), np.asarray(out.finish_s[0])
     adm = status == 0
@@ -586,7 +851,7 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
 @partial(jax.jit, static_argnames=("n", "reps", "use_trace"))
 def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace):
     """Draws for every lane of a chunk: float64[L, n] arrivals, prompts, outputs, and the
-    largest output length (for the calendar ring)."""
+    largest output length."""
     lane_s = jnp.repeat(ids, reps)
     lane_r = jnp.tile(jnp.arange(reps, dtype=jnp.int32), ids.shape[0])
     lp = {k: jnp.repeat(v, reps) for k, v in p.items()}
@@ -601,8 +866,9 @@ def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace)
     return a, pp, oo, jnp.max(oo)
 
 
-@partial(jax.jit, static_argnames=("warmup", "reps", "ring", "any_queue", "any_cv", "lanes"))
-def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring, any_queue, any_cv, lanes):
+@partial(jax.jit, static_argnames=("warmup", "reps", "slots", "lanes"),
+         compiler_options=_XLA_OPTIONS)
+def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes):
     """Simulate every replication (job) of a chunk on ``lanes`` lanes; per-job statistics
     and measured per-request TTFT / TPOT / E2E (``+inf`` where they do not exist)."""
     global _TRACES
@@ -616,17 +882,16 @@ def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, ring, any_queue, any_cv
     step_keys = jax.vmap(lambda s, r: _lane_keys(seed, s, r)[1])(lane_s, lane_r)
     n_jobs = step_keys.shape[0]
 
-    def noise(k, job):
-        if any_cv:  # static: a chunk without service noise draws nothing
-            return jax.vmap(_step_normal)(step_keys[jnp.minimum(job, n_jobs - 1)], k)
-        return jnp.zeros(k.shape, jnp.float64)
+    def noise(job, ks):
+        return _step_normal(step_keys[jnp.minimum(job, n_jobs - 1)], ks)
 
     n = a.shape[1]
     t0, t1 = a[:, warmup], a[:, -1]
-    bound = jnp.sum(6.0 * n + jnp.sum(pp + oo, axis=1))  # iterations never exceed it
+    bound = jnp.sum(8.0 * n + jnp.sum(pp + oo, axis=1))  # iterations never exceed it
     max_iters = jnp.minimum(bound, 2.0**31 - 1).astype(jnp.int32)
-    out = _run(a, pp, oo, params, noise, t0, t1, ring=ring, record=0, any_queue=any_queue,
-               max_iters=max_iters, n_lanes=min(lanes, n_jobs))
+    out = _run(a, pp, oo, params, noise, t0, t1, slots=slots, block=_NOISE_BLOCK, record=0,
+               max_iters=max_iters,
+               n_lanes=min(lanes, n_jobs))
     return _lane_summary(out, a, oo, params, warmup)
 
 
@@ -736,6 +1001,7 @@ def _validate(params: Mapping[str, ArrayLike], need_lam: bool) -> dict[str, np.n
     return arrs
 
 
+@lru_cache(maxsize=256)
 def student_t975(dof: int) -> float:
     """0.975-quantile of Student's t with ``dof`` degrees of freedom (``inf`` for dof < 1):
     bisection on ``P(T <= t) = 1 - I_{dof/(dof+t^2)}(dof/2, 1/2) / 2`` (regularised
@@ -853,22 +1119,21 @@ def simulate_continuous(
         pc = {k: jnp.asarray(v[take]) for k, v in p.items()}
         idc = jnp.asarray(ids[take] % (1 << 31), jnp.int32)
         seed = jnp.uint32(settings.seed)
-        a, pp, oo, o_max = _chunk_draws(seed, idc, pc, jnp.asarray(tr_a), jnp.asarray(tr_p),
-                                        jnp.asarray(tr_o), n=n, reps=reps, use_trace=use_trace)
-        ring = _ring(o_max)
+        a, pp, oo, _ = _chunk_draws(seed, idc, pc, jnp.asarray(tr_a), jnp.asarray(tr_p),
+                                    jnp.asarray(tr_o), n=n, reps=reps, use_trace=use_trace)
         summ, ttft, tpot, e2e = (np.asarray(x) for x in _chunk_sim(
-            seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps, ring=ring,
-            any_queue=bool(np.any(np.isfinite(p["queue_capacity"][take]))),
-            any_cv=bool(np.any(p["service_cv"][take] > 0)), lanes=int(lanes)))
-        lanes = (hi - lo) * reps
-        summ = summ[:lanes]
+            seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps,
+            slots=_slots(np.max(p["cap"][take]), n),
+            lanes=int(lanes)))
+        used = (hi - lo) * reps
+        summ = summ[:used]
         n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)
         n_tp = summ[:, _SUMMARY.index("n_tpot")].astype(np.int64)
         rows = order[lo:hi]
         ql = np.repeat(q[rows], reps)
-        quant = np.stack([_sorted_quantiles(ttft[:lanes], n_adm, ql),
-                          _sorted_quantiles(tpot[:lanes], n_tp, ql),
-                          _sorted_quantiles(e2e[:lanes], n_adm, ql)], axis=1)
+        quant = np.stack([_sorted_quantiles(ttft[:used], n_adm, ql),
+                          _sorted_quantiles(tpot[:used], n_tp, ql),
+                          _sorted_quantiles(e2e[:used], n_adm, ql)], axis=1)
         per[rows] = np.concatenate([summ, quant], axis=1).reshape(hi - lo, reps, -1)
     return _aggregate(per, reps)
 
