@@ -118,7 +118,7 @@ class PostgresServer:
         """The environment a worker needs: the password, never in a URL."""
         return {**os.environ, "PGPASSWORD": self.password}
 
-    def connect(self, db: str = "postgres"):  # noqa: ANN201 - psycopg is optional
+    def connect(self, db: str = "postgres"):  # -> psycopg.Connection (psycopg is optional)
         import psycopg
 
         return psycopg.connect(host="127.0.0.1", port=self.port, user=USER, password=self.password, dbname=db,

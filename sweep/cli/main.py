@@ -131,6 +131,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from sweep.runner.cluster import ClusterOptions
 
         cluster = ClusterOptions(scheduler=args.scheduler, workers=args.workers)
+        cluster.check()  # Dask missing or an unreachable scheduler is refused before any work
     if args.memory_limit and not args.chunk_size:
         from sweep.runner.memory import plan_memory
 

@@ -76,6 +76,25 @@ class ClusterOptions:
     def describe(self) -> str:
         return self.scheduler if self.scheduler is not None else f"LocalCluster({self.workers} workers)"
 
+    def check(self, timeout_s: float = 3.0) -> None:
+        """Refuse, before any work, a run whose cluster cannot be had: Dask not installed, or
+        a scheduler address that does not accept a TCP connection within `timeout_s`."""
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise OutputError("running on a Dask cluster needs the cluster extra: pip install 'sweep[cluster]'") from None
+        if self.scheduler is None:
+            return
+        address = self.scheduler.split("://", 1)[-1]
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise OutputError(f"--scheduler {self.scheduler}: expected an address such as tcp://head-node:8786")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except OSError as exc:
+            raise OutputError(f"--scheduler {self.scheduler}: cannot reach the Dask scheduler ({exc.strerror or type(exc).__name__}); "
+                              "start it (dask scheduler) or fix the address") from None
+
 
 def cluster_chunk(spec: GridSpec) -> int:
     """The default chunk on a cluster: the engine's default, or for a simulated grid about
@@ -164,9 +183,8 @@ def run_segments(run: _Run, bounds: list[int], add: Callable[[dict[str, Any]], N
     compilations = 0
     with connect(run.cluster) as client:
         from distributed import as_completed
-        from distributed.client import FutureCancelledError
 
-        run.executor["workers"] = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        run.executor["workers"] = len(client.nthreads())
         futures = {client.submit(segment_task, job, k, begin, end, key=f"sweep-{run.run_key}-{session}-{k:05d}"): (k, begin, end)
                    for k, begin, end in todo}
         try:
@@ -174,9 +192,9 @@ def run_segments(run: _Run, bounds: list[int], add: Callable[[dict[str, Any]], N
                 k, begin, end = futures.pop(future)
                 try:
                     result = future.result()
-                except FutureCancelledError:
-                    raise OutputError(f"segment {k + 1} of {n_seg}: its task was cancelled on the cluster; rerun to resume") from None
                 except Exception as exc:
+                    if "CancelledError" in type(exc).__name__:
+                        raise OutputError(f"segment {k + 1} of {n_seg}: its task was cancelled on the cluster; rerun to resume") from None
                     if type(exc).__name__ == "KilledWorker":
                         raise ResourceError(f"segment {k + 1} of {n_seg}: every worker that ran it died ({exc}); "
                                             "rerun the same command to resume (a worker's memory limit?)") from None

@@ -147,6 +147,8 @@ def run_grid(
     `SEGMENT_POINTS` in process and to `sweep.runner.cluster.segment_points` on a cluster.
     """
     t0 = time.perf_counter()
+    if cluster is not None:
+        cluster.check()  # refused before any work
     limit_chunk = None
     if memory_limit_mb is not None:
         plan = plan_memory(spec, memory_limit_mb)
