@@ -208,12 +208,14 @@ def part3(trials: int, batch: int, worker_counts: list[int], d: Path, smoke: boo
     from _postgres import PostgresServer
 
     rows = []
-    storages = ["sqlite", "journal", "postgresql"] if not smoke else ["sqlite", "postgresql"]
+    storages = ["sqlite", "journal", "postgresql"]
     why = PostgresServer.missing()
     server = None
     if why is not None:
         print(f"  (PostgreSQL skipped: {why})")
         storages.remove("postgresql")
+    if smoke:  # one storage: PostgreSQL where its server is installed
+        storages = storages[-1:]
     else:
         server = PostgresServer(settings={"fsync": "on", "synchronous_commit": "off", "full_page_writes": "on"}).__enter__()
     try:
@@ -242,7 +244,8 @@ def part3(trials: int, batch: int, worker_counts: list[int], d: Path, smoke: boo
     return rows
 
 
-def part4(rates: list[float], simulation: str, d: Path, row2: dict, points_per_task: int, workers: int, study: int) -> dict:
+def part4(rates: list[float], simulation: str, d: Path, row2: dict, points_per_task: int, workers: int, study: int,
+          warm: bool = True) -> dict:
     """The simulator's cost per point here, and the projected study on `workers` workers."""
     from sweep import grid as spec
     from sweep.runner import run_grid
@@ -250,7 +253,8 @@ def part4(rates: list[float], simulation: str, d: Path, row2: dict, points_per_t
     p = d / "sim.toml"
     p.write_text(SIM.format(rates=json.dumps(rates), simulation=simulation))
     g = spec.load(p)
-    run_grid(g, d / "sim-warm", chunk_size=g.group_size)  # compile the simulator
+    if warm:
+        run_grid(g, d / "sim-warm", chunk_size=g.group_size)  # compile the simulator
     t0 = time.perf_counter()
     run_grid(g, d / "sim", chunk_size=g.group_size)
     per_point = (time.perf_counter() - t0) / g.n_points
@@ -271,17 +275,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--smoke", action="store_true",
                     help="a tiny run that writes nothing (the test suite's check that this script works)")
     args = ap.parse_args(argv)
+    import jax
+
     from sweep.runner.progress import enable_compile_cache
 
     results: dict = {}
+    cache_before = jax.config.jax_compilation_cache_dir
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
-        if not args.smoke:  # the workers and the client share the compilations
-            enable_compile_cache(str(d / "jax-cache"))
+        enable_compile_cache(str(d / "jax-cache"))  # the workers load what the client compiled
         workers = [1] if args.smoke else [1, 2]
         print("part 1: the same grid in process and on a LocalCluster (warm workers), median of runs")
         r1, r2 = part1(_grid(1 if args.smoke else int(args.points), d), 1 if args.smoke else args.repeat, workers, d,
-                       (200, 4) if args.smoke else (5000, 32))
+                       (200, 2) if args.smoke else (5000, 32))
         results["part1"] = r1
         print(f"  {'points':>10} {'in process s':>13} " + " ".join(f"{f'{n} worker(s) s':>14} {'overhead':>9}" for n in workers))
         print(f"  {r1['points']:>10,} {r1['in_process_s']:>13.2f} "
@@ -300,14 +306,15 @@ def main(argv: list[str] | None = None) -> dict:
             cells = {r["workers"]: r["trials_per_s"] for r in r3 if r["storage"] == storage}
             print(f"  {storage:<11} " + " ".join(f"{cells[n]:>12.1f}" for n in counts))
         print("part 4: the simulator per point, and a 10^4-point simulated study on 64 workers (projected)")
-        sim = ("n_requests = 300\nwarmup = 50\nreplications = 2" if args.smoke else "")
+        sim = ("n_requests = 1000\nwarmup = 100\nreplications = 2" if args.smoke else "")
         r4 = part4([50.0] if args.smoke else [20.0, 50.0, 80.0, 110.0], sim, d, r2,
-                   points_per_task=40, workers=64, study=10_000)
+                   points_per_task=40, workers=64, study=10_000, warm=not args.smoke)
         results["part4"] = r4
         print(f"  {r4['per_point_s']:.3f} s a simulated point (one core, {r4['points']} points); "
               f"{r4['study_points']:,} points = {r4['tasks']} tasks of {r4['points_per_task']} points, "
               f"{r4['task_s']:.1f} s each; on {r4['workers']} workers: about {r4['projected_s'] / 60:.1f} min "
               f"(one core: {r4['one_core_s'] / 3600:.1f} h)")
+        jax.config.update("jax_compilation_cache_dir", cache_before)
     if not args.smoke:
         out = HERE / "results"
         out.mkdir(exist_ok=True)

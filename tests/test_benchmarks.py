@@ -113,7 +113,16 @@ def _simulate(out, text):
     assert "speed-up JAX / Python" in text
 
 
-CHECKS = {"kernel": _kernel, "gamma": _gamma, "batcher": _batcher, "proxy_vs_sim": _proxy_vs_sim,
+def _cluster(out, text):
+    r1 = out["part1"]
+    assert r1["points"] > 0 and r1["in_process_s"] > 0 and r1["dask_1_s"] > 0
+    assert out["part2"]["tasks_per_s"] > 0 and out["part2"]["segments"] >= 2
+    assert len(out["part3"]) == 1 and all(r["trials_per_s"] > 0 for r in out["part3"])
+    assert out["part4"]["per_point_s"] > 0 and out["part4"]["tasks"] == 250 and out["part4"]["projected_s"] > 0
+    assert "overhead" in text and "trials/s" in text and "64 workers" in text
+
+
+CHECKS = {"cluster": _cluster, "kernel": _kernel, "gamma": _gamma, "batcher": _batcher, "proxy_vs_sim": _proxy_vs_sim,
           "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
 
 

@@ -125,9 +125,14 @@ def connect(options: ClusterOptions) -> Iterator[Any]:
         from distributed import Client, LocalCluster
     except ImportError:
         raise OutputError("running on a Dask cluster needs the cluster extra: pip install 'sweep[cluster]'") from None
+    # Dask logs through StreamHandlers on the "distributed" logger (child loggers such as
+    # distributed.client carry their own levels): quiet the handlers themselves.
     quiet = logging.getLogger("distributed")
+    handlers = [(h, h.level) for h in quiet.handlers if isinstance(h, logging.StreamHandler)]
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
+    for h, _ in handlers:
+        h.setLevel(logging.CRITICAL)
     try:
         if options.scheduler is not None:
             try:
@@ -144,6 +149,8 @@ def connect(options: ClusterOptions) -> Iterator[Any]:
                 yield client
     finally:
         quiet.setLevel(level)
+        for h, before in handlers:
+            h.setLevel(before)
 
 
 def run_segments(run: _Run, bounds: list[int], add: Callable[[dict[str, Any]], None], kept: list) -> int:
