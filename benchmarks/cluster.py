@@ -18,9 +18,13 @@ the span from the first trial's start to the last one's end (process start-up ex
 Part 4 measures the simulator's cost per point (default `[simulation]`: 8 replications of
 22,000 arrivals) and projects, on paper, a 10^4-point simulated study on 64 workers:
 tasks = 10^4 / points per task; time = ceil(tasks / 64) x (points per task x cost per point
-+ fixed cost of a task) + tasks / scheduler rate + one compilation per worker.
++ fixed cost of a task) + tasks / scheduler rate + one compilation per worker (the first,
+untimed run of the same grid less the timed one).
 
-    python benchmarks/cluster.py [--points 2000000] [--repeat 3] [--trials 256] [--smoke]
+    python benchmarks/cluster.py [--points 2000000] [--repeat 3] [--trials 256] [--parts 1,2,3,4] [--smoke]
+
+(``--parts``: a subset of the parts; part 4 alone takes part 2's figures from an earlier run,
+``--tasks-per-s`` and ``--task-fixed-ms``, which it then requires.)
 
 (``--smoke``: a tiny grid, 1 worker, SQLite (and PostgreSQL where its server is installed)
 with 1 worker, a few simulated points; nothing written to benchmarks/results/.)
@@ -39,6 +43,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the throwaway PostgreSQL server of the tests
@@ -216,8 +221,9 @@ def part3(trials: int, batch: int, worker_counts: list[int], d: Path, smoke: boo
         storages.remove("postgresql")
     if smoke:  # one storage: PostgreSQL where its server is installed
         storages = storages[-1:]
-    else:
-        server = PostgresServer(settings={"fsync": "on", "synchronous_commit": "off", "full_page_writes": "on"}).__enter__()
+    if "postgresql" in storages:  # the smoke run keeps the test server's settings (no fsync)
+        settings = None if smoke else {"fsync": "on", "synchronous_commit": "off", "full_page_writes": "on"}
+        server = PostgresServer(settings=settings).__enter__()
     try:
         for storage in storages:
             for n in worker_counts:
@@ -244,8 +250,8 @@ def part3(trials: int, batch: int, worker_counts: list[int], d: Path, smoke: boo
     return rows
 
 
-def part4(rates: list[float], simulation: str, d: Path, row2: dict, points_per_task: int, workers: int, study: int,
-          warm: bool = True) -> dict:
+def part4(rates: list[float], simulation: str, d: Path, row2: dict, points_per_task: int, workers: int,
+          study: int) -> dict:
     """The simulator's cost per point here, and the projected study on `workers` workers."""
     from sweep import grid as spec
     from sweep.runner import run_grid
@@ -253,28 +259,71 @@ def part4(rates: list[float], simulation: str, d: Path, row2: dict, points_per_t
     p = d / "sim.toml"
     p.write_text(SIM.format(rates=json.dumps(rates), simulation=simulation))
     g = spec.load(p)
-    if warm:
-        run_grid(g, d / "sim-warm", chunk_size=g.group_size)  # compile the simulator
+    t0 = time.perf_counter()
+    run_grid(g, d / "sim-warm", chunk_size=g.group_size)  # compiles the simulator
+    first = time.perf_counter() - t0
     t0 = time.perf_counter()
     run_grid(g, d / "sim", chunk_size=g.group_size)
-    per_point = (time.perf_counter() - t0) / g.n_points
+    timed = time.perf_counter() - t0
+    per_point = timed / g.n_points
     tasks = math.ceil(study / points_per_task)
     task_s = points_per_task * per_point + row2["segment_task_fixed_s"]
-    compile_s = 30.0  # one compilation of the simulator per worker (measured: 10-30 s here)
+    compile_s = max(0.0, first - timed)  # what a worker's first task costs more than the others
     total = math.ceil(tasks / workers) * task_s + tasks / row2["tasks_per_s"] + compile_s
     return {"points": g.n_points, "per_point_s": per_point, "study_points": study, "workers": workers,
             "points_per_task": points_per_task, "tasks": tasks, "task_s": task_s, "compile_s": compile_s,
             "projected_s": total, "one_core_s": study * per_point}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one line and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def _positive(kind: type, zero: bool = False):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (v >= 0 if zero else v > 0) or not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'at least 0' if zero else 'above 0'}")
+        return v
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _parts(text: str) -> set[int]:
+    try:
+        parts = {int(x) for x in text.split(",")}
+    except ValueError:
+        parts = set()
+    if not parts or not parts <= {1, 2, 3, 4}:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of 1, 2, 3, 4")
+    return parts
+
+
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points", type=float, default=2e6)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--trials", type=int, default=256)
+    ap = _Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=_positive(float), default=2e6)
+    ap.add_argument("--repeat", type=_positive(int), default=3)
+    ap.add_argument("--trials", type=_positive(int), default=256)
+    ap.add_argument("--parts", type=_parts, default={1, 2, 3, 4},
+                    help="which parts to run, e.g. 1,2 (part 4 needs part 2's figures: without part 2, "
+                         "--tasks-per-s and --task-fixed-ms from an earlier run)")
+    ap.add_argument("--tasks-per-s", type=_positive(float), help="the scheduler's rate, printed by part 2")
+    ap.add_argument("--task-fixed-ms", type=_positive(float, zero=True),
+                    help="the fixed cost of a segment task, printed by part 2")
     ap.add_argument("--smoke", action="store_true",
                     help="a tiny run that writes nothing (the test suite's check that this script works)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.parts = {1, 2, 3, 4}
+    if 4 in args.parts and not args.parts & {1, 2} and (args.tasks_per_s is None or args.task_fixed_ms is None):
+        ap.error("--parts 4 without part 1 or 2 needs --tasks-per-s and --task-fixed-ms (part 2's figures)")
     import jax
 
     from sweep.runner.progress import enable_compile_cache
@@ -285,41 +334,57 @@ def main(argv: list[str] | None = None) -> dict:
         d = Path(tmp)
         enable_compile_cache(str(d / "jax-cache"))  # the workers load what the client compiled
         workers = [1] if args.smoke else [1, 2]
-        print("part 1: the same grid in process and on a LocalCluster (warm workers), median of runs")
-        r1, r2 = part1(_grid(1 if args.smoke else int(args.points), d), 1 if args.smoke else args.repeat, workers, d,
-                       (200, 2) if args.smoke else (5000, 32))
-        results["part1"] = r1
-        print(f"  {'points':>10} {'in process s':>13} " + " ".join(f"{f'{n} worker(s) s':>14} {'overhead':>9}" for n in workers))
-        print(f"  {r1['points']:>10,} {r1['in_process_s']:>13.2f} "
-              + " ".join(f"{r1[f'dask_{n}_s']:>14.2f} {r1[f'overhead_{n}']:>+9.1%}" for n in workers))
-        print("part 2: the scheduler (no-op tasks) and the fixed cost of a segment task (1 worker)")
-        results["part2"] = r2
-        print(f"  tasks/s {r2['tasks_per_s']:,.0f} ({r2['noop_tasks']} no-op tasks); segment task fixed cost "
-              f"{r2['segment_task_fixed_s'] * 1e3:.1f} ms over {r2['segments']} segments "
-              f"(in process {r2['segment_in_process_s'] * 1e3:.1f} ms a segment)")
-        print("part 3: trials/s of sweep search workers sharing one study (first trial start to last end)")
-        counts = [1] if args.smoke else [1, 4]
-        r3 = part3(16 if args.smoke else args.trials, 8 if args.smoke else 16, counts, d, args.smoke)
-        results["part3"] = r3
-        print(f"  {'storage':<11} " + " ".join(f"{f'{n} worker(s)':>12}" for n in counts))
-        for storage in dict.fromkeys(r["storage"] for r in r3):
-            cells = {r["workers"]: r["trials_per_s"] for r in r3 if r["storage"] == storage}
-            print(f"  {storage:<11} " + " ".join(f"{cells[n]:>12.1f}" for n in counts))
-        print("part 4: the simulator per point, and a 10^4-point simulated study on 64 workers (projected)")
-        sim = ("n_requests = 1000\nwarmup = 100\nreplications = 2" if args.smoke else "")
-        r4 = part4([50.0] if args.smoke else [20.0, 50.0, 80.0, 110.0], sim, d, r2,
-                   points_per_task=40, workers=64, study=10_000, warm=not args.smoke)
-        results["part4"] = r4
-        print(f"  {r4['per_point_s']:.3f} s a simulated point (one core, {r4['points']} points); "
-              f"{r4['study_points']:,} points = {r4['tasks']} tasks of {r4['points_per_task']} points, "
-              f"{r4['task_s']:.1f} s each; on {r4['workers']} workers: about {r4['projected_s'] / 60:.1f} min "
-              f"(one core: {r4['one_core_s'] / 3600:.1f} h)")
+        if args.parts & {1, 2}:
+            run12(args, workers, d, results)
+        if 3 in args.parts:
+            run3(args, d, results)
+        if 4 in args.parts:
+            r2 = results.get("part2") or {"tasks_per_s": args.tasks_per_s, "segment_task_fixed_s": args.task_fixed_ms / 1e3}
+            run4(args, d, results, r2)
         jax.config.update("jax_compilation_cache_dir", cache_before)
     if not args.smoke:
         out = HERE / "results"
         out.mkdir(exist_ok=True)
         (out / "cluster.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def run12(args: argparse.Namespace, workers: list[int], d: Path, results: dict) -> None:
+    print("part 1: the same grid in process and on a LocalCluster (warm workers), median of runs")
+    r1, r2 = part1(_grid(1 if args.smoke else int(args.points), d), 1 if args.smoke else args.repeat, workers, d,
+                   (200, 2) if args.smoke else (5000, 32))
+    results["part1"] = r1
+    print(f"  {'points':>10} {'in process s':>13} " + " ".join(f"{f'{n} worker(s) s':>14} {'overhead':>9}" for n in workers))
+    print(f"  {r1['points']:>10,} {r1['in_process_s']:>13.2f} "
+          + " ".join(f"{r1[f'dask_{n}_s']:>14.2f} {r1[f'overhead_{n}']:>+9.1%}" for n in workers))
+    print("part 2: the scheduler (no-op tasks) and the fixed cost of a segment task (1 worker)")
+    results["part2"] = r2
+    print(f"  tasks/s {r2['tasks_per_s']:,.0f} ({r2['noop_tasks']} no-op tasks); segment task fixed cost "
+          f"{r2['segment_task_fixed_s'] * 1e3:.1f} ms over {r2['segments']} segments "
+          f"(in process {r2['segment_in_process_s'] * 1e3:.1f} ms a segment)")
+
+
+def run3(args: argparse.Namespace, d: Path, results: dict) -> None:
+    print("part 3: trials/s of sweep search workers sharing one study (first trial start to last end)")
+    counts = [1] if args.smoke else [1, 4]
+    r3 = part3(16 if args.smoke else args.trials, 8 if args.smoke else 16, counts, d, args.smoke)
+    results["part3"] = r3
+    print(f"  {'storage':<11} " + " ".join(f"{f'{n} worker(s)':>12}" for n in counts))
+    for storage in dict.fromkeys(r["storage"] for r in r3):
+        cells = {r["workers"]: r["trials_per_s"] for r in r3 if r["storage"] == storage}
+        print(f"  {storage:<11} " + " ".join(f"{cells[n]:>12.1f}" for n in counts))
+
+
+def run4(args: argparse.Namespace, d: Path, results: dict, r2: dict) -> None:
+    print("part 4: the simulator per point, and a 10^4-point simulated study on 64 workers (projected)")
+    sim = ("n_requests = 1000\nwarmup = 100\nreplications = 2" if args.smoke else "")
+    r4 = part4([50.0] if args.smoke else [20.0, 50.0, 80.0, 110.0], sim, d, r2,
+               points_per_task=40, workers=64, study=10_000)
+    results["part4"] = r4
+    print(f"  {r4['per_point_s']:.3f} s a simulated point (one core, {r4['points']} points); "
+          f"{r4['study_points']:,} points = {r4['tasks']} tasks of {r4['points_per_task']} points, "
+          f"{r4['task_s']:.1f} s each, a compilation {r4['compile_s']:.1f} s a worker; on {r4['workers']} workers: "
+          f"about {r4['projected_s'] / 60:.1f} min (one core: {r4['one_core_s'] / 3600:.1f} h)")
 
 
 if __name__ == "__main__":

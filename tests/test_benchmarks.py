@@ -145,3 +145,13 @@ def test_benchmark_smoke(path, capsys):
     assert _listing() == before, f"{path.name} --smoke wrote into benchmarks/results/ or docs/"
     if path.stem in CHECKS:  # a new script gets the checks above until it has its own
         CHECKS[path.stem](out, text)
+
+
+@pytest.mark.parametrize("argv", [["--parts", "4"], ["--parts", "1,5"], ["--repeat", "0"], ["--task-fixed-ms", "x"]])
+def test_cluster_bad_arguments_are_one_line_and_exit_2(argv, capsys):
+    """Part 4 alone needs part 2's figures from an earlier run: never invented ones."""
+    with pytest.raises(SystemExit) as exc:
+        _load(BENCH / "cluster.py").main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err

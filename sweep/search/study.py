@@ -183,10 +183,7 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
         out_dir.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     evaluator = BatchEvaluator(plan, search.batch)
-    if search.storage == "journal":
-        with BudgetLock(search, out_dir, None):
-            _repair_journal(out_dir / STORAGE_FILES["journal"])
-    storage = _storage(search, out_dir)
+    storage = open_storage(search, out_dir)
     owner = Owner(storage)
     rows: list[dict[str, Any]] = []
     old = optuna.logging.get_verbosity()
@@ -367,6 +364,20 @@ class BudgetLock:
             self._conn.invalidate()
         finally:
             self._conn = None
+
+
+def open_storage(search: SearchSpec, out_dir: Path) -> Any:
+    """The study storage. A SQLite or journal file is opened by one process of the folder at
+    a time (under its budget lock): opening a new SQLite file creates Optuna's tables and
+    stamps their version, which workers starting together would race on ("table ... already
+    exists", a duplicate version row), and a journal is first cut back to its last whole
+    line. PostgreSQL serializes its own table creation (`_postgres_storage`)."""
+    if search.storage not in STORAGE_FILES:
+        return _storage(search, out_dir)
+    with BudgetLock(search, out_dir, None):
+        if search.storage == "journal":
+            _repair_journal(out_dir / STORAGE_FILES["journal"])
+        return _storage(search, out_dir)
 
 
 def _repair_journal(path: Path) -> None:
