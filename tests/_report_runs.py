@@ -1,20 +1,15 @@
 """Run folders for the report tests, made once per test session.
 
-Every run except the continuous one is produced by `sweep run` (in process) from a small
-grid: the report is tested on what the engine really writes. The continuous-serving run
-folder is SYNTHETIC: that serving mode is not implemented yet, so `synthetic_continuous`
-writes a minimal run folder with SPEC 10's column names and made-up, clearly labelled
-values, only to test that its figures switch on and draw.
+Every run is produced by `sweep run` (in process) from a small grid: the report is tested
+on what the engine really writes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -70,11 +65,34 @@ warmup = 100
 replications = 2
 """
 
+#: Continuous batching: two models (one MoE) on two GPUs, two caps, four loads; the
+#: heaviest load saturates some configurations.
+CONTINUOUS = """
+name = "report-continuous"
+description = "report tests: continuous batching, 2 models x 2 GPUs"
+[grid]
+model = ["llama-3.1-8b", "qwen3-30b-a3b"]
+gpu = ["h100-sxm", "a100-80gb"]
+arrival_rps = [1.0, 4.0, 16.0, 40.0]
+prompt_tokens = 512
+prompt_cv = 1.0
+output_tokens = 128
+output_cv = 1.0
+batch_size = [16, 64]
+max_batched_tokens = 2048
+weight_bytes_per_param = "fp8"
+ttft_slo_ms = 500
+tpot_slo_ms = 40
+[options]
+serving = "continuous"
+kv_allocation = "paged"
+"""
+
 _CACHE: dict[str, Path] = {}
 
 
 def run_folder(base: Path, name: str) -> Path:
-    """The run folder `name` (seed, multi, reduced, sim), made once under `base`."""
+    """The run folder `name` (seed, multi, reduced, sim, continuous), made once under `base`."""
     if name in _CACHE:
         return _CACHE[name]
     from sweep.cli import main
@@ -85,63 +103,12 @@ def run_folder(base: Path, name: str) -> Path:
             grid = ROOT / "grids" / "seed-gpt3.toml"
         else:
             grid = base / f"{name}.toml"
-            grid.write_text({"multi": MULTI, "reduced": REDUCED, "sim": SIMULATED}[name])
+            grid.write_text({"multi": MULTI, "reduced": REDUCED, "sim": SIMULATED, "continuous": CONTINUOUS}[name])
         with contextlib.chdir(grid.parent):  # the manifest names the grid file as given: keep it short
             rc = main(["run", grid.name, "--out", str(out), "--quiet", "--progress", "none"])
         assert rc == 0, f"sweep run {grid} failed with {rc}"
     _CACHE[name] = out
     return out
-
-
-def synthetic_continuous(folder: Path) -> Path:
-    """SYNTHETIC continuous-serving run folder (SPEC 10 column names, made-up values).
-
-    Two models x two GPUs x two batch caps x four loads; throughput per user falls and
-    TTFT/TPOT rise with load, and the heaviest load of the small cap is unstable (NULL
-    latencies, the spelling the engine will use). Not the engine's output: a stand-in
-    until `serving = "continuous"` exists.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
-    pid = 0
-    for mi, model in enumerate(["synthetic-8b", "synthetic-70b"]):
-        for gi, gpu in enumerate(["gpu-a", "gpu-b"]):
-            for cap in (16, 64):
-                for li, lam in enumerate((1.0, 2.0, 4.0, 8.0)):
-                    stable = not (cap == 16 and li == 3)
-                    scale = (1 + mi) * (1.5 - 0.5 * gi)
-                    tpot = 10.0 * scale * (1 + 0.1 * li) * (1 + cap / 128)
-                    ttft = 80.0 * scale * (1 + 0.4 * li)
-                    rows.append({
-                        "row_id": 2 * mi + gi, "point_id": pid, "model": model, "gpu": gpu, "gpus_per_replica": 1, "replicas": 1,
-                        "arrival_rps": lam, "lambda_per_replica_rps": lam, "batch_size": cap,
-                        "max_batched_tokens": 2048, "prompt_tokens": 512.0, "output_tokens": 128.0,
-                        "stable": stable, "percentile": 0.99, "ttft_slo_ms": 500.0, "tpot_slo_ms": 40.0,
-                        "tok_s_per_user": 1000.0 / tpot if stable else None,
-                        "tok_s_per_gpu": lam * 128.0 * 8 / scale if stable else None,
-                        "ttft_mean_ms": ttft if stable else None, "ttft_p_ms": 2.5 * ttft if stable else None,
-                        "tpot_mean_ms": tpot if stable else None, "tpot_p_ms": 1.8 * tpot if stable else None,
-                        "action": "ok" if stable else "unstable",
-                    })
-                    pid += 1
-    table = pa.Table.from_pylist(rows)
-    (folder / "points").mkdir(exist_ok=True)
-    pq.write_table(table.drop_columns(["row_id"]), folder / "points" / "part-0.parquet")
-    stable = table.filter(pa.compute.field("stable"))
-    pq.write_table(stable, folder / "frontier.parquet")
-    per_row = np.bincount(stable.column("row_id").to_numpy(), minlength=4)
-    opt = pa.Table.from_pylist([{"row_id": i, "group_id": i, "model": m, "gpu": g, "n_points": 8,
-                                 "n_frontier": int(per_row[i]), "reason": "ok", "replicas_min": 1.0,
-                                 "replicas_min_cost_usd_per_hour": 2.0 * (i + 1)}
-                                for i, (m, g) in enumerate([("synthetic-8b", "gpu-a"), ("synthetic-8b", "gpu-b"),
-                                                            ("synthetic-70b", "gpu-a"), ("synthetic-70b", "gpu-b")])])
-    pq.write_table(opt, folder / "optimum.parquet")
-    manifest = {"grid_name": "synthetic-continuous", "serving": "continuous", "synthetic": True,
-                "grid_file": "(synthetic test fixture)", "rows": {"grid_points": table.num_rows},
-                "axes": {"model": 2, "gpu": 2, "batch_size": 2, "arrival_rps": 4},
-                "decisions": {"row_axes": ["max_batched_tokens", "batch_size"]}}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return folder
 
 
 def tiled_frontier(src: Path, folder: Path, copies: int) -> Path:

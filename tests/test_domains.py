@@ -37,7 +37,8 @@ from sweep.models import REGISTRY, ServingModel
 from sweep.models.dynamic import DOMAINS, MAX_WINDOWED_BATCH, MIN_T_SVC_MS, OPTION_PARAMS, PARAMS
 
 N = 512
-MODELS = sorted(REGISTRY.items())
+#: The dynamic serving mode's models (the continuous mode's domains: tests/test_domains_continuous.py)
+MODELS = sorted((k, m) for k, m in REGISTRY.items() if m.serving == "dynamic")
 IDS = [f"{s}/{n}" for (s, n), _ in MODELS]
 NUMERIC = tuple(p for p in PARAMS if p.domain is not None)
 BY_KEY = {p.key: p for p in NUMERIC}

@@ -30,7 +30,7 @@ from sweep.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "digests.json"
 #: Grids too large for the default suite (seconds of compute and tens of MB of output).
-SLOW = {"fleet-nightly.toml", "search-fleet.toml"}
+SLOW = {"fleet-nightly.toml", "search-fleet.toml", "llm-fleet.toml"}
 SORT_KEYS = {"points": ["point_id"], "frontier": ["point_id"], "optimum": ["row_id"],
              "search": ["study_name", "rank"]}
 

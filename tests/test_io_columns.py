@@ -22,8 +22,17 @@ def test_readme_documents_every_column(root):
 
 
 def test_every_model_column_is_in_the_reference():
-    points = reference("points")
     for (serving, _), model in REGISTRY.items():
+        points = reference("points", get_model(serving))
         for c in model.columns:
             assert f"| `{c.name}` |" in points, (serving, model.name, c.name)
-    assert "Only with latency_model = batcher." in points  # model-specific columns say so
+    assert "Only with latency_model = batcher." in reference("points")  # model-specific columns say so
+
+
+def test_continuous_tables_in_docs_are_the_generated_reference(root):
+    doc = (root / "docs" / "continuous.md").read_text()
+    for table in ("points", "optimum"):
+        assert f"<!-- columns:{table}:continuous -->" in doc
+    assert fill_markdown(doc) == doc, "run: python -m sweep.io.columns --readme docs/continuous.md"
+    for c in get_model("continuous").columns:
+        assert f"`{c.name}`" in doc, c.name

@@ -44,8 +44,22 @@ def _catalog_figures(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
 
 def random_points(serving: str, rng: np.random.Generator, n: int, *, windowed: bool) -> dict[str, np.ndarray]:
     """Valid points over wide ranges of each model's domain (file units)."""
-    assert serving == "dynamic", f"add a sampler for serving mode {serving!r}"
     u, lu = rng.uniform, lambda lo, hi: 10 ** rng.uniform(lo, hi, n)
+    if serving == "continuous":
+        cap = rng.integers(1, 1025, n).astype(float)
+        budget = np.where(rng.random(n) < 0.3, math.inf, np.maximum(cap, lu(1, 5)))
+        return {
+            "arrival_rps": lu(-3, 3), "replicas": rng.integers(1, 9, n).astype(float),
+            "prompt_tokens": lu(0, 4.5), "prompt_cv": u(0, 3, n), "output_tokens": lu(0, 3.5), "output_cv": u(0, 3, n),
+            "batch_size": cap, "max_batched_tokens": budget if windowed else np.full(n, math.inf),
+            "t_fixed_ms": lu(-2, 2), "t_token_ms": lu(-5, -1), "t_ctx_ms": lu(-8, -3), "service_cv": u(0, 2, n),
+            "ttft_slo_ms": np.where(rng.random(n) < 0.3, math.inf, lu(1, 5)), "tpot_slo_ms": lu(0, 3),
+            "slo_ms": np.where(rng.random(n) < 0.5, math.inf, lu(2, 6)), "percentile": u(0.5, 0.9999, n),
+            "rho_max": u(0.5, 1, n), "rho_min": u(0, 0.49, n), "gpus_per_replica": rng.choice([1.0, 2.0, 4.0, 8.0], n),
+            "kv_bytes_per_elem": rng.choice([0.5, 1.0, 2.0], n), "weight_bytes_per_param": rng.choice([0.5, 1.0, 2.0], n),
+            "queue_capacity": np.where(rng.random(n) < 0.2, 100.0, math.inf), "eta_bw": u(0.1, 1, n), "eta_flops": u(0.1, 1, n),
+        }
+    assert serving == "dynamic", f"add a sampler for serving mode {serving!r}"
     seq = rng.integers(1, 131_073, n).astype(float)
     windows = np.where(rng.random(n) < 0.2, 0.0, lu(-2, 4)) if windowed else np.full(n, math.inf)
     if windowed:
@@ -63,6 +77,9 @@ def random_points(serving: str, rng: np.random.Generator, n: int, *, windowed: b
 
 
 def statics(model: ServingModel) -> list[dict]:
+    if model.serving == "continuous":  # contiguous given times; paged roofline with a reserve
+        return [dict(paged=False, service_source="given", block_tokens=16.0, reserve_fraction=0.0),
+                dict(paged=True, service_source="roofline", block_tokens=16.0, reserve_fraction=0.1)]
     base = dict(paged=False, service_source="given", mean_follows=False, block_tokens=16.0, reserve_fraction=0.0)
     # Two compilations per model: both batching regimes with given times and contiguous KV;
     # full batches only, paged KV, the roofline and a reserve.
@@ -77,6 +94,8 @@ def evaluate(model: ServingModel, static: dict, points: dict[str, np.ndarray], f
     columns = tuple(c.name for c in model.columns if c.when != "simulation" and c.name != "point_id")
     if static["service_source"] != "roofline":
         columns = tuple(c for c in columns if c not in ("eta_bw", "eta_flops", "tokens_per_request"))
+    elif model.serving == "continuous":
+        points = {k: v for k, v in points.items() if k not in ("t_fixed_ms", "t_token_ms", "t_ctx_ms")}
     return evaluate_points(model, points, figures, static=static, columns=columns)
 
 
@@ -86,15 +105,16 @@ def test_columns_as_declared_no_nan_inf_where_unstable(key, model):
     declared = {c.name: c for c in model.columns}
     for static in statics(model):
         n = 512
-        points = random_points(model.serving, rng, n, windowed=static["windowed"])
+        points = random_points(model.serving, rng, n, windowed=static.get("windowed", True))
         out = evaluate(model, static, points, _catalog_figures(rng, n))
         public = {k: v for k, v in out.items() if not k.startswith("_")}
         for name, values in public.items():
             assert values.dtype == _DTYPES[declared[name].dtype], (name, values.dtype)
             assert not np.isnan(values.astype(np.float64)).any(), f"{model.name}: NaN in {name} ({static})"
         unstable = ~out["stable"]
-        assert np.isinf(out["latency_ms"][unstable]).all() and (out["latency_ms"][unstable] > 0).all()
-        assert (np.isfinite(out["latency_ms"]) | ~out["feasible"]).all()
+        for latency, _ in model.slo_checks:  # every latency an SLO checks is +inf where unsustainable
+            assert np.isinf(out[latency][unstable]).all() and (out[latency][unstable] > 0).all(), latency
+            assert (np.isfinite(out[latency]) | ~out["feasible"]).all(), latency
         assert not (out["feasible"] & ~out["stable"]).any()
 
 
@@ -117,16 +137,22 @@ def test_monotone_in_load_where_claimed(key, model):
         assert not down.any(), f"{model.name}: {name} decreases with load at {np.argwhere(down)[:3].tolist()}"
 
 
+GRIDS = {
+    "dynamic": {"arrival_rps": [10.0, 50.0, 200.0], "batch_size": [1, 4, 16], "batch_window_ms": [5.0, math.inf],
+                "seq_len": 2048, "model": "llama-3.1-8b", "gpu": "h100-sxm", "t_fixed_ms": 10.0, "t_req_ms": 1.0,
+                "slo_ms": 100.0},
+    "continuous": {"arrival_rps": [1.0, 5.0, 20.0], "batch_size": [8, 32, 128], "max_batched_tokens": [2048, math.inf],
+                   "prompt_tokens": 500, "output_tokens": 100, "model": "llama-3.1-8b", "gpu": "h100-sxm",
+                   "t_fixed_ms": 10.0, "t_token_ms": 0.02, "t_ctx_ms": 1e-5, "tpot_slo_ms": 40.0},
+}
+
+
 @pytest.mark.parametrize("key,model", [m for m in MODELS if not m[1].needs_host_pass],
                          ids=[i for i, m in zip(IDS, MODELS) if not m[1].needs_host_pass])
 def test_one_compilation_per_chunk_shape(key, model, tmp_path):
     serving, name = key
-    spec = grid_from_dict({
-        "name": "contract", "options": {"serving": serving, "latency_model": name},
-        "grid": {"arrival_rps": [10.0, 50.0, 200.0], "batch_size": [1, 4, 16], "batch_window_ms": [5.0, math.inf],
-                 "seq_len": 2048, "model": "llama-3.1-8b", "gpu": "h100-sxm", "t_fixed_ms": 10.0, "t_req_ms": 1.0,
-                 "slo_ms": 100.0},
-    })
+    spec = grid_from_dict({"name": "contract", "options": {"serving": serving, "latency_model": name},
+                           "grid": GRIDS[serving]})
     ev = Evaluator(spec, chunk_size=spec.group_size)  # one group per chunk: 3 chunks
     chunks = list(ev.iter_chunks())
     assert len(chunks) == 3 and ev.compile_count() == 1

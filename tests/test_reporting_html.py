@@ -1,6 +1,6 @@
 """`sweep report`: the queries against real run folders, the figures' numbers against the
 Parquet files, the HTML's self-containment, the payload bound on a large frontier, the
-continuous-serving figures (synthetic run folder), +inf and NULL read alike, `--png`, and
+continuous-serving figures, +inf and NULL read alike, `--png`, and
 the command's exit codes."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from _report_runs import run_folder, synthetic_continuous, tiled_frontier
+from _report_runs import run_folder, tiled_frontier
 
 from sweep.cli import main
 from sweep.reporting import ReportError, build_report
@@ -240,8 +240,8 @@ def test_payload_is_bounded_on_a_large_frontier(runs, tmp_path):
 # --------------------------------------------------------------------------- continuous serving
 
 
-def test_synthetic_continuous_run_draws_its_figures(tmp_path):
-    run_dir = synthetic_continuous(tmp_path / "continuous")  # SYNTHETIC: SPEC 10 names, made-up values
+def test_continuous_run_draws_its_figures(runs, tmp_path):
+    run_dir = runs("continuous")
     result = build_report(run_dir, out=tmp_path / "c.html")
     assert {"throughput", "ttft-tpot", "frontier"} <= set(result.figures)
     assert "latency" in result.skipped and "continuous" in result.skipped["latency"]
@@ -249,11 +249,12 @@ def test_synthetic_continuous_run_draws_its_figures(tmp_path):
     thr = _figure(payload, "throughput")["fig"]
     pts = pq.read_table(run_dir / "points").to_pydict()
     stable = [i for i, s in enumerate(pts["stable"]) if s]
+    assert 0 < len(stable) < len(pts["stable"])
     xs = np.concatenate([_decode(t["x"]) for t in thr["data"]])
     np.testing.assert_allclose(np.sort(xs), np.sort([pts["tok_s_per_user"][i] for i in stable]))
     ttl = _figure(payload, "ttft-tpot")["fig"]
     ttft = np.concatenate([_decode(t["y"]) for t in ttl["data"] if t["yaxis"] == "y"])
-    assert np.isfinite(ttft).sum() == len(stable)  # the unstable point (NULL) is a gap
+    assert np.isfinite(ttft).sum() == len(stable)  # the unstable points (+inf) are gaps
     assert {s["y0"] for s in ttl["layout"]["shapes"]} == {500.0, 40.0}
     front = _figure(payload, "frontier")["fig"]
     assert front["layout"]["xaxis"]["title"]["text"].startswith("tok/s per user")

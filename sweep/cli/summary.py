@@ -36,8 +36,10 @@ def print_summary(spec: GridSpec, result: RunResult, console: Console | None = N
         f"in {m['timings_s']['total']:.2f} s ({m['timings_s']['points_per_s']:,.0f} points/s; "
         f"service times {spec.service_source}, latency {spec.options.latency_model})"
     )
-    if result.rows is not None:
+    if result.rows is not None and spec.model.serving == "dynamic":
         _point_table(spec, result.rows, console)
+    elif result.rows is not None:
+        _continuous_table(spec, result.rows, console)
     counts = ", ".join(f"{a} {result.action_counts[a]:,}" for a in ACTIONS if result.action_counts.get(a))
     console.print(f"actions: {counts}")
 
@@ -94,3 +96,24 @@ def _point_table(spec: GridSpec, rows: dict[str, np.ndarray], console: Console) 
         )
         if len(seen) >= 8:
             break
+
+
+def _continuous_table(spec: GridSpec, rows: dict[str, np.ndarray], console: Console) -> None:
+    """Continuous serving: per point, the knobs, the percentiles the SLOs check, throughput."""
+    q = spec.axis("percentile").values
+    ql = f"P{100 * q[0]:g}" if len(q) == 1 else "P(q)"
+    varying = [a.key for a in spec.axes if len(a) > 1 and a.key not in ("batch_size", "max_batched_tokens")]
+    t = Table(title="per point (times in ms)", title_justify="left")
+    for key in varying:
+        t.add_column(key, justify="right")
+    for name in ("N", "M", "running", "step", f"TTFT {ql}", f"TPOT {ql}", f"E2E {ql}", "tok/s/GPU", "tok/s/user", "rho", "action"):
+        t.add_column(name, justify="right")
+    names = {"model": [m.name for m in spec.models], "gpu": [g.name for g in spec.gpus]}
+    for i in range(len(rows["batch_size"])):
+        cells = [names[k][rows[k][i]] if k in names else f"{rows[k][i]:g}" for k in varying]
+        cells += [f"{rows['batch_size'][i]}", _fmt(rows["max_batched_tokens"][i], 0), _fmt(rows["mean_running"][i], 1),
+                  _fmt(rows["step_mean_ms"][i], 2), _fmt(rows["ttft_p_ms"][i]), _fmt(rows["tpot_p_ms"][i], 2),
+                  _fmt(rows["e2e_p_ms"][i]), _fmt(rows["tok_s_per_gpu"][i]), _fmt(rows["tok_s_per_user"][i]),
+                  _fmt(100 * float(rows["rho"][i]), 1) + "%", ACTIONS[rows["action"][i]]]
+        t.add_row(*cells)
+    console.print(t)

@@ -30,8 +30,11 @@ if TYPE_CHECKING:
 
 def add_commands(sub: Any) -> None:
     """Register `fit`, `kv`, `catalog` and `report` on the subparsers action `sub`."""
-    f = sub.add_parser("fit", help="fit T_svc(B) = T_fixed + t_req B to a profile CSV (batch_size,latency_ms)")
-    f.add_argument("profile", type=Path, help="CSV with header batch_size,latency_ms; '#' comments allowed")
+    f = sub.add_parser("fit", help="fit service times to a profile CSV: T_svc(B) = T_fixed + t_req B "
+                       "(batch_size,latency_ms), or the continuous step time t_fixed + t_token n_tok + t_ctx n_ctx "
+                       "from steps (n_tokens,n_ctx,step_ms) or a serving benchmark "
+                       "(concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms)")
+    f.add_argument("profile", type=Path, help="CSV whose header names the shape; '#' comments allowed")
     f.set_defaults(handler=cmd_fit)
     one_line_errors(f)
 
@@ -176,10 +179,13 @@ def _catalog(args: argparse.Namespace):
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from sweep.grid.profile import fit_file
+    from sweep.grid.fit import fit_file
+    from sweep.grid.step_fit import StepFit
 
     fit = fit_file(args.profile)
     console = _console()
+    if isinstance(fit, StepFit):
+        return _print_step_fit(console, args.profile, fit)
     console.print(
         f"[bold]{args.profile}[/bold]: T_svc(B) = T_fixed + t_req B fitted to {fit.n} rows, "
         f"{len(fit.residuals)} batch sizes"
@@ -194,6 +200,34 @@ def cmd_fit(args: argparse.Namespace) -> int:
         t.add_row(str(r.batch_size), str(r.n), f"{r.mean_latency_ms:.3f}", f"{r.fitted_ms:.3f}",
                   f"{r.residual_ms:+.3f}", f"{r.max_abs_residual_ms:.3f}")
     console.print(t)
+    return 0
+
+
+def _print_step_fit(console: Any, path: Path, fit: Any) -> int:
+    from sweep.grid.step_fit import PIN_SE
+
+    what = "steps" if fit.shape == "step" else "benchmark rows (closed loop: TTFT and TPOT equations)"
+    console.print(f"[bold]{escape(str(path))}[/bold]: T_step = t_fixed + t_token n_tok + t_ctx n_ctx fitted to "
+                  f"{fit.rows} {what}, {fit.n} equations")
+    for (name, unit), value, se in zip((("t_fixed_ms", "ms"), ("t_token_ms", "ms per token"),
+                                        ("t_ctx_ms", "ms per cached token")), fit.coefficients, fit.se_ms):
+        pinned = "   (pinned at 0)" if name in fit.pinned else ""
+        console.print(f"{name:<10} = {value:.6g} {unit}  (standard error {se:.2g}){pinned}")
+    console.print(f"R^2        = {fit.r2:.6f}   (RMS residual {fit.rmse_ms:.4g} ms"
+                  f"{', weighted by 1/measured^2' if fit.shape == 'request' else ''})")
+    t = Table(title="residuals (ms; residual = measured - fitted)", title_justify="left")
+    for name in ("equation", "measured", "fitted", "residual", "relative"):
+        t.add_column(name, justify="right")
+    for label, m, f in zip(fit.labels, fit.measured_ms, fit.fitted_ms):
+        rel = f"{(m - f) / m:+.1%}" if m > 0 else "-"
+        t.add_row(label, f"{m:.4g}", f"{f:.4g}", f"{m - f:+.3g}", rel)
+    console.print(t)
+    bent = [f"{k} ({-z:.1f})" for k, z in fit.pinned_z.items() if z < -PIN_SE]
+    if bent:
+        console.print(f"note: the unconstrained fit put {', '.join(bent)} standard errors below 0: the measurements "
+                      "bend away from a linear step time (below the roofline's ridge extra tokens cost little); "
+                      "the pinned fit is the closest linear one, its residuals above show what it misses")
+    console.print(escape("in a continuous grid: [profile] file = \"...\" (or t_fixed_ms, t_token_ms, t_ctx_ms in [grid])"))
     return 0
 
 

@@ -108,7 +108,7 @@ def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap
         mem_ok=as_rows(out["mem_ok"]),
         stable=as_rows(out["stable"]),
         slo_ok=as_rows(out["slo_ok"]),
-        latency=as_rows(out[d.latency]),
+        latency=as_rows(out[d.latency]) * d.latency_sign,
         e_resp=as_rows(out[d.mean_latency]),
         capacity=as_rows(out[d.capacity]),
         batch=as_rows(out[d.cap]).astype(jnp.float64),

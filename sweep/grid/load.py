@@ -94,7 +94,7 @@ def build(
         values = fill_searched(search, values)
     simulation = _build_simulation(doc.get("simulation"), options, source)
     output = _build_output(doc.get("output", {}), model, source)
-    fit = _fit_profile(doc.get("profile"), values, source) if "profile" in doc else None
+    fit = _fit_profile(doc.get("profile"), values, source, model) if "profile" in doc else None
     values, facts = model.fill(values, _grid_key, source)
     service_source = "fitted" if fit is not None else facts.pop("service_source")
     model.check(values, options, _grid_key, source)
@@ -128,31 +128,36 @@ def build(
 # --------------------------------------------------------------------------- stage 2: shape
 
 
-def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str) -> dict[str, Any]:
-    """`[profile] file = "x.csv"` (relative to the grid file): fit T_fixed, t_req (sweep.fit)
-    and put them in `values` as scalar axes. Exclusive with t_fixed_ms/t_req_ms and the
-    roofline inputs. A bad profile raises `ProfileError` naming the CSV file and row."""
-    from sweep.grid.profile import fit_file
+def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: ServingModel) -> dict[str, Any]:
+    """`[profile] file = "x.csv"` (relative to the grid file): fit the model's service-time
+    coefficients (`sweep.grid.fit`: T_fixed and t_req for the dynamic batcher, t_fixed,
+    t_token and t_ctx for continuous serving) and put them in `values` as scalar axes.
+    Exclusive with those keys and the roofline inputs. A bad profile raises `ProfileError`
+    naming the CSV file and row."""
+    from sweep.grid.fit import FILLS, KINDS, SHAPES, fit_file
 
+    kind = model.profile_kind
+    example = "profiles/my-model.csv"
     if not isinstance(raw, Mapping):
-        raise GridError(source, "profile", raw, 'must be a table, e.g. [profile] file = "profiles/my-model.csv"')
+        raise GridError(source, "profile", raw, f'must be a table, e.g. [profile] file = "{example}"')
     for k in raw:
         if k != "file":
             raise GridError(source, f"profile.{k}", raw[k], "unknown profile key; expected file")
     file = raw.get("file")
     if not isinstance(file, str) or not file.strip():
+        shapes = " or ".join(",".join(SHAPES[s]) for s in KINDS[kind])
         raise GridError(source, "profile.file", file,
-                        'must be a path (string) to a CSV relative to the grid file, e.g. file = "profiles/gpt3-a100.csv"')
-    for key in ("t_fixed_ms", "t_req_ms", "eta_bw", "eta_flops", "tokens_per_request"):
+                        f'must be a path (string) to a CSV ({shapes}) relative to the grid file, e.g. file = "{example}"')
+    for key in (*FILLS[kind], "eta_bw", "eta_flops", "tokens_per_request"):
         if key in values:
             raise GridError(source, f"grid.{key}", values[key][0],
                             "[profile] gives the service times; drop it or the profile, not both")
     path = Path(file)
     if not path.is_absolute():
         path = Path(source).parent / path
-    fit = fit_file(path)  # its T_fixed and t_req lie in the t_fixed_ms / t_req_ms domains, or it raises
-    values["t_fixed_ms"] = [fit.t_fixed_ms]
-    values["t_req_ms"] = [fit.t_req_ms]
+    fit = fit_file(path, kind)  # its coefficients lie in their [grid] domains, or it raises
+    for key, value in fit.grid_values().items():
+        values[key] = [value]
     return fit.as_dict()
 
 

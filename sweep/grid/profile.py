@@ -82,10 +82,15 @@ class Fit:
         r = np.asarray(self.row_residuals_ms)
         return float(np.sqrt(np.mean(r * r)))
 
+    def grid_values(self) -> dict[str, float]:
+        """The `[grid]` keys this fit gives."""
+        return {"t_fixed_ms": self.t_fixed_ms, "t_req_ms": self.t_req_ms}
+
     def as_dict(self) -> dict[str, object]:
         """The summary a manifest records (plain JSON types)."""
         return {
             "file": self.source,
+            "shape": "service",
             "t_fixed_ms": self.t_fixed_ms,
             "t_req_ms": self.t_req_ms,
             "r2": self.r2,

@@ -39,12 +39,6 @@ from sweep.errors import CatalogError, GridError, StorageError, did_you_mean
 from sweep.grid.values import MAX_AXIS_VALUES, check_value
 from sweep.models import ServingModel
 
-#: Objective name -> (output column, direction).
-OBJECTIVES: dict[str, tuple[str, str]] = {
-    "min_cost": ("cost_usd_per_hour", "minimize"),
-    "max_capacity": ("fleet_capacity_rps", "maximize"),
-    "min_latency": ("latency_ms", "minimize"),
-}
 #: The [grid] parameters a search may vary besides the model's row axes (the engine's knobs).
 FLEET_KEYS: tuple[str, ...] = ("gpu", "gpus_per_replica", "replicas")
 
@@ -158,7 +152,7 @@ def parse_search(raw: Any, source: str, model: ServingModel) -> SearchSpec:
     for k in raw:
         if k not in TABLE_KEYS:
             raise GridError(source, f"search.{k}", raw[k], f"unknown search key{did_you_mean(k, TABLE_KEYS)}; expected one of {', '.join(TABLE_KEYS)}")
-    objectives = _objectives(raw.get("objective", DEFAULTS["objective"]), source)
+    objectives = _objectives(raw.get("objective", DEFAULTS["objective"]), source, model)
     if "trials" not in raw:
         raise GridError(source, "search.trials", None, "is required: the trial budget per study, e.g. trials = 256")
     trials = _count(raw["trials"], "trials", source, "the trial budget per study, e.g. trials = 256")
@@ -217,7 +211,8 @@ def check_search_space(search: SearchSpec, model: ServingModel, values: Mapping[
     model.check(space, options, where, search.source)
 
 
-def _objectives(raw: Any, source: str) -> tuple[str, ...]:
+def _objectives(raw: Any, source: str, model: ServingModel) -> tuple[str, ...]:
+    OBJECTIVES = model.objectives
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise GridError(source, "search.objective", raw, f"must name at least one objective: {', '.join(OBJECTIVES)}")

@@ -2,9 +2,10 @@
 
 Point columns are declared by each serving model (`sweep.models`), the reduced outputs'
 by `sweep.decide.tables`, the search answers' by `sweep.search`. This module only renders
-them: `python -m sweep.io.columns points|optimum|frontier|search` prints one table, and
-`python -m sweep.io.columns --readme README.md` rewrites every table between
-`<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file.
+them: `python -m sweep.io.columns points|optimum|frontier|search [SERVING]` prints one
+table, and `python -m sweep.io.columns --readme FILE.md` rewrites every table between
+`<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file (NAME is a
+table, or TABLE:SERVING for a serving mode other than dynamic).
 """
 
 from __future__ import annotations
@@ -73,12 +74,19 @@ def reference(table: str, model: ServingModel | None = None) -> str:
     raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|search [serving/latency_model]; not {table!r}")
 
 
-_MARKED = re.compile(r"(<!-- columns:([a-z]+) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
+_MARKED = re.compile(r"(<!-- columns:([a-z]+(?::[a-z]+)?) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
+
+
+def marked_reference(name: str) -> str:
+    """The table a marker names: `TABLE` (dynamic serving) or `TABLE:SERVING`."""
+    table, _, serving = name.partition(":")
+    return reference(table, get_model(serving) if serving else None)
 
 
 def fill_markdown(text: str) -> str:
-    """`text` with every marked table regenerated."""
-    return _MARKED.sub(lambda m: m.group(1) + reference(m.group(2)) + "\n" + m.group(4), text)
+    """`text` with every marked table regenerated (`<!-- columns:points -->`, or
+    `<!-- columns:points:continuous -->` for another serving mode)."""
+    return _MARKED.sub(lambda m: m.group(1) + marked_reference(m.group(2)) + "\n" + m.group(4), text)
 
 
 if __name__ == "__main__":  # pragma: no cover - docs helper

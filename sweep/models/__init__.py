@@ -8,6 +8,9 @@ files, chunks, Optuna or the CLI.
         latency_model = "gaussian" | "exponential"   the window proxy's tail rules
                         "batcher"                    the greedy-batcher model
                         "simulated"                  the simulator's measured percentile
+    serving = "continuous" (iteration-level batching, TTFT and TPOT):
+        latency_model = "analytic"                   the fixed-point model
+                        "simulated"                  the iteration-level simulator
 
 A new model is one module with a `ServingModel` subclass, registered here, plus its tests
 (`tests/test_models_contract.py` runs the contract on every registered model).
@@ -18,17 +21,19 @@ from __future__ import annotations
 from sweep.errors import did_you_mean
 from sweep.models.base import Column, Decisions, HostPass, Param, ServingModel
 from sweep.models.batcher import BatcherModel
+from sweep.models.continuous import ContinuousModel, SimulatedContinuous
 from sweep.models.proxy import ExponentialProxy, GaussianProxy
 from sweep.models.simulated import SimulatedModel
 
 #: (serving, latency_model) -> the model.
 REGISTRY: dict[tuple[str, str], ServingModel] = {
     (m.serving, m.name): m
-    for m in (GaussianProxy(), ExponentialProxy(), BatcherModel(), SimulatedModel())
+    for m in (GaussianProxy(), ExponentialProxy(), BatcherModel(), SimulatedModel(), ContinuousModel(),
+              SimulatedContinuous())
 }
 SERVING_MODES: tuple[str, ...] = tuple(dict.fromkeys(s for s, _ in REGISTRY))
 #: The latency model a serving mode uses when `[options]` names none.
-DEFAULT_LATENCY_MODEL: dict[str, str] = {"dynamic": "gaussian"}
+DEFAULT_LATENCY_MODEL: dict[str, str] = {"dynamic": "gaussian", "continuous": "analytic"}
 
 
 def latency_models(serving: str) -> tuple[str, ...]:

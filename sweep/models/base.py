@@ -183,6 +183,8 @@ class Decisions:
     knob: str = "batch_window_ms"
     capacity: str = "capacity_rps"
     latency: str = "latency_ms"
+    #: -1 when the frontier's second objective rises (tokens/s per user): minimise -latency
+    latency_sign: float = 1.0
     mean_latency: str = "e_resp_ms"
     utilisation: str = "rho"
     answer_fields: tuple[tuple[str, str, DType, str], ...] = (
@@ -244,6 +246,11 @@ class ServingModel(abc.ABC):
     #: Columns that never decrease as arrival_rps rises, all else fixed (+inf counts as the
     #: largest value); the contract tests check the claim.
     monotone_in_load: ClassVar[tuple[str, ...]] = ()
+    #: `[search] objective` names -> (point column, "minimize" | "maximize").
+    objectives: ClassVar[dict[str, tuple[str, str]]] = {"min_cost": ("cost_usd_per_hour", "minimize")}
+    #: What a `[profile]` CSV fits for this model (`sweep.grid.fit`): "service" (T_svc(B) =
+    #: T_fixed + t_req B) or "step" (T_step = t_fixed + t_token n_tok + t_ctx n_ctx).
+    profile_kind: ClassVar[str] = "service"
     #: Memory XLA needs to compile this model's chunk function beyond the window proxy's,
     #: MB (measured; `sweep.runner.memory` plans --memory-limit with it).
     compile_mb: ClassVar[int] = 0

@@ -168,6 +168,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens,
                                                 block_tokens))
     tf, tt, tc, cv, q = (_f64(x) for x in (t_fixed, t_token, t_ctx, service_cv, q))
+    # a step takes at least 1 ps: the mean step time divides several ratios (0/0 at t_f = 0)
+    tf = jnp.maximum(tf, 1e-12)
     z = ndtri(q)
 
     # -- request moments ------------------------------------------------------------------

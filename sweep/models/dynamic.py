@@ -258,6 +258,11 @@ class DynamicModel(ServingModel):
         "queue_capacity", "service_cv",
     )
     row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
+    objectives: ClassVar[dict[str, tuple[str, str]]] = {
+        "min_cost": ("cost_usd_per_hour", "minimize"),
+        "max_capacity": ("fleet_capacity_rps", "maximize"),
+        "min_latency": ("latency_ms", "minimize"),
+    }
     #: More load: more followers per window (E[B]), more utilisation, a longer P-K wait,
     #: more requests in service, larger B_min (seed eq. 2 rises in lambda).
     monotone_in_load: ClassVar[tuple[str, ...]] = (

@@ -62,7 +62,6 @@ from sweep.engine.evaluate import catalog_tables, evaluate_values, jit_columns
 from sweep.errors import StorageError
 from sweep.grid.search_table import (
     EXACT_LIMIT,
-    OBJECTIVES,
     STORAGE_FILES,
     SearchSpec,
     _hide_password,
@@ -70,7 +69,7 @@ from sweep.grid.search_table import (
     resolve_url,
 )
 from sweep.grid.spec import Axis, GridSpec
-from sweep.models.base import SERVICE_SOURCES, Column
+from sweep.models.base import SERVICE_SOURCES, Column, ServingModel
 
 #: Relative tolerance for "Optuna found the exact optimum" (the exact pass uses a different
 #: batch shape, so latencies may differ in the last bits).
@@ -499,37 +498,57 @@ def kernel_values(plan: _Plan, scenario: dict[str, Any], searched: dict[str, np.
     return v
 
 
-_REDUCED = ("cost_usd_per_hour", "fleet_capacity_rps", "latency_ms", "slo_ms", "lambda_per_replica_rps",
-            "capacity_rps", "stable", "rho", "rho_max", "batch_size", "b_mem_max", "mem_ok")
 
 
 def _evaluate_reduced(v: dict[str, Any], tables: dict[str, Any], **opts: Any) -> dict[str, Any]:
     out = evaluate_values(v, tables, **opts)
-    return {k: out[k] for k in _REDUCED}
+    return {k: out[k] for k in reduced_keys(opts["model"])}
 
 
 # --------------------------------------------------------------------------- objectives, constraints
 
 
-def objective_matrix(out: dict[str, np.ndarray], objectives: tuple[str, ...]) -> np.ndarray:
+def objective_matrix(out: dict[str, np.ndarray], objectives: tuple[str, ...], model: ServingModel) -> np.ndarray:
     """(n, n_objectives) objective values in their natural units and signs."""
-    return np.stack([np.asarray(out[OBJECTIVES[o][0]], dtype=np.float64) for o in objectives], axis=1)
+    return np.stack([np.asarray(out[model.objectives[o][0]], dtype=np.float64) for o in objectives], axis=1)
 
 
-def minimisation_form(values: np.ndarray, objectives: tuple[str, ...]) -> np.ndarray:
-    sign = np.array([-1.0 if OBJECTIVES[o][1] == "maximize" else 1.0 for o in objectives])
+def minimisation_form(values: np.ndarray, objectives: tuple[str, ...], model: ServingModel) -> np.ndarray:
+    sign = np.array([-1.0 if model.objectives[o][1] == "maximize" else 1.0 for o in objectives])
     return values * sign
 
 
-def constraint_values(out: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Optuna constraint values (<= 0 feasible) and the boolean verdict they agree with."""
-    lat, slo = np.asarray(out["latency_ms"], float), np.asarray(out["slo_ms"], float)
+def reduced_keys(model: ServingModel) -> tuple[str, ...]:
+    """The columns objectives and constraints read (the exact pass keeps only these)."""
+    keys = [c for c, _ in model.objectives.values()]
+    keys += [k for check in model.slo_checks for k in check]
+    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max", "batch_size", "mem_ok"]
+    keys += ["b_mem_max"] if any(c.name == "b_mem_max" for c in model.columns) else []
+    return tuple(dict.fromkeys(keys))
+
+
+def constraint_values(out: dict[str, np.ndarray], model: ServingModel) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Optuna constraint values (<= 0 feasible) and the boolean verdict they agree with: every
+    SLO of the model, stability, rho <= rho_max, memory."""
+    slo_ok = np.ones(len(out["stable"]), dtype=bool)
+    slo_graded = np.full(len(out["stable"]), -np.inf)
+    for lat_key, slo_key in model.slo_checks:
+        lat, slo = np.asarray(out[lat_key], float), np.asarray(out[slo_key], float)
+        slo_ok &= lat <= slo
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slo_graded = np.maximum(slo_graded, _graded(lat / slo - 1.0))
+    rho = np.asarray(out[model.decisions.utilisation], float)
+    mem_ok = np.asarray(out["mem_ok"], bool)
+    if "b_mem_max" in out:
+        batch = np.asarray(out["batch_size"], float)
+        mem_graded = _graded((batch - out["b_mem_max"]) / batch)
+    else:
+        mem_graded = np.where(mem_ok, -1.0, 1.0)
     verdicts = {
-        "slo": (lat <= slo, _graded(lat / slo - 1.0)),
+        "slo": (slo_ok, slo_graded),
         "stable": (np.asarray(out["stable"], bool), _graded(out["lambda_per_replica_rps"] / out["capacity_rps"] - 1.0)),
-        "rho": (np.asarray(out["rho"]) <= np.asarray(out["rho_max"]), _graded(np.asarray(out["rho"]) - out["rho_max"])),
-        "memory": (np.asarray(out["mem_ok"], bool),
-                   _graded((np.asarray(out["batch_size"], float) - out["b_mem_max"]) / np.asarray(out["batch_size"], float))),
+        "rho": (rho <= np.asarray(out["rho_max"]), _graded(rho - out["rho_max"])),
+        "memory": (mem_ok, mem_graded),
     }
     cons = {}
     for name, (ok, graded) in verdicts.items():
@@ -606,7 +625,7 @@ def _open_study(plan: _Plan, name: str, storage: Any, worker: int) -> Any:
     import optuna
 
     search = plan.search
-    directions: list[Any] = [OBJECTIVES[o][1] for o in search.objectives]
+    directions: list[Any] = [plan.spec.model.objectives[o][1] for o in search.objectives]
     for attempt in range(STUDY_CREATE_TRIES):
         try:
             study = optuna.create_study(storage=storage, sampler=_sampler(search, 0), study_name=name,
@@ -770,8 +789,8 @@ def _tell(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator,
               for n in numbers]
     out = ev.evaluate(scenario, _encode(plan, [t.params for t in trials]))
     stats.search_calls += 1
-    values = objective_matrix(out, search.objectives)
-    cons, _ = constraint_values(out)
+    values = objective_matrix(out, search.objectives, plan.spec.model)
+    cons, _ = constraint_values(out, plan.spec.model)
     for i, frozen in enumerate(trials):
         trial = optuna.trial.Trial(study, frozen._trial_id)
         for name in CONSTRAINTS:
@@ -789,7 +808,7 @@ def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluat
     feasible = [t for t in complete if all(v <= 0.0 for v in t.constraints.values())]
     if feasible:
         if search.multi_objective:
-            sign = [-1.0 if OBJECTIVES[o][1] == "maximize" else 1.0 for o in search.objectives]
+            sign = [-1.0 if plan.spec.model.objectives[o][1] == "maximize" else 1.0 for o in search.objectives]
             chosen = sorted(study.best_trials, key=lambda t: ([s * v for s, v in zip(sign, t.values)], t.number))
         else:
             chosen = [study.best_trial]
@@ -810,7 +829,7 @@ def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluat
         parts.append(ev.evaluate(scenario, _encode(plan, [t.params for t in part])))
         stats.answer_calls += 1
     out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    _, ok = constraint_values(out)
+    _, ok = constraint_values(out, plan.spec.model)
     return {"trials": unique, "out": out, "meets": ok, "reason": reason,
             "n_complete": len(complete), "n_feasible": len(feasible)}
 
@@ -845,8 +864,8 @@ def exact_solution(plan: _Plan, scenario: dict[str, Any], stats: StudyStats | No
             stats.exact_calls += 1
         n = min(chunk, total - start)
         out = {k: a[:n] for k, a in out.items()}
-        _, ok = constraint_values(out)
-        f = minimisation_form(objective_matrix(out, search.objectives), search.objectives)
+        _, ok = constraint_values(out, plan.spec.model)
+        f = minimisation_form(objective_matrix(out, search.objectives, plan.spec.model), search.objectives, plan.spec.model)
         keep_f.append(f[ok])
         keep_x.append(idx[:n][ok])
     f = np.concatenate(keep_f) if keep_f else np.zeros((0, len(search.objectives)))
@@ -919,8 +938,8 @@ def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact
     search = plan.search
     objectives = search.objectives
     out = ans["out"]
-    found = minimisation_form(objective_matrix(out, objectives), objectives)
-    primary_sign = -1.0 if OBJECTIVES[objectives[0]][1] == "maximize" else 1.0
+    found = minimisation_form(objective_matrix(out, objectives, plan.spec.model), objectives, plan.spec.model)
+    primary_sign = -1.0 if plan.spec.model.objectives[objectives[0]][1] == "maximize" else 1.0
     n = len(ans["trials"])
     coverage = 0.0
     if exact is not None and len(exact["front"]):
@@ -936,7 +955,7 @@ def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact
         row["study_name"] = stats.name
         row["method"] = "optuna"
         row["objective"] = "+".join(objectives)
-        row["objective_value"] = float(objective_matrix(out, objectives)[i, 0])
+        row["objective_value"] = float(objective_matrix(out, objectives, plan.spec.model)[i, 0])
         row["rank"] = i
         row["meets_constraints"] = bool(ans["meets"][i])
         row["reason"] = ans["reason"]

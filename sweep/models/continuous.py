@@ -1,0 +1,449 @@
+"""LLM serving as it runs today (`[options] serving = "continuous"`): iteration-level
+(continuous) batching with TTFT and TPOT targets, the scheduler of vLLM, SGLang,
+TensorRT-LLM and TGI (docs/continuous.md).
+
+Each replica runs one engine: every step carries one decode token per running sequence and
+prompt tokens of admitted ones up to a token budget; a step with `n_tok` new tokens and
+`n_ctx` cached ones takes `t_fixed + t_token n_tok + t_ctx n_ctx`. The knobs are the cap on
+running sequences `batch_size` (vLLM's max_num_seqs) and the token budget
+`max_batched_tokens` (max_num_batched_tokens); the KV capacity in tokens is what the HBM
+holds beside the weights (`kv_allocation = "paged"`: whole `block_tokens` blocks).
+
+Two latency models: `analytic` (default; `sweep.models.cb_analytic`, a fixed point inside
+the jitted kernel) and `simulated` (`sweep.models.cb_sim`, the iteration-level simulator as
+a host pass, whose percentiles then decide). A `[simulation]` table adds the `sim_*`
+columns beside the analytic ones.
+
+Decisions: the row axes are (`max_batched_tokens`, `batch_size`); `b_max_slo` is the
+largest cap meeting every SLO (TTFT, TPOT and E2E at `percentile`, each optional), and the
+frontier runs over (`tok_s_per_gpu` up, `tok_s_per_user` up): throughput against
+interactivity, with its knee and `slo_opt` (the most tokens/s per GPU meeting every SLO).
+Like `capacity_rps` in dynamic serving, `tok_s_per_gpu` is what a configuration sustains
+(its capacity in output tokens/s per GPU), while `tok_s_per_user` is what a user sees at the
+grid's load: at a fixed arrival rate every stable configuration delivers the same output
+tokens/s (`output_tok_s`, the offered load), so the trade-off a row can show is capacity
+against interactivity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from sweep.errors import GridError
+from sweep.models import base
+from sweep.models.base import (
+    SERVICE_SOURCES,
+    WHEN_ROOFLINE,
+    WHEN_SIMULATION,
+    Column,
+    Decisions,
+    Domain,
+    HostPass,
+    Param,
+    ServingModel,
+)
+from sweep.models.cb_analytic import cb_point
+from sweep.models.dynamic import DOMAINS as SEED_DOMAINS
+
+if TYPE_CHECKING:
+    from sweep.grid.spec import GridSpec, SimulationOptions
+
+INF = jnp.inf
+MS = 1e3
+
+DOMAINS: dict[str, Domain] = {
+    **{k: SEED_DOMAINS[k] for k in ("gpus_per_replica", "arrival_rps", "eta_bw", "eta_flops", "weight_bytes_per_param",
+                                    "kv_bytes_per_elem", "percentile", "rho_max", "rho_min", "queue_capacity",
+                                    "service_cv", "replicas")},
+    # token lengths: one token to 1e7 (the longest contexts); a mean, so fractional
+    "prompt_tokens": Domain(1, 1e7, "tokens"),
+    "output_tokens": Domain(1, 1e7, "tokens"),
+    # lognormal spreads of the lengths; beyond 10 the mean says nothing
+    "prompt_cv": Domain(0, 10),
+    "output_cv": Domain(0, 10),
+    # step-time coefficients: up to 1e7 ms a step, 1e3 ms a token, 1e3 ms a cached token
+    "t_fixed_ms": Domain(0, 1e7, "ms"),
+    "t_token_ms": Domain(0, 1e3, "ms"),
+    "t_ctx_ms": Domain(0, 1e3, "ms"),
+    # objectives up to 11.6 days; inf = no such SLO
+    "ttft_slo_ms": Domain(0, 1e9, "ms", lo_open=True, inf=True),
+    "tpot_slo_ms": Domain(0, 1e9, "ms", lo_open=True, inf=True),
+    "slo_ms": Domain(0, 1e9, "ms", lo_open=True, inf=True),
+    # running sequences per replica (max_num_seqs): up to 1e5
+    "batch_size": Domain(1, 1e5, "sequences"),
+    # tokens per step (max_num_batched_tokens): up to 1e8, or inf (whole prompts in one step)
+    "max_batched_tokens": Domain(1, 1e8, "tokens", inf=True),
+}
+
+PARAMS: tuple[Param, ...] = (
+    Param("model", "name", None, example='model = "llama-3.1-70b"'),
+    Param("gpu", "name", None, example='gpu = "h100-sxm"'),
+    Param("gpus_per_replica", "int", 1, DOMAINS["gpus_per_replica"], example="gpus_per_replica = [1, 2, 4, 8]"),
+    Param("arrival_rps", "float", None, DOMAINS["arrival_rps"], example="arrival_rps = [5, 10, 20]"),
+    Param("prompt_tokens", "float", None, DOMAINS["prompt_tokens"], example="prompt_tokens = 1000"),
+    Param("prompt_cv", "float", 0.0, DOMAINS["prompt_cv"], example="prompt_cv = 1.0"),
+    Param("output_tokens", "float", None, DOMAINS["output_tokens"], example="output_tokens = 200"),
+    Param("output_cv", "float", 0.0, DOMAINS["output_cv"], example="output_cv = 1.0"),
+    Param("t_fixed_ms", "float", None, DOMAINS["t_fixed_ms"], example="t_fixed_ms = 12.0"),
+    Param("t_token_ms", "float", None, DOMAINS["t_token_ms"], example="t_token_ms = 0.05"),
+    Param("t_ctx_ms", "float", None, DOMAINS["t_ctx_ms"], example="t_ctx_ms = 1e-5"),
+    Param("eta_bw", "float", 0.8, DOMAINS["eta_bw"], example="eta_bw = 0.8"),
+    Param("eta_flops", "float", 0.5, DOMAINS["eta_flops"], example="eta_flops = 0.5"),
+    Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
+    Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp8"'),
+    Param("ttft_slo_ms", "float", math.inf, DOMAINS["ttft_slo_ms"], example="ttft_slo_ms = 2000"),
+    Param("tpot_slo_ms", "float", math.inf, DOMAINS["tpot_slo_ms"], example="tpot_slo_ms = 50"),
+    Param("slo_ms", "float", math.inf, DOMAINS["slo_ms"], example="slo_ms = 30000  # end to end"),
+    Param("percentile", "float", 0.99, DOMAINS["percentile"], example="percentile = 0.99"),
+    Param("rho_max", "float", 0.85, DOMAINS["rho_max"], example="rho_max = 0.85"),
+    Param("rho_min", "float", 0.5, DOMAINS["rho_min"], example="rho_min = 0.5"),
+    Param("queue_capacity", "int", math.inf, DOMAINS["queue_capacity"], example="queue_capacity = 1000  # or inf"),
+    Param("service_cv", "float", 0.0, DOMAINS["service_cv"], example="service_cv = 0.1"),
+    Param("replicas", "int", 1, DOMAINS["replicas"], example="replicas = [1, 2, 4, 8]"),
+    Param("max_batched_tokens", "int", math.inf, DOMAINS["max_batched_tokens"],
+          example="max_batched_tokens = [2048, 8192, inf]"),
+    Param("batch_size", "int", None, DOMAINS["batch_size"], example="batch_size = [16, 64, 256]"),
+)
+REQUIRED: tuple[str, ...] = ("arrival_rps", "prompt_tokens", "output_tokens", "batch_size", "model", "gpu")
+STEP_KEYS: tuple[str, ...] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
+ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops")
+SLO_KEYS: tuple[str, ...] = ("ttft_slo_ms", "tpot_slo_ms", "slo_ms")
+
+_R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
+
+COLUMNS: tuple[Column, ...] = (
+    base.POINT_ID,
+    Column("model", "dict", "-", "Model catalog name."),
+    Column("gpu", "dict", "-", "GPU catalog name."),
+    Column("gpus_per_replica", "int64", "GPUs", "GPUs per replica (tensor parallel degree)."),
+    Column("arrival_rps", "float64", "requests/s", "Total arrival rate for the fleet."),
+    Column("replicas", "int64", "replicas", "Replicas sharing the load (random split)."),
+    Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate arrival_rps / replicas."),
+    Column("prompt_tokens", "float64", "tokens", "Mean prompt length P (lognormal, rounded, at least 1)."),
+    Column("prompt_cv", "float64", "-", "Coefficient of variation of the prompt length."),
+    Column("output_tokens", "float64", "tokens", "Mean output length O (lognormal, rounded, at least 1)."),
+    Column("output_cv", "float64", "-", "Coefficient of variation of the output length."),
+    Column("batch_size", "int64", "sequences", "The cap N on running sequences (vLLM max_num_seqs)."),
+    Column("max_batched_tokens", "float64", "tokens", "The token budget M of one step (max_num_batched_tokens); +inf = a whole prompt in one step."),
+    Column("t_step_fixed_ms", "float64", "ms", "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx."),
+    Column("t_token_ms", "float64", "ms", "Time per new token in a step."),
+    Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold."),
+    Column("service_source", "dict", "-", "Where the step-time coefficients came from: given | fitted | roofline."),
+    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency.", _R),
+    Column("eta_flops", "float64", "-", "Roofline compute efficiency.", _R),
+    Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
+    Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
+    Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile` (+inf: none)."),
+    Column("tpot_slo_ms", "float64", "ms", "TPOT SLO at `percentile` (+inf: none)."),
+    Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile` (+inf: none)."),
+    Column("percentile", "float64", "-", "Percentile q of the SLOs."),
+    Column("rho_max", "float64", "-", "Near-saturation threshold on rho (action, replicas_min)."),
+    Column("rho_min", "float64", "-", "Over-provisioning threshold on rho (action)."),
+    Column("queue_capacity", "float64", "requests", "Waiting requests before arrivals are dropped; +inf = unbounded."),
+    Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative per-step noise."),
+    Column("kv_capacity_tokens", "float64", "tokens", "KV capacity C: free HBM / KV bytes per token (paged: whole blocks)."),
+    Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param."),
+    Column("free_gb", "float64", "GB", "HBM left for the KV cache after weights and reserve (negative: weights do not fit)."),
+    Column("weights_fit", "bool", "-", "free_gb >= 0."),
+    Column("mem_ok", "bool", "-", "The weights fit and a mean request's reservation (P + O tokens, paged: in blocks) fits in C."),
+    Column("capacity_rps", "float64", "requests/s", "The largest sustainable per-replica arrival rate at this cap and budget (the analytic model's)."),
+    Column("rho", "float64", "-", "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules)."),
+    Column("stable", "bool", "-", "The load is sustainable at the cap and the KV capacity (rho < 1)."),
+    Column("mean_running", "float64", "sequences", "Mean running sequences (admitted, not finished)."),
+    Column("step_mean_ms", "float64", "ms", "Mean step time."),
+    Column("ttft_mean_ms", "float64", "ms", "Mean time to first token; +inf where not stable."),
+    Column("ttft_p_ms", "float64", "ms", "TTFT at `percentile`; +inf where not stable."),
+    Column("tpot_mean_ms", "float64", "ms", "Mean time per output token after the first; +inf where not stable."),
+    Column("tpot_p_ms", "float64", "ms", "TPOT at `percentile`; +inf where not stable."),
+    Column("e2e_mean_ms", "float64", "ms", "Mean end-to-end latency (arrival to last token); +inf where not stable."),
+    Column("e2e_p_ms", "float64", "ms", "E2E at `percentile`; +inf where not stable."),
+    Column("output_tok_s", "float64", "tokens/s", "Output tokens per second of one replica: lambda x O when stable, capacity_rps x O when saturated."),
+    Column("tok_s_per_gpu", "float64", "tokens/s", "Output tokens/s per GPU this cap and budget sustain: capacity_rps x output_tokens / gpus_per_replica (the frontier's throughput axis, as capacity_rps is in dynamic serving)."),
+    Column("tok_s_per_user", "float64", "tokens/s", "1000 / tpot_mean_ms: the speed one user sees (0 where not stable)."),
+    Column("kv_util", "float64", "-", "Time-average share of C reserved by running sequences."),
+    base.SLO_OK,
+    base.FEASIBLE,
+    base.ACTION,
+    Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
+    Column("cost_usd_per_mtok", "float64", "USD", "Cost per million output tokens at this load; +inf where not stable."),
+    # ---- the simulator (a [simulation] table, or latency_model = simulated)
+    *(Column(f"sim_{m}_{k}_ms", "float64", "ms", f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; +inf where not steady.", _S)
+      for m in ("ttft", "tpot", "e2e") for k, what, hw in (("mean", "mean", False), ("mean_hw", "mean", True),
+                                                            ("p", "percentile", False), ("p_hw", "percentile", True))),
+    Column("sim_mean_running", "float64", "sequences", "Simulated mean running sequences.", _S),
+    Column("sim_step_mean_ms", "float64", "ms", "Simulated mean step time.", _S),
+    Column("sim_output_tok_s", "float64", "tokens/s", "Simulated output tokens per second of one replica.", _S),
+    Column("sim_kv_util", "float64", "-", "Simulated time-average share of C reserved.", _S),
+    Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped (full queue, or a reservation larger than C).", _S),
+    Column("sim_preempt", "float64", "-", "Simulated preemptions per request (0 under this scheduler: it never preempts).", _S),
+    Column("sim_steady", "bool", "-", "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); where false the sim_* latencies are +inf.", _S),
+    Column("ttft_rel_err", "float64", "-", "(ttft_mean_ms - sim_ttft_mean_ms) / sim_ttft_mean_ms; +inf where either is +inf.", _S),
+    Column("tpot_rel_err", "float64", "-", "(tpot_mean_ms - sim_tpot_mean_ms) / sim_tpot_mean_ms; +inf where either is +inf.", _S),
+)
+
+ROW_CONSTANT: tuple[str, ...] = (
+    "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "lambda_per_replica_rps", "prompt_tokens",
+    "prompt_cv", "output_tokens", "output_cv", "t_step_fixed_ms", "t_token_ms", "t_ctx_ms", "service_source",
+    "eta_bw", "eta_flops", "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms",
+    "percentile", "rho_max", "rho_min", "queue_capacity", "service_cv", "kv_capacity_tokens", "weights_gb",
+    "free_gb", "weights_fit", "cost_usd_per_hour",
+)
+
+DECISIONS = Decisions(
+    cap="batch_size",
+    knob="max_batched_tokens",
+    capacity="tok_s_per_gpu",
+    latency="tok_s_per_user",
+    latency_sign=-1.0,  # both frontier objectives rise: minimise -tok_s_per_user
+    mean_latency="e2e_mean_ms",
+    utilisation="rho",
+    answer_fields=(
+        ("", "batch_size", "int64", "sequences"),
+        ("_max_batched_tokens", "max_batched_tokens", "float64", "tokens"),
+        ("_ttft_p_ms", "ttft_p_ms", "float64", "ms"),
+        ("_tpot_p_ms", "tpot_p_ms", "float64", "ms"),
+        ("_e2e_mean_ms", "e2e_mean_ms", "float64", "ms"),
+        ("_tok_s_per_gpu", "tok_s_per_gpu", "float64", "tokens/s"),
+        ("_tok_s_per_user", "tok_s_per_user", "float64", "tokens/s"),
+        ("_rho", "rho", "float64", "-"),
+        ("_point_id", "point_id", "int64", "-"),
+    ),
+)
+
+
+def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_tokens: Array | float, *, paged: bool) -> Array:
+    """C = floor(free HBM / KV bytes per token), in whole blocks when paged; 0 where the
+    weights do not fit."""
+    tokens = jnp.floor(jnp.maximum(free_bytes, 0.0) / kv_bytes_per_token)
+    return jnp.floor(tokens / block_tokens) * block_tokens if paged else tokens
+
+
+def step_roofline(weights_bytes: Array, active_params: Array, kv_bytes_per_token: Array, gpus: Array,
+                  hbm_bw: Array, flops: Array, eta_bw: Array, eta_flops: Array) -> tuple[Array, Array, Array]:
+    """(t_fixed, t_token, t_ctx) in seconds, the linear step roofline: the weights stream once
+    per step, each new token costs its matmul FLOPs, each cached token its KV bytes."""
+    bw = gpus * hbm_bw * eta_bw
+    return weights_bytes / bw, 2.0 * active_params / (gpus * flops * eta_flops), kv_bytes_per_token / bw
+
+
+class ContinuousModel(ServingModel):
+    """`serving = "continuous"`, `latency_model = "analytic"`: the fixed-point model of
+    `sweep.models.cb_analytic` decides."""
+
+    serving: ClassVar[str] = "continuous"
+    name: ClassVar[str] = "analytic"
+    params: ClassVar[tuple[Param, ...]] = PARAMS
+    columns: ClassVar[tuple[Column, ...]] = COLUMNS
+    echo: ClassVar[tuple[str, ...]] = (
+        "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
+        "output_tokens", "output_cv", "batch_size", "max_batched_tokens", "eta_bw", "eta_flops",
+        "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms", "percentile",
+        "rho_max", "rho_min", "queue_capacity", "service_cv",
+    )
+    decisions: ClassVar[Decisions] = DECISIONS
+    row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
+    slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
+    objectives: ClassVar[dict[str, tuple[str, str]]] = {
+        "min_cost": ("cost_usd_per_hour", "minimize"),
+        "min_cost_per_mtok": ("cost_usd_per_mtok", "minimize"),
+        "max_tok_s_per_gpu": ("tok_s_per_gpu", "maximize"),
+        "max_tok_s_per_user": ("tok_s_per_user", "maximize"),
+        "min_ttft": ("ttft_p_ms", "minimize"),
+        "min_tpot": ("tpot_p_ms", "minimize"),
+    }
+    profile_kind: ClassVar[str] = "step"
+    #: More load: more running sequences, a larger share of the capacity, longer queues.
+    monotone_in_load: ClassVar[tuple[str, ...]] = ("lambda_per_replica_rps", "rho", "mean_running", "output_tok_s")
+
+    # -- validation -----------------------------------------------------------------------
+
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+        for key in REQUIRED:
+            if key not in values:
+                raise GridError(source, where(key), None, f"is required, e.g. {self.param_by_key[key].example}")
+        given = [k for k in STEP_KEYS if k in values]
+        if given and len(given) != len(STEP_KEYS):
+            missing = [k for k in STEP_KEYS if k not in values]
+            raise GridError(source, where(missing[0]), None,
+                            "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none (roofline estimate from the catalogs)")
+        if given:
+            for key in ROOFLINE_KEYS:
+                if key in values:
+                    raise GridError(source, where(key), values[key][0],
+                                    "roofline input given, but the step-time coefficients are given too; drop one")
+        if not any(k in values for k in SLO_KEYS):
+            raise GridError(source, where("ttft_slo_ms"), None,
+                            "continuous serving needs at least one SLO: ttft_slo_ms, tpot_slo_ms or slo_ms (end to end)")
+        out = dict(values)
+        for p in self.params:
+            if p.key not in out and p.default is not None and not (given and p.key in ROOFLINE_KEYS):
+                out[p.key] = [p.default]
+        return out, {"service_source": "given" if given else "roofline"}
+
+    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
+        if max(values["rho_min"]) >= min(values["rho_max"]):
+            raise GridError(source, where("rho_min"), max(values["rho_min"]),
+                            f"must be < rho_max for every combination (smallest rho_max is {min(values['rho_max'])})")
+        if min(values["max_batched_tokens"]) < max(values["batch_size"]):
+            raise GridError(source, where("max_batched_tokens"), min(values["max_batched_tokens"]),
+                            f"must be >= {where('batch_size')} {max(values['batch_size'])} for every combination: "
+                            "a step must fit one decode token per running sequence")
+        if "t_fixed_ms" in values and min(values["t_fixed_ms"]) == 0 and min(values["t_token_ms"]) == 0:
+            raise GridError(source, where("t_token_ms"), 0.0, "t_fixed_ms and t_token_ms are both 0: a step would take no time")
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    def static(self, spec: GridSpec) -> dict[str, Any]:
+        return dict(
+            paged=spec.options.kv_allocation == "paged",
+            service_source=spec.service_source,
+            block_tokens=float(spec.options.block_tokens),
+            reserve_fraction=spec.options.reserve_fraction,
+        )
+
+    def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
+              reserve_fraction: float) -> dict[str, Array]:
+        gpus = x["gpus_per_replica"]
+        kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
+        weights = x["n_params"] * x["weight_bytes_per_param"]
+        if service_source == "roofline":
+            tf, tt, tc = step_roofline(weights, x["active_params"], kv_per_token, gpus, x["hbm_bw"], x["flops"],
+                                       x["eta_bw"], x["eta_flops"])
+        else:
+            tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
+        lam = x["arrival_rps"] / x["replicas"]
+        free = gpus * x["hbm_bytes"] * (1.0 - reserve_fraction) - weights
+        block = block_tokens if paged else 1.0
+        c_tok = kv_capacity_tokens(free, kv_per_token, block, paged=paged)
+        reservation = jnp.ceil((x["prompt_tokens"] + x["output_tokens"]) / block) * block
+        mem_ok = (free >= 0.0) & (reservation <= c_tok)
+        r = cb_point(lam, x["prompt_tokens"], x["prompt_cv"], x["output_tokens"], x["output_cv"], x["batch_size"],
+                     x["max_batched_tokens"], jnp.where(mem_ok, c_tok, 1.0), block, tf, tt, tc, x["service_cv"],
+                     x["percentile"])
+        stable = r["stable"] & mem_ok
+        rho = jnp.where(r["capacity_rps"] > 0, lam / jnp.where(r["capacity_rps"] > 0, r["capacity_rps"], 1.0), INF)
+
+        def gate(v: Array) -> Array:
+            return jnp.where(stable, v, INF)
+
+        tpot_ms = gate(r["tpot_mean"] * MS)
+        # a saturated engine delivers its capacity; the rest of the offered load queues
+        out_tok = jnp.where(stable, r["output_tok_s"],
+                            jnp.where(mem_ok, jnp.minimum(lam, r["capacity_rps"]) * x["output_tokens"], 0.0))
+        cost_h = x["replicas"] * gpus * x["usd_per_gpu_hour"]
+        per_mtok = jnp.where(stable & (out_tok > 0), cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
+        return {
+            "lambda_per_replica_rps": lam,
+            "t_step_fixed_ms": tf * MS,
+            "t_token_ms": tt * MS,
+            "t_ctx_ms": tc * MS,
+            "service_source": jnp.asarray(SERVICE_SOURCES.index(service_source), dtype=jnp.int32),
+            "kv_capacity_tokens": c_tok,
+            "weights_gb": weights * 1e-9,
+            "free_gb": free * 1e-9,
+            "weights_fit": free >= 0.0,
+            "mem_ok": mem_ok,
+            "capacity_rps": jnp.where(mem_ok, r["capacity_rps"], 0.0),
+            "rho": jnp.where(mem_ok, rho, INF),
+            "stable": stable,
+            "mean_running": jnp.where(stable, r["mean_running"], x["batch_size"]),
+            "step_mean_ms": gate(r["step_mean"] * MS),
+            "ttft_mean_ms": gate(r["ttft_mean"] * MS),
+            "ttft_p_ms": gate(r["ttft_p"] * MS),
+            "tpot_mean_ms": tpot_ms,
+            "tpot_p_ms": gate(r["tpot_p"] * MS),
+            "e2e_mean_ms": gate(r["e2e_mean"] * MS),
+            "e2e_p_ms": gate(r["e2e_p"] * MS),
+            "output_tok_s": out_tok,
+            "tok_s_per_gpu": jnp.where(mem_ok, r["capacity_rps"], 0.0) * x["output_tokens"] / gpus,
+            "tok_s_per_user": jnp.where(stable, 1e3 / jnp.where(stable, tpot_ms, 1.0), 0.0),
+            "kv_util": jnp.where(stable, r["kv_util"], 1.0),
+            "cost_usd_per_hour": cost_h,
+            "cost_usd_per_mtok": per_mtok,
+            "_rho_rules": jnp.where(mem_ok, rho, INF),
+        }
+
+    def host_pass(self, spec: GridSpec) -> HostPass | None:
+        if spec.simulation is None:
+            return None
+        return ContinuousSimulation(spec.simulation, decides=self.needs_host_pass, paged=spec.options.kv_allocation == "paged",
+                                    block_tokens=float(spec.options.block_tokens))
+
+
+class SimulatedContinuous(ContinuousModel):
+    """`serving = "continuous"`, `latency_model = "simulated"`: the simulator's percentiles
+    decide, its steady-state verdict is `stable`."""
+
+    name: ClassVar[str] = "simulated"
+    needs_host_pass: ClassVar[bool] = True
+
+
+class ContinuousSimulation(HostPass):
+    """The iteration-level simulator (`sweep.models.cb_sim`) on one chunk's points."""
+
+    def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float) -> None:
+        self.options = options
+        self.decides = decides
+        self.block = block_tokens if paged else 1.0
+        self.trace = np.asarray(options.trace_times) if options.trace_times else None
+
+    def __call__(self, cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        from sweep.models.cb_sim import CBSimSettings, simulate_continuous
+
+        o = self.options
+        params = {
+            "lam": cols["lambda_per_replica_rps"][:n],
+            "prompt_mean": cols["prompt_tokens"][:n], "prompt_cv": cols["prompt_cv"][:n],
+            "output_mean": cols["output_tokens"][:n], "output_cv": cols["output_cv"][:n],
+            "cap": cols["batch_size"][:n].astype(np.float64),
+            "max_batched_tokens": cols["max_batched_tokens"][:n],
+            "kv_capacity_tokens": np.maximum(cols["kv_capacity_tokens"][:n], 1.0),
+            "block_tokens": np.full(n, self.block),
+            "queue_capacity": cols["queue_capacity"][:n],
+            "t_fixed": cols["t_step_fixed_ms"][:n] * 1e-3, "t_token": cols["t_token_ms"][:n] * 1e-3,
+            "t_ctx": cols["t_ctx_ms"][:n] * 1e-3, "service_cv": cols["service_cv"][:n],
+        }
+        settings = CBSimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
+        sim = simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
+                                  scenario_ids=cols["point_id"][:n])
+        pad = np.minimum(np.arange(len(cols["point_id"])), n - 1)
+        sim = {k: np.asarray(v)[pad] for k, v in sim.items()}
+        steady = sim["stable"].astype(bool) & cols["mem_ok"]
+        out: dict[str, np.ndarray] = {}
+        for m in ("ttft", "tpot", "e2e"):
+            for k in ("mean", "mean_hw", "p", "p_hw"):
+                out[f"sim_{m}_{k}_ms"] = np.where(steady, sim[f"{m}_{k}_s"] * MS, np.inf)
+        out["sim_mean_running"] = sim["mean_running"]
+        out["sim_step_mean_ms"] = sim["step_mean_s"] * MS
+        out["sim_output_tok_s"] = sim["output_tok_s"]
+        out["sim_kv_util"] = sim["kv_util"]
+        out["sim_drop_rate"] = sim["drop_rate"]
+        out["sim_preempt"] = sim["preempt"]
+        out["sim_steady"] = steady
+        for m in ("ttft", "tpot"):
+            a, s = cols[f"{m}_mean_ms"], out[f"sim_{m}_mean_ms"]
+            both = np.isfinite(a) & np.isfinite(s) & (s > 0)
+            safe = np.where(both, s, 1.0)
+            out[f"{m}_rel_err"] = np.where(both, (a - safe) / safe, np.inf)
+        if self.decides:
+            out["stable"] = steady
+            for m in ("ttft", "tpot", "e2e"):
+                out[f"{m}_mean_ms"] = out[f"sim_{m}_mean_ms"]
+                out[f"{m}_p_ms"] = out[f"sim_{m}_p_ms"]
+            out["step_mean_ms"] = np.where(steady, out["sim_step_mean_ms"], np.inf)
+            out["mean_running"] = out["sim_mean_running"]
+            out["output_tok_s"] = sim["output_tok_s"]
+            tpot = out["tpot_mean_ms"]
+            out["tok_s_per_user"] = np.where(steady & (tpot > 0), 1e3 / np.where(tpot > 0, tpot, 1.0), 0.0)
+            out["kv_util"] = sim["kv_util"]
+            rate = out["output_tok_s"] * cols["replicas"]
+            ok = steady & (rate > 0)
+            out["cost_usd_per_mtok"] = np.where(ok, cols["cost_usd_per_hour"] / np.where(ok, rate, 1.0) / 3600.0 * 1e6, np.inf)
+        return out

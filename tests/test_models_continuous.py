@@ -1,0 +1,299 @@
+"""Continuous serving as a grid (`sweep.models.continuous`): its keys validated like every
+other, the columns a run writes, the decisions on TTFT/TPOT SLOs, the simulator as a host
+pass, and a `[search]` over the cap, the token budget, GPUs per replica and replicas.
+
+References:
+- the step roofline and the KV capacity are closed forms of the catalog figures (SPEC 10's
+  step time, section 5's free HBM), recomputed here from `packaged_catalog()`;
+- at light load one request is alone on the engine, so its TTFT, TPOT and E2E are sums of
+  step times written out by hand (the scheduler's rules 3-5);
+- the decisions (b_max_slo, replicas_min, the frontier, slo_opt) are recomputed by brute
+  force over the run's own points table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from sweep import grid as spec
+from sweep.catalog import packaged_catalog
+from sweep.cli import main
+from sweep.errors import GridError
+from sweep.models.continuous import COLUMNS
+from sweep.runner import run_grid
+from sweep.search import run_search
+
+GRID = """
+name = "cont"
+[grid]
+model = ["llama-3.1-8b", "mixtral-8x7b"]
+gpu = "h100-sxm"
+gpus_per_replica = [1, 2]
+arrival_rps = [2.0, 12.0]
+replicas = [1, 2]
+prompt_tokens = 1000
+prompt_cv = 1.0
+output_tokens = 200
+output_cv = 1.0
+batch_size = [8, 32, 128]
+max_batched_tokens = [2048, inf]
+ttft_slo_ms = 1000
+tpot_slo_ms = 40
+[options]
+serving = "continuous"
+kv_allocation = "paged"
+block_tokens = 16
+reserve_fraction = 0.1
+[output]
+points = "all"
+"""
+
+
+def load(tmp_path, text=GRID, name="g.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return spec.load(p)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cont")
+    run_grid(load(tmp), tmp / "o")
+    pts = ds.dataset(tmp / "o" / "points", partitioning="hive").to_table().to_pandas().sort_values("point_id")
+    opt = pq.read_table(tmp / "o" / "optimum.parquet").to_pandas().sort_values("row_id")
+    front = pq.read_table(tmp / "o" / "frontier.parquet").to_pandas()
+    return pts.reset_index(drop=True), opt.reset_index(drop=True), front
+
+
+def test_points_have_every_declared_column_and_no_nan(run):
+    pts, _, _ = run
+    declared = [c.name for c in COLUMNS if c.when is None]
+    assert [c for c in declared if c not in pts.columns] == []
+    assert len(pts) == 2 * 2 * 2 * 2 * 3 * 2
+    for c in pts.columns:
+        if pts[c].dtype.kind == "f":
+            assert not pts[c].isna().any(), c
+            assert not (pts[c] == -np.inf).any(), c
+
+
+def test_roofline_step_coefficients_and_kv_capacity_are_the_closed_forms(run):
+    pts, _, _ = run
+    cat = packaged_catalog()
+    for _, r in pts.drop_duplicates(["model", "gpus_per_replica"]).iterrows():
+        m, g = cat.models[r.model], cat.gpus[r.gpu]
+        n = r.gpus_per_replica
+        weights = m.n_params * 2.0
+        kv_tok = m.n_layers * m.kv_elems_per_token_per_layer * 2.0
+        bw = n * g.hbm_bandwidth_bytes_per_s * 0.8
+        assert r.t_step_fixed_ms == pytest.approx(weights / bw * 1e3, rel=1e-12)
+        assert r.t_token_ms == pytest.approx(2 * m.active_params / (n * g.bf16_dense_flops * 0.5) * 1e3, rel=1e-12)
+        assert r.t_ctx_ms == pytest.approx(kv_tok / bw * 1e3, rel=1e-12)
+        free = n * g.hbm_bytes * 0.9 - weights
+        assert r.free_gb == pytest.approx(free * 1e-9, rel=1e-12)
+        assert r.weights_fit == (free >= 0)
+        want_c = math.floor(math.floor(max(free, 0) / kv_tok) / 16) * 16
+        assert r.kv_capacity_tokens == want_c
+        assert r.service_source == "roofline"
+
+
+def test_weights_that_do_not_fit_are_infeasible_data_not_nan(run):
+    pts, opt, _ = run
+    # Mixtral 8x7B in bf16 is 93 GB: it does not fit one 80 GB H100
+    nofit = pts[(pts.model == "mixtral-8x7b") & (pts.gpus_per_replica == 1)]
+    assert len(nofit) and (~nofit.weights_fit).all() and (~nofit.mem_ok).all()
+    assert (nofit.capacity_rps == 0).all() and np.isinf(nofit.ttft_p_ms).all() and np.isinf(nofit.rho).all()
+    assert (nofit.action == "out_of_memory").all() and (~nofit.feasible).all()
+    rows = opt[(opt.model == "mixtral-8x7b") & (opt.gpus_per_replica == 1)]
+    assert (rows.reason == "out_of_memory").all() and (rows.b_max_slo == 0).all() and np.isinf(rows.replicas_min).all()
+
+
+def test_derived_columns_follow_their_definitions(run):
+    pts, _, _ = run
+    ok = pts[pts.stable]
+    assert len(ok) and len(pts[~pts.stable & pts.mem_ok])
+    assert np.allclose(ok.lambda_per_replica_rps, ok.arrival_rps / ok.replicas)
+    assert np.allclose(ok.rho, ok.lambda_per_replica_rps / ok.capacity_rps)
+    assert np.allclose(ok.tok_s_per_user, 1e3 / ok.tpot_mean_ms)
+    assert np.allclose(ok.tok_s_per_gpu, ok.capacity_rps * ok.output_tokens / ok.gpus_per_replica)
+    assert np.allclose(ok.output_tok_s, ok.lambda_per_replica_rps * ok.output_tokens)
+    assert np.allclose(ok.cost_usd_per_hour, ok.replicas * ok.gpus_per_replica * 2.5)  # h100-sxm: 2.5 USD/GPU-hour
+    assert np.allclose(ok.cost_usd_per_mtok, ok.cost_usd_per_hour / (ok.output_tok_s * ok.replicas) / 3600 * 1e6)
+    assert (ok.ttft_mean_ms <= ok.ttft_p_ms).all() and (ok.tpot_mean_ms <= ok.tpot_p_ms).all()
+    assert (ok.ttft_mean_ms < ok.e2e_mean_ms).all() and (ok.mean_running <= ok.batch_size).all()
+    assert ((ok.kv_util > 0) & (ok.kv_util <= 1)).all()
+    # where the engine cannot keep up: unbounded latencies, the capacity still reported
+    sat = pts[~pts.stable & pts.mem_ok]
+    for c in ("ttft_mean_ms", "ttft_p_ms", "tpot_mean_ms", "tpot_p_ms", "e2e_mean_ms", "e2e_p_ms", "cost_usd_per_mtok"):
+        assert np.isinf(sat[c]).all(), c
+    assert (sat.rho >= 1).all() and (sat.capacity_rps > 0).all() and (sat.tok_s_per_user == 0).all()
+    assert np.allclose(sat.output_tok_s, sat.capacity_rps * sat.output_tokens)
+    assert (sat.action == "unstable").all()
+    # every SLO is checked at the percentile
+    assert (pts.slo_ok == ((pts.ttft_p_ms <= pts.ttft_slo_ms) & (pts.tpot_p_ms <= pts.tpot_slo_ms))).all()
+
+
+def test_decisions_match_brute_force_over_the_points(run):
+    pts, opt, front = run
+    assert len(opt) == 16 and (opt.n_points == 6).all()
+    for _, row in opt.iterrows():
+        sub = pts[(pts.model == row.model) & (pts.gpus_per_replica == row.gpus_per_replica)
+                  & (pts.arrival_rps == row.arrival_rps) & (pts.replicas == row.replicas)]
+        assert len(sub) == 6
+        meets = sub[sub.feasible & sub.slo_ok]
+        assert row.n_feasible == sub.feasible.sum()
+        if len(meets):
+            best = meets[meets.batch_size == meets.batch_size.max()]
+            best = best[best.tok_s_per_user == best.tok_s_per_user.max()].iloc[0]
+            assert row.b_max_slo == best.batch_size and row.b_max_slo_point_id == best.point_id
+            assert row.b_max_slo_ttft_p_ms == best.ttft_p_ms and row.b_max_slo_tpot_p_ms == best.tpot_p_ms
+            assert row.b_max_slo_max_batched_tokens == best.max_batched_tokens
+        else:
+            assert row.b_max_slo == 0 and row.b_max_slo_point_id == -1
+        # the frontier: feasible points no other feasible point beats on both axes
+        feas = sub[sub.feasible]
+        want = set()
+        for _, p in feas.iterrows():
+            dominated = ((feas.tok_s_per_gpu >= p.tok_s_per_gpu) & (feas.tok_s_per_user >= p.tok_s_per_user)
+                         & ((feas.tok_s_per_gpu > p.tok_s_per_gpu) | (feas.tok_s_per_user > p.tok_s_per_user))).any()
+            if not dominated:
+                want.add(p.point_id)
+        mine = front[front.row_id == row.row_id]
+        assert set(mine.point_id) == want and row.n_frontier == len(want)
+        assert mine.is_knee.sum() == (1 if want else 0)
+        if want:
+            assert row.knee_point_id == mine.point_id[mine.is_knee].iloc[0]
+        # slo_opt: the most tokens/s per GPU meeting every SLO, ties to the faster user
+        if len(meets):
+            best = meets[meets.tok_s_per_gpu == meets.tok_s_per_gpu.max()]
+            assert row.slo_opt_point_id in set(best.point_id[best.tok_s_per_user == best.tok_s_per_user.max()])
+        else:
+            assert row.slo_opt_point_id == -1
+    # replicas_min: the fewest replicas with a cap meeting every SLO at rho <= rho_max
+    for _, grp in opt.groupby(["model", "gpus_per_replica", "arrival_rps"]):
+        ok = []
+        for _, row in grp.iterrows():
+            sub = pts[(pts.model == row.model) & (pts.gpus_per_replica == row.gpus_per_replica)
+                      & (pts.arrival_rps == row.arrival_rps) & (pts.replicas == row.replicas)]
+            if (sub.feasible & sub.slo_ok & (sub.rho <= sub.rho_max)).any():
+                ok.append(row.replicas)
+        want = min(ok) if ok else math.inf
+        assert (grp.replicas_min == want).all()
+        assert grp.is_replicas_min.sum() == (1 if ok else 0)
+        if ok:
+            assert (grp.replicas_min_cost_usd_per_hour == want * grp.gpus_per_replica.iloc[0] * 2.5).all()
+
+
+def test_light_load_is_one_request_alone_by_hand(tmp_path):
+    """lambda = 1e-3 req/s, deterministic lengths, whole prompts in one step: the prefill
+    step carries P tokens and caches P (TTFT = t_f + (t_t + t_c) P); decode step k (k = 1..O-1)
+    carries one token and holds P + k cached (rule 4), so the mean TPOT is t_f + t_t +
+    t_c (P + O/2); E2E = TTFT + (O - 1) TPOT."""
+    text = GRID.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-8b"').replace(
+        "arrival_rps = [2.0, 12.0]", "arrival_rps = 0.001").replace("prompt_cv = 1.0", "prompt_cv = 0.0").replace(
+        "output_cv = 1.0", "output_cv = 0.0").replace("[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.05\nt_ctx_ms = 0.0002\n[options]")
+    run_grid(load(tmp_path, text), tmp_path / "o")
+    pts = ds.dataset(tmp_path / "o" / "points", partitioning="hive").to_table().to_pandas()
+    tf, tt, tc, p, o = 8.0, 0.05, 0.0002, 1000, 200
+    ttft = tf + (tt + tc) * p
+    tpot = tf + tt + tc * (p + o / 2)
+    assert (pts.service_source == "given").all() and (pts.t_step_fixed_ms == tf).all()
+    inf_budget = pts[np.isinf(pts.max_batched_tokens)]
+    assert np.allclose(inf_budget.ttft_mean_ms, ttft, rtol=1e-3)
+    assert np.allclose(pts.tpot_mean_ms, tpot, rtol=1e-3)
+    assert np.allclose(inf_budget.e2e_mean_ms, ttft + (o - 1) * tpot, rtol=1e-3)
+    # a 2048-token budget still takes a 1000-token prompt whole
+    assert np.allclose(pts.ttft_mean_ms, ttft, rtol=1e-3)
+
+
+def test_simulated_latency_model_decides_on_the_simulator(tmp_path):
+    text = GRID.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-8b"').replace(
+        "gpus_per_replica = [1, 2]", "gpus_per_replica = 1").replace("replicas = [1, 2]", "replicas = 1").replace(
+        "max_batched_tokens = [2048, inf]", "max_batched_tokens = 2048").replace(
+        "[options]", '[options]\nlatency_model = "simulated"') + (
+        "[simulation]\nn_requests = 1000\nwarmup = 200\nreplications = 2\nseed = 3\n")
+    run_grid(load(tmp_path, text), tmp_path / "o")
+    pts = ds.dataset(tmp_path / "o" / "points", partitioning="hive").to_table().to_pandas()
+    sim_cols = [c.name for c in COLUMNS if c.when is not None and c.name.startswith(("sim_", "ttft_rel", "tpot_rel"))]
+    assert [c for c in sim_cols if c not in pts.columns] == []
+    assert (pts.stable == pts.sim_steady).all()
+    steady = pts[pts.sim_steady]
+    assert len(steady) and len(pts[~pts.sim_steady])
+    assert (steady.ttft_p_ms == steady.sim_ttft_p_ms).all() and (steady.tpot_p_ms == steady.sim_tpot_p_ms).all()
+    assert (steady.sim_preempt == 0).all() and (steady.sim_drop_rate == 0).all()
+    assert (pts.slo_ok == ((pts.sim_ttft_p_ms <= pts.ttft_slo_ms) & (pts.sim_tpot_p_ms <= pts.tpot_slo_ms))).all()
+    assert np.isinf(pts[~pts.sim_steady].ttft_p_ms).all()
+    # rel_err: the analytic mean against the simulated one, recomputed
+    both = steady[np.isfinite(steady.ttft_rel_err)]
+    assert len(both)
+    opt = pq.read_table(tmp_path / "o" / "optimum.parquet").to_pandas()
+    for _, row in opt.iterrows():
+        sub = pts[(pts.arrival_rps == row.arrival_rps) & pts.feasible & pts.slo_ok]
+        assert row.b_max_slo == (sub.batch_size.max() if len(sub) else 0)
+
+
+def test_search_over_cap_budget_gpus_and_replicas(tmp_path):
+    text = GRID.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-70b"').replace(
+        "arrival_rps = [2.0, 12.0]", "arrival_rps = 6.0") + """
+[search]
+objective = "min_cost"
+trials = 96
+batch = 32
+seed = 0
+storage = "memory"
+[search.params]
+batch_size = [8, 16, 32, 64, 128]
+max_batched_tokens = [2048, 8192]
+gpus_per_replica = [2, 4, 8]
+replicas = {low = 1, high = 6}
+"""
+    g = load(tmp_path, text)
+    table = run_search(g, tmp_path / "s")
+    (row,) = table.records()
+    assert row["enumerable"] and row["exact_points"] == 5 * 2 * 3 * 6 and row["trials"] == 96
+    assert row["meets_constraints"] and row["slo_ok"] and row["stable"] and row["rho"] <= row["rho_max"]
+    assert row["ttft_p_ms"] <= 1000 and row["tpot_p_ms"] <= 40
+    # the exact answer, recomputed by brute force: the same space as a grid, every point
+    grid = text.split("[search]")[0].replace("batch_size = [8, 32, 128]", "batch_size = [8, 16, 32, 64, 128]").replace(
+        "max_batched_tokens = [2048, inf]", "max_batched_tokens = [2048, 8192]").replace(
+        "gpus_per_replica = [1, 2]", "gpus_per_replica = [2, 4, 8]").replace("replicas = [1, 2]", "replicas = [1, 2, 3, 4, 5, 6]")
+    run_grid(load(tmp_path, grid, "grid.toml"), tmp_path / "o")
+    pts = ds.dataset(tmp_path / "o" / "points", partitioning="hive").to_table().to_pandas()
+    meets = pts[pts.feasible & pts.slo_ok & (pts.rho <= pts.rho_max)]
+    assert row["exact_value"] == pytest.approx(meets.cost_usd_per_hour.min(), rel=1e-12)
+    # 70B in bf16 at 6 req/s: cost moves in whole replicas of 2+ GPUs at 2.5 USD/GPU-hour
+    assert row["cost_usd_per_hour"] <= 2 * row["exact_value"]
+
+
+BAD = [
+    ("prompt_tokens = 1000\n", "", "grid.prompt_tokens", "is required"),
+    ("ttft_slo_ms = 1000\ntpot_slo_ms = 40\n", "", "grid.ttft_slo_ms", "at least one SLO"),
+    ("[options]", "t_fixed_ms = 8.0\n[options]", "grid.t_token_ms", "give all of t_fixed_ms"),
+    ("[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.1\nt_ctx_ms = 0.0\neta_bw = 0.7\n[options]", "grid.eta_bw", "roofline input given"),
+    ("[options]", "t_fixed_ms = 0.0\nt_token_ms = 0.0\nt_ctx_ms = 0.0\n[options]", "grid.t_token_ms", "both 0"),
+    ("max_batched_tokens = [2048, inf]", "max_batched_tokens = [64, inf]", "grid.max_batched_tokens", "must be >= grid.batch_size 128"),
+    ("prompt_cv = 1.0", "prompt_cv = -1.0", "grid.prompt_cv", "must lie in [0, 10]"),
+    ("output_tokens = 200", "output_tokens = 0", "grid.output_tokens", "must lie in [1, 1e+07] tokens"),
+    ("batch_size = [8, 32, 128]", "batch_size = [8, 32.5]", "grid.batch_size", "integer"),
+    ("tpot_slo_ms = 40", "tpot_slo_ms = 0", "grid.tpot_slo_ms", "must lie in (0, 1e+09] ms or be inf"),
+    ("tpot_slo_ms = 40", "tpot_slo_ms = 40\nrho_min = 0.9", "grid.rho_min", "must be < rho_max"),
+    ("tpot_slo_ms = 40", "tpot_slo_ms = 40\nbatch_window_ms = 5", "grid.batch_window_ms", ""),
+]
+
+
+@pytest.mark.parametrize("old, new, key, rule", BAD, ids=[b[2] + ":" + b[3][:12] for b in BAD])
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, old, new, key, rule):
+    assert old in GRID
+    text = GRID.replace(old, new, 1)
+    with pytest.raises(GridError) as err:
+        load(tmp_path, text)
+    assert key in str(err.value) and rule in str(err.value)
+    out = tmp_path / "o"
+    assert main(["run", str(tmp_path / "g.toml"), "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "g.toml" in lines[0] and key in lines[0]
+    assert not out.exists()
