@@ -1,25 +1,33 @@
 """Cluster: a run's segments on Dask against in process, the scheduler's task rate, search
 storages under concurrent workers, and the projected time of a large simulated study.
 
-Part 1 runs one grid (`points = "all"`, every column to Parquet) in process and on a
-LocalCluster of 1 and 2 worker processes started once beforehand (the same command, the
+Part 1 runs one grid (`points = "all"`, every column to Parquet) in process and on
+LocalClusters of 1 and 2 worker processes started once beforehand (the same command, the
 workers warm: their first task compiled), each the median of `--repeat` runs with
-`--force`: the overhead of Dask is (cluster seconds / in-process seconds) - 1.
+`--force`, the three taken in turn within each repetition (a shared machine's load then
+falls on all three alike): the overhead of Dask is (cluster seconds / in-process
+seconds) - 1, in wall seconds and in CPU seconds (this process, which is the client and
+the LocalCluster's scheduler, plus every worker process; less sensitive than wall time to
+other jobs sharing the machine).
 
-Part 2 measures the scheduler alone (no-op tasks through `client.map`: tasks/s) and the
-fixed cost of a sweep segment task (a grid cut into many tiny segments on 1 worker against
-the same segments in process, divided by the number of segments).
+Part 2 measures the scheduler alone (no-op tasks through `client.map`: tasks/s, median of
+`--repeat` batches of 5,000) and the fixed cost of a sweep segment task (a small grid cut
+into 64 segments, on 1 worker against the same segments in process, interleaved: the
+difference of the medians divided by the number of segments; negative where it is below
+the machine's noise, counted as 0 in part 4).
 
 Part 3 runs `sweep search` worker processes (1 and 4) on one fresh study in each storage:
 SQLite, the journal file and PostgreSQL (a throwaway local server, fsync on, asynchronous
 commit, like SQLite's WAL with synchronous = NORMAL); trials/s counts COMPLETE trials over
 the span from the first trial's start to the last one's end (process start-up excluded).
 
-Part 4 measures the simulator's cost per point (default `[simulation]`: 8 replications of
-22,000 arrivals) and projects, on paper, a 10^4-point simulated study on 64 workers:
-tasks = 10^4 / points per task; time = ceil(tasks / 64) x (points per task x cost per point
-+ fixed cost of a task) + tasks / scheduler rate + one compilation per worker (the first,
-untimed run of the same grid less the timed one).
+Part 4 projects, on paper, the worked example of docs/cluster.md (`STUDY` below: a
+10^4-point continuous-batching simulated study, 2 replications of 2,200 arrivals a point) on
+64 workers. Its tasks are cut as `sweep run --scheduler` cuts it (`cluster_chunk`,
+`cluster_segment`); the cost of a point is measured on a sample of the study (2 of its 250
+scenario groups, 80 points, in chunks of one task's size) less JAX's own compilation time
+(its monitoring events), which a worker pays once: time = ceil(tasks / 64) x (points per
+task x cost per point + fixed cost of a task) + tasks / scheduler rate + one compilation.
 
     python benchmarks/cluster.py [--points 2000000] [--repeat 3] [--trials 256] [--parts 1,2,3,4] [--smoke]
 
@@ -33,6 +41,7 @@ with 1 worker, a few simulated points; nothing written to benchmarks/results/.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -87,23 +96,33 @@ batch_size = {{low = 1, high = 64}}
 replicas = {{low = 1, high = 8}}
 """
 
-SIM = """
-name = "sim-bench"
+#: The worked example of docs/cluster.md (which quotes this text; tests/test_benchmarks.py
+#: checks it does): a continuous-batching simulated study of 125 rates x 2 prompt lengths =
+#: 250 scenario groups of 8 batch caps x 5 token budgets = 10,000 points.
+STUDY = """
+name = "cb-sim-study"
 [grid]
-arrival_rps = {rates}
-replicas = [1, 2]
-batch_size = [4, 16, 64]
-batch_window_ms = [5, inf]
-seq_len = 2048
 model = "llama-3.1-8b"
 gpu = "h100-sxm"
-t_fixed_ms = 10.0
-t_req_ms = 1.0
-slo_ms = 80.0
+gpus_per_replica = 1
+arrival_rps = {start = 0.5, stop = 8.0, num = 125}
+prompt_tokens = [1000, 3000]
+prompt_cv = 1.0
+output_tokens = 250
+output_cv = 0.8
+batch_size = [8, 16, 32, 64, 128, 256, 384, 512]
+max_batched_tokens = [512, 1024, 2048, 4096, 8192]
+ttft_slo_ms = 1500
+tpot_slo_ms = 60
 [options]
+serving = "continuous"
 latency_model = "simulated"
 [simulation]
-{simulation}
+n_requests = 2000
+warmup = 200
+replications = 2
+[output]
+points = "all"
 """
 
 
@@ -111,16 +130,40 @@ def _noop(i: int) -> int:
     return i
 
 
-def _median_run(grid, out: Path, repeat: int, **kw) -> float:
+def _own_cpu_s() -> float:
+    """CPU seconds (user + system) of this process, all its threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+def _interleaved(grid, runs: dict[str, dict], d: Path, repeat: int, cpu: dict | None = None,
+                 **kw) -> tuple[dict[str, float], dict[str, float]]:
+    """The median wall seconds and CPU seconds of each named way of running `grid` (keywords
+    of `run_grid`), the ways taken in turn within each repetition, so that the load of a
+    shared machine drifting over the minutes falls on all of them alike. CPU: this process
+    (the client, and a LocalCluster's scheduler, which runs in it) plus, for a name in `cpu`
+    (a distributed Client), every worker process. One untimed run each first: compiled
+    here, or on every worker."""
     from sweep.runner import run_grid
 
-    run_grid(grid, out, force=True, **kw)  # warm: compiled here, or on every worker
-    times = []
+    cpu = cpu or {}
+
+    def cpu_s(name: str) -> float:
+        client = cpu.get(name)
+        return _own_cpu_s() + (sum(client.run(_own_cpu_s).values()) if client is not None else 0.0)
+
+    for name, extra in runs.items():
+        run_grid(grid, d / name, force=True, **kw, **extra)
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    used: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        run_grid(grid, out, force=True, **kw)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, extra in runs.items():
+            c0, t0 = cpu_s(name), time.perf_counter()
+            run_grid(grid, d / name, force=True, **kw, **extra)
+            wall[name].append(time.perf_counter() - t0)
+            used[name].append(cpu_s(name) - c0)
+    return ({name: statistics.median(t) for name, t in wall.items()},
+            {name: statistics.median(t) for name, t in used.items()})
 
 
 def _cluster(n: int):
@@ -139,26 +182,38 @@ def _grid(points: int, d: Path):
     return spec.load(p)
 
 
-def part1(g, repeat: int, workers: list[int], d: Path, part2_args: tuple[int, int]) -> tuple[dict, dict]:
-    """In process against 1 and 2 warm workers, the same grid and command; part 2 runs on
-    the 1-worker cluster."""
+def part1(g, repeat: int, workers: list[int], d: Path, part2_args: tuple[int, int, int]) -> tuple[dict, dict]:
+    """In process against 1 and 2 warm workers (every cluster up for the whole part), the
+    same grid and command; part 2 runs on the 1-worker cluster."""
+    from contextlib import ExitStack
+
+    from distributed import Client
+
     from sweep.runner.cluster import ClusterOptions
 
     seg = 1 << 20
-    row = {"points": g.n_points, "segment_points": seg, "in_process_s": _median_run(g, d / "here", repeat, segment_points=seg)}
-    row2: dict = {}
-    for n in workers:
-        with _cluster(n) as lc:
-            row[f"dask_{n}_s"] = _median_run(g, d / f"dask{n}", repeat, segment_points=seg,
-                                             cluster=ClusterOptions(scheduler=lc.scheduler_address))
-            if n == 1:
-                row2 = part2(lc, *part2_args, d)
-        row[f"overhead_{n}"] = row[f"dask_{n}_s"] / row["in_process_s"] - 1.0
+    with ExitStack() as stack:
+        clusters = {n: stack.enter_context(_cluster(n)) for n in workers}
+        clients = {f"dask_{n}": stack.enter_context(Client(lc, set_as_default=False)) for n, lc in clusters.items()}
+        runs: dict[str, dict] = {"in_process": {}}
+        runs |= {f"dask_{n}": {"cluster": ClusterOptions(scheduler=lc.scheduler_address)} for n, lc in clusters.items()}
+        wall, cpu = _interleaved(g, runs, d, repeat, cpu=clients, segment_points=seg)
+        row = {"points": g.n_points, "segment_points": seg, "repeat": repeat, "in_process_s": wall["in_process"],
+               "in_process_cpu_s": cpu["in_process"]}
+        for n in workers:
+            row[f"dask_{n}_s"] = wall[f"dask_{n}"]
+            row[f"overhead_{n}"] = row[f"dask_{n}_s"] / row["in_process_s"] - 1.0
+            row[f"dask_{n}_cpu_s"] = cpu[f"dask_{n}"]
+            row[f"cpu_overhead_{n}"] = row[f"dask_{n}_cpu_s"] / row["in_process_cpu_s"] - 1.0
+        row2 = part2(clusters[1], *part2_args, d)
     return row, row2
 
 
-def part2(lc, tasks: int, segments: int, d: Path) -> dict:
-    """Tasks/s of the scheduler (no-op tasks), and the fixed cost of one segment task."""
+def part2(lc, tasks: int, segments: int, repeat: int, d: Path) -> dict:
+    """Tasks/s of the scheduler (no-op tasks, median of `repeat` batches), and the fixed cost
+    of one segment task: a small grid cut into `segments` segments on 1 worker against the
+    same segments in process, interleaved, the difference of the medians over the segments
+    (negative: below what this machine's noise resolves)."""
     from distributed import Client
 
     from sweep import grid as spec
@@ -167,22 +222,26 @@ def part2(lc, tasks: int, segments: int, d: Path) -> dict:
     p = d / "tiny.toml"
     p.write_text(GRID.format(rates=1).replace('points = "all"', 'points = "none"'))
     g = spec.load(p)
+    per_rate = g.n_points // g.group_size  # scenario groups a rate: enough rates for `segments` segments
+    p.write_text(GRID.format(rates=math.ceil(segments / per_rate)).replace('points = "all"', 'points = "none"'))
+    g = spec.load(p)
     group = g.group_size
     n_groups = g.n_points // group
     take = max(1, n_groups // segments)
-    row: dict = {}
+    row: dict = {"noop_tasks": tasks}
     with Client(lc, set_as_default=False) as client:
         client.gather(client.map(_noop, range(100), pure=False))  # warm
-        t0 = time.perf_counter()
-        client.gather(client.map(_noop, range(tasks), pure=False))
-        row["noop_tasks"] = tasks
-        row["tasks_per_s"] = tasks / (time.perf_counter() - t0)
-    kw = dict(chunk_size=take * group, segment_points=take * group)
-    here = _median_run(g, d / "tiny-here", 1, **kw)
-    there = _median_run(g, d / "tiny-dask", 1, cluster=ClusterOptions(scheduler=lc.scheduler_address), **kw)
+        rates = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            client.gather(client.map(_noop, range(tasks), pure=False))
+            rates.append(tasks / (time.perf_counter() - t0))
+        row["tasks_per_s"] = statistics.median(rates)
+    runs = {"tiny-here": {}, "tiny-dask": {"cluster": ClusterOptions(scheduler=lc.scheduler_address)}}
+    med, _ = _interleaved(g, runs, d, repeat, chunk_size=take * group, segment_points=take * group)
     row["segments"] = math.ceil(n_groups / take)
-    row["segment_in_process_s"] = here / row["segments"]
-    row["segment_task_fixed_s"] = max(0.0, (there - here) / row["segments"])
+    row["segment_in_process_s"] = med["tiny-here"] / row["segments"]
+    row["segment_task_fixed_s"] = (med["tiny-dask"] - med["tiny-here"]) / row["segments"]
     return row
 
 
@@ -250,29 +309,57 @@ def part3(trials: int, batch: int, worker_counts: list[int], d: Path, smoke: boo
     return rows
 
 
-def part4(rates: list[float], simulation: str, d: Path, row2: dict, points_per_task: int, workers: int,
-          study: int) -> dict:
-    """The simulator's cost per point here, and the projected study on `workers` workers."""
+@contextlib.contextmanager
+def _compile_seconds():
+    """Seconds JAX spends tracing, lowering and compiling inside the block (its own
+    monitoring events), as a one-item list filled in as they happen."""
+    from jax import monitoring
+
+    spent = [0.0]
+
+    def listen(name: str, secs: float, **_: object) -> None:
+        if name.startswith("/jax/core/compile/"):
+            spent[0] += secs
+
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield spent
+    finally:
+        unregister = getattr(monitoring, "unregister_event_duration_listener", None)
+        if unregister is not None:
+            unregister(listen)
+
+
+def part4(sample_edits: list[tuple[str, str]], d: Path, row2: dict, workers: int) -> dict:
+    """The study's tasks as `sweep run --scheduler` would cut it; the cost of a simulated
+    point, measured on a sample of the study (the same settings, a few of its scenario
+    groups, run in chunks of one task's size, in this process), less the compilation, which is
+    measured apart; and the projected time of the study on `workers` workers."""
     from sweep import grid as spec
     from sweep.runner import run_grid
+    from sweep.runner.cluster import cluster_chunk, cluster_segment
 
-    p = d / "sim.toml"
-    p.write_text(SIM.format(rates=json.dumps(rates), simulation=simulation))
-    g = spec.load(p)
-    t0 = time.perf_counter()
-    run_grid(g, d / "sim-warm", chunk_size=g.group_size)  # compiles the simulator
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    run_grid(g, d / "sim", chunk_size=g.group_size)
-    timed = time.perf_counter() - t0
-    per_point = timed / g.n_points
-    tasks = math.ceil(study / points_per_task)
-    task_s = points_per_task * per_point + row2["segment_task_fixed_s"]
-    compile_s = max(0.0, first - timed)  # what a worker's first task costs more than the others
-    total = math.ceil(tasks / workers) * task_s + tasks / row2["tasks_per_s"] + compile_s
-    return {"points": g.n_points, "per_point_s": per_point, "study_points": study, "workers": workers,
-            "points_per_task": points_per_task, "tasks": tasks, "task_s": task_s, "compile_s": compile_s,
-            "projected_s": total, "one_core_s": study * per_point}
+    (d / "study.toml").write_text(STUDY)
+    study = spec.load(d / "study.toml")
+    per_task = cluster_segment(study, cluster_chunk(study))
+    tasks = math.ceil(study.n_points / per_task)
+    text = STUDY
+    for old, new in sample_edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    (d / "sample.toml").write_text(text)
+    sample = spec.load(d / "sample.toml")
+    chunk = min(sample.n_points, max(sample.group_size, per_task // sample.group_size * sample.group_size))
+    with _compile_seconds() as compile_s:
+        t0 = time.perf_counter()
+        run_grid(sample, d / "sample", chunk_size=chunk)
+        wall = time.perf_counter() - t0
+    per_point = max(wall - compile_s[0], 0.0) / sample.n_points
+    task_s = per_task * per_point + max(0.0, row2["segment_task_fixed_s"])
+    total = math.ceil(tasks / workers) * task_s + tasks / row2["tasks_per_s"] + compile_s[0]
+    return {"points": sample.n_points, "chunk": chunk, "per_point_s": per_point, "study_points": study.n_points,
+            "workers": workers, "points_per_task": per_task, "tasks": tasks, "task_s": task_s,
+            "compile_s": compile_s[0], "projected_s": total, "here_alone_s": study.n_points * per_point}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -352,11 +439,14 @@ def main(argv: list[str] | None = None) -> dict:
 def run12(args: argparse.Namespace, workers: list[int], d: Path, results: dict) -> None:
     print("part 1: the same grid in process and on a LocalCluster (warm workers), median of runs")
     r1, r2 = part1(_grid(1 if args.smoke else int(args.points), d), 1 if args.smoke else args.repeat, workers, d,
-                   (200, 2) if args.smoke else (5000, 32))
+                   (200, 2, 1) if args.smoke else (5000, 64, args.repeat))
     results["part1"] = r1
-    print(f"  {'points':>10} {'in process s':>13} " + " ".join(f"{f'{n} worker(s) s':>14} {'overhead':>9}" for n in workers))
-    print(f"  {r1['points']:>10,} {r1['in_process_s']:>13.2f} "
-          + " ".join(f"{r1[f'dask_{n}_s']:>14.2f} {r1[f'overhead_{n}']:>+9.1%}" for n in workers))
+    print(f"  {'':>12} {'in process':>11} " + " ".join(f"{f'{n} worker(s)':>12} {'overhead':>9}" for n in workers))
+    for what, base, there, over in (("wall s", "in_process_s", "dask_{}_s", "overhead_{}"),
+                                    ("CPU s", "in_process_cpu_s", "dask_{}_cpu_s", "cpu_overhead_{}")):
+        print(f"  {what:>12} {r1[base]:>11.2f} "
+              + " ".join(f"{r1[there.format(n)]:>12.2f} {r1[over.format(n)]:>+9.1%}" for n in workers))
+    print(f"  ({r1['points']:,} points, median of {r1['repeat']}; CPU: client, scheduler and workers together)")
     print("part 2: the scheduler (no-op tasks) and the fixed cost of a segment task (1 worker)")
     results["part2"] = r2
     print(f"  tasks/s {r2['tasks_per_s']:,.0f} ({r2['noop_tasks']} no-op tasks); segment task fixed cost "
@@ -376,15 +466,20 @@ def run3(args: argparse.Namespace, d: Path, results: dict) -> None:
 
 
 def run4(args: argparse.Namespace, d: Path, results: dict, r2: dict) -> None:
-    print("part 4: the simulator per point, and a 10^4-point simulated study on 64 workers (projected)")
-    sim = ("n_requests = 1000\nwarmup = 100\nreplications = 2" if args.smoke else "")
-    r4 = part4([50.0] if args.smoke else [20.0, 50.0, 80.0, 110.0], sim, d, r2,
-               points_per_task=40, workers=64, study=10_000)
+    print("part 4: the continuous-batching simulator per point, and a 10^4-point simulated study on 64 workers (projected)")
+    edits = [("arrival_rps = {start = 0.5, stop = 8.0, num = 125}", "arrival_rps = 4.0")]  # 2 of the 250 groups
+    if args.smoke:
+        edits = [("arrival_rps = {start = 0.5, stop = 8.0, num = 125}", "arrival_rps = 2.0"),
+                 ("prompt_tokens = [1000, 3000]", "prompt_tokens = 200"),
+                 ("batch_size = [8, 16, 32, 64, 128, 256, 384, 512]", "batch_size = 16"),
+                 ("max_batched_tokens = [512, 1024, 2048, 4096, 8192]", "max_batched_tokens = 2048"),
+                 ("n_requests = 2000\nwarmup = 200", "n_requests = 1000\nwarmup = 0")]
+    r4 = part4(edits, d, r2, workers=64)
     results["part4"] = r4
-    print(f"  {r4['per_point_s']:.3f} s a simulated point (one core, {r4['points']} points); "
-          f"{r4['study_points']:,} points = {r4['tasks']} tasks of {r4['points_per_task']} points, "
-          f"{r4['task_s']:.1f} s each, a compilation {r4['compile_s']:.1f} s a worker; on {r4['workers']} workers: "
-          f"about {r4['projected_s'] / 60:.1f} min (one core: {r4['one_core_s'] / 3600:.1f} h)")
+    print(f"  {r4['per_point_s']:.3f} s a simulated point (here, a sample of {r4['points']} points in chunks of "
+          f"{r4['chunk']}), compilation {r4['compile_s']:.1f} s apart; {r4['study_points']:,} points = {r4['tasks']} "
+          f"tasks of {r4['points_per_task']} points, {r4['task_s']:.1f} s each; on {r4['workers']} workers: about "
+          f"{r4['projected_s'] / 60:.1f} min (here alone: {r4['here_alone_s'] / 3600:.1f} h)")
 
 
 if __name__ == "__main__":

@@ -116,9 +116,13 @@ def _simulate(out, text):
 def _cluster(out, text):
     r1 = out["part1"]
     assert r1["points"] > 0 and r1["in_process_s"] > 0 and r1["dask_1_s"] > 0
+    assert r1["in_process_cpu_s"] > 0 and r1["dask_1_cpu_s"] > 0  # the workers counted too
     assert out["part2"]["tasks_per_s"] > 0 and out["part2"]["segments"] >= 2
     assert len(out["part3"]) == 1 and all(r["trials_per_s"] > 0 for r in out["part3"])
-    assert out["part4"]["per_point_s"] > 0 and out["part4"]["tasks"] == 250 and out["part4"]["projected_s"] > 0
+    r4 = out["part4"]
+    # the study's 10,000 points in 250 scenario groups of 40: one group a task (sweep.runner.cluster)
+    assert r4["study_points"] == 10_000 and r4["tasks"] == 250 and r4["points_per_task"] == 40
+    assert r4["per_point_s"] > 0 and r4["compile_s"] >= 0 and r4["projected_s"] > 0
     assert "overhead" in text and "trials/s" in text and "64 workers" in text
 
 
@@ -155,3 +159,9 @@ def test_cluster_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
+
+
+def test_the_worked_cluster_example_is_the_benchmarked_study():
+    """docs/cluster.md's worked simulated study is the grid benchmarks/cluster.py projects."""
+    study = _load(BENCH / "cluster.py").STUDY.strip()
+    assert study in (BENCH.parent / "docs" / "cluster.md").read_text()

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 #: small enough to spread a large grid over many workers, large enough that a task's fixed
 #: cost (opening three Parquet files, sealing) stays small beside its work.
 CLUSTER_SEGMENT_POINTS = 1 << 20
-#: A simulated grid (about 1e5 simulated steps a point) is cut into about this many chunks,
+#: A simulated grid (each of its points runs a simulation) is cut into about this many chunks,
 #: one segment each, so that it spreads over the workers; a chunk is whole scenario groups.
 CLUSTER_TASKS = 256
 ATTEMPTS = "attempts"
