@@ -14,7 +14,9 @@ Part 2 measures the scheduler alone (no-op tasks through `client.map`: tasks/s, 
 `--repeat` batches of 5,000) and the fixed cost of a sweep segment task (a small grid cut
 into 64 segments, on 1 worker against the same segments in process, interleaved: the
 difference of the medians divided by the number of segments; negative where it is below
-the machine's noise, counted as 0 in part 4).
+the machine's noise, counted as 0 in part 4), and the CPU an idle 1-worker cluster burns
+a second (over 20 s): Dask's bookkeeping, which part 1's CPU overhead includes for as long
+as a run lasts.
 
 Part 3 runs `sweep search` worker processes (1 and 4) on one fresh study in each storage:
 SQLite, the journal file and PostgreSQL (a throwaway local server, fsync on, asynchronous
@@ -182,7 +184,7 @@ def _grid(points: int, d: Path):
     return spec.load(p)
 
 
-def part1(g, repeat: int, workers: list[int], d: Path, part2_args: tuple[int, int, int]) -> tuple[dict, dict]:
+def part1(g, repeat: int, workers: list[int], d: Path, part2_args: tuple[int, int, int, float]) -> tuple[dict, dict]:
     """In process against 1 and 2 warm workers (every cluster up for the whole part), the
     same grid and command; part 2 runs on the 1-worker cluster."""
     from contextlib import ExitStack
@@ -209,11 +211,12 @@ def part1(g, repeat: int, workers: list[int], d: Path, part2_args: tuple[int, in
     return row, row2
 
 
-def part2(lc, tasks: int, segments: int, repeat: int, d: Path) -> dict:
+def part2(lc, tasks: int, segments: int, repeat: int, idle_s: float, d: Path) -> dict:
     """Tasks/s of the scheduler (no-op tasks, median of `repeat` batches), and the fixed cost
     of one segment task: a small grid cut into `segments` segments on 1 worker against the
     same segments in process, interleaved, the difference of the medians over the segments
-    (negative: below what this machine's noise resolves)."""
+    (negative: below what this machine's noise resolves); and the CPU the idle cluster burns
+    (client, scheduler, worker: heartbeats, monitors) per second, over `idle_s`."""
     from distributed import Client
 
     from sweep import grid as spec
@@ -237,6 +240,10 @@ def part2(lc, tasks: int, segments: int, repeat: int, d: Path) -> dict:
             client.gather(client.map(_noop, range(tasks), pure=False))
             rates.append(tasks / (time.perf_counter() - t0))
         row["tasks_per_s"] = statistics.median(rates)
+        c0, t0 = _own_cpu_s() + sum(client.run(_own_cpu_s).values()), time.perf_counter()
+        time.sleep(idle_s)
+        c1, t1 = _own_cpu_s() + sum(client.run(_own_cpu_s).values()), time.perf_counter()
+        row["idle_cpu_s_per_s"] = (c1 - c0) / (t1 - t0)
     runs = {"tiny-here": {}, "tiny-dask": {"cluster": ClusterOptions(scheduler=lc.scheduler_address)}}
     med, _ = _interleaved(g, runs, d, repeat, chunk_size=take * group, segment_points=take * group)
     row["segments"] = math.ceil(n_groups / take)
@@ -439,7 +446,7 @@ def main(argv: list[str] | None = None) -> dict:
 def run12(args: argparse.Namespace, workers: list[int], d: Path, results: dict) -> None:
     print("part 1: the same grid in process and on a LocalCluster (warm workers), median of runs")
     r1, r2 = part1(_grid(1 if args.smoke else int(args.points), d), 1 if args.smoke else args.repeat, workers, d,
-                   (200, 2, 1) if args.smoke else (5000, 64, args.repeat))
+                   (200, 2, 1, 0.2) if args.smoke else (5000, 64, args.repeat, 20.0))
     results["part1"] = r1
     print(f"  {'':>12} {'in process':>11} " + " ".join(f"{f'{n} worker(s)':>12} {'overhead':>9}" for n in workers))
     for what, base, there, over in (("wall s", "in_process_s", "dask_{}_s", "overhead_{}"),
@@ -451,7 +458,8 @@ def run12(args: argparse.Namespace, workers: list[int], d: Path, results: dict) 
     results["part2"] = r2
     print(f"  tasks/s {r2['tasks_per_s']:,.0f} ({r2['noop_tasks']} no-op tasks); segment task fixed cost "
           f"{r2['segment_task_fixed_s'] * 1e3:.1f} ms over {r2['segments']} segments "
-          f"(in process {r2['segment_in_process_s'] * 1e3:.1f} ms a segment)")
+          f"(in process {r2['segment_in_process_s'] * 1e3:.1f} ms a segment); the idle 1-worker cluster burns "
+          f"{r2['idle_cpu_s_per_s']:.3f} CPU s a second")
 
 
 def run3(args: argparse.Namespace, d: Path, results: dict) -> None:

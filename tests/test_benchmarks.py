@@ -117,7 +117,7 @@ def _cluster(out, text):
     r1 = out["part1"]
     assert r1["points"] > 0 and r1["in_process_s"] > 0 and r1["dask_1_s"] > 0
     assert r1["in_process_cpu_s"] > 0 and r1["dask_1_cpu_s"] > 0  # the workers counted too
-    assert out["part2"]["tasks_per_s"] > 0 and out["part2"]["segments"] >= 2
+    assert out["part2"]["tasks_per_s"] > 0 and out["part2"]["segments"] >= 2 and out["part2"]["idle_cpu_s_per_s"] >= 0
     assert len(out["part3"]) == 1 and all(r["trials_per_s"] > 0 for r in out["part3"])
     r4 = out["part4"]
     # the study's 10,000 points in 250 scenario groups of 40: one group a task (sweep.runner.cluster)
