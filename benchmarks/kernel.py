@@ -10,6 +10,13 @@ difference between the two answers (they must agree on every declared column).
 
     python benchmarks/kernel.py [--points 1048576] [--repeats 5] [--smoke]
 
+A second table prices the SPEC 13 roofline (the default when a grid gives no service
+times): the whole dynamic model per point with its service line from SPEC 13
+(`roofline.service_line`: two step times, max(memory, compute), collectives, experts
+touched) against the same model fed by the seed's linear roofline (`service.roofline_times`,
+the estimate before SPEC 13), half the points a dense 70B and half a Mixtral-like MoE,
+tensor parallel 1-8. Goal: at most 1.5x.
+
 Figures land in benchmarks/results/kernel.json. Machines here are shared and noisy: the
 best of several repeats is reported, and nothing in the test suite depends on speed.
 """
@@ -58,7 +65,10 @@ def make_inputs(n: int, windowed: bool, seed: int = 0) -> dict[str, np.ndarray]:
         "queue_capacity": full(n, np.inf),
         "kv_elems_per_token": full(n, 65536.0), "n_params": full(n, 8e9), "active_params": full(n, 8e9),
         "hbm_bytes": full(n, 80e9), "hbm_bw": full(n, 3.35e12), "flops": full(n, 989e12),
-        "usd_per_gpu_hour": full(n, 2.5),
+        "usd_per_gpu_hour": full(n, 2.5), "dense_params": full(n, 8e9), "expert_params": full(n, 0.0),
+        "n_experts": full(n, 0.0), "experts_per_token": full(n, 0.0), "n_layers": full(n, 32.0),
+        "hidden": full(n, 4096.0), "attn_width": full(n, 4096.0), "fp8_flops": full(n, 1979e12),
+        "link_bw": full(n, 450e9), "alpha": full(n, 10e-6), "gpu_eta_bw": full(n, 0.7), "gpu_eta_flops": full(n, 0.6),
     }
 
 
@@ -208,6 +218,52 @@ def bench(n: int, windowed: bool, repeats: int) -> dict[str, float]:
             "speedup": np_s / jax_s, "compile_s": compile_s, "max_rel_diff": worst}
 
 
+def bench_roofline(n: int, repeats: int) -> dict[str, float]:
+    """Points/s of the dynamic model with SPEC 13 service times against the seed's linear
+    roofline feeding the same model (module doc)."""
+    from sweep.models.service import roofline_times
+
+    rng = np.random.default_rng(1)
+    x = make_inputs(n, windowed=True)
+    moe = rng.random(n) < 0.5
+    x.update({
+        "gpus_per_replica": 2.0 ** rng.integers(0, 4, n), "tokens_per_request": np.ones(n),
+        "eta_bw": np.full(n, 0.7), "eta_flops": np.full(n, 0.6),
+        "n_params": np.where(moe, 46.7e9, 70.6e9), "active_params": np.where(moe, 12.9e9, 70.6e9),
+        "dense_params": np.where(moe, 1.6e9, 70.6e9), "expert_params": np.where(moe, 45.1e9, 0.0),
+        "n_experts": np.where(moe, 8.0, 0.0), "experts_per_token": np.where(moe, 2.0, 0.0),
+        "n_layers": np.where(moe, 32.0, 80.0), "hidden": np.where(moe, 4096.0, 8192.0),
+        "attn_width": np.where(moe, 4096.0, 8192.0), "kv_elems_per_token": np.where(moe, 65536.0, 163840.0),
+    })
+    cols = tuple(c.name for c in MODEL.columns if c.name != "point_id" and (not c.when or c.when == "roofline"))
+    base = {"windowed": True, "full": True, "paged": False, "mean_follows": True, "block_tokens": 16.0,
+            "reserve_fraction": 0.0}
+    v = {k: jnp.asarray(a) for k, a in x.items() if k not in CATALOG_FIELDS}
+    v["model"] = v["gpu"] = jnp.arange(n, dtype=jnp.int32)
+    tables = {k: jnp.asarray(x[k]) for k in CATALOG_FIELDS}
+    spec13 = jax.jit(functools.partial(evaluate_values, model=MODEL, columns=cols,
+                                       static=tuple(sorted({**base, "service_source": "roofline"}.items()))))
+    given = functools.partial(evaluate_values, model=MODEL, columns=COLUMNS,
+                              static=tuple(sorted({**base, "service_source": "given"}.items())))
+
+    @jax.jit
+    def linear(v, tables):
+        t_fixed, t_req = roofline_times(
+            tables["n_params"] * v["weight_bytes_per_param"], tables["active_params"],
+            tables["kv_elems_per_token"] * v["kv_bytes_per_elem"], v["mean_seq_len"], v["tokens_per_request"],
+            v["gpus_per_replica"], tables["hbm_bw"], tables["flops"], v["eta_bw"], v["eta_flops"])
+        return given({**v, "t_fixed_ms": t_fixed * 1e3, "t_req_ms": t_req * 1e3}, tables)
+
+    jax.block_until_ready(spec13(v, tables))
+    jax.block_until_ready(linear(v, tables))
+    # interleaved repeats: both sides see the same machine load
+    t13 = tlin = math.inf
+    for _ in range(repeats):
+        t13 = min(t13, best_of(lambda: jax.block_until_ready(spec13(v, tables)), 1))
+        tlin = min(tlin, best_of(lambda: jax.block_until_ready(linear(v, tables)), 1))
+    return {"points": n, "spec13_points_per_s": n / t13, "linear_points_per_s": n / tlin, "cost_ratio": t13 / tlin}
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=1 << 20)
@@ -223,6 +279,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         r = bench(args.points, windowed, args.repeats)
         rows[regime] = r
         print(f"{regime:<10} {r['jax_points_per_s']:>14,.0f} {r['numpy_points_per_s']:>15,.0f} {r['speedup']:>9.1f}x {r['compile_s']:>10.2f} {r['max_rel_diff']:>13.1e}")
+    r = bench_roofline(args.points, args.repeats)
+    rows["roofline"] = r
+    print(f"\nroofline service times, dynamic model, {args.points:,} points (half dense 70B, half MoE, TP 1-8)")
+    print(f"{'SPEC 13 points/s':>17} {'linear points/s':>16} {'cost SPEC 13/linear':>20}")
+    print(f"{r['spec13_points_per_s']:>17,.0f} {r['linear_points_per_s']:>16,.0f} {r['cost_ratio']:>19.2f}x")
     if not args.smoke:
         out = Path(__file__).parent / "results"
         out.mkdir(exist_ok=True)

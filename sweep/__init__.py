@@ -21,7 +21,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 from sweep._version import __version__  # noqa: E402
-from sweep.api import MAX_IN_MEMORY, decide, evaluate, grid_from_dict, load_grid, run  # noqa: E402
+from sweep.api import MAX_IN_MEMORY, Explanation, decide, evaluate, explain, grid_from_dict, load_grid, run  # noqa: E402
 from sweep.catalog import Catalog, load_catalog, packaged_catalog  # noqa: E402
 from sweep.errors import (  # noqa: E402
     CatalogError,
@@ -41,9 +41,34 @@ from sweep.runner import RunResult, merge_shards  # noqa: E402
 from sweep.search import run_search  # noqa: E402
 
 __all__ = [
-    "MAX_IN_MEMORY", "REGISTRY", "Catalog", "CatalogError", "GridError", "GridSpec", "OutputError",
-    "ProfileError", "RunResult", "ServingModel", "SimSettings", "SimulationError", "StorageError",
-    "SweepError", "__version__", "decide", "evaluate", "fit_file", "get_model", "grid_from_dict",
-    "kv_answer", "load_catalog", "load_grid", "merge_shards", "packaged_catalog", "run", "run_search",
+    "MAX_IN_MEMORY",
+    "REGISTRY",
+    "Catalog",
+    "CatalogError",
+    "Explanation",
+    "GridError",
+    "GridSpec",
+    "OutputError",
+    "ProfileError",
+    "RunResult",
+    "ServingModel",
+    "SimSettings",
+    "SimulationError",
+    "StorageError",
+    "SweepError",
+    "__version__",
+    "decide",
+    "evaluate",
+    "explain",
+    "fit_file",
+    "get_model",
+    "grid_from_dict",
+    "kv_answer",
+    "load_catalog",
+    "load_grid",
+    "merge_shards",
+    "packaged_catalog",
+    "run",
+    "run_search",
     "simulate",
 ]

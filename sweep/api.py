@@ -5,8 +5,10 @@
     points = sweep.evaluate(spec)                            # pyarrow.Table, one row per point
     optimum, frontier = sweep.decide(spec)                   # the reduced outputs, in memory
     result = sweep.run(spec, "runs/seed")                    # the files, as `sweep run` writes them
+    e = sweep.explain(spec, point_id=2)                      # one point's derivation, step by step
 
-Tables carry the same columns, types, units and meanings (field metadata) as the files.
+Tables carry the same columns, types, units and meanings (field metadata) as the files,
+and the same NULLs where a value is unbounded or there is no answer.
 In-memory evaluation is for grids that fit in memory (`MAX_IN_MEMORY` points); larger
 grids go through `run`, which streams to Parquet in bounded memory.
 """
@@ -14,6 +16,7 @@ grids go through `run`, which streams to Parquet in bounded memory.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,11 @@ from sweep.catalog import Catalog
 from sweep.decide.reduce import REASONS
 from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.decide.verdict import ACTIONS
-from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
-from sweep.errors import OutputError
+from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, catalog_tables
+from sweep.errors import GridError, OutputError
 from sweep.grid import GridSpec, build, load
 from sweep.io.parquet import arrow_schema, record_batch
-from sweep.models.base import SERVICE_SOURCES
+from sweep.models.base import CATALOG_FIELDS, SERVICE_SOURCES, Step
 from sweep.runner.run import RunResult, Shard, run_grid
 
 #: Points `evaluate` and `decide` hold in memory at most (about 1 KB each).
@@ -77,7 +80,7 @@ def decide(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[pa.Table
     every = spec.point_columns()
     meta = {"grid_name": spec.name, "grid_sha256": spec.sha256}
     opt_schema = arrow_schema(optimum_columns(spec.model, every), meta)
-    front_schema = arrow_schema(frontier_columns(every), meta)
+    front_schema = arrow_schema(frontier_columns(every, spec.model), meta)
     names = _dictionaries(spec)
     ev = Evaluator(spec, chunk_size)
     n_replicas = len(spec.axis("replicas"))
@@ -93,3 +96,59 @@ def run(spec: GridSpec, out_dir: str | Path, *, shard: str | None = None, force:
     """Evaluate `spec` and write points/, optimum, frontier and manifest to `out_dir`
     (resumable, atomic; the same as `sweep run GRID --out OUT`)."""
     return run_grid(spec, out_dir, chunk_size=chunk_size, shard=Shard.parse(shard) if shard else None, force=force)
+
+
+@dataclass
+class Explanation:
+    """One point of a grid, evaluated, and its derivation (`sweep explain`)."""
+
+    grid: str
+    point_id: int
+    model: str  # serving/latency_model
+    row: dict[str, Any]  # every column, file units; names decoded; +inf where unbounded
+    steps: list[Step] | None  # None: the serving model has no derivation yet
+    figures: dict[str, float] = field(default_factory=dict)  # the catalog figures of its model and GPU
+
+
+def point_id_of(spec: GridSpec, filters: Mapping[str, str]) -> int:
+    """The first point in grid order whose axes take the given values (names or numbers)."""
+    index = 0
+    for axis in spec.axes:
+        if axis.key not in filters:
+            pos = 0
+        else:
+            text = filters[axis.key]
+            names = [str(v.name) if hasattr(v, "name") else v for v in axis.values]
+            try:
+                pos = next(i for i, v in enumerate(names) if (str(v) == text if isinstance(v, str) else float(v) == float(text)))
+            except (StopIteration, ValueError):
+                shown = ", ".join(str(v) for v in names[:12]) + (", ..." if len(names) > 12 else "")
+                raise GridError(spec.source, f"grid.{axis.key}", text, f"is not one of the grid's values ({shown})") from None
+        index = index * len(axis) + pos
+    unknown = sorted(set(filters) - {a.key for a in spec.axes})
+    if unknown:
+        raise GridError(spec.source, unknown[0], filters[unknown[0]],
+                        f"is not an axis of this grid; choose among {', '.join(a.key for a in spec.axes)}")
+    return index
+
+
+def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, str] | None = None) -> Explanation:
+    """Evaluate one point (by `point_id`, or the first matching `filters`) and derive it."""
+    pid = point_id_of(spec, filters or {}) if point_id is None else int(point_id)
+    if not 0 <= pid < spec.n_points:
+        raise GridError(spec.source, "--point", pid, f"must lie in [0, {spec.n_points - 1}] (the grid's point_id range)")
+    ev = Evaluator(spec, chunk_size=spec.group_size)
+    chunk = ev.chunk(pid // ev.chunk_size)
+    i = pid - chunk.start
+    names = _dictionaries(spec)
+    row: dict[str, Any] = {}
+    for c in spec.point_columns():
+        v = chunk.columns[c.name][i]
+        row[c.name] = names[c.name][int(v)] if c.dtype == "dict" else v.item()
+    tables = catalog_tables(spec)
+    m, g = int(chunk.columns["model"][i]), int(chunk.columns["gpu"][i])
+    figures = {k: float(tables[k][m if axis == "model" else g]) for k, axis in CATALOG_FIELDS.items()}
+    options = {"kv_allocation": spec.options.kv_allocation, "block_tokens": spec.options.block_tokens,
+               "reserve_fraction": spec.options.reserve_fraction}
+    steps = spec.model.derivation(row, figures, options)
+    return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps, figures)

@@ -20,10 +20,13 @@ SEED_PARAMS = dict(
     weight_bytes_per_param=2.0, gpus_per_replica=8.0, workers=1.0, queue_capacity=math.inf,
     eta_bw=0.8, eta_flops=0.5, tokens_per_request=1.0,
 )
-#: 2 x 96 layers x 12288 elements per token; 175e9 parameters; 80 GB of HBM per GPU.
+#: 2 x 96 layers x 12288 elements per token; 175e9 parameters (dense); 80 GB of HBM per GPU
+#: (an A100 80GB: no FP8, 300 GB/s NVLink one way, 10 us all-reduce; SPEC 13's 0.7 / 0.6).
 SEED_FIGURES = dict(
     kv_elems_per_token=2 * 96 * 12288.0, n_params=175e9, active_params=175e9, hbm_bytes=80e9,
-    hbm_bw=2.039e12, flops=312e12, usd_per_gpu_hour=1.0,
+    hbm_bw=2.039e12, flops=312e12, usd_per_gpu_hour=1.0, dense_params=175e9, expert_params=0.0,
+    n_experts=0.0, experts_per_token=0.0, n_layers=96.0, hidden=12288.0, attn_width=12288.0,
+    fp8_flops=0.0, link_bw=300e9, alpha=10e-6, gpu_eta_bw=0.7, gpu_eta_flops=0.6,
 )
 
 

@@ -45,7 +45,10 @@ def _load(path: Path):
 
 
 def _kernel(out, text):
-    assert set(out) == {"full", "windowed"}
+    assert set(out) == {"full", "windowed", "roofline"}
+    roof = out.pop("roofline")
+    assert roof["points"] == 256 and roof["cost_ratio"] > 0  # SPEC 13 against the linear roofline
+    assert "cost SPEC 13/linear" in text
     for row in out.values():
         assert row["points"] == 256
         assert row["max_rel_diff"] < 1e-9  # JAX against the NumPy/SciPy twin, every column
@@ -83,9 +86,9 @@ def _proxy_vs_sim(out, text):
 def _roofline_accuracy(out, text):
     assert len(out["rows"]) >= 20
     for row in out["rows"]:
-        assert np.isfinite(row["spec13_ms"]) and row["spec13_ms"] > 0 and row["today_ms"] > 0
-    # what tests/test_roofline13.py checked when it ran this script as a subprocess
-    assert "SPEC 13, all" in text and "today's roofline, all figures" in text
+        assert np.isfinite(row["spec13_ms"]) and row["spec13_ms"] > 0 and row["linear_ms"] > 0
+    # the summary lines docs/roofline.md quotes
+    assert "refined, all" in text and "linear roofline, all figures" in text
     assert "listed misses" in text
     assert "baseline: the published measurements" in text
 
@@ -126,8 +129,15 @@ def _cluster(out, text):
     assert "overhead" in text and "trials/s" in text and "64 workers" in text
 
 
-CHECKS = {"cluster": _cluster, "kernel": _kernel, "gamma": _gamma, "batcher": _batcher, "proxy_vs_sim": _proxy_vs_sim,
-          "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
+def _uncertainty(out, text):
+    rows = out["rows"]
+    assert set(rows) == {"plain", "S=64", "latency only", "derivatives", "sensitivity"}
+    assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in rows.values())
+    assert rows["plain"]["cost_ratio"] == 1.0 and "cost / plain" in text
+
+
+CHECKS = {"cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
+          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
 
 
 def test_checks_name_existing_scripts():

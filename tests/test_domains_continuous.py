@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from sweep.catalog import packaged_catalog
 from sweep.engine.evaluate import evaluate_points
 from sweep.models import REGISTRY
+from sweep.models.base import figure_arrays
 from sweep.models.continuous import PARAMS
 
 N = 512
@@ -33,15 +34,7 @@ STATICS = {
 def _figures() -> dict[str, np.ndarray]:
     cat = packaged_catalog()
     pairs = list(itertools.product(cat.models.values(), cat.gpus.values()))
-    return {
-        "kv_elems_per_token": np.array([m.n_layers * m.kv_elems_per_token_per_layer for m, _ in pairs]),
-        "n_params": np.array([m.n_params for m, _ in pairs]),
-        "active_params": np.array([m.active_params for m, _ in pairs]),
-        "hbm_bytes": np.array([g.hbm_bytes for _, g in pairs]),
-        "hbm_bw": np.array([g.hbm_bandwidth_bytes_per_s for _, g in pairs]),
-        "flops": np.array([g.bf16_dense_flops for _, g in pairs]),
-        "usd_per_gpu_hour": np.array([g.usd_per_gpu_hour for _, g in pairs]),
-    }
+    return figure_arrays([m for m, _ in pairs], [g for _, g in pairs])
 
 
 FIGURES = _figures()

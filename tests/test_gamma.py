@@ -22,6 +22,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 import scipy.special as sc  # noqa: E402
 import scipy.stats  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
@@ -269,6 +270,7 @@ def test_hypothesis_no_nan(pairs):
 
 
 # ---------------------------------------------------------------- transforms
+@pytest.mark.toolchain  # bit equality under jit + vmap holds for this XLA; JAX 0.4.35 differs by 1 ulp
 def test_jit_vmap_and_elementwise_agree():
     rng = np.random.default_rng(3)
     a = rng.integers(1, 4098, 64).astype(np.float64)

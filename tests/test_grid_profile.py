@@ -176,3 +176,20 @@ def test_bad_profile_through_run_exits_2_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "prof.csv" in err and "two distinct batch sizes" in err
     assert not out.exists()
+
+
+def test_coefficient_covariance_is_the_classical_ols_one():
+    # Reference: numpy.polyfit(cov="unscaled") gives (X'X)^-1 (slope, intercept order);
+    # the classical OLS covariance is sigma^2 (X'X)^-1 with sigma^2 = SS_res / (n - 2).
+    rng = np.random.default_rng(3)
+    b = np.repeat([1, 2, 4, 8, 16, 32], 4)
+    y = 10.0 + 0.5 * b + rng.normal(0, 0.2, b.size)
+    fit = fit_rows(zip(b.tolist(), y.tolist()))
+    (slope, intercept), unscaled = np.polyfit(b, y, 1, cov="unscaled")
+    s2 = np.sum((y - intercept - slope * b) ** 2) / (b.size - 2)
+    ref = s2 * unscaled[::-1, ::-1]  # -> (intercept, slope) order
+    np.testing.assert_allclose(np.asarray(fit.cov_ms2), ref, rtol=1e-9)
+    assert fit.se_ms == pytest.approx((math.sqrt(ref[0, 0]), math.sqrt(ref[1, 1])), rel=1e-9)
+    assert json.dumps(fit.as_dict())
+    # two rows: no residual degree of freedom, no covariance
+    assert fit_rows([(1, 10.0), (2, 11.0)]).cov_ms2 is None

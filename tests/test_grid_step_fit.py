@@ -251,3 +251,21 @@ def test_a_dynamic_grid_refuses_a_step_profile(tmp_path, root, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "request profile, which fits continuous serving" in line and "batch_size,latency_ms" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_step_covariance_diagonal_is_the_standard_errors_and_matches_the_spread():
+    # Reference: the spread of 400 refits on fresh noise (the covariance the fit reports
+    # should be the covariance of the estimates across repeated measurements).
+    rng = np.random.default_rng(4)
+    n_tok = rng.integers(1, 4096, 60).astype(float)
+    n_ctx = rng.integers(0, 200_000, 60).astype(float)
+    clean = step_ms(n_tok, n_ctx)
+    fits = [fit_steps(list(zip(n_tok, n_ctx, clean + rng.normal(0.0, 0.5, len(clean))))) for _ in range(400)]
+    cov = np.asarray(fits[0].cov_ms2)
+    np.testing.assert_allclose(np.sqrt(np.diag(cov)), fits[0].se_ms, rtol=1e-9)
+    np.testing.assert_allclose(cov, cov.T, rtol=1e-12)
+    emp = np.cov(np.asarray([f.coefficients for f in fits]).T)
+    mean_cov = np.mean([np.asarray(f.cov_ms2) for f in fits], axis=0)
+    corr = lambda c: c / np.sqrt(np.outer(np.diag(c), np.diag(c)))  # noqa: E731
+    np.testing.assert_allclose(corr(mean_cov), corr(emp), atol=0.15)
+    assert json.dumps(fits[0].as_dict())

@@ -36,3 +36,15 @@ def test_continuous_tables_in_docs_are_the_generated_reference(root):
     assert fill_markdown(doc) == doc, "run: python -m sweep.io.columns --readme docs/continuous.md"
     for c in get_model("continuous").columns:
         assert f"`{c.name}`" in doc, c.name
+
+
+def test_schedule_tables_are_the_generated_reference(root):
+    """schedule.parquet's columns (README for dynamic serving, docs/schedule.md for both)."""
+    from sweep.decide.schedule import SCHEDULE_BODY
+
+    for path in (root / "README.md", root / "docs" / "schedule.md"):
+        text = path.read_text()
+        assert fill_markdown(text) == text, f"run: python -m sweep.io.columns --readme {path.relative_to(root)}"
+        for c in SCHEDULE_BODY:
+            assert f"| `{c.name}` |" in text, (path.name, c.name)
+    assert "<!-- columns:schedule:continuous -->" in (root / "docs" / "schedule.md").read_text()

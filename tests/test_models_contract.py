@@ -20,6 +20,7 @@ from sweep.api import grid_from_dict
 from sweep.catalog import packaged_catalog
 from sweep.engine.evaluate import Evaluator, ModelContractError, evaluate_points
 from sweep.models import REGISTRY, ServingModel
+from sweep.models.base import figure_arrays
 from sweep.models.proxy import GaussianProxy
 
 MODELS = sorted(REGISTRY.items())
@@ -31,15 +32,7 @@ def _catalog_figures(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     cat = packaged_catalog()
     models = [cat.model(m) for m in rng.choice(sorted(cat.models), n)]
     gpus = [cat.gpu(g) for g in rng.choice(sorted(cat.gpus), n)]
-    return {
-        "kv_elems_per_token": np.array([m.n_layers * m.kv_elems_per_token_per_layer for m in models]),
-        "n_params": np.array([m.n_params for m in models]),
-        "active_params": np.array([m.active_params for m in models]),
-        "hbm_bytes": np.array([g.hbm_bytes for g in gpus]),
-        "hbm_bw": np.array([g.hbm_bandwidth_bytes_per_s for g in gpus]),
-        "flops": np.array([g.bf16_dense_flops for g in gpus]),
-        "usd_per_gpu_hour": np.array([g.usd_per_gpu_hour for g in gpus]),
-    }
+    return figure_arrays(models, gpus)
 
 
 def random_points(serving: str, rng: np.random.Generator, n: int, *, windowed: bool) -> dict[str, np.ndarray]:
@@ -109,8 +102,21 @@ def test_columns_as_declared_no_nan_inf_where_unstable(key, model):
         out = evaluate(model, static, points, _catalog_figures(rng, n))
         public = {k: v for k, v in out.items() if not k.startswith("_")}
         for name, values in public.items():
-            assert values.dtype == _DTYPES[declared[name].dtype], (name, values.dtype)
-            assert not np.isnan(values.astype(np.float64)).any(), f"{model.name}: NaN in {name} ({static})"
+            column = declared[name]
+            assert values.dtype == _DTYPES[column.memory_dtype], (name, values.dtype)
+            as_float = values.astype(np.float64)
+            assert not np.isnan(as_float).any(), f"{model.name}: NaN in {name} ({static})"
+            # +inf only where the column declares when it is NULL in the files, and then with
+            # one of its explaining flags false (no-answer and grid-inf columns name no flag)
+            unbounded = np.isinf(as_float)
+            if not column.nullable:
+                assert not unbounded.any(), f"{model.name}: {name} is +inf but declares no null_when"
+            elif (column.null_flags and len(column.null_flags) == len(column.null_reasons)
+                  and all(f in out for f in column.null_flags)):  # sim_* flags come from the host pass
+                explained = np.zeros(n, bool)
+                for flag in column.null_flags:
+                    explained |= ~out[flag]
+                assert explained[unbounded].all(), f"{model.name}: {name} unbounded with every flag of {column.null_when} true"
         unstable = ~out["stable"]
         for latency, _ in model.slo_checks:  # every latency an SLO checks is +inf where unsustainable
             assert np.isinf(out[latency][unstable]).all() and (out[latency][unstable] > 0).all(), latency

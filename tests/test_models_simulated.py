@@ -9,6 +9,7 @@ own confidence interval (5 half-widths: several points are checked at once).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -51,19 +52,23 @@ def test_simulated_columns_and_slo(tmp_path):
     pts = pq.read_table(tmp_path / "o" / "points").to_pandas()
     for c in ("sim_mean_ms", "sim_p50_ms", "sim_p90_ms", "sim_p99_ms", "sim_p999_ms", "sim_p_ms", "sim_p_hw_ms",
               "sim_mean_batch", "sim_utilization", "sim_drop_rate", "proxy_rel_err"):
-        assert c in pts.columns and not pts[c].isna().any(), c
+        assert c in pts.columns, c
+        # NULL only where a flag explains it: the simulated backlog grew, or the proxy's E[T] is unbounded
+        bounded = pts.sim_steady & (pts.proxy_ok if c == "proxy_rel_err" else True)
+        assert not pts[c][bounded].isna().any(), c
+        assert pts[c][~bounded].isna().all() or c in ("sim_mean_batch", "sim_utilization", "sim_drop_rate"), c
     assert (pts.latency_ms == pts.sim_p_ms).all()
     assert (pts.slo_ok == (pts.sim_p_ms <= pts.slo_ms)).all()
     assert (pts.sim_p50_ms <= pts.sim_p90_ms).all() and (pts.sim_p90_ms <= pts.sim_p99_ms).all()
     # M/D/1 points (B = 1, full batches): the proxy's exact mean within the simulated CI.
-    md1 = pts[(pts.batch_size == 1) & np.isinf(pts.batch_window_ms) & pts.stable]
+    md1 = pts[(pts.batch_size == 1) & pts.batch_window_ms.isna() & pts.stable]  # NULL window: the grid's inf
     assert len(md1) == 2
     hw = md1.sim_p_hw_ms  # the CI of the percentile is wider than the mean's; a loose bound
     assert (np.abs(md1.e_resp_ms - md1.sim_mean_ms) <= 5 * np.maximum(hw, 0.02 * md1.sim_mean_ms)).all()
     opt = pq.read_table(tmp_path / "o" / "optimum.parquet").to_pandas()
     for _, row in opt.iterrows():
         sub = pts[(pts.arrival_rps == row.arrival_rps) & pts.feasible & (pts.sim_p_ms <= pts.slo_ms)]
-        assert row.b_max_slo == (sub.batch_size.max() if len(sub) else 0)
+        assert row.b_max_slo == sub.batch_size.max() if len(sub) else pd.isna(row.b_max_slo)
 
 
 def test_simulated_results_do_not_depend_on_chunking(tmp_path):
@@ -142,6 +147,7 @@ def test_batcher_latency_model(tmp_path):
     pts = pq.read_table(tmp_path / "o" / "points").to_pandas().set_index(["batch_size", "batch_window_ms"])
     assert (pts.latency_ms == pts.batcher_p_ms).all()
     short = pts.loc[(24, 1.0)]
-    assert short.stable and not short.proxy_ok and np.isinf(short.e_resp_ms)
+    assert short.stable and not short.proxy_ok and pd.isna(short.e_resp_ms)  # NULL: unbounded
     assert np.isfinite(short.batcher_e_resp_ms) and short.feasible and short.batcher_mean_batch > 4
-    assert not pts.isna().any().any()
+    nullable = {f.name for f in pq.read_schema(next((tmp_path / "o" / "points").glob("*.parquet"))) if f.nullable}
+    assert not pts.drop(columns=sorted(nullable & set(pts.columns))).isna().any().any()

@@ -20,6 +20,7 @@ import struct
 import zlib
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from _report_runs import ROOT, run_folder
 from playwright.sync_api import sync_playwright
@@ -259,12 +260,16 @@ def test_webgl_frontier_draws_pixels(browser, reports):
         pg.close()
 
 
-def test_continuous_report_draws_its_figures(browser, reports):
+def test_continuous_report_draws_its_figures(browser, reports, tmp_path_factory):
     pg = Page(browser, reports["continuous"])
     try:
         drawn = set(pg.drawn())
-        assert {"throughput", "ttft-tpot", "frontier"} <= drawn
-        assert pg.marks("throughput")["points"] == 19  # 32 points, 13 unstable (tests/_report_runs.py, CONTINUOUS)
+        assert {"throughput", "ttft-tpot", "frontier", "latency", "utilisation", "kv-budget", "action-map"} <= drawn
+        # one mark per stable point of the run (tests/_report_runs.py, CONTINUOUS: 32 points)
+        run = run_folder(tmp_path_factory.getbasetemp() / "report-runs", "continuous")  # made by `reports`
+        pts = pq.read_table(run / "points", columns=["stable"])
+        stable = sum(pts.column("stable").to_pylist())
+        assert 0 < stable < 32 and pg.marks("throughput")["points"] == stable
         assert pg.marks("ttft-tpot")["lines"] >= 8
         pg.assert_clean()
     finally:

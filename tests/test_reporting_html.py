@@ -141,7 +141,7 @@ def test_seed_report_table_and_figures_equal_the_parquet_values(runs, tmp_path):
     lat = _figure(payload, "latency")["figs"][sid]
     line = next(t for t in lat["data"] if str(t.get("name", "")).startswith("P99 estimate"))
     np.testing.assert_allclose(_decode(line["x"]), pts["batch_size"])
-    want = np.array([x if math.isfinite(x) else math.nan for x in pts["latency_ms"]])
+    want = np.array([math.nan if x is None else x for x in pts["latency_ms"]])
     np.testing.assert_allclose(_decode(line["y"]), want)
     knee = next(t for t in lat["data"] if str(t.get("name", "")).startswith("knee"))
     assert knee["x"] == [opt["knee"]] and knee["y"] == [pytest.approx(opt["knee_latency_ms"])]
@@ -213,7 +213,7 @@ def test_simulated_run_draws_proxy_against_simulator(runs, tmp_path):
     pts = pq.read_table(runs("sim") / "points").to_pydict()
     gauss = [t for t in sim["data"] if t.get("name", "").endswith("gaussian proxy")]
     xs = np.concatenate([_decode(t["x"]) for t in gauss])
-    finite_pairs = [(s, p) for s, p in zip(pts["sim_p_ms"], pts["p_gauss_ms"]) if math.isfinite(p)]
+    finite_pairs = [(s, p) for s, p in zip(pts["sim_p_ms"], pts["p_gauss_ms"]) if p is not None and s is not None]
     np.testing.assert_allclose(np.sort(xs), np.sort([s for s, _ in finite_pairs]))
 
 
@@ -243,9 +243,25 @@ def test_payload_is_bounded_on_a_large_frontier(runs, tmp_path):
 def test_continuous_run_draws_its_figures(runs, tmp_path):
     run_dir = runs("continuous")
     result = build_report(run_dir, out=tmp_path / "c.html")
-    assert {"throughput", "ttft-tpot", "frontier"} <= set(result.figures)
-    assert "latency" in result.skipped and "continuous" in result.skipped["latency"]
+    assert {"throughput", "ttft-tpot", "frontier", "latency", "utilisation", "kv-budget", "action-map"} <= set(result.figures)
     payload = _payload(result.path)
+    # per scenario row: TTFT and TPOT against the cap are the points' own (NULL: a gap), the
+    # SLOs are the grid's (500 and 40 ms), the table lists every point with its action
+    opt = pq.read_table(run_dir / "optimum.parquet").to_pylist()
+    allpts = pq.read_table(run_dir / "points").to_pandas()
+    lat = _figure(payload, "latency")["figs"]
+    assert set(lat) == {f"r{r['row_id']}" for r in opt}
+    for r in opt:
+        fig = lat[f"r{r['row_id']}"]
+        rows = allpts[allpts.point_id // r["n_points"] == r["row_id"]].sort_values("batch_size")
+        for col, axis in (("ttft_p_ms", "y"), ("tpot_p_ms", "y2")):
+            line = next(t for t in fig["data"] if t.get("yaxis") == axis and t["name"].startswith(("TTFT P99", "TPOT P99")))
+            np.testing.assert_allclose(_decode(line["y"]), rows[col].to_numpy(dtype=float))
+        slos = {t["name"] for t in fig["data"] if " SLO " in t["name"]}
+        assert slos == {"TTFT SLO 500 ms", "TPOT SLO 40 ms"}
+        table = payload["html"]["table"][f"r{r['row_id']}"]
+        assert table.count("<tr") == len(rows) + 1 and "TTFT P99" in table
+        assert "SLOs: TTFT P99 &lt;= 500 ms, TPOT P99 &lt;= 40 ms" in payload["html"]["answers"][f"r{r['row_id']}"]
     thr = _figure(payload, "throughput")["fig"]
     pts = pq.read_table(run_dir / "points").to_pydict()
     stable = [i for i, s in enumerate(pts["stable"]) if s]

@@ -2,9 +2,11 @@
 processes, the client sealing and publishing.
 
 Default suite, on one LocalCluster of 2 worker processes started by this module: an
-analytic grid gives exactly the rows of the in-process run; so does a simulated grid (the
-simulator runs on the workers) whose worker is SIGKILLed in the middle of a segment: that
-segment is computed again elsewhere, with nothing lost or duplicated; an unreachable scheduler is one line before any work. Slow:
+analytic grid gives exactly the rows of the in-process run, and a [schedule] grid the same
+schedule.parquet (planned by the client from the row facts the workers wrote); so does a
+simulated grid (the simulator runs on the workers) whose worker is SIGKILLed in the middle
+of a segment: that segment is computed again elsewhere, with nothing lost or duplicated;
+an unreachable scheduler is one line before any work. Slow:
 the `sweep run --workers 2` client itself SIGKILLed mid-run resumes with the same command,
 its log lines those of an in-process run.
 """
@@ -98,16 +100,16 @@ def test_a_cluster_run_equals_the_in_process_run_row_for_row(cluster, tmp_path):
     g = _load(tmp_path, WINDOWED)
     here = run_grid(g, tmp_path / "here", **run)
     seen: list[tuple[int, int]] = []
-    there = run_grid(g, tmp_path / "there", cluster=cluster, progress=lambda d, t: seen.append((d, t)), **run)
+    there = run_grid(g, tmp_path / "there", cluster=cluster, progress=lambda d, t, c: seen.append((d, t, c)), **run)
     assert there.manifest["rows"] == here.manifest["rows"]
     assert there.manifest["chunks"]["segments"] == here.manifest["chunks"]["segments"] > 1
     assert there.manifest["executor"]["kind"] == "dask" and there.manifest["executor"]["tasks"] == here.manifest["chunks"]["segments"]
     assert there.manifest["chunks"]["compilations"] == 1  # each worker compiled once for all its tasks
     assert _rows_in_order(tmp_path / "there") == _rows_in_order(tmp_path / "here")
     same(tables(tmp_path / "here"), tables(tmp_path / "there"))
-    # progress as in process: points done rise to the total, one call per segment
-    assert [d for d, _ in seen] == sorted(d for d, _ in seen) and seen[-1] == (g.n_points, g.n_points)
-    assert len(seen) == here.manifest["chunks"]["segments"]
+    # progress: points done rise to the total, one call per task; all of them computed for this run
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen) and seen[-1] == (g.n_points, g.n_points, g.n_points)
+    assert len(seen) == here.manifest["chunks"]["segments"] and all(c == d for d, _, c in seen)
     assert not [p for p in (tmp_path / "there").iterdir() if p.name.startswith(STAGING_PREFIX)]
     # the same command again finds the finished run
     assert run_grid(g, tmp_path / "there", cluster=cluster, **run).skipped
@@ -155,6 +157,48 @@ def test_a_worker_killed_mid_segment_has_it_computed_again_elsewhere(cluster, tm
     ids = ds.dataset(out / "points").to_table().column("point_id").to_pylist()
     assert sorted(ids) == list(range(g.n_points))  # every point once: none lost, none twice
     assert not [p for p in out.iterdir() if p.name.startswith(STAGING_PREFIX)]
+
+
+#: A [schedule] grid (tests/test_runner_schedule.py's diurnal day): each segment also writes
+#: its row facts, from which the client plans schedule.parquet.
+SCHEDULED = """
+name = "diurnal-cluster"
+[grid]
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+gpus_per_replica = 2
+seq_len = 1024
+batch_size = 1
+t_fixed_ms = 10.0
+t_req_ms = 0.0
+slo_ms = 1e6
+rho_max = 0.85
+replicas = {start = 1, stop = 8, step = 1}
+[schedule]
+hourly_rps = [40, 30, 20, 20, 30, 60, 120, 200, 300, 380, 400, 390, 370, 350, 340, 360, 390, 420, 430, 380, 300, 200, 120, 70]
+ramp = 2
+"""
+
+
+def test_a_schedule_grid_on_the_cluster_plans_as_in_process(cluster, tmp_path):
+    g = _load(tmp_path, SCHEDULED)
+    run = dict(chunk_size=g.group_size * 2, segment_points=g.group_size * 4)
+    here = run_grid(g, tmp_path / "here", **run)
+    there = run_grid(g, tmp_path / "there", cluster=cluster, **run)
+    assert there.manifest["chunks"]["segments"] == here.manifest["chunks"]["segments"] > 1
+    assert there.manifest["rows"] == here.manifest["rows"] and here.manifest["rows"]["schedule"] == 24
+    assert _rows_in_order(tmp_path / "there") == _rows_in_order(tmp_path / "here")
+    for name in ("schedule.parquet", "optimum.parquet", "frontier.parquet"):
+        a, b = pq.read_table(tmp_path / "here" / name), pq.read_table(tmp_path / "there" / name)
+        assert a.equals(b), name
+        assert _provenance(a) == _provenance(b), name
+        assert ("schedule" in _provenance(b)) == (name == "schedule.parquet"), name  # as in process
+
+
+def _provenance(table) -> dict:
+    meta = json.loads(table.schema.metadata[b"sweep"])
+    meta.pop("created_utc")
+    return meta
 
 
 def test_an_unreachable_scheduler_is_one_line_before_any_work(tmp_path, capsys):

@@ -18,6 +18,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from sweep.cli.tools import int_at_least_one, one_line_errors, positive_seconds
 from sweep.errors import ResourceError, SweepError
@@ -36,7 +37,10 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2, one line already printed)
+        return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_INPUT
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
     try:
         return int(args.handler(args) or EXIT_OK)
@@ -57,15 +61,58 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+EXITS_RUN = """exit codes:
+  0    done: DIR/manifest.json written (also when an identical finished run was found)
+  1    a full disk (the run's staging removed, the previous output intact) or an internal error
+  2    bad input (grid, catalog, profile, arguments) or DIR is locked by another sweep; nothing written
+  130  interrupted (SIGINT)   143  terminated (SIGTERM): rerun the same command to resume"""
+EXITS_READ = """exit codes:
+  0    done
+  2    bad input (a file, a name, a filter or an argument); nothing written"""
+
+
+def epilog(examples: Sequence[str], exits: str = EXITS_READ) -> str:
+    """A sub-command's --help ending: examples, then the exit codes."""
+    return "examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + exits
+
+
+def command(sub: Any, name: str, help: str, examples: Sequence[str], exits: str = EXITS_READ) -> argparse.ArgumentParser:
+    """A sub-command whose --help ends with examples and exit codes, and whose argument errors
+    are one line and exit 2."""
+    p = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".", epilog=epilog(examples, exits),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    one_line_errors(p)
+    return p
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sweep", description="Capacity planning for batched inference serving.")
-    sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="evaluate a grid file and write Parquet")
+    from sweep._version import __version__
+
+    p = argparse.ArgumentParser(
+        prog="sweep", description="Capacity planning for batched inference serving.",
+        epilog=epilog(["sweep run grids/seed-gpt3.toml --out runs/seed      # evaluate a grid, print its answers",
+                       "sweep show runs/seed model=gpt3-175b                # the answers of a finished run",
+                       "sweep explain grids/seed-gpt3.toml --point 2        # one point's derivation, step by step",
+                       "sweep report runs/seed                              # an HTML report",
+                       "sweep plan grids/diurnal.toml --out runs/diurnal    # replicas per hour of a daily profile",
+                       "sweep <command> --help                              # a command's options and examples"],
+                      EXITS_RUN),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"sweep {__version__}")
+    one_line_errors(p)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    r = command(sub, "run", "evaluate a grid file, write Parquet and print the answers",
+                ["sweep run grids/seed-gpt3.toml --out runs/seed",
+                 "sweep run grids/fleet-nightly.toml --out runs/fleet --progress log --log-interval 30",
+                 "sweep run grids/fleet-nightly.toml --out runs/fleet --shard 3/16   # then: sweep merge runs/fleet",
+                 "sweep run grids/example.toml --out runs/example --memory-limit 800 --top 20",
+                 "sweep run grids/fleet-nightly.toml --out /shared/runs/fleet --scheduler tcp://head:8786   # Dask"], EXITS_RUN)
     r.add_argument("grid", type=Path, help="grid file (TOML), see grids/example.toml")
     r.add_argument("--out", type=Path, required=True, help="output folder")
     r.add_argument("--chunk-size", type=int_at_least_one, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
     r.add_argument("--memory-limit", type=int_at_least_one, default=None, metavar="MB",
-                   help="keep the run near MB megabytes of memory (sets the chunk and row-group sizes; refused with the least it needs when too small)")
+                   help="keep the run near MB megabytes of memory (sets the chunk and row-group sizes; a limit below "
+                        "the least the grid needs is refused with that least, exit 2)")
     r.add_argument("--shard", default=None, metavar="I/N",
                    help="run shard I of N (1-based): a disjoint slice of the scenario groups, written to OUT/shards/; "
                         "combine with `sweep merge OUT`")
@@ -76,7 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto",
                    help="auto: a bar on a terminal, JSON log lines otherwise")
     r.add_argument("--log-interval", type=positive_seconds, default=10.0, metavar="S",
-                   help="seconds between progress log lines (> 0)")
+                   help="at most S seconds between progress log lines (> 0; default 10)")
+    r.add_argument("--top", type=int_at_least_one, default=10, metavar="N",
+                   help="scenario groups (and search answers) the summary shows (default 10)")
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
@@ -90,14 +139,49 @@ def _parser() -> argparse.ArgumentParser:
                    help="points per resumable segment, one task on a cluster (rounded to whole chunks; "
                         "default 8,388,608 in process, 1,048,576 on a cluster, one chunk for a simulated grid)")
     r.set_defaults(handler=_cmd_run)
-    one_line_errors(r)
-    m = sub.add_parser("merge", help="combine the shards in OUT/shards/ into one output")
+    sh = command(sub, "show", "print the answers of a finished run: decisions per scenario group, search answers, "
+                              "and the per-point table of a small selection",
+                 ["sweep show runs/seed",
+                  "sweep show runs/fleet model=llama-3.1-70b gpu=h100-sxm --top 25",
+                  "sweep show runs/fleet arrival_rps=400 seq_len=8192"])
+    sh.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")
+    sh.add_argument("filters", nargs="*", metavar="KEY=VALUE",
+                    help="keep the scenarios whose column KEY equals VALUE (a name or a number; inf = NULL)")
+    sh.add_argument("--top", type=int_at_least_one, default=10, metavar="N", help="scenario groups shown (default 10)")
+    sh.set_defaults(handler=_cmd_show)
+    ex = command(sub, "explain", "derive one point of a grid step by step: service time, B_min, the response-time "
+                                 "decomposition, the percentile, KV memory, the action",
+                 ["sweep explain grids/seed-gpt3.toml --point 2",
+                  "sweep explain grids/seed-gpt3.toml batch_size=16",
+                  "sweep explain grids/example.toml model=llama-3.1-70b batch_size=32 batch_window_ms=10"])
+    ex.add_argument("grid", type=Path, help="grid file (TOML)")
+    ex.add_argument("filters", nargs="*", metavar="KEY=VALUE",
+                    help="choose the point by its axis values (the first match in grid order)")
+    ex.add_argument("--point", type=int, default=None, metavar="ID", help="the point_id (as in the output files)")
+    ex.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    ex.set_defaults(handler=_cmd_explain)
+    pl = command(sub, "plan", "a grid with [schedule]: run it and print the replica schedule (schedule.parquet)",
+                 ["sweep plan grids/diurnal.toml --out runs/diurnal",
+                  "sweep plan grids/diurnal.toml --out runs/diurnal --quiet   # then: duckdb on runs/diurnal/schedule.parquet"],
+                 EXITS_RUN)
+    pl.add_argument("grid", type=Path, help="grid file with a [schedule] table, see grids/diurnal.toml")
+    pl.add_argument("--out", type=Path, required=True, help="output folder")
+    pl.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
+    pl.add_argument("--wait", action="store_true", help="if another sweep is writing OUT, wait for it")
+    pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    pl.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    pl.set_defaults(handler=_cmd_plan)
+    m = command(sub, "merge", "combine the shards in OUT/shards/ into one output",
+                ["sweep merge runs/fleet", "sweep merge runs/fleet --wait --quiet"], EXITS_RUN)
     m.add_argument("out", type=Path, help="the --out folder the shards were run with")
     m.add_argument("--quiet", action="store_true")
     m.add_argument("--wait", action="store_true", help="if another sweep is writing OUT, wait for it")
     m.set_defaults(handler=_cmd_merge)
-    one_line_errors(m)
-    w = sub.add_parser("search", help="a search worker: run the grid's [search] studies only, sharing OUT with other workers")
+    w = command(sub, "search", "a search worker: run the grid's [search] studies only, sharing OUT with other workers",
+                ["for i in 1 2 3 4; do sweep search grids/search-fleet.toml --out runs/sf --quiet & done; wait",
+                 "sweep run grids/search-fleet.toml --out runs/sf    # then publish search.parquet"], EXITS_RUN)
     w.add_argument("grid", type=Path, help="grid file with a [search] table")
     w.add_argument("--out", type=Path, required=True,
                    help="the folder of the shared storage (search.db / search.journal); workers hold it shared, "
@@ -106,10 +190,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
     w.add_argument("--quiet", action="store_true")
     w.set_defaults(handler=_cmd_search)
-    one_line_errors(w)
     from sweep.cli import tools
 
-    tools.add_commands(sub)  # sweep fit, sweep kv, sweep catalog
+    tools.add_commands(sub, command)  # sweep fit, kv, catalog, calibrate, report
     return p
 
 
@@ -120,6 +203,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sweep.runner import Shard, run_grid
     from sweep.runner.progress import ProgressReporter, enable_compile_cache
 
+    if args.chunk_size and args.memory_limit:
+        from sweep.errors import OutputError
+
+        raise OutputError(f"--chunk-size {args.chunk_size} and --memory-limit {args.memory_limit} both set the chunk "
+                          f"size: give one (--memory-limit {args.memory_limit} alone sizes the chunk to the limit)")
     grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
     shard = Shard.parse(args.shard) if args.shard else None
     if grid.search is not None:
@@ -132,7 +220,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         cluster = ClusterOptions(scheduler=args.scheduler, workers=args.workers)
         cluster.check()  # Dask missing or an unreachable scheduler is refused before any work
-    if args.memory_limit and not args.chunk_size:
+    if args.memory_limit:
         from sweep.runner.memory import plan_memory
 
         plan_memory(grid, args.memory_limit)  # a limit below the grid's floor is refused before any work
@@ -140,11 +228,59 @@ def _cmd_run(args: argparse.Namespace) -> int:
     mode = "none" if args.quiet else args.progress
     with ProgressReporter(grid.name, mode, args.log_interval) as progress:
         result = run_grid(grid, args.out, chunk_size=args.chunk_size, shard=shard, force=args.force, wait=args.wait,
-                          memory_limit_mb=None if args.chunk_size else args.memory_limit,
+                          memory_limit_mb=args.memory_limit,
                           progress=None if mode == "none" else progress, note=progress.note,
                           segment_points=args.segment_points, cluster=cluster)
     if not args.quiet:
-        print_summary(grid, result)
+        print_summary(grid, result, top=args.top)
+        if grid.schedule is not None:
+            from sweep.cli.plan import print_schedule
+
+            print_schedule(result.out_dir, full=False)
+    return EXIT_OK
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """`sweep run` for a grid with [schedule], printing the schedule instead of the points."""
+    from sweep.catalog import load_catalog
+    from sweep.cli.plan import print_schedule
+    from sweep.errors import GridError
+    from sweep.grid import load
+    from sweep.runner import run_grid
+    from sweep.runner.progress import enable_compile_cache
+
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    if grid.schedule is None:
+        raise GridError(grid.source, "schedule", None,
+                        "sweep plan needs a [schedule] table, e.g. [schedule] hourly_rps = [24 rates]; use sweep run for a plain grid")
+    enable_compile_cache(compile_cache_dir())
+    result = run_grid(grid, args.out, force=args.force, wait=args.wait)
+    if not args.quiet:
+        s = grid.schedule
+        rules = ", ".join(x for x in (f"ramp {s.ramp}/h" if s.ramp else "", f"warm-up {s.warmup_hours:g} h" if s.warmup_hours else "") if x)
+        print(f"{grid.name}: {s.hours}-hour profile from {s.source}{f' ({rules})' if rules else ''}; "
+              f"{grid.n_points:,} points evaluated; {result.out_dir / 'schedule.parquet'}")
+        print_schedule(result.out_dir)
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from sweep.cli.answers import RunFolder, parse_filters
+    from sweep.cli.summary import show_run
+
+    show_run(RunFolder.open(args.run_dir, parse_filters(args.filters)), top=args.top)
+    return EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from sweep.api import explain
+    from sweep.catalog import load_catalog
+    from sweep.cli.answers import parse_filters
+    from sweep.cli.explain import print_explanation
+    from sweep.grid import load
+
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    print_explanation(explain(grid, point_id=args.point, filters=parse_filters(args.filters)))
     return EXIT_OK
 
 
@@ -182,7 +318,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         for s in result.meta["studies"]:
             print(f"{s['name']}: {s['trials_run']} trials run by this worker")
         for r in result.records():
-            print(f"{r['study_name']}: {r['objective']} = {r['objective_value']:g} at trial {r['trial_number']} "
+            value = "unbounded" if r["objective_value"] is None else f"{r['objective_value']:g}"  # NULL: misses a constraint
+            print(f"{r['study_name']}: {r['objective']} = {value} at trial {r['trial_number']} "
                   f"({'meets every constraint' if r['meets_constraints'] else r['reason']})")
     return EXIT_OK
 

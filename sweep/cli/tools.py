@@ -28,17 +28,22 @@ if TYPE_CHECKING:
     from sweep.models.base import Param
 
 
-def add_commands(sub: Any) -> None:
-    """Register `fit`, `kv`, `catalog` and `report` on the subparsers action `sub`."""
-    f = sub.add_parser("fit", help="fit service times to a profile CSV: T_svc(B) = T_fixed + t_req B "
-                       "(batch_size,latency_ms), or the continuous step time t_fixed + t_token n_tok + t_ctx n_ctx "
-                       "from steps (n_tokens,n_ctx,step_ms) or a serving benchmark "
-                       "(concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms)")
+def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `fit`, `kv`, `catalog`, `calibrate` and `report` on the subparsers action
+    `sub`; `command(sub, name, help, examples)` makes a parser with examples and exit codes
+    in its --help and one-line argument errors (`sweep.cli.main.command`)."""
+    f = command(sub, "fit", "fit service times to a profile CSV: T_svc(B) = T_fixed + t_req B "
+                "(batch_size,latency_ms), or the continuous step time t_fixed + t_token n_tok + t_ctx n_ctx "
+                "from steps (n_tokens,n_ctx,step_ms) or a serving benchmark "
+                "(concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms)",
+                ["sweep fit grids/profiles/gpt3-a100.csv",
+                 "sweep fit grids/profiles/llama-3.1-8b-h100-nim.csv   # a serving benchmark: the step time"])
     f.add_argument("profile", type=Path, help="CSV whose header names the shape; '#' comments allowed")
     f.set_defaults(handler=cmd_fit)
-    one_line_errors(f)
 
-    k = sub.add_parser("kv", help="KV-cache memory and the largest batch that fits, one model on one GPU type")
+    k = command(sub, "kv", "KV-cache memory and the largest batch that fits, one model on one GPU type",
+                ["sweep kv --model llama-3.1-70b --gpu h100-sxm --gpus 4 --seq-len 8192",
+                 "sweep kv --model llama-3.1-70b --gpu h100-sxm --gpus 4 --seq-len 8192 --mean-seq-len 2000 --kv-dtype fp8"])
     k.add_argument("--model", required=True, help="model catalog name, e.g. llama-3.1-70b")
     k.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
     k.add_argument("--gpus", type=grid_value("gpus_per_replica"), default=1,
@@ -57,31 +62,30 @@ def add_commands(sub: Any) -> None:
                    help=f"share of HBM kept free for activations etc., {_range('reserve_fraction')} (default 0)")
     _catalog_arg(k)
     k.set_defaults(handler=cmd_kv)
-    one_line_errors(k)
 
-    c = sub.add_parser("catalog", help="list the model and GPU catalogs, or `catalog show NAME` for one entry")
+    c = command(sub, "catalog", "list the model and GPU catalogs, or `catalog show NAME` for one entry",
+                ["sweep catalog", "sweep catalog show llama-3.1-8b", "sweep catalog --catalog my-catalog"])
     c.add_argument("action", nargs="?", choices=("list", "show"), default="list", help="list (default) or show")
     c.add_argument("name", nargs="?", help="with show: a model or GPU name")
     _catalog_arg(c)
     c.set_defaults(handler=cmd_catalog)
-    one_line_errors(c)
 
-    cal = sub.add_parser("calibrate", help="fit the SPEC 13 roofline's eta_bw, eta_flops and collective latency "
-                                           "per (model, gpu, tensor parallel) to measured steps")
+    cal = command(sub, "calibrate", "fit the refined roofline's (docs/roofline.md) eta_bw, eta_flops and collective "
+                                    "latency per (model, gpu, tensor parallel) to measured steps",
+                  ["sweep calibrate steps.csv", "sweep calibrate steps.csv --out my-catalog   # then: --catalog my-catalog"])
     cal.add_argument("profile", type=Path, help="CSV: model,gpu,tensor_parallel,phase,batch,prompt_tokens,"
                                                 "context_tokens,measured_ms (see sweep.grid.calibrate)")
     cal.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="write the fits as a catalog overlay folder (DIR/gpus/<gpu>-<model>-tp<g>.toml)")
     _catalog_arg(cal)
     cal.set_defaults(handler=cmd_calibrate)
-    one_line_errors(cal)
 
-    r = sub.add_parser("report", help="write one self-contained HTML report of a finished run (needs sweep[report])")
+    r = command(sub, "report", "write one self-contained HTML report of a finished run (needs sweep[report])",
+                ["sweep report runs/seed", "sweep report runs/fleet --out fleet.html --png figures/"])
     r.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")
     r.add_argument("--out", type=Path, default=None, metavar="FILE", help="the HTML file (default RUN_DIR/report.html)")
     r.add_argument("--png", type=Path, default=None, metavar="DIR", help="also write each figure as DIR/<figure>.png")
     r.set_defaults(handler=cmd_report)
-    one_line_errors(r)
 
 
 def _catalog_arg(p: argparse.ArgumentParser) -> None:
@@ -190,9 +194,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"[bold]{args.profile}[/bold]: T_svc(B) = T_fixed + t_req B fitted to {fit.n} rows, "
         f"{len(fit.residuals)} batch sizes"
     )
-    console.print(f"T_fixed = {fit.t_fixed_ms:.4f} ms")
-    console.print(f"t_req   = {fit.t_req_ms:.4f} ms per request")
+    se = fit.se_ms
+    console.print(f"T_fixed = {fit.t_fixed_ms:.4f} ms" + (f"  (standard error {se[0]:.2g})" if se else ""))
+    console.print(f"t_req   = {fit.t_req_ms:.4f} ms per request" + (f"  (standard error {se[1]:.2g})" if se else ""))
     console.print(f"R^2     = {fit.r2:.6f}   (RMS residual {fit.rmse_ms:.4f} ms)")
+    _print_covariance(console, ("t_fixed_ms", "t_req_ms"), fit.cov_ms2)
     t = Table(title="residuals per batch size (ms; residual = mean measured - fitted)", title_justify="left")
     for name in ("batch_size", "rows", "mean measured", "fitted", "residual", "max |residual|"):
         t.add_column(name, justify="right")
@@ -201,6 +207,21 @@ def cmd_fit(args: argparse.Namespace) -> int:
                   f"{r.residual_ms:+.3f}", f"{r.max_abs_residual_ms:.3f}")
     console.print(t)
     return 0
+
+
+def _print_covariance(console: Any, names: tuple[str, ...], cov: Any) -> None:
+    """The coefficients' covariance (ms^2), what `[uncertainty.profile] covariance = true` samples."""
+    if not cov:
+        console.print("covariance: not estimable (no residual degree of freedom: measure more rows)")
+        return
+    t = Table(title="covariance of the coefficients (ms^2; [uncertainty.profile] covariance = true samples it)",
+              title_justify="left")
+    t.add_column("")
+    for name in names:
+        t.add_column(name, justify="right")
+    for name, row in zip(names, cov):
+        t.add_row(name, *(f"{v:.4g}" for v in row))
+    console.print(t)
 
 
 def _print_step_fit(console: Any, path: Path, fit: Any) -> int:
@@ -215,6 +236,7 @@ def _print_step_fit(console: Any, path: Path, fit: Any) -> int:
         console.print(f"{name:<10} = {value:.6g} {unit}  (standard error {se:.2g}){pinned}")
     console.print(f"R^2        = {fit.r2:.6f}   (RMS residual {fit.rmse_ms:.4g} ms"
                   f"{', weighted by 1/measured^2' if fit.shape == 'request' else ''})")
+    _print_covariance(console, ("t_fixed_ms", "t_token_ms", "t_ctx_ms"), fit.cov_ms2)
     t = Table(title="residuals (ms; residual = measured - fitted)", title_justify="left")
     for name in ("equation", "measured", "fitted", "residual", "relative"):
         t.add_column(name, justify="right")

@@ -7,7 +7,7 @@ user) passes its negation as `latency`. Exact float comparison throughout.
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax import Array
+from jax import Array, lax
 
 INF = jnp.inf
 #: Knee scores within this of the best are ties (SPEC 6).
@@ -30,8 +30,8 @@ def pareto_mask(capacity: Array, latency: Array, valid: Array) -> Array:
     cap_s, lat_s = cap[order], lat[order]
     pos = jnp.arange(k)
     new_run = jnp.concatenate([jnp.array([True]), cap_s[1:] != cap_s[:-1]])
-    run_start = jnp.maximum.accumulate(jnp.where(new_run, pos, 0))
-    cummin = jnp.minimum.accumulate(lat_s)
+    run_start = lax.cummax(jnp.where(new_run, pos, 0))
+    cummin = lax.cummin(lat_s)
     before = jnp.where(run_start > 0, cummin[jnp.maximum(run_start - 1, 0)], INF)
     dominated = (before <= lat_s) | (lat_s[run_start] < lat_s)
     on_sorted = ~dominated & valid[order]
@@ -53,12 +53,12 @@ def pareto_mask_columns(capacity: Array, latency: Array, valid: Array) -> Array:
     cap = capacity[0]
     lat = jnp.where(valid, latency, INF)
     col_min = jnp.min(lat, axis=0)
-    suffix = jnp.concatenate([jnp.minimum.accumulate(col_min[::-1])[::-1], jnp.array([INF])])
+    suffix = jnp.concatenate([lax.cummin(col_min, reverse=True), jnp.array([INF])])
     pos = jnp.arange(n_b)
     new_run = jnp.concatenate([jnp.array([True]), cap[1:] != cap[:-1]])
     is_last = jnp.concatenate([cap[1:] != cap[:-1], jnp.array([True])])
-    run_start = jnp.maximum.accumulate(jnp.where(new_run, pos, 0))
-    run_end = jnp.minimum.accumulate(jnp.where(is_last, pos, n_b)[::-1])[::-1]
+    run_start = lax.cummax(jnp.where(new_run, pos, 0))
+    run_end = lax.cummin(jnp.where(is_last, pos, n_b), reverse=True)
     above = suffix[run_end + 1]
     from_run = suffix[run_start]
     dominated = (above[None, :] <= lat) | (from_run[None, :] < lat)

@@ -8,19 +8,19 @@ columns into table rows.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
 
-from sweep.models.base import Column, ServingModel
+from sweep.models.base import NO_ANSWER, Column, Decisions, ServingModel
 
-#: The answers of optimum.parquet: (prefix, what it is). Each gets the model's answer fields.
+#: The answers of optimum.parquet: (prefix, what it is, for the dynamic batcher). Each gets
+#: the model's answer fields; `answer_texts` words them for any model.
 ANSWERS: tuple[tuple[str, str], ...] = (
-    ("b_max_slo", "the largest batch with latency_ms <= slo_ms (seed step 5); ties: lowest latency"),
+    ("b_max_slo", "the largest batch with latency_ms <= slo_ms (docs/model.md, decisions); ties: lowest latency"),
     ("b_latency_opt", "the batch minimising e_resp_ms; ties: smallest batch"),
     ("slo_opt", "the most capacity with latency_ms <= slo_ms (the SLO-optimal point); ties: lowest latency"),
-    ("knee", "the frontier's knee (SPEC 6)"),
+    ("knee", "the frontier's knee (docs/model.md, decisions)"),
     ("replicas_min", "at replicas_min: the largest batch meeting the SLO with rho <= rho_max"),
 )
 _ANSWER_INDEX = {
@@ -29,31 +29,66 @@ _ANSWER_INDEX = {
     "slo_opt": "slo_opt_idx",
     "knee": "knee_idx",
 }
-#: What an answer's columns hold when there is none (see `reason`), by dtype.
-_MISSING = {"int64": 0, "float64": math.inf}
-_MISSING_BY_SOURCE = {"capacity_rps": 0.0, "point_id": -1}
+#: The dynamic batcher's SLO check, the default of `ServingModel.slo_checks`.
+_DEFAULT_CHECKS: tuple[tuple[str, str], ...] = (("latency_ms", "slo_ms"),)
 
 
-def missing_value(source: str, dtype: str) -> float:
-    return _MISSING_BY_SOURCE.get(source, _MISSING[dtype])
+def slo_text(checks: tuple[tuple[str, str], ...]) -> str:
+    """The SLO test a decision applies, in column names: `latency_ms <= slo_ms`, or for
+    several checks `every SLO met (ttft_p_ms <= ttft_slo_ms, ...; an absent one holds)`."""
+    tests = ", ".join(f"{lat} <= {slo}" for lat, slo in checks)
+    return tests if len(checks) == 1 else f"every SLO met ({tests}; an absent one holds)"
+
+
+def answer_texts(d: Decisions, checks: tuple[tuple[str, str], ...] = _DEFAULT_CHECKS) -> dict[str, str]:
+    """What each answer of optimum.parquet is, in the model's own columns (the decision
+    rules of `sweep.decide.reduce`: ties of the SLO answers go to the better second
+    frontier objective, of b_latency_opt to the smaller cap)."""
+    slo = slo_text(checks)
+    better = "lowest" if d.latency_sign > 0 else "highest"
+    direction = "down" if d.latency_sign > 0 else "up"
+    return {
+        "b_max_slo": f"the point with the largest {d.cap} among those with {slo} (docs/model.md, decisions); "
+                     f"ties: {better} {d.latency}",
+        "b_latency_opt": f"the feasible point with the smallest {d.mean_latency}; ties: smallest {d.cap}",
+        "slo_opt": f"the point with the most {d.capacity} among those with {slo} (the SLO-optimal point); "
+                   f"ties: {better} {d.latency}",
+        "knee": f"the knee of the row's frontier ({d.capacity} up, {d.latency} {direction}; docs/model.md, decisions)",
+        "replicas_min": f"the point at replicas_min: the largest {d.cap} with {slo} and {d.utilisation} <= rho_max",
+    }
 
 
 def answer_name(prefix: str, suffix: str) -> str:
     return prefix + suffix if (prefix, suffix) != ("replicas_min", "") else "replicas_min_batch"
 
 
-def answer_columns(model: ServingModel) -> tuple[Column, ...]:
+def answer_columns(model: ServingModel, point_columns: tuple[Column, ...] = ()) -> tuple[Column, ...]:
+    """Each answer's fields. Every one is NULL where the row has no such answer (`reason`
+    says why); a field whose point column can be NULL is also NULL where that point's is
+    (its flags are the point's: join on the answer's point_id to read them)."""
+    source = {c.name: c for c in (point_columns or model.columns)}
+    # An answer is a feasible point: stable, mem_ok and its checked latencies bounded, so
+    # those flags never explain an answer's NULL; any other NULL rule of its point column
+    # carries over (join on the answer's point_id to read the flag).
+    implied = {"stable", "mem_ok"}
+    checked = {model.decisions.latency, *(lat for lat, _ in model.slo_checks)}
+    texts = answer_texts(model.decisions, model.slo_checks)
     out = []
-    for prefix, what in ANSWERS:
-        for suffix, source, dtype, unit in model.decisions.answer_fields:
+    for prefix, _ in ANSWERS:
+        for suffix, name, dtype, unit in model.decisions.answer_fields:
+            col = source.get(name)
+            inherited = () if col is None or name in checked else tuple(w for w in col.null_reasons if w not in implied)
+            numeric = dtype in ("float64", "int64")
+            null_when = ", ".join((NO_ANSWER, *inherited)) if numeric else ""
             out.append(Column(answer_name(prefix, suffix), dtype, unit,
-                              f"{source} of {what}; {missing_value(source, dtype)} when there is none."))
+                              f"{name} of {texts[prefix]}; NULL when there is none.", null_when=null_when))
     return tuple(out)
 
 
 def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> tuple[Column, ...]:
-    """optimum.parquet: one row per (scenario group, replicas) (SPEC 6)."""
+    """optimum.parquet: one row per (scenario group, replicas) (docs/model.md, decisions)."""
     present = {c.name: c for c in point_columns}
+    d, slo = model.decisions, slo_text(model.slo_checks)
     return (
         Column("group_id", "int64", "-", "Scenario group: flat index over every axis except replicas and the row axes."),
         Column("row_id", "int64", "-", "(scenario group, replicas) row: point_id // points per row."),
@@ -61,26 +96,38 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
         Column("n_points", "int64", "points", "Points in the row (the product of the row axes)."),
         Column("n_feasible", "int64", "points", "Feasible points in the row."),
         Column("n_frontier", "int64", "points", "Pareto points of the row (rows of frontier.parquet)."),
-        Column("reason", "dict", "-", "ok, or the first constraint that left no feasible batch: out_of_memory | unstable | proxy_invalid (stable, but the latency estimate is +inf) | slo_violated."),
-        Column("replicas_min", "float64", "replicas", "Per scenario group: the fewest replicas of the grid's replicas axis for which some batch meets the SLO with rho <= rho_max; +inf when none. On every row of the group."),
+        Column("reason", "dict", "-", f"ok, or the first constraint that left no feasible {d.cap}: out_of_memory | unstable | proxy_invalid (stable, but the latency estimate is unbounded) | slo_violated (no feasible point with {slo})."),
+        Column("replicas_min", "int64", "replicas", f"Per scenario group: the fewest replicas of the grid's replicas axis for which some {d.cap} has {slo} and {d.utilisation} <= rho_max; NULL when none does. On every row of the group.", null_when=NO_ANSWER),
         Column("is_replicas_min", "bool", "-", "This row is at replicas_min."),
-        Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); +inf when none."),
-        *answer_columns(model),
+        Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); NULL when there is none.", null_when=NO_ANSWER),
+        *answer_columns(model, point_columns),
         Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
     )
 
 
-FRONTIER_EXTRA: tuple[Column, ...] = (
-    Column("group_id", "int64", "-", "Scenario group (see optimum.parquet)."),
-    Column("row_id", "int64", "-", "(scenario group, replicas) row this frontier belongs to."),
-    Column("is_knee", "bool", "-", "The row's knee: largest capacity_norm - latency_norm over the frontier (SPEC 6)."),
-    Column("is_slo_opt", "bool", "-", "The row's SLO-optimal point: most capacity with latency_ms <= slo_ms."),
-)
+def frontier_extra(d: Decisions | None = None, checks: tuple[tuple[str, str], ...] = _DEFAULT_CHECKS) -> tuple[Column, ...]:
+    """The columns frontier.parquet adds to a point's, worded in the model's objectives."""
+    d = d or Decisions()
+    if d.latency_sign > 0:
+        knee = f"largest {d.capacity}_norm - {d.latency}_norm over the frontier, each normalised to [0, 1]"
+    else:
+        knee = f"largest {d.capacity}_norm + {d.latency}_norm over the frontier, each normalised to [0, 1]"
+    return (
+        Column("group_id", "int64", "-", "Scenario group (see optimum.parquet)."),
+        Column("row_id", "int64", "-", "(scenario group, replicas) row this frontier belongs to."),
+        Column("is_knee", "bool", "-", f"The row's knee: {knee} (docs/model.md, decisions)."),
+        Column("is_slo_opt", "bool", "-", f"The row's SLO-optimal point: the most {d.capacity} with {slo_text(checks)}."),
+    )
 
 
-def frontier_columns(point_columns: tuple[Column, ...]) -> tuple[Column, ...]:
+#: frontier.parquet's own columns for the dynamic batcher.
+FRONTIER_EXTRA: tuple[Column, ...] = frontier_extra()
+
+
+def frontier_columns(point_columns: tuple[Column, ...], model: ServingModel | None = None) -> tuple[Column, ...]:
     """frontier.parquet: every point column of the Pareto points, and the row's flags."""
-    return (*point_columns, *FRONTIER_EXTRA)
+    extra = frontier_extra(model.decisions, model.slo_checks) if model is not None else FRONTIER_EXTRA
+    return (*point_columns, *extra)
 
 
 def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapping[str, np.ndarray],
@@ -119,7 +166,11 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
         has = idx >= 0
         point = np.where(has, pick_start[prefix] + idx, 0)
         for suffix, source, dtype, _unit in model.decisions.answer_fields:
-            out[answer_name(prefix, suffix)] = np.where(has, cols[source][point], missing_value(source, dtype))
+            value = cols[source][point]
+            if dtype in ("float64", "int64"):  # +inf in memory where there is none: NULL in the files
+                out[answer_name(prefix, suffix)] = np.where(has, value.astype(np.float64), np.inf)
+            else:  # a flag or a name: false / the first name where there is none
+                out[answer_name(prefix, suffix)] = np.where(has, value, np.zeros_like(value))
     out["method"] = np.zeros(n_rows, dtype=np.int32)
     return out
 

@@ -25,7 +25,16 @@ import numpy as np
 from sweep.decide.reduce import reduce_chunk
 from sweep.decide.verdict import verdict
 from sweep.grid.spec import GridSpec
-from sweep.models.base import CATALOG_FIELDS, ENGINE_KEYS, WHEN_SIMULATION, Column, ServingModel
+from sweep.models.base import (
+    CATALOG_FIELDS,
+    ENGINE_KEYS,
+    PLANNING_WHEN,
+    WHEN_SIMULATION,
+    Column,
+    ServingModel,
+    gpu_figures,
+    model_figures,
+)
 
 DEFAULT_CHUNK = 1 << 16
 _CAST = {"float64": jnp.float64, "int64": jnp.int64, "bool": jnp.bool_, "dict": jnp.int32}
@@ -51,7 +60,15 @@ class Chunk:
 
 def jit_columns(spec: GridSpec) -> tuple[Column, ...]:
     """The point columns the jitted evaluation computes (the host pass adds the rest)."""
-    return tuple(c for c in spec.point_columns() if c.when != WHEN_SIMULATION)
+    return tuple(c for c in spec.point_columns() if c.when != WHEN_SIMULATION and c.when not in PLANNING_WHEN)
+
+
+def plan_static(spec: GridSpec) -> tuple[Any, ...] | None:
+    """What `sweep.engine.plan` needs (hashable), or None when the grid asks for neither
+    `[uncertainty]` nor `[sensitivity]`."""
+    if spec.uncertainty is None and not spec.sensitivity:
+        return None
+    return (spec.uncertainty, spec.sensitivity, spec.roofline)
 
 
 class Evaluator:
@@ -64,7 +81,9 @@ class Evaluator:
         self.row_size = spec.row_size
         self.group_size = spec.group_size
         # Chunks hold whole groups, so every decision reduces inside one chunk.
-        groups = max(1, min(chunk_size, self.n_points) // self.group_size)
+        # With [uncertainty] a point is S evaluations: a chunk holds chunk_size / S points.
+        per_point = spec.uncertainty.samples if spec.uncertainty is not None else 1
+        groups = max(1, min(max(1, chunk_size // per_point), self.n_points) // self.group_size)
         self.chunk_size = groups * self.group_size
         self.n_chunks = math.ceil(self.n_points / self.chunk_size)
         self._axes = axis_arrays(spec)
@@ -80,6 +99,7 @@ class Evaluator:
             shape=spec.shape,
             chunk_size=self.chunk_size,
             reduce=None if self.host_pass is not None else self._reduce_static,
+            plan=plan_static(spec),
         )
         self._fn = _compiled_chunk(tuple(static.items()))
         if self.host_pass is not None:
@@ -160,13 +180,14 @@ def _evaluate_chunk(
     shape: tuple[int, ...],
     chunk_size: int,
     reduce: tuple[tuple[str, int], ...] | None,
+    plan: tuple[Any, ...] | None = None,
 ) -> dict[str, jax.Array]:
     """One chunk: decode, evaluate, and unless a host pass follows, reduce to the decisions
     in the same call."""
     # Past `limit` (the last chunk of a range) repeat the last point; the host trims it.
     idx = jnp.minimum(offset + jnp.arange(chunk_size, dtype=jnp.int64), limit - 1)
     v = decode(idx, axes, keys=keys, shape=shape)
-    out = evaluate_values(v, tables, model=model, static=static, columns=columns)
+    out = evaluate_values(v, tables, model=model, static=static, columns=columns, plan=plan)
     out["point_id"] = idx
     if reduce is not None:
         out.update(reduce_chunk(out, model.decisions, **dict(reduce)))
@@ -201,14 +222,20 @@ def evaluate_values(
     model: ServingModel,
     static: tuple[tuple[str, Any], ...],
     columns: tuple[str, ...],
+    plan: tuple[Any, ...] | None = None,
 ) -> dict[str, jax.Array]:
     """Every column in `columns` (file units, declared dtypes) and the model's private values,
-    for points given by their parameter values.
+    for points given by their parameter values; with `plan` (`plan_static`) the
+    `[uncertainty]` / `[sensitivity]` columns too (`sweep.engine.plan`), and with a `risk`
+    a point's `slo_ok` also needs `p_slo_breach <= risk`.
 
     `v` maps each grid key to a 1-D array (model and gpu as catalog-table indices); this is
     what both a grid chunk and a search batch feed the model. Raises `ModelContractError`
     (at trace time) when the model's outputs and its declaration disagree.
     """
+    # the [uncertainty] / [sensitivity] columns come from `plan`, never from the model
+    planned = {c.name for c in model.columns if c.when in PLANNING_WHEN}
+    columns = tuple(c for c in columns if c not in planned)
     x = dict(v)
     for name, axis in CATALOG_FIELDS.items():
         x[name] = tables[name][v[axis]]
@@ -231,9 +258,16 @@ def evaluate_values(
         if name in ENGINE_KEYS:
             continue
         value = v[name] if name in echoed else computed[name]
-        out[name] = value.astype(_CAST[declared[name].dtype])
+        out[name] = value.astype(_CAST[declared[name].memory_dtype])
     out.update({k: val for k, val in computed.items() if k.startswith("_")})
     out.update(take_verdict(model, out))
+    if plan is not None:
+        from sweep.engine.plan import plan_values
+
+        unc, sens, roofline = plan
+        out.update(plan_values(x, model=model, kw=kw, uncertainty=unc, sensitivity=sens, roofline=roofline))
+        if unc is not None and unc.risk is not None:
+            out["slo_ok"] = out["slo_ok"] & (out["p_slo_breach"] <= unc.risk)
     return out
 
 
@@ -264,15 +298,10 @@ def catalog_tables(spec: GridSpec) -> dict[str, jax.Array]:
     def f(xs: list[float]) -> jax.Array:
         return jnp.asarray(np.asarray(xs, dtype=np.float64))
 
-    return {
-        "kv_elems_per_token": f([m.n_layers * m.kv_elems_per_token_per_layer for m in spec.models]),
-        "n_params": f([m.n_params for m in spec.models]),
-        "active_params": f([m.active_params for m in spec.models]),
-        "hbm_bytes": f([g.hbm_bytes for g in spec.gpus]),
-        "hbm_bw": f([g.hbm_bandwidth_bytes_per_s for g in spec.gpus]),
-        "flops": f([g.bf16_dense_flops for g in spec.gpus]),
-        "usd_per_gpu_hour": f([g.usd_per_gpu_hour for g in spec.gpus]),
-    }
+    per_model = [model_figures(m) for m in spec.models]
+    per_gpu = [gpu_figures(g) for g in spec.gpus]
+    return {name: f([row[name] for row in (per_model if axis == "model" else per_gpu)])
+            for name, axis in CATALOG_FIELDS.items()}
 
 
 @functools.lru_cache(maxsize=32)

@@ -23,6 +23,7 @@ from typing import Any
 
 from sweep.catalog import Catalog, load_catalog
 from sweep.errors import CatalogError, GridError, did_you_mean
+from sweep.grid.schedule import ScheduleSpec, check_schedule_replicas, parse_schedule
 from sweep.grid.search_table import (
     check_search_space,
     fill_searched,
@@ -30,6 +31,7 @@ from sweep.grid.search_table import (
     resolve_search,
 )
 from sweep.grid.spec import Axis, GridSpec, Options, OutputOptions, SimulationOptions
+from sweep.grid.uncertainty import parse_sensitivity, parse_uncertainty
 from sweep.grid.values import MAX_AXIS_VALUES, axis_size, axis_values, check_value, expand_range
 from sweep.models import (
     REGISTRY,
@@ -42,7 +44,8 @@ from sweep.models.dynamic import OPTION_PARAMS
 
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
-TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation")
+TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation",
+                  "schedule", "uncertainty", "sensitivity")
 OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction")
 PARTITION_KEYS = ("model", "gpu")
 
@@ -88,6 +91,10 @@ def build(
     grid = doc.get("grid")
     if not isinstance(grid, Mapping):
         raise GridError(source, "grid", grid, "a [grid] table is required")
+    schedule = None
+    if "schedule" in doc:
+        schedule = parse_schedule(doc["schedule"], source)
+        grid = _with_schedule_rates(grid, schedule, source)
     values = _normalise_grid(grid, model, source)
     search = parse_search(doc["search"], source, model) if "search" in doc else None
     if search is not None:
@@ -98,6 +105,13 @@ def build(
     values, facts = model.fill(values, _grid_key, source)
     service_source = "fitted" if fit is not None else facts.pop("service_source")
     model.check(values, options, _grid_key, source)
+    uncertainty = (parse_uncertainty(doc["uncertainty"], model, fit, service_source, source)
+                   if "uncertainty" in doc else None)
+    sensitivity = parse_sensitivity(doc["sensitivity"], model, source) if "sensitivity" in doc else False
+    if (uncertainty is not None or sensitivity) and search is not None:
+        raise GridError(source, "search", "[search]", "cannot be combined with [uncertainty] or [sensitivity] (yet)")
+    if schedule is not None:
+        check_schedule_replicas(schedule, values.get("replicas", [1]), source)
     catalog = _resolve_catalog(doc.get("catalog", {}), source, catalog)
     if search is not None:
         search = resolve_search(search, catalog, source)
@@ -122,7 +136,19 @@ def build(
         fit=fit,
         search=search,
         simulation=simulation,
+        uncertainty=uncertainty,
+        sensitivity=sensitivity,
+        schedule=schedule,
     )
+
+
+def _with_schedule_rates(grid: Mapping[str, Any], schedule: ScheduleSpec, source: str) -> dict[str, Any]:
+    """[schedule]'s distinct positive hourly rates become the `arrival_rps` axis: the run
+    evaluates every point at every rate the profile needs."""
+    if "arrival_rps" in grid:
+        raise GridError(source, "grid.arrival_rps", grid["arrival_rps"],
+                        "[schedule] gives the arrival rates (one per hour); drop arrival_rps from [grid]")
+    return {**grid, "arrival_rps": list(schedule.rates)}
 
 
 # --------------------------------------------------------------------------- stage 2: shape

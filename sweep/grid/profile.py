@@ -76,6 +76,9 @@ class Fit:
     residuals: tuple[Residual, ...]  # one per distinct batch size, ascending
     row_residuals_ms: tuple[float, ...]  # measured - fitted, in row order
     source: str = "<rows>"
+    #: covariance of (t_fixed_ms, t_req_ms), ms^2: sigma^2 (X'X)^-1 with sigma^2 = SS_res / (n - 2);
+    #: None with only two rows (no residual degree of freedom). `[uncertainty.profile]` samples it.
+    cov_ms2: tuple[tuple[float, float], tuple[float, float]] | None = None
 
     @property
     def rmse_ms(self) -> float:
@@ -85,6 +88,13 @@ class Fit:
     def grid_values(self) -> dict[str, float]:
         """The `[grid]` keys this fit gives."""
         return {"t_fixed_ms": self.t_fixed_ms, "t_req_ms": self.t_req_ms}
+
+    @property
+    def se_ms(self) -> tuple[float, float] | None:
+        """Standard errors of (t_fixed_ms, t_req_ms), or None (see `cov_ms2`)."""
+        if self.cov_ms2 is None:
+            return None
+        return (math.sqrt(max(self.cov_ms2[0][0], 0.0)), math.sqrt(max(self.cov_ms2[1][1], 0.0)))
 
     def as_dict(self) -> dict[str, object]:
         """The summary a manifest records (plain JSON types)."""
@@ -98,6 +108,7 @@ class Fit:
             "rmse_ms": self.rmse_ms,
             "batch_sizes": [r.batch_size for r in self.residuals],
             "residuals_ms": [r.residual_ms for r in self.residuals],
+            "cov_ms2": None if self.cov_ms2 is None else [list(r) for r in self.cov_ms2],
         }
 
 
@@ -165,7 +176,22 @@ def fit_rows(
             residual_ms=float(res[mask].mean()),
             max_abs_residual_ms=float(np.max(np.abs(res[mask]))),
         ))
-    return Fit(intercept, slope, r2, len(bs), tuple(table), tuple(float(r) for r in res), source)
+    return Fit(intercept, slope, r2, len(bs), tuple(table), tuple(float(r) for r in res), source,
+               _ols_covariance(x, ss_res))
+
+
+def _ols_covariance(x: np.ndarray, ss_res: float) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """Covariance of the OLS (intercept, slope), ms^2: sigma^2 [[1/n + xm^2/Sxx, -xm/Sxx],
+    [-xm/Sxx, 1/Sxx]] with sigma^2 = SS_res / (n - 2); None when n = 2 (sigma is not estimable).
+    A coefficient the fit set to 0 (rounding) keeps its covariance: it is still uncertain."""
+    n = len(x)
+    if n <= 2:
+        return None
+    xm = float(x.mean())
+    sxx = float(np.sum((x - xm) ** 2))
+    s2 = ss_res / (n - 2)
+    c01 = -xm * s2 / sxx
+    return ((s2 * (1.0 / n + xm * xm / sxx), c01), (c01, s2 / sxx))
 
 
 def _check_fit(source: str, intercept: float, slope: float, r2: float, res: np.ndarray) -> None:

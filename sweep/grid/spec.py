@@ -11,7 +11,9 @@ from sweep.catalog import Gpu, Model
 from sweep.models import ServingModel
 
 if TYPE_CHECKING:
+    from sweep.grid.schedule import ScheduleSpec
     from sweep.grid.search_table import SearchSpec
+    from sweep.grid.uncertainty import UncertaintyOptions
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,12 @@ class GridSpec:
     search: SearchSpec | None = None
     #: the simulator's settings when the grid simulates, else None
     simulation: SimulationOptions | None = None
+    #: the `[uncertainty]` table, else None (docs/uncertainty.md)
+    uncertainty: UncertaintyOptions | None = None
+    #: a `[sensitivity]` table asks for the derivative and headroom columns
+    sensitivity: bool = False
+    #: the validated `[schedule]` (an hourly arrival profile), else None
+    schedule: ScheduleSpec | None = None
 
     def axis(self, key: str) -> Axis:
         for a in self.axes:
@@ -115,4 +123,5 @@ class GridSpec:
 
     def point_columns(self) -> tuple[Any, ...]:
         """Every point column this grid's runs compute, in file order."""
-        return self.model.point_columns(roofline=self.roofline, simulation=self.simulates)
+        return self.model.point_columns(roofline=self.roofline, simulation=self.simulates,
+                                        uncertainty=self.uncertainty is not None, sensitivity=self.sensitivity)

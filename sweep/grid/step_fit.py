@@ -94,6 +94,11 @@ class StepFit:
     measured_ms: tuple[float, ...]
     fitted_ms: tuple[float, ...]
     source: str = "<rows>"
+    #: covariance of (t_fixed_ms, t_token_ms, t_ctx_ms), ms^2 (COEFFS order): sigma^2 (X'WX)^-1 of
+    #: the final (constrained) fit over its free coefficients; a pinned coefficient keeps the
+    #: variance of the unconstrained fit (its `se_ms`) and no covariance with the others.
+    #: `[uncertainty.profile]` samples it; its diagonal is `se_ms` squared.
+    cov_ms2: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def coefficients(self) -> tuple[float, float, float]:
@@ -125,6 +130,7 @@ class StepFit:
             "n": self.n,
             "rows": self.rows,
             "rmse_ms": self.rmse_ms,
+            "cov_ms2": [list(r) for r in self.cov_ms2],
         }
 
 
@@ -190,7 +196,7 @@ def _solve(shape: str, x: np.ndarray, y: np.ndarray, w: np.ndarray, labels: tupl
     z_pinned: dict[str, float] = {}
     se_pinned: dict[int, float] = {}
     while True:
-        beta, se, r2 = _wls(x[:, free], y, w)
+        beta, se, r2, cov = _wls(x[:, free], y, w)
         if np.any(~np.isfinite(beta)) or np.any(~np.isfinite(se)) or not math.isfinite(r2):
             raise _err(source, "fit", "non-finite", "the fit is not a finite number; check the measurements")
         worst = int(np.argmin(beta / np.where(se > 0, se, 1.0)))
@@ -205,11 +211,14 @@ def _solve(shape: str, x: np.ndarray, y: np.ndarray, w: np.ndarray, labels: tupl
             break
     coef = np.zeros(3)
     ses = np.zeros(3)
+    cov3 = np.zeros((3, 3))
     if free:
         coef[free] = beta
         ses[free] = se
+        cov3[np.ix_(free, free)] = cov
     for k, s in se_pinned.items():
         ses[k] = s
+        cov3[k, k] = s * s
     coef = np.where(coef == 0.0, 0.0, coef)  # no -0.0
     fitted = x @ coef
     for name, value in zip(COEFFS, coef):
@@ -220,14 +229,15 @@ def _solve(shape: str, x: np.ndarray, y: np.ndarray, w: np.ndarray, labels: tupl
                    "a step would take no time: are the times all 0?")
     return StepFit(shape, float(coef[0]), float(coef[1]), float(coef[2]), (float(ses[0]), float(ses[1]), float(ses[2])),
                    tuple(pinned), {k: z_pinned[k] for k in pinned}, float(r2), n, n_rows, labels, tuple(float(v) for v in y),
-                   tuple(float(v) for v in fitted), source)
+                   tuple(float(v) for v in fitted), source,
+                   tuple((float(r[0]), float(r[1]), float(r[2])) for r in cov3))
 
 
-def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Weighted least squares on column-scaled x: (coefficients, standard errors, R^2).
+def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+    """Weighted least squares on column-scaled x: (coefficients, standard errors, R^2, covariance).
 
-    The standard errors are the classical ones, sigma^2 (X'WX)^-1 with sigma^2 the weighted
-    residual variance over n - p degrees of freedom."""
+    The covariance is the classical one, sigma^2 (X'WX)^-1 with sigma^2 the weighted residual
+    variance over n - p degrees of freedom; the standard errors are its diagonal's roots."""
     n, p = x.shape
     sw = np.sqrt(w)
     scale = np.max(np.abs(x), axis=0)
@@ -246,7 +256,7 @@ def _wls(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.nd
     ybar = float(np.sum(w * y) / np.sum(w))
     ss_tot = float(np.sum(w * (y - ybar) ** 2))
     r2 = 1.0 if ss_tot == 0.0 else 1.0 - float(res @ res) / ss_tot
-    return beta, se, r2
+    return beta, se, r2, cov / np.outer(scale, scale)
 
 
 # --------------------------------------------------------------------------- CSV files

@@ -21,34 +21,58 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweep.models.base import Column
+from sweep.models.base import MAX_EXACT_INT, Column
 
 _ARROW = {"float64": pa.float64(), "int64": pa.int64(), "bool": pa.bool_(), "dict": pa.dictionary(pa.int32(), pa.string())}
 COMPRESSION = "zstd"
 
 
 def arrow_schema(columns: Sequence[Column], metadata: Mapping[str, Any]) -> pa.Schema:
-    """Arrow schema for `columns`; each field carries its unit and meaning, the schema the
-    run's provenance (`metadata`, stored as JSON under the key `sweep`)."""
-    fields = [
-        pa.field(c.name, _ARROW[c.dtype], nullable=False, metadata={"unit": c.unit, "description": c.doc})
-        for c in columns
-    ]
+    """Arrow schema for `columns`; each field carries its unit and meaning (and, where it
+    can be NULL, what explains a NULL), the schema the run's provenance (`metadata`, stored
+    as JSON under the key `sweep`). Only columns that declare `null_when` are nullable."""
+    fields = []
+    for c in columns:
+        meta = {"unit": c.unit, "description": c.doc}
+        if c.nullable:
+            meta["null_when"] = c.null_text()
+        fields.append(pa.field(c.name, _ARROW[c.dtype], nullable=c.nullable, metadata=meta))
     return pa.schema(fields, metadata={"sweep": json.dumps(metadata, sort_keys=True, default=str)})
 
 
 def record_batch(
     arrays: Mapping[str, np.ndarray], schema: pa.Schema, dictionaries: Mapping[str, Sequence[str]]
 ) -> pa.RecordBatch:
-    """Arrays (dictionary columns as int32 codes) -> a record batch of `schema`."""
+    """Arrays (dictionary columns as int32 codes) -> a record batch of `schema`.
+
+    The file boundary of the NULL rule: in a nullable field every value the engine holds as
+    non-finite (`+inf`: unbounded, undefined, no answer) becomes NULL, and a nullable int64
+    field (float64 in memory) becomes int64, NULL also beyond 2^53 where float64 stops
+    counting exactly. No file ever holds `+inf` or NaN in a nullable field."""
     cols = []
     for field in schema:
         data = arrays[field.name]
         if pa.types.is_dictionary(field.type):
             cols.append(pa.DictionaryArray.from_arrays(pa.array(data, pa.int32()), pa.array(dictionaries[field.name], pa.string())))
+        elif field.nullable and np.asarray(data).dtype.kind == "f":
+            cols.append(_nullable(np.asarray(data), field.type))
         else:
             cols.append(pa.array(data, field.type))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _nullable(data: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+    """Float64 values -> `arrow_type` with NULL where they are not finite (int64: nor exact)."""
+    if pa.types.is_integer(arrow_type):
+        with np.errstate(invalid="ignore"):
+            null = ~(np.abs(data) <= MAX_EXACT_INT)  # NaN and +-inf included
+        values = np.where(null, 0.0, data).astype(np.int64)
+    else:
+        null = ~np.isfinite(data)
+        values = data
+    if not null.any():
+        return pa.array(values, arrow_type)
+    return pa.array(values, arrow_type, mask=null)
 
 
 class _Lane:

@@ -23,11 +23,14 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from jax import Array
+
+from sweep.catalog import Gpu, Model
+from sweep.models.roofline import ETA_BW, ETA_FLOPS, PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
 
 if TYPE_CHECKING:  # the grid layer builds specs from models; models only read them
     from sweep.grid.spec import GridSpec
@@ -37,24 +40,104 @@ Kind = Literal["float", "int", "name"]
 #: Conditions under which a declared column is written ("" = always).
 WHEN_ROOFLINE = "roofline"
 WHEN_SIMULATION = "simulation"
+WHEN_UNCERTAINTY = "uncertainty"
+WHEN_SENSITIVITY = "sensitivity"
+#: sensitivity to a service-time coefficient: only where the coefficient is an input
+WHEN_SENSITIVITY_COEF = "sensitivity_coef"
 WHEN_TEXT = {
     WHEN_ROOFLINE: "service_source = roofline",
     WHEN_SIMULATION: "the grid simulates (latency_model = simulated, or a [simulation] table)",
+    WHEN_UNCERTAINTY: "the grid has an [uncertainty] table (docs/uncertainty.md)",
+    WHEN_SENSITIVITY: "the grid has a [sensitivity] table (docs/uncertainty.md)",
+    WHEN_SENSITIVITY_COEF: "the grid has a [sensitivity] table and its service times are given or fitted (not roofline)",
 }
+#: Conditions the engine computes after the model's per-point function (sweep.engine.plan).
+PLANNING_WHEN: tuple[str, ...] = (WHEN_UNCERTAINTY, WHEN_SENSITIVITY, WHEN_SENSITIVITY_COEF)
 
-#: Catalog figures gathered for every point (name -> which axis indexes its table).
+#: Catalog figures gathered for every point (name -> which axis indexes its table);
+#: `model_figures` and `gpu_figures` compute them from catalog entries.
 CATALOG_FIELDS: dict[str, str] = {
     "kv_elems_per_token": "model",  # KV elements cached per token over all layers
     "n_params": "model",
     "active_params": "model",
+    "dense_params": "model",  # read every step whatever the routing (SPEC 13)
+    "expert_params": "model",  # in routed experts (0: dense)
+    "n_experts": "model",
+    "experts_per_token": "model",
+    "n_layers": "model",
+    "hidden": "model",
+    "attn_width": "model",  # n_heads * head_dim: the attention FLOPs' width
     "hbm_bytes": "gpu",
     "hbm_bw": "gpu",  # bytes/s
     "flops": "gpu",  # dense bf16 FLOP/s
+    "fp8_flops": "gpu",  # dense FP8 FLOP/s; 0 where the part has none
+    "link_bw": "gpu",  # tensor-parallel interconnect, bytes/s per GPU one way (PCIe 4.0 x16 if unknown)
+    "alpha": "gpu",  # seconds per all-reduce (PCIe's 50 us if unknown)
+    "gpu_eta_bw": "gpu",  # a calibrated entry's eta_bw, else the SPEC 13 default
+    "gpu_eta_flops": "gpu",
     "usd_per_gpu_hour": "gpu",
 }
 
+
+def model_figures(m: Model) -> dict[str, float]:
+    """The model half of `CATALOG_FIELDS` for one catalog entry."""
+    return {
+        "kv_elems_per_token": m.n_layers * m.kv_elems_per_token_per_layer,
+        "n_params": m.n_params,
+        "active_params": m.active_params,
+        "dense_params": m.dense_params,
+        "expert_params": m.expert_params,
+        "n_experts": float(m.n_experts),
+        "experts_per_token": float(m.experts_per_token),
+        "n_layers": float(m.n_layers),
+        "hidden": float(m.hidden),
+        "attn_width": float(m.n_heads * m.head_dim),
+    }
+
+
+def figure_arrays(models: Sequence[Model], gpus: Sequence[Gpu]) -> dict[str, np.ndarray]:
+    """Every `CATALOG_FIELDS` figure for the (model, gpu) pairs zip(models, gpus), one pair
+    per element (for evaluating explicit points, e.g. `sweep.engine.evaluate_points`)."""
+    rows = [{**model_figures(m), **gpu_figures(g)} for m, g in zip(models, gpus, strict=True)]
+    return {name: np.array([r[name] for r in rows], dtype=np.float64) for name in CATALOG_FIELDS}
+
+
+def gpu_figures(g: Gpu) -> dict[str, float]:
+    """The GPU half of `CATALOG_FIELDS` for one catalog entry (SPEC 13 defaults where the
+    entry leaves a figure out; `sweep.models.roofline`)."""
+    return {
+        "hbm_bytes": g.hbm_bytes,
+        "hbm_bw": g.hbm_bandwidth_bytes_per_s,
+        "flops": g.bf16_dense_flops,
+        "fp8_flops": g.fp8_dense_flops or 0.0,
+        "link_bw": g.interconnect_bytes_per_s or PCIE_LINK_BYTES_PER_S,
+        "alpha": g.collective_latency_s if g.collective_latency_s is not None else PCIE_ALPHA_S,
+        "gpu_eta_bw": g.eta_bw if g.eta_bw is not None else ETA_BW,
+        "gpu_eta_flops": g.eta_flops if g.eta_flops is not None else ETA_FLOPS,
+        "usd_per_gpu_hour": g.usd_per_gpu_hour,
+    }
+
 #: `service_source` values (a dictionary column).
 SERVICE_SOURCES: tuple[str, ...] = ("given", "fitted", "roofline")
+
+
+#: `Column.null_when` words that are not flag columns: the row has no such answer (the
+#: table's `reason` says why), or the grid said `inf` for this input (no limit).
+NO_ANSWER = "no answer"
+UNLIMITED = "unlimited"
+#: The analytic estimate a simulated value is compared with is unbounded (the analytic
+#: model finds the load unsustainable where the simulator decided it was steady).
+ANALYTIC_UNBOUNDED = "analytic unbounded"
+#: A planning column (band, derivative) of a latency that is unbounded there (unstable samples).
+UNBOUNDED = "unbounded"
+NULL_WORDS: dict[str, str] = {
+    NO_ANSWER: "no answer",
+    UNBOUNDED: "the latency it describes is unbounded (unstable samples or point)",
+    UNLIMITED: "`inf` in the grid (no limit)",
+    ANALYTIC_UNBOUNDED: "the analytic model's estimate is unbounded",
+}
+#: Integers above this are not exact in float64 (2^53): an integer column holds NULL there.
+MAX_EXACT_INT = float(2**53)
 
 
 @dataclass(frozen=True)
@@ -63,6 +146,12 @@ class Column:
 
     Types are BI-safe: float64, int64, bool, and dictionary-encoded strings ("dict", stored
     as int32 codes in memory). `when` names the condition under which it is written.
+
+    `null_when` ("" = never NULL) says what explains a NULL in the files: the flag columns
+    (comma-separated) of which at least one is false where the value is NULL, and/or
+    `NO_ANSWER` or `UNLIMITED`. The engine keeps `+inf` in memory; the writer turns every
+    non-finite value of a nullable column into NULL (`sweep.io.parquet.record_batch`). A
+    nullable int64 column is float64 in memory (`memory_dtype`), `+inf` standing for NULL.
     """
 
     name: str
@@ -70,19 +159,81 @@ class Column:
     unit: str
     doc: str
     when: str = ""
+    null_when: str = ""
 
-    def present(self, *, roofline: bool, simulation: bool) -> bool:
+    def present(self, *, roofline: bool, simulation: bool, uncertainty: bool = False, sensitivity: bool = False) -> bool:
         return (not self.when or (self.when == WHEN_ROOFLINE and roofline)
-                or (self.when == WHEN_SIMULATION and simulation))
+                or (self.when == WHEN_SIMULATION and simulation)
+                or (self.when == WHEN_UNCERTAINTY and uncertainty)
+                or (self.when == WHEN_SENSITIVITY and sensitivity)
+                or (self.when == WHEN_SENSITIVITY_COEF and sensitivity and not roofline))
+
+    @property
+    def nullable(self) -> bool:
+        return bool(self.null_when)
+
+    @property
+    def memory_dtype(self) -> DType:
+        """The dtype of the engine's in-memory column (+inf where the file has NULL)."""
+        return "float64" if self.dtype == "int64" and self.nullable else self.dtype
+
+    @property
+    def null_reasons(self) -> tuple[str, ...]:
+        return tuple(w.strip() for w in self.null_when.split(",") if w.strip())
+
+    @property
+    def null_flags(self) -> tuple[str, ...]:
+        """The flag columns that explain a NULL (one of them is false there)."""
+        return tuple(w for w in self.null_reasons if w not in NULL_WORDS)
+
+    def null_text(self) -> str:
+        """`null_when` for a reader: "`proxy_ok` false", "no answer", ..."""
+        return "; or ".join(NULL_WORDS.get(w, f"`{w}` false") for w in self.null_reasons)
+
+    def with_null(self, null_when: str) -> Column:
+        return replace(self, null_when=null_when)
 
 
 #: Columns every model declares (the engine fills `point_id`; `sweep.decide.verdict` the rest).
 POINT_ID = Column("point_id", "int64", "-", "Flat index of the point in the grid (row-major over the axes in canonical order); stable across runs of the same grid file.")
-SLO_OK = Column("slo_ok", "bool", "-", "latency_ms <= slo_ms (+inf fails).")
-FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and latency_ms finite: considered by every decision.")
-ACTION = Column("action", "dict", "-", "Seed Table 1: out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
+SLO_OK = Column("slo_ok", "bool", "-", "latency_ms <= slo_ms (an unbounded latency fails).")
+FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and latency_ms bounded (not NULL): considered by every decision.")
+ACTION = Column("action", "dict", "-", "The operating rule, first match wins (docs/model.md, decisions): out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
 #: Output keys the engine and the verdict add to a model's own (not computed by `point`).
 ENGINE_KEYS: tuple[str, ...] = ("point_id", "slo_ok", "feasible", "action")
+
+
+def band_stem(latency: str) -> str:
+    """`latency_ms` -> `latency`, `ttft_p_ms` -> `ttft_p`: the stem of a latency's band columns."""
+    return latency[:-3] if latency.endswith("_ms") else latency
+
+
+def planning_columns(slo_checks: tuple[tuple[str, str], ...], coefficient_keys: tuple[str, ...],
+                     length_keys: tuple[str, ...], units: Mapping[str, str], *,
+                     sensitivity: bool = True) -> tuple[Column, ...]:
+    """The `[uncertainty]` and `[sensitivity]` columns of a model with these SLO checks and
+    inputs (docs/uncertainty.md); `units` gives each input's unit."""
+    cols = [Column("p_slo_breach", "float64", "-",
+                   "Share of the [uncertainty] samples that miss the SLO (some SLO latency above its SLO, or unstable).",
+                   WHEN_UNCERTAINTY)]
+    for lat, _ in slo_checks:
+        for q in (5, 50, 95):
+            cols.append(Column(f"{band_stem(lat)}_p{q}_ms", "float64", "ms",
+                               f"{q}th percentile over the [uncertainty] samples of {lat}; NULL where that share of samples is unstable.",
+                               WHEN_UNCERTAINTY, null_when=UNBOUNDED))
+    if not sensitivity:
+        return tuple(cols)
+    for key in ("arrival_rps", *coefficient_keys, *length_keys):
+        when = WHEN_SENSITIVITY_COEF if key in coefficient_keys else WHEN_SENSITIVITY
+        for lat, _ in slo_checks:
+            cols.append(Column(f"d_{band_stem(lat)}_d_{key}", "float64", f"ms per {units[key]}",
+                               f"Derivative of {lat} with respect to {key} (jax autodiff at the point; NULL where {lat} is unbounded).",
+                               when, null_when=UNBOUNDED))
+    cols.append(Column("headroom_rps", "float64", "requests/s",
+                       "Largest arrival rate per replica up to which the point keeps meeting its SLO, from its own rate up "
+                       "(bisection on the model; the answer evaluated and met); 0 where it misses at its own rate.", WHEN_SENSITIVITY,
+                       null_when=UNBOUNDED))
+    return tuple(cols)
 
 
 # --------------------------------------------------------------------------- parameters
@@ -198,6 +349,20 @@ class Decisions:
     )
 
 
+# --------------------------------------------------------------------------- derivations
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a point's derivation (`sweep explain`): a title, the section of
+    docs/model.md it follows, and lines of (formula, the formula with the point's numbers,
+    result)."""
+
+    title: str
+    section: str
+    lines: tuple[tuple[str, str, str], ...]
+
+
 # --------------------------------------------------------------------------- host pass
 
 
@@ -241,6 +406,14 @@ class ServingModel(abc.ABC):
     #: The SLO checks: (latency column, SLO column) pairs; a point meets its SLO when every
     #: latency is <= its SLO (+inf fails).
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (("latency_ms", "slo_ms"),)
+    #: `[uncertainty]` / `[sensitivity]` inputs (docs/uncertainty.md): the arrival rate, the
+    #: service-time coefficients (`coefficient_keys`) and the token lengths, in that order.
+    coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_req_ms")
+    length_keys: ClassVar[tuple[str, ...]] = ()
+    #: Does `[sensitivity]` work for this model (its derivatives are finite and checked)?
+    supports_sensitivity: ClassVar[bool] = True
+    #: an input the grid may leave to another key (which then stands for it)
+    input_fallback: ClassVar[dict[str, str]] = {}
     #: Does this model need the host pass to decide (the simulator's percentile)?
     needs_host_pass: ClassVar[bool] = False
     #: Columns that never decrease as arrival_rps rises, all else fixed (+inf counts as the
@@ -265,9 +438,11 @@ class ServingModel(abc.ABC):
     def row_axes(self) -> tuple[str, str]:
         return (self.decisions.knob, self.decisions.cap)
 
-    def point_columns(self, *, roofline: bool, simulation: bool) -> tuple[Column, ...]:
+    def point_columns(self, *, roofline: bool, simulation: bool, uncertainty: bool = False,
+                      sensitivity: bool = False) -> tuple[Column, ...]:
         """The columns a run of this model writes, in order."""
-        return tuple(c for c in self.columns if c.present(roofline=roofline, simulation=simulation))
+        return tuple(c for c in self.columns if c.present(roofline=roofline, simulation=simulation,
+                                                          uncertainty=uncertainty, sensitivity=sensitivity))
 
     # -- validation -------------------------------------------------------------------
 
@@ -297,6 +472,15 @@ class ServingModel(abc.ABC):
 
     def host_pass(self, spec: GridSpec) -> HostPass | None:
         """The host pass a grid needs (None: decisions fuse into the jitted chunk)."""
+        return None
+
+    # -- explanation ------------------------------------------------------------------
+
+    def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[Step] | None:
+        """The step-by-step derivation of one evaluated point (`sweep explain`, the report),
+        from its columns (`row`: file units, +inf or None where unbounded), the catalog
+        figures when known, and the grid's options. None: this model has none yet."""
         return None
 
 

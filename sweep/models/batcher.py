@@ -110,7 +110,7 @@ from jax.scipy.special import ndtri
 from sweep._numerics import poisson_tails
 from sweep.models.base import Column
 from sweep.models.batching import window_moments
-from sweep.models.dynamic import BASE_COLUMNS, MS, SIM_COLUMNS, DynamicModel, Estimates
+from sweep.models.dynamic import BASE_COLUMNS, MS, PLAN_COLUMNS, SIM_COLUMNS, DynamicModel, Estimates, latency_nulls
 
 __all__ = ["N_BISECT", "N_NODES", "N_ROOT", "BatcherModel", "batcher_point"]
 
@@ -323,12 +323,12 @@ class BatcherModel(DynamicModel):
     and its utilisation drives the operating rules, like its latency."""
 
     name: ClassVar[str] = "batcher"
-    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + (
-        Column("batcher_e_resp_ms", "float64", "ms", "E[T] of the greedy-batcher model (sweep/models/batcher.py); +inf where not stable."),
-        Column("batcher_p_ms", "float64", "ms", "Its percentile estimate at `percentile` (latency_ms with latency_model = batcher)."),
+    columns: ClassVar[tuple[Column, ...]] = latency_nulls(BASE_COLUMNS, "stable") + (
+        Column("batcher_e_resp_ms", "float64", "ms", "E[T] of the greedy-batcher model (docs/model.md, the batcher model).", null_when="stable"),
+        Column("batcher_p_ms", "float64", "ms", "Its percentile estimate at `percentile` (latency_ms with latency_model = batcher).", null_when="stable"),
         Column("batcher_mean_batch", "float64", "requests", "Its mean batch size: the fixed point between load and batch size."),
         Column("batcher_rho", "float64", "-", "Its utilisation lambda T_svc(b*) / b* (drives the operating rules with latency_model = batcher)."),
-    ) + SIM_COLUMNS
+    ) + SIM_COLUMNS + PLAN_COLUMNS
 
     #: Measured: compiling it peaks 340 MB above compiling the window proxy (18 unrolled
     #: regula-falsi steps, 4 quadrature nodes, a bisection: a large XLA graph).

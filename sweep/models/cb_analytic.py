@@ -161,7 +161,10 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     ``mean_running``, ``step_mean`` (s), ``ttft_mean``, ``ttft_p``, ``tpot_mean``,
     ``tpot_p``, ``e2e_mean``, ``e2e_p`` (s, ``+inf`` when not stable), ``output_tok_s``,
     ``kv_util`` (time-average reserved KV / C; 0 for C = inf), ``slots`` (effective
-    concurrency ``c``), ``p_wait`` (probability an arrival waits for a slot).
+    concurrency ``c``), ``p_wait`` (probability an arrival waits for a slot), and the parts
+    `sweep explain` shows: ``ttft_slot_wait``, ``ttft_residual``, ``ttft_prefill`` (s, their
+    sum is ``ttft_mean``), ``capacity_steps_rps`` and ``capacity_budget_rps`` (the step and
+    token-budget bounds whose minimum is ``capacity_rps``).
     """
     lam = jnp.maximum(_f64(lam), 1e-300)
     p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
@@ -364,4 +367,11 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         "kv_util": jnp.where(ok, jnp.clip(kv_util, 0.0, 1.0), jnp.where(kv_fin, 1.0, 0.0)),
         "slots": c,
         "p_wait": jnp.where(ok, g["p_wait"], 1.0),
+        # the decomposition `sweep explain` shows (s; +inf when not stable): TTFT = slot
+        # wait + residual of the step in progress + prefill phase; the two capacity bounds
+        "ttft_slot_wait": gate(w_q),
+        "ttft_residual": gate(resid),
+        "ttft_prefill": gate(tp),
+        "capacity_steps_rps": cap_steps,
+        "capacity_budget_rps": cap_budget,
     }

@@ -37,8 +37,11 @@ from jax import Array
 
 from sweep.errors import GridError
 from sweep.models import base
+from sweep.models import roofline as rl
 from sweep.models.base import (
+    ANALYTIC_UNBOUNDED,
     SERVICE_SOURCES,
+    UNLIMITED,
     WHEN_ROOFLINE,
     WHEN_SIMULATION,
     Column,
@@ -47,6 +50,7 @@ from sweep.models.base import (
     HostPass,
     Param,
     ServingModel,
+    planning_columns,
 )
 from sweep.models.cb_analytic import cb_point
 from sweep.models.dynamic import DOMAINS as SEED_DOMAINS
@@ -93,8 +97,9 @@ PARAMS: tuple[Param, ...] = (
     Param("t_fixed_ms", "float", None, DOMAINS["t_fixed_ms"], example="t_fixed_ms = 12.0"),
     Param("t_token_ms", "float", None, DOMAINS["t_token_ms"], example="t_token_ms = 0.05"),
     Param("t_ctx_ms", "float", None, DOMAINS["t_ctx_ms"], example="t_ctx_ms = 1e-5"),
-    Param("eta_bw", "float", 0.8, DOMAINS["eta_bw"], example="eta_bw = 0.8"),
-    Param("eta_flops", "float", 0.5, DOMAINS["eta_flops"], example="eta_flops = 0.5"),
+    # default: the GPU entry's calibrated value (sweep calibrate), else SPEC 13's 0.7 / 0.6
+    Param("eta_bw", "float", None, DOMAINS["eta_bw"], example="eta_bw = 0.7"),
+    Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
     Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp8"'),
     Param("ttft_slo_ms", "float", math.inf, DOMAINS["ttft_slo_ms"], example="ttft_slo_ms = 2000"),
@@ -117,6 +122,10 @@ SLO_KEYS: tuple[str, ...] = ("ttft_slo_ms", "tpot_slo_ms", "slo_ms")
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
+#: The verdicts in continuous serving's terms (`sweep.decide.verdict` computes them).
+SLO_OK = Column("slo_ok", "bool", "-", "Every SLO the grid sets holds at `percentile`: ttft_p_ms <= ttft_slo_ms, tpot_p_ms <= tpot_slo_ms, e2e_p_ms <= slo_ms (an absent SLO holds; an unbounded latency fails).")
+FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and TTFT, TPOT and E2E at `percentile` bounded: considered by every decision.")
+
 COLUMNS: tuple[Column, ...] = (
     base.POINT_ID,
     Column("model", "dict", "-", "Model catalog name."),
@@ -130,22 +139,22 @@ COLUMNS: tuple[Column, ...] = (
     Column("output_tokens", "float64", "tokens", "Mean output length O (lognormal, rounded, at least 1)."),
     Column("output_cv", "float64", "-", "Coefficient of variation of the output length."),
     Column("batch_size", "int64", "sequences", "The cap N on running sequences (vLLM max_num_seqs)."),
-    Column("max_batched_tokens", "float64", "tokens", "The token budget M of one step (max_num_batched_tokens); +inf = a whole prompt in one step."),
-    Column("t_step_fixed_ms", "float64", "ms", "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx."),
-    Column("t_token_ms", "float64", "ms", "Time per new token in a step."),
-    Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold."),
+    Column("max_batched_tokens", "int64", "tokens", "The token budget M of one step (max_num_batched_tokens); NULL (the grid's inf) = no budget: a whole prompt in one step.", null_when=UNLIMITED),
+    Column("t_step_fixed_ms", "float64", "ms", "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx. Roofline: the line through a lone request's decode step and its prefill chunk min(prompt_tokens, max_batched_tokens), so it varies with max_batched_tokens; optimum.parquet repeats the row's first point's."),
+    Column("t_token_ms", "float64", "ms", "Time per new token in a step (roofline: see t_step_fixed_ms)."),
+    Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
     Column("service_source", "dict", "-", "Where the step-time coefficients came from: given | fitted | roofline."),
-    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency.", _R),
-    Column("eta_flops", "float64", "-", "Roofline compute efficiency.", _R),
+    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency: the grid's, else the GPU entry's calibrated one, else 0.7.", _R),
+    Column("eta_flops", "float64", "-", "Roofline compute efficiency: the grid's, else the GPU entry's calibrated one, else 0.6.", _R),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
     Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
-    Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile` (+inf: none)."),
-    Column("tpot_slo_ms", "float64", "ms", "TPOT SLO at `percentile` (+inf: none)."),
-    Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile` (+inf: none)."),
+    Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile`; NULL (the grid's inf, the default) = no TTFT SLO.", null_when=UNLIMITED),
+    Column("tpot_slo_ms", "float64", "ms", "TPOT SLO at `percentile`; NULL (the grid's inf, the default) = no TPOT SLO.", null_when=UNLIMITED),
+    Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile`; NULL (the grid's inf, the default) = no end-to-end SLO.", null_when=UNLIMITED),
     Column("percentile", "float64", "-", "Percentile q of the SLOs."),
     Column("rho_max", "float64", "-", "Near-saturation threshold on rho (action, replicas_min)."),
     Column("rho_min", "float64", "-", "Over-provisioning threshold on rho (action)."),
-    Column("queue_capacity", "float64", "requests", "Waiting requests before arrivals are dropped; +inf = unbounded."),
+    Column("queue_capacity", "int64", "requests", "Waiting requests before arrivals are dropped (simulator); NULL (the grid's inf) = unbounded.", null_when=UNLIMITED),
     Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative per-step noise."),
     Column("kv_capacity_tokens", "float64", "tokens", "KV capacity C: free HBM / KV bytes per token (paged: whole blocks)."),
     Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param."),
@@ -153,27 +162,27 @@ COLUMNS: tuple[Column, ...] = (
     Column("weights_fit", "bool", "-", "free_gb >= 0."),
     Column("mem_ok", "bool", "-", "The weights fit and a mean request's reservation (P + O tokens, paged: in blocks) fits in C."),
     Column("capacity_rps", "float64", "requests/s", "The largest sustainable per-replica arrival rate at this cap and budget (the analytic model's)."),
-    Column("rho", "float64", "-", "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules)."),
+    Column("rho", "float64", "-", "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules); NULL where the weights or a mean request do not fit (no capacity).", null_when="mem_ok"),
     Column("stable", "bool", "-", "The load is sustainable at the cap and the KV capacity (rho < 1)."),
     Column("mean_running", "float64", "sequences", "Mean running sequences (admitted, not finished)."),
-    Column("step_mean_ms", "float64", "ms", "Mean step time."),
-    Column("ttft_mean_ms", "float64", "ms", "Mean time to first token; +inf where not stable."),
-    Column("ttft_p_ms", "float64", "ms", "TTFT at `percentile`; +inf where not stable."),
-    Column("tpot_mean_ms", "float64", "ms", "Mean time per output token after the first; +inf where not stable."),
-    Column("tpot_p_ms", "float64", "ms", "TPOT at `percentile`; +inf where not stable."),
-    Column("e2e_mean_ms", "float64", "ms", "Mean end-to-end latency (arrival to last token); +inf where not stable."),
-    Column("e2e_p_ms", "float64", "ms", "E2E at `percentile`; +inf where not stable."),
+    Column("step_mean_ms", "float64", "ms", "Mean step time; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("ttft_mean_ms", "float64", "ms", "Mean time to first token; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("ttft_p_ms", "float64", "ms", "TTFT at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("tpot_mean_ms", "float64", "ms", "Mean time per output token after the first; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("tpot_p_ms", "float64", "ms", "TPOT at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("e2e_mean_ms", "float64", "ms", "Mean end-to-end latency (arrival to last token); NULL (unbounded) where not stable.", null_when="stable"),
+    Column("e2e_p_ms", "float64", "ms", "E2E at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
     Column("output_tok_s", "float64", "tokens/s", "Output tokens per second of one replica: lambda x O when stable, capacity_rps x O when saturated."),
     Column("tok_s_per_gpu", "float64", "tokens/s", "Output tokens/s per GPU this cap and budget sustain: capacity_rps x output_tokens / gpus_per_replica (the frontier's throughput axis, as capacity_rps is in dynamic serving)."),
-    Column("tok_s_per_user", "float64", "tokens/s", "1000 / tpot_mean_ms: the speed one user sees (0 where not stable)."),
+    Column("tok_s_per_user", "float64", "tokens/s", "1000 / tpot_mean_ms: the speed one user sees (0 where not stable: the limit of 1000 / an unbounded TPOT)."),
     Column("kv_util", "float64", "-", "Time-average share of C reserved by running sequences."),
-    base.SLO_OK,
-    base.FEASIBLE,
+    SLO_OK,
+    FEASIBLE,
     base.ACTION,
     Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
-    Column("cost_usd_per_mtok", "float64", "USD", "Cost per million output tokens at this load; +inf where not stable."),
+    Column("cost_usd_per_mtok", "float64", "USD", "Cost per million output tokens at this load: cost_usd_per_hour / (output_tok_s x replicas x 3600) x 1e6; NULL (unbounded) where not stable.", null_when="stable"),
     # ---- the simulator (a [simulation] table, or latency_model = simulated)
-    *(Column(f"sim_{m}_{k}_ms", "float64", "ms", f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; +inf where not steady.", _S)
+    *(Column(f"sim_{m}_{k}_ms", "float64", "ms", f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; NULL (unbounded) where not steady.", _S, "sim_steady")
       for m in ("ttft", "tpot", "e2e") for k, what, hw in (("mean", "mean", False), ("mean_hw", "mean", True),
                                                             ("p", "percentile", False), ("p_hw", "percentile", True))),
     Column("sim_mean_running", "float64", "sequences", "Simulated mean running sequences.", _S),
@@ -182,9 +191,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("sim_kv_util", "float64", "-", "Simulated time-average share of C reserved.", _S),
     Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped (full queue, or a reservation larger than C).", _S),
     Column("sim_preempt", "float64", "-", "Simulated preemptions per request (0 under this scheduler: it never preempts).", _S),
-    Column("sim_steady", "bool", "-", "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); where false the sim_* latencies are +inf.", _S),
-    Column("ttft_rel_err", "float64", "-", "(ttft_mean_ms - sim_ttft_mean_ms) / sim_ttft_mean_ms; +inf where either is +inf.", _S),
-    Column("tpot_rel_err", "float64", "-", "(tpot_mean_ms - sim_tpot_mean_ms) / sim_tpot_mean_ms; +inf where either is +inf.", _S),
+    Column("sim_steady", "bool", "-", "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); where false the sim_* latencies are unbounded (NULL).", _S),
+    Column("ttft_rel_err", "float64", "-", "(analytic mean TTFT - sim_ttft_mean_ms) / sim_ttft_mean_ms; NULL where either is unbounded.", _S, "stable, sim_steady"),
+    Column("tpot_rel_err", "float64", "-", "(analytic mean TPOT - sim_tpot_mean_ms) / sim_tpot_mean_ms; NULL where either is unbounded.", _S, "stable, sim_steady"),
 )
 
 ROW_CONSTANT: tuple[str, ...] = (
@@ -205,9 +214,10 @@ DECISIONS = Decisions(
     utilisation="rho",
     answer_fields=(
         ("", "batch_size", "int64", "sequences"),
-        ("_max_batched_tokens", "max_batched_tokens", "float64", "tokens"),
+        ("_max_batched_tokens", "max_batched_tokens", "int64", "tokens"),
         ("_ttft_p_ms", "ttft_p_ms", "float64", "ms"),
         ("_tpot_p_ms", "tpot_p_ms", "float64", "ms"),
+        ("_e2e_p_ms", "e2e_p_ms", "float64", "ms"),
         ("_e2e_mean_ms", "e2e_mean_ms", "float64", "ms"),
         ("_tok_s_per_gpu", "tok_s_per_gpu", "float64", "tokens/s"),
         ("_tok_s_per_user", "tok_s_per_user", "float64", "tokens/s"),
@@ -224,12 +234,7 @@ def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_token
     return jnp.floor(tokens / block_tokens) * block_tokens if paged else tokens
 
 
-def step_roofline(weights_bytes: Array, active_params: Array, kv_bytes_per_token: Array, gpus: Array,
-                  hbm_bw: Array, flops: Array, eta_bw: Array, eta_flops: Array) -> tuple[Array, Array, Array]:
-    """(t_fixed, t_token, t_ctx) in seconds, the linear step roofline: the weights stream once
-    per step, each new token costs its matmul FLOPs, each cached token its KV bytes."""
-    bw = gpus * hbm_bw * eta_bw
-    return weights_bytes / bw, 2.0 * active_params / (gpus * flops * eta_flops), kv_bytes_per_token / bw
+SLO_CHECKS: tuple[tuple[str, str], ...] = (("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
 
 
 class ContinuousModel(ServingModel):
@@ -239,17 +244,23 @@ class ContinuousModel(ServingModel):
     serving: ClassVar[str] = "continuous"
     name: ClassVar[str] = "analytic"
     params: ClassVar[tuple[Param, ...]] = PARAMS
-    columns: ClassVar[tuple[Column, ...]] = COLUMNS
+    columns: ClassVar[tuple[Column, ...]] = COLUMNS + planning_columns(
+        SLO_CHECKS, ("t_fixed_ms", "t_token_ms", "t_ctx_ms"), ("prompt_tokens", "output_tokens"),
+        {"arrival_rps": "request/s", "t_fixed_ms": "ms", "t_token_ms": "(ms/token)", "t_ctx_ms": "(ms/context token)",
+         "prompt_tokens": "token", "output_tokens": "token"}, sensitivity=False)
+    #: forward-mode derivatives through the step-time fixed point give NaN tangents: not yet
+    supports_sensitivity: ClassVar[bool] = False
+    coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
+    length_keys: ClassVar[tuple[str, ...]] = ("prompt_tokens", "output_tokens")
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
-        "output_tokens", "output_cv", "batch_size", "max_batched_tokens", "eta_bw", "eta_flops",
+        "output_tokens", "output_cv", "batch_size", "max_batched_tokens",
         "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms", "percentile",
         "rho_max", "rho_min", "queue_capacity", "service_cv",
     )
     decisions: ClassVar[Decisions] = DECISIONS
     row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
-    slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (
-        ("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
+    slo_checks: ClassVar[tuple[tuple[str, str], ...]] = SLO_CHECKS
     objectives: ClassVar[dict[str, tuple[str, str]]] = {
         "min_cost": ("cost_usd_per_hour", "minimize"),
         "min_cost_per_mtok": ("cost_usd_per_mtok", "minimize"),
@@ -313,9 +324,13 @@ class ContinuousModel(ServingModel):
         gpus = x["gpus_per_replica"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
+        roof: dict[str, Array] = {}
         if service_source == "roofline":
-            tf, tt, tc = step_roofline(weights, x["active_params"], kv_per_token, gpus, x["hbm_bw"], x["flops"],
-                                       x["eta_bw"], x["eta_flops"])
+            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
+            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
+            tf, tt, tc = rl.step_line(rl.replica_params(x, eta_bw, eta_flops), x["prompt_tokens"], x["output_tokens"],
+                                      x["max_batched_tokens"], kv_per_token, x["attn_width"], x["n_layers"])
+            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
         else:
             tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
         lam = x["arrival_rps"] / x["replicas"]
@@ -368,7 +383,15 @@ class ContinuousModel(ServingModel):
             "cost_usd_per_hour": cost_h,
             "cost_usd_per_mtok": per_mtok,
             "_rho_rules": jnp.where(mem_ok, rho, INF),
+            **roof,
         }
+
+    def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[base.Step] | None:
+        """docs/continuous.md's steps with this point's numbers (`sweep.models.derive_continuous`)."""
+        from sweep.models.derive_continuous import derivation
+
+        return derivation(row, figures, options)
 
     def host_pass(self, spec: GridSpec) -> HostPass | None:
         if spec.simulation is None:
@@ -383,6 +406,11 @@ class SimulatedContinuous(ContinuousModel):
 
     name: ClassVar[str] = "simulated"
     needs_host_pass: ClassVar[bool] = True
+    #: `stable` is the simulator's verdict here, so an unbounded analytic estimate (in the
+    #: relative errors) is explained by no column: its own NULL word says so.
+    columns: ClassVar[tuple[Column, ...]] = tuple(
+        c.with_null(f"{ANALYTIC_UNBOUNDED}, sim_steady") if c.name in ("ttft_rel_err", "tpot_rel_err") else c
+        for c in COLUMNS)
 
 
 class ContinuousSimulation(HostPass):

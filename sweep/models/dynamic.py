@@ -20,20 +20,24 @@ from jax.scipy.special import ndtri
 
 from sweep.errors import GridError
 from sweep.models import base
+from sweep.models import roofline as rl
 from sweep.models.base import (
+    NO_ANSWER,
     SERVICE_SOURCES,
+    UNLIMITED,
     WHEN_ROOFLINE,
     WHEN_SIMULATION,
     Column,
     Domain,
     Param,
     ServingModel,
+    planning_columns,
 )
 from sweep.models.batch_sim import never_fills
 from sweep.models.batching import batch_moments
 from sweep.models.memory import kv_memory
 from sweep.models.queue import b_min, b_min_stable_int, b_min_target_int, queue_proxy
-from sweep.models.service import roofline_times, service_time
+from sweep.models.service import service_time
 
 if TYPE_CHECKING:
     from sweep.grid.spec import GridSpec
@@ -107,8 +111,9 @@ PARAMS: tuple[Param, ...] = (
     Param("arrival_rps", "float", None, DOMAINS["arrival_rps"], example="arrival_rps = [50, 100, 200]"),
     Param("t_fixed_ms", "float", None, DOMAINS["t_fixed_ms"], example="t_fixed_ms = 50.0"),
     Param("t_req_ms", "float", None, DOMAINS["t_req_ms"], example="t_req_ms = 0.5"),
-    Param("eta_bw", "float", 0.8, DOMAINS["eta_bw"], example="eta_bw = 0.8"),
-    Param("eta_flops", "float", 0.5, DOMAINS["eta_flops"], example="eta_flops = 0.5"),
+    # default: the GPU entry's calibrated value (sweep calibrate), else SPEC 13's 0.7 / 0.6
+    Param("eta_bw", "float", None, DOMAINS["eta_bw"], example="eta_bw = 0.7"),
+    Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
     Param("tokens_per_request", "float", 1.0, DOMAINS["tokens_per_request"], example="tokens_per_request = 1"),
     Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp16"'),
@@ -134,6 +139,12 @@ OPTION_PARAMS: dict[str, Param] = {
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
+def latency_nulls(columns: tuple[Column, ...], flag: str) -> tuple[Column, ...]:
+    """`columns` with `latency_ms` NULL where `flag` is false: the latency model's own
+    condition for an unbounded estimate (proxy_ok, stable, sim_steady)."""
+    return tuple(c.with_null(flag) if c.name == "latency_ms" else c for c in columns)
+
+
 #: Columns up to the verdicts and the cost; a model may add its own after them.
 BASE_COLUMNS: tuple[Column, ...] = (
     base.POINT_ID,
@@ -147,47 +158,47 @@ BASE_COLUMNS: tuple[Column, ...] = (
     Column("replicas", "int64", "replicas", "Replicas sharing the load (random split)."),
     Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
     Column("batch_size", "int64", "requests", "B, the batch cap B_max when a window is set."),
-    Column("batch_window_ms", "float64", "ms", "Batching window T_max; +inf = full-batch regime."),
-    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (seed eq. 1)."),
-    Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch."),
+    Column("batch_window_ms", "float64", "ms", "Batching window T_max; NULL (the grid's inf) = no window: the full-batch regime, every batch waits for batch_size requests.", null_when=UNLIMITED),
+    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (docs/model.md, service time). Roofline: the secant of the step time through B = 1 and this point's batch_size, so it varies with batch_size; optimum.parquet repeats the row's first point's."),
+    Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch (roofline: see t_fixed_ms)."),
     Column("service_source", "dict", "-", "Where T_fixed and t_req came from: given | fitted | roofline."),
-    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency.", _R),
-    Column("eta_flops", "float64", "-", "Roofline compute efficiency.", _R),
+    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency: the grid's, else the GPU entry's calibrated one, else 0.7.", _R),
+    Column("eta_flops", "float64", "-", "Roofline compute efficiency: the grid's, else the GPU entry's calibrated one, else 0.6.", _R),
     Column("tokens_per_request", "float64", "tokens", "Roofline: new tokens per request in one forward pass.", _R),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size (fp16 2, fp8 1, int4 0.5)."),
     Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
     Column("slo_ms", "float64", "ms", "Latency SLO at `percentile`."),
     Column("percentile", "float64", "-", "Percentile q of the SLO (0.99 = P99)."),
-    Column("rho_target", "float64", "-", "Target utilisation for b_min_rho_target (seed eq. 2)."),
+    Column("rho_target", "float64", "-", "Target utilisation for b_min_rho_target (docs/model.md, sizing)."),
     Column("rho_max", "float64", "-", "Near-saturation threshold (action, replicas_min)."),
     Column("rho_min", "float64", "-", "Over-provisioning threshold (action)."),
     Column("workers", "int64", "workers", "Workers sharing one queue per replica (simulator; analytic models use 1)."),
-    Column("queue_capacity", "float64", "requests", "K, waiting-request capacity (simulator); +inf = unbounded."),
+    Column("queue_capacity", "int64", "requests", "K, waiting-request capacity (simulator); NULL (the grid's inf) = unbounded.", null_when=UNLIMITED),
     Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative service-time noise (enters the proxy's E[S^2], E[S^3])."),
     # ---- service and queue
     Column("t_svc_ms", "float64", "ms", "T_svc(B) at the batch cap."),
     Column("capacity_rps", "float64", "requests/s", "Per-replica capacity B / T_svc(B)."),
     Column("fleet_capacity_rps", "float64", "requests/s", "replicas x capacity_rps."),
     Column("rho", "float64", "-", "Proxy utilisation lambda_b E[S] = lambda E[S] / E[B]."),
-    Column("proxy_ok", "bool", "-", "rho < 1: the M/G/1 proxy's own validity; where false its waits are +inf."),
+    Column("proxy_ok", "bool", "-", "rho < 1: the M/G/1 proxy's own validity; where false its waits, E[T], sigma_T and percentiles are unbounded (NULL)."),
     Column("stable", "bool", "-", "lambda < B / T_svc(B): the batcher can keep up at all."),
     Column("mean_batch", "float64", "requests", "E[B], mean actual batch size per batch (= B for full batches)."),
-    Column("e_wait_ms", "float64", "ms", "E[W], queue wait before the batch starts (P-K); +inf where not proxy_ok."),
+    Column("e_wait_ms", "float64", "ms", "E[W], queue wait before the batch starts (Pollaczek-Khinchine).", null_when="proxy_ok"),
     Column("e_batch_ms", "float64", "ms", "E[T_batch], request-weighted accumulation delay in the batcher."),
     Column("e_svc_ms", "float64", "ms", "E[T_svc], request-weighted service time."),
-    Column("e_resp_ms", "float64", "ms", "E[T] = E[W] + E[T_batch] + E[T_svc]."),
-    Column("sd_resp_ms", "float64", "ms", "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed)."),
-    Column("p_gauss_ms", "float64", "ms", "Gaussian percentile estimate E[T] + z_q sigma_T."),
-    Column("p_exp_ms", "float64", "ms", "Exponential percentile estimate -ln(1-q) E[T]."),
-    Column("latency_ms", "float64", "ms", "The estimate the SLO is checked against ([options] latency_model)."),
+    Column("e_resp_ms", "float64", "ms", "E[T] = E[W] + E[T_batch] + E[T_svc].", null_when="proxy_ok"),
+    Column("sd_resp_ms", "float64", "ms", "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed).", null_when="proxy_ok"),
+    Column("p_gauss_ms", "float64", "ms", "Gaussian percentile estimate E[T] + z_q sigma_T.", null_when="proxy_ok"),
+    Column("p_exp_ms", "float64", "ms", "Exponential percentile estimate -ln(1-q) E[T].", null_when="proxy_ok"),
+    Column("latency_ms", "float64", "ms", "The estimate the SLO is checked against ([options] latency_model): p_gauss_ms, p_exp_ms, batcher_p_ms or sim_p_ms.", null_when="proxy_ok"),
     base.SLO_OK,
-    Column("little_l", "float64", "requests", "Little's law L = lambda E[T], requests in the replica."),
+    Column("little_l", "float64", "requests", "Little's law L = lambda E[T], requests in the replica (a count of requests).", null_when="proxy_ok"),
     Column("in_service", "float64", "requests", "lambda E[T_svc], requests being served (= B rho for full batches)."),
-    Column("in_queue", "float64", "requests", "L - in_service, requests waiting or accumulating."),
-    Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (seed step 2); +inf if infeasible."),
-    Column("b_min_stable_int", "float64", "requests", "Smallest integer batch that is strictly stable; +inf if none."),
-    Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) (seed eq. 2); +inf if infeasible."),
-    Column("b_min_rho_target_int", "float64", "requests", "Smallest integer batch with rho <= rho_target (seed: 7.14 -> 8); +inf if none."),
+    Column("in_queue", "float64", "requests", "L - in_service, requests waiting or accumulating.", null_when="proxy_ok"),
+    Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (docs/model.md, sizing); NULL where no batch is stable (lambda t_req >= 1).", null_when=NO_ANSWER),
+    Column("b_min_stable_int", "int64", "requests", "Smallest integer batch that is strictly stable; NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
+    Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) = lambda T_fixed / (rho_target - lambda t_req) (docs/model.md, sizing); NULL where no batch reaches it (lambda t_req >= rho_target).", null_when=NO_ANSWER),
+    Column("b_min_rho_target_int", "int64", "requests", "Smallest integer batch with rho <= rho_target (the seed's example: 7.14 -> 8); NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
     # ---- memory
     Column("kv_gb_per_req", "float64", "GB", "KV reservation per request under the allocation (1 GB = 1e9 bytes)."),
     Column("kv_gb_at_cap", "float64", "GB", "KV reservation for a full batch: kv_gb_per_req x batch_size."),
@@ -204,19 +215,24 @@ BASE_COLUMNS: tuple[Column, ...] = (
 )
 
 #: The simulator's columns (SPEC 7), written when the grid simulates.
+#: `[uncertainty]` and `[sensitivity]` columns (sweep.engine.plan; docs/uncertainty.md).
+PLAN_COLUMNS: tuple[Column, ...] = planning_columns(
+    (("latency_ms", "slo_ms"),), ("t_fixed_ms", "t_req_ms"), ("mean_seq_len",),
+    {"arrival_rps": "request/s", "t_fixed_ms": "ms", "t_req_ms": "(ms/request)", "mean_seq_len": "token"})
+
 SIM_COLUMNS: tuple[Column, ...] = (
-    Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _S),
-    Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _S),
-    Column("sim_p90_ms", "float64", "ms", "Simulated P90 latency.", _S),
-    Column("sim_p99_ms", "float64", "ms", "Simulated P99 latency.", _S),
-    Column("sim_p999_ms", "float64", "ms", "Simulated P99.9 latency.", _S),
-    Column("sim_p_ms", "float64", "ms", "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).", _S),
-    Column("sim_p_hw_ms", "float64", "ms", "95% half-width of sim_p_ms across replications (Student t).", _S),
+    Column("sim_mean_ms", "float64", "ms", "Simulated mean latency (mean over replications).", _S, "sim_steady"),
+    Column("sim_p50_ms", "float64", "ms", "Simulated median latency.", _S, "sim_steady"),
+    Column("sim_p90_ms", "float64", "ms", "Simulated P90 latency.", _S, "sim_steady"),
+    Column("sim_p99_ms", "float64", "ms", "Simulated P99 latency.", _S, "sim_steady"),
+    Column("sim_p999_ms", "float64", "ms", "Simulated P99.9 latency.", _S, "sim_steady"),
+    Column("sim_p_ms", "float64", "ms", "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).", _S, "sim_steady"),
+    Column("sim_p_hw_ms", "float64", "ms", "95% half-width of sim_p_ms across replications (Student t).", _S, "sim_steady"),
     Column("sim_mean_batch", "float64", "requests", "Simulated mean batch size per dispatched batch.", _S),
     Column("sim_utilization", "float64", "-", "Simulated busy time / (workers x simulated span).", _S),
     Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped at a full queue (queue_capacity).", _S),
-    Column("sim_steady", "bool", "-", "No replication's backlog grew: the last quarter of measured requests waited on average at most twice as long as the first. Where false every sim_* latency is +inf.", _S),
-    Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; +inf where the proxy is +inf.", _S),
+    Column("sim_steady", "bool", "-", "No replication's backlog grew: the last quarter of measured requests waited on average at most twice as long as the first. Where false every sim_* latency is unbounded (NULL).", _S),
+    Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; NULL where either is unbounded.", _S, "proxy_ok, sim_steady"),
 )
 
 #: Point columns constant within a (scenario group, replicas) row; optimum.parquet repeats them.
@@ -250,10 +266,13 @@ class DynamicModel(ServingModel):
 
     serving: ClassVar[str] = "dynamic"
     params: ClassVar[tuple[Param, ...]] = PARAMS
-    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + SIM_COLUMNS
+    columns: ClassVar[tuple[Column, ...]] = BASE_COLUMNS + SIM_COLUMNS + PLAN_COLUMNS
+    length_keys: ClassVar[tuple[str, ...]] = ("mean_seq_len",)
+    #: mean_seq_len follows seq_len where the grid leaves it out: vary seq_len then
+    input_fallback: ClassVar[dict[str, str]] = {"mean_seq_len": "seq_len"}
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "seq_len", "arrival_rps", "replicas", "batch_size",
-        "batch_window_ms", "eta_bw", "eta_flops", "tokens_per_request", "weight_bytes_per_param",
+        "batch_window_ms", "tokens_per_request", "weight_bytes_per_param",
         "kv_bytes_per_elem", "slo_ms", "percentile", "rho_target", "rho_max", "rho_min", "workers",
         "queue_capacity", "service_cv",
     )
@@ -348,11 +367,14 @@ class DynamicModel(ServingModel):
         mean_seq = x["seq_len"] if mean_follows else x["mean_seq_len"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
+        roof: dict[str, Array] = {}
         if service_source == "roofline":
-            t_fixed, t_req = roofline_times(
-                weights, x["active_params"], kv_per_token, mean_seq, x["tokens_per_request"],
-                gpus, x["hbm_bw"], x["flops"], x["eta_bw"], x["eta_flops"],
-            )
+            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
+            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
+            t_fixed, t_req = rl.service_line(
+                rl.replica_params(x, eta_bw, eta_flops), x["batch_size"], x["tokens_per_request"], mean_seq,
+                kv_per_token, x["attn_width"], x["n_layers"])
+            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
         else:
             t_fixed, t_req = x["t_fixed_ms"] * 1e-3, x["t_req_ms"] * 1e-3
         lam = x["arrival_rps"] / x["replicas"]
@@ -416,8 +438,16 @@ class DynamicModel(ServingModel):
             "mem_ok": mem.mem_ok,
             "cost_usd_per_hour": x["replicas"] * gpus * x["usd_per_gpu_hour"],
             "_rho_rules": rho_rules,
+            **roof,
             **extra,
         }
+
+    def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[base.Step] | None:
+        """docs/model.md's steps with this point's numbers (`sweep.models.derive_dynamic`)."""
+        from sweep.models.derive_dynamic import derivation
+
+        return derivation(row, figures, options, latency_model=self.name)
 
     def host_pass(self, spec: GridSpec) -> base.HostPass | None:
         """The simulator, when the grid simulates (a [simulation] table or latency_model

@@ -19,10 +19,10 @@ vmaps (the engine vmaps over points in one place; STYLE habit 4). Division guard
 double-`where` trick so a dense model (n_experts = 0) gives exact zeros and finite
 gradients.
 
-Cost per point (for the engine's "at most 1.5x today's" budget): `step_time` is ~30 scalar
-flops plus one `pow` (E[touched]); today's `kernels.roofline_times` is ~10 flops and no
-transcendental. A decode step evaluated per point therefore costs a few scalar operations
-more than the linear form; it adds no array dimension.
+Cost per point: `step_time` is ~30 scalar flops plus one `pow` (E[touched]); the seed's
+linear `service.roofline_times` is ~10 flops and no transcendental. The dynamic model
+evaluates two steps a point; `benchmarks/kernel.py` measures the whole model at 1.27x the
+linear form's cost (docs/roofline.md).
 
 Defaults (one set for every model, GPU and phase; justified in docs/roofline.md):
     ETA_BW = 0.7, ETA_FLOPS = 0.6, COLLECTIVES_PER_LAYER = 2, ACT_BYTES = 2,
@@ -189,3 +189,79 @@ def crossover_batch(p: StepParams, context_tokens: Real, kv_bytes_per_token: Rea
         (context_tokens + 1.0) * kv_bytes_per_token)
     pos = per_b > 0
     return jnp.where(pos, p.weights_dense_bytes / jnp.where(pos, per_b, 1.0), jnp.inf)
+
+
+# --------------------------------------------------------------------------- the engine's estimate
+
+
+def replica_params(x: Any, eta_bw: Real, eta_flops: Real) -> StepParams:
+    """`StepParams` of one grid point: `x` maps the point's grid keys and catalog figures
+    (`sweep.models.base.CATALOG_FIELDS`) to scalars. GEMMs run in FP8 (`fp8_flops`) when the
+    weights are 1 byte or less and the GPU has FP8 tensor cores, else at the bf16 rate."""
+    wb = x["weight_bytes_per_param"]
+    fp8 = (wb <= 1.0) & (x["fp8_flops"] > 0)
+    return StepParams(
+        weights_dense_bytes=x["dense_params"] * wb,
+        expert_bytes=x["expert_params"] * wb,
+        n_experts=x["n_experts"],
+        k=x["experts_per_token"],
+        active_params=x["active_params"],
+        n_layers=x["n_layers"],
+        hidden=x["hidden"],
+        gpus=x["gpus_per_replica"],
+        hbm_bw=x["hbm_bw"],
+        flops=jnp.where(fp8, x["fp8_flops"], x["flops"]),
+        link_bw=x["link_bw"],
+        alpha=x["alpha"],
+        eta_bw=eta_bw,
+        eta_flops=eta_flops,
+    )
+
+
+def batch_work(batch, tokens_per_request, context_tokens, kv_bytes_per_token, attn_width, n_layers) -> Work:
+    """One forward pass of `batch` requests of the dynamic batcher (SPEC 1's roofline
+    semantics): each brings `tokens_per_request` new tokens that attend to
+    `context_tokens` cached ones, reads that cache and writes its new tokens' KV.
+    With one token a request this is `decode_work`."""
+    n = batch * tokens_per_request
+    kv = batch * (context_tokens + tokens_per_request) * kv_bytes_per_token
+    attn = 4.0 * n_layers * attn_width * n * context_tokens
+    return Work(n, kv, attn)
+
+
+def service_line(p: StepParams, batch, tokens_per_request, context_tokens, kv_bytes_per_token, attn_width,
+                 n_layers) -> tuple[Array, Array]:
+    """(T_fixed, t_req) seconds: the dynamic batcher's line T_svc(B) = T_fixed + t_req B as
+    the secant of the SPEC 13 step time through B = 1 and B = `batch` (2 when `batch` is 1).
+
+    T_svc(batch) and T_svc(1) are SPEC 13's exactly; the full-batch regime uses only
+    T_svc(batch). The queue's closed forms need a line (they average T_svc over the batch
+    sizes a window produces); between the two ends the secant is above a dense model's
+    convex max(memory, compute) and below a mixture-of-experts model's concave
+    experts-touched curve."""
+    hi = jnp.maximum(batch, 2.0)
+    t1, _ = step_time(batch_work(1.0, tokens_per_request, context_tokens, kv_bytes_per_token, attn_width, n_layers), p)
+    th, _ = step_time(batch_work(hi, tokens_per_request, context_tokens, kv_bytes_per_token, attn_width, n_layers), p)
+    t_req = jnp.maximum((th - t1) / (hi - 1.0), 0.0)
+    return jnp.maximum(t1 - t_req, 0.0), t_req
+
+
+def step_line(p: StepParams, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width,
+              n_layers) -> tuple[Array, Array, Array]:
+    """(t_fixed, t_token, t_ctx) seconds: SPEC 10's linear step time
+    T = t_fixed + t_token n_tok + t_ctx n_ctx from the SPEC 13 step, for continuous serving.
+
+    t_ctx is the KV read of one cached token, kv_bytes / (g bw eta_bw). t_fixed and t_token
+    make the line exact at the two steps a lone request runs: its decode step (one token,
+    holding P + O/2 cached tokens on average) and its prefill step (its prompt, or a chunk
+    of min(P, budget) tokens). These set TPOT and TTFT at light load; a step that carries
+    many decode tokens gets the sum of their compute and the memory stream where SPEC 13
+    takes the larger, so TPOT near a large cap is high by up to the compute time of those
+    tokens (docs/roofline.md measures it)."""
+    ctx = prompt_tokens + output_tokens / 2.0
+    chunk = jnp.maximum(jnp.minimum(prompt_tokens, budget), 2.0)
+    t_dec, _ = step_time(decode_work(1.0, ctx, kv_bytes_per_token, attn_width, n_layers), p)
+    t_pre, _ = step_time(prefill_work(1.0, chunk, kv_bytes_per_token, attn_width, n_layers), p)
+    t_ctx = kv_bytes_per_token / (p.gpus * p.hbm_bw * p.eta_bw)
+    t_token = jnp.maximum((t_pre - t_dec - (chunk - ctx) * t_ctx) / (chunk - 1.0), 0.0)
+    return jnp.maximum(t_dec - t_token - ctx * t_ctx, 0.0), t_token, t_ctx

@@ -2,7 +2,11 @@
 
 Three sources, recorded per row as `service_source`: given (`t_fixed_ms`, `t_req_ms` in
 the grid), fitted (a profile, `sweep.grid.profile`), or a roofline estimate from the
-model and GPU catalogs (`roofline_times`).
+model and GPU catalogs: SPEC 13's step (`sweep.models.roofline.service_line`).
+
+`roofline_times` is the seed's linear roofline, the engine's estimate before SPEC 13. No
+serving model uses it; it stays as the baseline that `benchmarks/kernel.py` (cost) and
+`benchmarks/roofline_accuracy.py` (error against measurements) compare SPEC 13 with.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ def roofline_times(
     eta_bw: Array,
     eta_flops: Array,
 ) -> tuple[Array, Array]:
-    """(T_fixed, t_req) in seconds from a roofline estimate (SPEC 1, source 3).
+    """(T_fixed, t_req) in seconds from the seed's linear roofline (the baseline; module doc).
 
     One forward pass on `gpus` GPUs: the weights stream from HBM once per pass (T_fixed);
     each request adds its matmul FLOPs for `tokens_per_request` new tokens and reads its

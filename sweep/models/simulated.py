@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from sweep.models.base import HostPass
+from sweep.models.base import Column, HostPass
 from sweep.models.batch_sim import SimSettings, simulate
+from sweep.models.dynamic import latency_nulls
 from sweep.models.proxy import GaussianProxy
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ class SimulatedModel(GaussianProxy):
 
     name: ClassVar[str] = "simulated"
     needs_host_pass: ClassVar[bool] = True
+    #: latency_ms is the simulated percentile: unbounded where the backlog grew.
+    columns: ClassVar[tuple[Column, ...]] = latency_nulls(GaussianProxy.columns, "sim_steady")
 
 
 class Simulation(HostPass):

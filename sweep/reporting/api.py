@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -93,28 +94,43 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         kv = F.Figure("kv-budget", "KV budget of one replica",
                       "HBM per replica: the weights, the KV-cache reservation at the batch sizes that matter, and "
                       "what stays free (usable HBM = weights + free_gb).", per="scenario")
-        have_detail = detail.shown > 0 and "latency_ms" in detail.cols and "batch_size" in detail.cols
+        continuous = run.serving == "continuous"
+        if continuous:
+            latency.title, latency.caption = ("TTFT and TPOT against the cap",
+                                              "TTFT and TPOT at the grid's percentile against the cap on running "
+                                              "sequences, one line per token budget, each SLO dashed, the knee and "
+                                              "the SLO optimum of the frontier; caps where the engine cannot keep up "
+                                              "or out of memory marked along the top.")
+            util.title, util.caption = ("Load against the cap",
+                                        "rho = lambda / capacity_rps per token budget, with the operating "
+                                        "thresholds rho_max and rho_min.")
+            kv.caption = ("HBM per replica: the weights, the KV cache reserved on average at the answers' points "
+                          "(kv_util x C), and the rest of the KV capacity C.")
+        lat_col = "ttft_p_ms" if continuous else "latency_ms"
+        have_detail = detail.shown > 0 and lat_col in detail.cols and "batch_size" in detail.cols
         brange = ((float(np.nanmin(detail.cols["batch_size"])), float(np.nanmax(detail.cols["batch_size"])))
                   if have_detail else (1.0, 1.0))
         for r, sid in zip(rows, ids):
             m = detail.cols["row_id"] == r["row_id"] if have_detail else None
             pts = {k: v[m] for k, v in detail.cols.items()} if m is not None else None
-            html_maps["answers"][sid] = T.answers_html(r)
+            html_maps["answers"][sid] = T.cb_answers_html(r) if continuous else T.answers_html(r)
             if pts is not None and len(pts["batch_size"]):
-                latency.figs[sid] = F.latency_figure(r, pts, brange)
+                latency.figs[sid] = F.cb_latency_figure(r, pts, brange) if continuous else F.latency_figure(r, pts, brange)
                 if "rho" in pts:
                     util.figs[sid] = F.utilisation_figure(r, pts, brange)
-                html_maps["table"][sid] = T.seed_table(r, pts, detail.source)
+                html_maps["table"][sid] = (T.cb_table(r, pts, detail.source) if continuous
+                                           else T.seed_table(r, pts, detail.source))
             else:
-                if have_detail:
+                if have_detail and not continuous:
                     latency.figs[sid] = F.latency_figure(r, {k: v[:0] for k, v in detail.cols.items()}, brange,
                                                          f"no feasible point in {detail.source} for this row "
                                                          f"(reason: {r.get('reason')})")
                 html_maps["table"][sid] = (f"<p class='note'>No points of this scenario row in {detail.source} "
                                            f"(reason: {r.get('reason')}).</p>")
-            kfig = F.kv_figure(r, pts)
+            kfig = F.cb_kv_figure(r, pts) if continuous else F.kv_figure(r, pts)
             if kfig is not None:
                 kv.figs[sid] = kfig
+        html_maps["explain"] = _explanations(run, rows, ids, T)
         latency.notes = util.notes = list(detail.notes)
         if not rows:
             latency.note = util.note = kv.note = "optimum.parquet has no rows"
@@ -122,7 +138,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
             latency.note = util.note = ("no per-batch latency columns in points/ or frontier.parquet "
                                         f"({run.serving} serving)")
         if rows and not kv.figs:
-            kv.note = "optimum.parquet lacks weights_gb, free_gb or kv_gb_per_req"
+            kv.note = "optimum.parquet lacks weights_gb or free_gb" + ("" if continuous else " or kv_gb_per_req")
         figs += [latency, util]
 
         # ---- action map: per configuration
@@ -147,7 +163,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         frontier = F.Figure("frontier", "Pareto frontiers",
                             ("Each scenario row's frontier over the batcher's knobs: capacity per replica up, "
                              "latency down" if fx == "capacity_rps" else
-                             "Each row's frontier: tok/s per GPU up, tok/s per user up (SPEC 10)")
+                             "Each row's frontier: tok/s per GPU up, tok/s per user up (continuous batching)")
                             + "; the knee (star) and the SLO optimum (diamond) of every row. One colour per GPU; "
                               "hover for the scenario.")
         fr = run.frontier()
@@ -181,6 +197,18 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         else:
             plan_fig.note = plan.notes[0] if plan.notes else "no rows"
         figs.append(plan_fig)
+        sched = run.schedule()
+        if sched is not None:  # the grid had a [schedule]
+            sched_fig = F.Figure("schedule", "Replica schedule",
+                                 "Replicas per hour meeting the SLO at each hour's traffic (schedule.parquet): the "
+                                 "plan (solid; raised where the ramp or the warm-up cost require), the per-hour "
+                                 "requirement (dotted) and the flat peak-sized fleet (dashed), against the traffic "
+                                 "(grey, right axis).")
+            sched_fig.fig = F.schedule_figure(sched.cols)
+            sched_fig.notes = list(sched.notes)
+            if sched_fig.fig is None:
+                sched_fig.note = "schedule.parquet has no rows"
+            figs.append(sched_fig)
         search = run.search()
         search_table = T.search_table(search.cols) if search.shown else ""
 
@@ -200,9 +228,9 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         figs.append(simfig)
 
         thr = F.Figure("throughput", "Throughput per GPU against throughput per user",
-                       "Continuous batching (SPEC 10): every stable point; up and to the right is better.")
+                       "Continuous batching: every stable point; up and to the right is better.")
         ttl = F.Figure("ttft-tpot", "TTFT and TPOT against load",
-                       "Continuous batching (SPEC 10): time to first token and time per output token at the grid's "
+                       "Continuous batching: time to first token and time per output token at the grid's "
                        "percentile against the load per replica, one line per configuration; gaps are unstable.")
         if run.serving == "continuous":
             cont = run.continuous()
@@ -255,6 +283,64 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
                             [f.id for f in figs if f.drawn], {f.id: f.note for f in figs if not f.drawn}, pngs)
     finally:
         run.close()
+
+
+#: The point a scenario's derivation shows: the first answer the row has.
+EXPLAIN_ANSWERS = (("b_max_slo", "the largest batch meeting the SLO"), ("knee", "the frontier's knee"),
+                   ("b_latency_opt", "the lowest mean latency"))
+
+
+def _explanations(run: Run, rows: list[dict[str, Any]], ids: list[str], T: Any) -> dict[str, str]:
+    """Per scenario row: the derivation of its chosen point (`ServingModel.derivation`)."""
+    from sweep.models import get_model
+
+    try:
+        model = get_model(run.serving, run.manifest.get("latency_model"))
+    except KeyError:
+        return {}
+    chosen: dict[str, tuple[int, str]] = {}
+    for r, sid in zip(rows, ids):
+        for prefix, what in EXPLAIN_ANSWERS:
+            pid = r.get(f"{prefix}_point_id")
+            if pid is not None and math.isfinite(float(pid)) and float(pid) >= 0:
+                chosen[sid] = (int(pid), f"{prefix}: {what}")
+                break
+    if not chosen:
+        return {}
+    cols = run.points_by_id([pid for pid, _ in chosen.values()])
+    if not cols:
+        return {}
+    at = {int(p): i for i, p in enumerate(cols["point_id"])}
+    options = {"kv_allocation": run.manifest.get("kv_allocation", "contiguous"), **_grid_options(run)}
+    out: dict[str, str] = {}
+    for sid, (pid, which) in chosen.items():
+        if pid not in at:
+            continue
+        i = at[pid]
+        row = {k: _plain(v[i]) for k, v in cols.items()}
+        out[sid] = T.explain_html(model.derivation(row, None, options), pid, which)
+    return out
+
+
+def _grid_options(run: Run) -> dict[str, Any]:
+    """The KV options of the run's grid file (kept in the manifest): block size and reserve."""
+    import tomllib
+
+    text = run.manifest.get("grid", {}).get("toml") or run.manifest.get("grid_toml") or ""
+    try:
+        opts = tomllib.loads(text).get("options", {})
+    except tomllib.TOMLDecodeError:
+        return {}
+    return {k: opts[k] for k in ("block_tokens", "reserve_fraction") if k in opts}
+
+
+def _plain(v: Any) -> Any:
+    """A column value as the derivation reads it: NULL (NaN here) is unbounded (+inf)."""
+    if isinstance(v, np.bool_ | bool):
+        return bool(v)
+    if isinstance(v, np.floating | float):
+        return math.inf if math.isnan(float(v)) else float(v)
+    return v
 
 
 def _rows(cols: dict[str, np.ndarray]) -> list[dict[str, Any]]:

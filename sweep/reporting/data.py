@@ -40,10 +40,12 @@ ACTION_CELLS = 60_000
 CONTINUOUS_BUDGET = 50_000
 #: Lines of the replica-plan figure.
 PLAN_BUDGET = 60_000
+#: Schedule groups drawn in the schedule figure (one line set each).
+SCHEDULE_GROUPS = 6
 
 #: Axes that vary within a row (the batcher's knobs); everything else names a scenario.
 DEFAULT_ROW_AXES = ("batch_window_ms", "batch_size")
-#: Columns of SPEC 10 (continuous batching) the continuous figures draw.
+#: Columns of continuous serving (docs/continuous.md) the continuous figures draw.
 CONTINUOUS_COLUMNS = ("tok_s_per_gpu", "tok_s_per_user", "ttft_p_ms", "tpot_p_ms")
 
 
@@ -83,8 +85,10 @@ def to_columns(table: pa.Table) -> Columns:
         if pa.types.is_boolean(t):
             out[name] = np.asarray(col.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
         elif pa.types.is_integer(t) or pa.types.is_floating(t):
-            # to_numpy turns NULL into NaN once the column is float64
-            out[name] = np.asarray(col.cast(pa.float64()).to_numpy(zero_copy_only=False), dtype=np.float64)
+            # NULL -> NaN in Arrow first: a chunked array with nulls would convert through pandas
+            # (a second's import, and a copy)
+            out[name] = np.asarray(col.cast(pa.float64()).fill_null(math.nan).to_numpy(zero_copy_only=False),
+                                   dtype=np.float64)
         else:
             out[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
     return out
@@ -248,7 +252,10 @@ class Run:
               "rho", "stable", "proxy_ok", "mean_batch", "e_wait_ms", "e_batch_ms", "e_svc_ms", "e_resp_ms",
               "p_gauss_ms", "p_exp_ms", "latency_ms", "slo_ok", "little_l", "in_service", "in_queue",
               "kv_gb_at_cap", "mem_ok", "feasible", "action", "batcher_rho", "batcher_p_ms", "sim_utilization",
-              "sim_p_ms", "sim_mean_ms")
+              "sim_p_ms", "sim_mean_ms",
+              # continuous serving
+              "mean_running", "step_mean_ms", "ttft_p_ms", "tpot_p_ms", "e2e_p_ms", "tok_s_per_gpu", "tok_s_per_user",
+              "kv_util", "sim_ttft_p_ms", "sim_tpot_p_ms")
 
     def detail(self, scen: Columns) -> Sample:
         """Every point of the chosen rows: from points/, or else the rows' frontier points."""
@@ -276,6 +283,16 @@ class Run:
                          "Pareto points from frontier.parquet; the shaded regions come from optimum.parquet")
         n = len(cols.get("row_id", []))
         return Sample(cols, n, n, source=source, notes=notes)
+
+    def points_by_id(self, ids: Sequence[int]) -> Columns:
+        """Every column of the given points (at most one per scenario shown: bounded), from
+        points/ or, for the reduced outputs only, frontier.parquet (an answer's point is on
+        its row's frontier except b_latency_opt's)."""
+        ids = sorted({int(i) for i in ids})
+        if not ids:
+            return {}
+        src = self.points_src if self.points_src is not None and "point_id" in self.points_cols else self.frontier_src
+        return self.query(f"SELECT * FROM {src} WHERE point_id IN (SELECT unnest(?::BIGINT[])) ORDER BY point_id", [ids])
 
     def action_cells(self, scen: Columns) -> Sample:
         """Points of the chosen scenarios' configurations across every arrival rate
@@ -310,7 +327,8 @@ class Run:
         lo, hi = rows * n_points, rows * n_points + n_points - 1
         ranges = " OR ".join(f"point_id BETWEEN {a} AND {b}" for a, b in zip(lo, hi))
         sel = self._select(("point_id", "arrival_rps", "lambda_per_replica_rps", "batch_size", "batch_window_ms",
-                            "action", "latency_ms", "rho", "capacity_rps"), self.points_cols)
+                            "max_batched_tokens", "action", "latency_ms", "ttft_p_ms", "rho", "capacity_rps"),
+                           self.points_cols)
         cols = self.query(f"SELECT {sel} FROM {self.points_src} WHERE {ranges} ORDER BY point_id")
         order = np.argsort(lo)
         starts = np.searchsorted(lo[order], cols["point_id"], side="right") - 1
@@ -326,7 +344,7 @@ class Run:
 
     def frontier_axes(self) -> tuple[str, str]:
         """(x, y) of the frontier: capacity against latency, or for continuous serving
-        throughput per user against throughput per GPU (SPEC 10)."""
+        throughput per user against throughput per GPU (continuous serving)."""
         if self.serving == "continuous":
             return "tok_s_per_user", "tok_s_per_gpu"
         return "capacity_rps", "latency_ms"
@@ -380,6 +398,20 @@ class Run:
         notes = [] if total <= PLAN_BUDGET else [f"the first {PLAN_BUDGET:,} of {total:,} scenario groups"]
         return Sample(cols, len(cols["group_id"]), total, notes=notes)
 
+    def schedule(self) -> Sample | None:
+        """schedule.parquet's first `SCHEDULE_GROUPS` schedule groups, every hour; None when
+        the run has no schedule (its grid had no [schedule])."""
+        path = self.path / "schedule.parquet"
+        if not path.exists():
+            return None
+        src = f"read_parquet({_sql_str(str(path))})"
+        total = int(self.scalar(f"SELECT count(DISTINCT schedule_group_id) FROM {src}"))
+        cols = self.query(f"SELECT * FROM {src} WHERE schedule_group_id < {SCHEDULE_GROUPS} "
+                          "ORDER BY schedule_group_id, hour")
+        shown = len(np.unique(cols["schedule_group_id"])) if cols else 0
+        notes = [] if total <= SCHEDULE_GROUPS else [f"the first {SCHEDULE_GROUPS} of {total:,} schedule groups"]
+        return Sample(cols, shown, total, notes=notes)
+
     def search(self) -> Sample:
         if self.search_path is None:
             return Sample({}, 0, 0)
@@ -428,7 +460,7 @@ class Run:
     def continuous(self, budget: int = CONTINUOUS_BUDGET) -> Sample:
         src, have, where = self._with(CONTINUOUS_COLUMNS)
         if src is None:
-            return Sample({}, 0, 0, notes=[("needs the continuous-serving columns of SPEC 10 "
+            return Sample({}, 0, 0, notes=[("needs the continuous-serving columns "
                                             "(tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms)")])
         total = int(self.scalar(f"SELECT count(*) FROM {src}"))
         sample = f" USING SAMPLE reservoir({budget} ROWS) REPEATABLE (7)" if total > budget else ""
@@ -465,14 +497,22 @@ def _row_keys(cols: Columns, axes: list[str]) -> np.ndarray:
 
 
 def row_keys(cols: Columns, names: Sequence[str]) -> np.ndarray:
-    """Vectorised 'v1|v2|...' per row of the named columns (numbers to 12 digits)."""
+    """Vectorised 'v1|v2|...' per row of the named columns (numbers to 12 digits).
+
+    Each column is formatted once per distinct value and each distinct combination joined
+    once (a fleet's optimum has 10^5 rows but a few thousand configurations)."""
     n = len(next(iter(cols.values()))) if cols else 0
-    out = np.full(n, "", dtype=object)
-    for i, name in enumerate(names):
+    if not names:
+        return np.full(n, "", dtype=object)
+    texts, codes = [], []
+    for name in names:
         v = cols[name]
-        text = np.char.mod("%.12g", v) if v.dtype.kind == "f" else v.astype(str)
-        out = out + ("|" if i else "") + text.astype(object)
-    return out
+        uniq, inverse = np.unique(v, return_inverse=True)
+        texts.append(np.char.mod("%.12g", uniq) if v.dtype.kind == "f" else uniq.astype(str))
+        codes.append(inverse.reshape(-1))
+    combos, which = np.unique(np.stack(codes, axis=1), axis=0, return_inverse=True)
+    joined = np.array(["|".join(str(t[c]) for t, c in zip(texts, combo)) for combo in combos.tolist()], dtype=object)
+    return joined[which.reshape(-1)]
 
 
 def _sample_rows(idx: Columns, sizes: np.ndarray, budget: int) -> np.ndarray:

@@ -101,12 +101,14 @@ def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     return a
 
 
-def batch_axis(bmin: float, bmax: float) -> dict[str, Any]:
-    """Batch sizes on a log axis with powers of two as ticks (linear when the range is short)."""
+def batch_axis(bmin: float, bmax: float, continuous: bool = False) -> dict[str, Any]:
+    """Batch sizes (continuous serving: the cap on running sequences) on a log axis with
+    powers of two as ticks (linear when the range is short)."""
+    title = "cap N on running sequences (batch_size)" if continuous else "batch size B (requests)"
     if bmax / max(bmin, 1.0) <= 8:
-        return axis("batch size B (requests)")
-    ticks = [2 ** k for k in range(14) if bmin / 2 <= 2 ** k <= bmax * 2]
-    return axis("batch size B (requests)", log=True, tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+        return axis(title)
+    ticks = [2 ** k for k in range(18) if bmin / 2 <= 2 ** k <= bmax * 2]
+    return axis(title, log=True, tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
 
 
 def capped_range(values: np.ndarray, cap: float, log: bool) -> list[float] | None:
@@ -139,8 +141,19 @@ def fmt(x: Any, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def window_label(w: float) -> str:
+#: The decision knob a row varies besides the cap: the window (dynamic), the token budget
+#: (continuous serving); the figures draw one line per value.
+KNOBS = ("batch_window_ms", "max_batched_tokens")
+
+
+def window_label(w: float, knob: str = "batch_window_ms") -> str:
+    if knob == "max_batched_tokens":
+        return "no token budget (inf)" if unbounded(w) else f"budget {w:g} tokens"
     return "full batches (window inf)" if unbounded(w) else f"window {w:g} ms"
+
+
+def _knob(cols: Columns) -> str:
+    return next((k for k in KNOBS if k in cols), "batch_window_ms")
 
 
 def _log_ratio(values: np.ndarray) -> float:
@@ -166,7 +179,9 @@ def _regions(row: dict[str, Any], bmin: float, bmax: float) -> list[dict[str, An
     out = []
     lo, hi = bmin / 1.25, bmax * 1.25
     stable_from = row.get("b_min_stable_int")
-    if unbounded(stable_from):
+    if "b_min_stable_int" not in row:  # continuous serving: no B_min; its points carry `stable`
+        pass
+    elif unbounded(stable_from):
         out.append(_band(lo, hi, "unstable (no batch keeps up)", UNSTABLE_FILL,
                          "unstable at every batch size: lambda >= B / T_svc(B)"))
     elif stable_from is not None and stable_from > bmin:
@@ -280,7 +295,9 @@ def utilisation_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, f
     traces: list[dict[str, Any]] = _regions(row, bmin, bmax)
     windows = _windows(pts)
     rho_all = []
-    for name, col, dash in (("rho (proxy)", "rho", "solid"), ("batcher model rho", "batcher_rho", "dash"),
+    knob = _knob(pts)
+    rho_name = "rho (load / capacity)" if knob == "max_batched_tokens" else "rho (proxy)"
+    for name, col, dash in ((rho_name, "rho", "solid"), ("batcher model rho", "batcher_rho", "dash"),
                             ("simulated utilisation", "sim_utilization", "dot")):
         if col not in pts:
             continue
@@ -289,11 +306,11 @@ def utilisation_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, f
             order = np.argsort(b[m])
             y = pts[col][m][order]
             rho_all.append(y[finite(y)])
-            label = f"{name}, {window_label(w)}" if len(windows) > 1 else name
+            label = f"{name}, {window_label(w, knob)}" if len(windows) > 1 else name
             traces.append({"type": "scatter", "mode": "lines+markers", "x": b[m][order], "y": y, "name": label,
                            "line": {"color": PALETTE[i % len(PALETTE)], "dash": dash, "width": 2},
                            "marker": {"size": 5},
-                           "hovertemplate": f"B %{{x}}<br>{name} %{{y:.1%}}<extra>{window_label(w)}</extra>"})
+                           "hovertemplate": f"B %{{x}}<br>{name} %{{y:.1%}}<extra>{window_label(w, knob)}</extra>"})
     for key, label, colour in (("rho_max", "rho_max (near saturation above)", "#f2a900"),
                                ("rho_target", "rho_target", "#2e7d32"),
                                ("rho_min", "rho_min (overprovisioned below)", "#64b5f6")):
@@ -304,7 +321,7 @@ def utilisation_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, f
                        "name": f"{label} {v:.0%}", "line": {"color": colour, "dash": "dash", "width": 1.2},
                        "hovertemplate": f"{key} {v:.0%}<extra></extra>"})
     top = max([1.05] + [float(np.max(r)) * 1.05 for r in rho_all if len(r)])
-    layout = base_layout(400, xaxis=batch_axis(bmin, bmax),
+    layout = base_layout(400, xaxis=batch_axis(bmin, bmax, knob == "max_batched_tokens"),
                          yaxis=axis("utilisation", tickformat=".0%", range=[0, min(top, 2.0)]), yaxis9=_y9())
     return {"data": traces, "layout": layout}
 
@@ -361,10 +378,113 @@ def kv_figure(row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | None
     return {"data": traces, "layout": layout}
 
 
+def cb_latency_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
+    """Continuous serving, one scenario row: TTFT (top) and TPOT (bottom) at the grid's
+    percentile against the cap, one line per token budget, each SLO as a dashed line, the
+    knee and the SLO optimum marked; caps where the engine cannot keep up or the memory
+    does not suffice are marked along the top (their latencies are unbounded)."""
+    b = pts["batch_size"]
+    q = row.get("percentile", 0.99)
+    qlabel = f"P{100 * q:g}" if not unbounded(q) else "P(q)"
+    bmin, bmax = (min(float(np.nanmin(b)), brange[0]), max(float(np.nanmax(b)), brange[1])) if len(b) else brange
+    traces: list[dict[str, Any]] = []
+    budgets = _windows(pts) if len(b) else []
+    for panel, (name, col, slo_key, yaxis) in enumerate((("TTFT", "ttft_p_ms", "ttft_slo_ms", "y"),
+                                                        ("TPOT", "tpot_p_ms", "tpot_slo_ms", "y2"))):
+        if col not in pts:
+            continue
+        for i, w in enumerate(budgets):
+            m = _window_mask(pts, w)
+            order = np.argsort(b[m])
+            traces.append({
+                "type": "scatter", "mode": "lines+markers", "x": b[m][order], "y": pts[col][m][order], "yaxis": yaxis,
+                "name": f"{name} {qlabel}, {window_label(w, 'max_batched_tokens')}",
+                "legendgroup": f"w{i}", "line": {"color": PALETTE[i % len(PALETTE)], "width": 2,
+                                                 "dash": "solid" if panel == 0 else "dot"},
+                "marker": {"size": 6}, "connectgaps": False,
+                "hovertemplate": f"N %{{x}}<br>{name} {qlabel} %{{y:,.1f}} ms<extra>{window_label(w, 'max_batched_tokens')}</extra>",
+            })
+        slo = row.get(slo_key)
+        if slo is not None and not unbounded(slo):
+            traces.append({"type": "scatter", "mode": "lines", "x": [bmin / 1.25, bmax * 1.25], "y": [slo, slo],
+                           "yaxis": yaxis, "name": f"{name} SLO {slo:g} ms",
+                           "line": {"color": "#222", "dash": "dash", "width": 1.5},
+                           "hovertemplate": f"{name} SLO {slo:g} ms<extra></extra>"})
+        for prefix, label, symbol, colour in (("knee", "knee", "star", "#111"), ("slo_opt", "SLO optimum", "diamond", "#2e7d32")):
+            ans = _answer(row, prefix, col)
+            if ans is not None:
+                traces.append({"type": "scatter", "mode": "markers", "x": [ans[0]], "y": [ans[1]], "yaxis": yaxis,
+                               "name": f"{label} (N = {ans[0]:g})", "legendgroup": prefix, "showlegend": panel == 0,
+                               "marker": {"symbol": symbol, "size": 14, "color": colour, "line": {"color": "#fff", "width": 1}},
+                               "hovertemplate": f"{label}: N %{{x}}, {name} %{{y:,.3g}} ms<extra></extra>"})
+    if len(b):
+        stable = pts["stable"].astype(bool) if "stable" in pts else np.ones(len(b), bool)
+        mem = pts["mem_ok"].astype(bool) if "mem_ok" in pts else np.ones(len(b), bool)
+        if (~mem).any():
+            traces.append(_top_markers(np.unique(b[~mem]), "out of memory (latency unbounded)",
+                                       "the weights or a mean request's reservation do not fit"))
+        if (mem & ~stable).any():
+            traces.append(_top_markers(np.unique(b[mem & ~stable]), "unstable (latency unbounded)",
+                                       "the load exceeds the capacity at this cap and budget"))
+    ttft = pts.get("ttft_p_ms", np.array([]))
+    tpot = pts.get("tpot_p_ms", np.array([]))
+    layout = base_layout(
+        540, xaxis={**batch_axis(bmin, bmax, True), "anchor": "y2"},
+        yaxis={**axis(f"TTFT {qlabel} (ms)", log=_log_ratio(ttft) > 30), "domain": [0.56, 1.0], "anchor": "x"},
+        yaxis2={**axis(f"TPOT {qlabel} (ms)", log=_log_ratio(tpot) > 30), "domain": [0.0, 0.44], "anchor": "x"},
+        yaxis9=_y9())
+    return {"data": traces, "layout": layout}
+
+
+def cb_kv_figure(row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | None:
+    """Continuous serving, one scenario row's replica: the weights, the KV capacity C (what
+    is free for the cache) and, at the answers' points, the KV cache reserved on average
+    (kv_util x C)."""
+    weights, free = row.get("weights_gb"), row.get("free_gb")
+    if weights is None or free is None or unbounded(weights) or unbounded(free):
+        return None
+    labels, used = [], []
+    if pts is not None and "kv_util" in pts and "point_id" in pts:
+        for prefix, label in (("b_max_slo", "largest cap under the SLOs"), ("slo_opt", "SLO optimum"), ("knee", "knee")):
+            pid = row.get(f"{prefix}_point_id")
+            if pid is None or unbounded(pid):
+                continue
+            m = pts["point_id"] == pid
+            if m.any():
+                labels.append(f"{label}, N = {row.get(prefix):g}")
+                used.append(float(pts["kv_util"][m][0]) * max(free, 0.0))
+    if not labels:
+        labels, used = ["this replica"], [0.0]
+    used_arr = np.array(used)
+    traces = [
+        {"type": "bar", "orientation": "h", "y": labels, "x": np.full(len(labels), weights), "name": "weights",
+         "marker": {"color": "#5b6770"}, "hovertemplate": "weights %{x:,.1f} GB<extra></extra>"},
+        {"type": "bar", "orientation": "h", "y": labels, "x": used_arr, "name": "KV reserved (time average)",
+         "marker": {"color": "#4e79a7"}, "hovertemplate": "KV %{x:,.1f} GB<extra></extra>"},
+        {"type": "bar", "orientation": "h", "y": labels, "x": np.maximum(max(free, 0.0) - used_arr, 0.0),
+         "name": "free KV capacity", "marker": {"color": "#cfe3cf"},
+         "hovertemplate": "free %{x:,.1f} GB<extra></extra>"},
+    ]
+    if free < 0:
+        traces.append({"type": "bar", "orientation": "h", "y": labels, "x": np.full(len(labels), -free),
+                       "name": "weights beyond usable HBM", "marker": {"color": OOM_FILL.replace("0.12", "0.6")},
+                       "hovertemplate": "%{x:,.1f} GB beyond usable HBM<extra></extra>"})
+    layout = base_layout(120 + 46 * len(labels), barmode="stack", xaxis=axis("GB per replica (1 GB = 1e9 bytes)"),
+                         yaxis={"automargin": True, "autorange": "reversed"},
+                         margin={"l": 20, "r": 20, "t": 40, "b": 50},
+                         annotations=[{"xref": "paper", "yref": "paper", "x": 1, "y": 1, "yanchor": "bottom",
+                                       "showarrow": False, "font": {"size": 11},
+                                       "text": f"KV capacity C = {fmt(row.get('kv_capacity_tokens'), 0)} tokens"}])
+    layout["legend"]["y"] = 1.10
+    return {"data": traces, "layout": layout}
+
+
 def action_figure(cells: Columns) -> dict[str, Any]:
     """Action map of one configuration: arrival rate x batch size, coloured by action,
     one panel per batching window."""
     windows = _windows(cells)
+    knob = _knob(cells)
+    lat_name = "latency" if "latency_ms" in cells else "TTFT"
     n = len(windows)
     batches = np.unique(cells["batch_size"][finite(cells["batch_size"])])
     rates = np.unique(cells["arrival_rps"][finite(cells["arrival_rps"])])
@@ -383,24 +503,24 @@ def action_figure(cells: Columns) -> dict[str, Any]:
         z = np.full((len(rates), len(batches)), np.nan)
         text = np.full((len(rates), len(batches)), "", dtype=object)
         for bb, rr, act, lat, rho in zip(cells["batch_size"][m], cells["arrival_rps"][m], cells["action"][m],
-                                         cells.get("latency_ms", cells["batch_size"])[m],
+                                         cells.get("latency_ms", cells.get("ttft_p_ms", cells["batch_size"]))[m],
                                          cells.get("rho", cells["batch_size"])[m]):
             i, j = ri[float(rr)], bi[float(bb)]
             z[i, j] = code.get(act, np.nan) + 0.5
-            text[i, j] = f"{ACTION_LABELS.get(act, act)}<br>latency {fmt(lat)} ms<br>rho {fmt(100 * rho)}%"
+            text[i, j] = f"{ACTION_LABELS.get(act, act)}<br>{lat_name} {fmt(lat)} ms<br>rho {fmt(100 * rho)}%"
         suffix = "" if k == 0 else str(k + 1)
         traces.append({
             "type": "heatmap", "x": [f"{v:g}" for v in batches], "y": [f"{v:g}" for v in rates], "z": z.tolist(),
             "text": text.tolist(), "zmin": 0, "zmax": len(ACTIONS), "colorscale": scale, "showscale": False,
             "xgap": 1, "ygap": 1, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
-            "hovertemplate": "arrival %{y} req/s, B %{x}<br>%{text}<extra>" + window_label(w) + "</extra>",
+            "hovertemplate": "arrival %{y} req/s, B %{x}<br>%{text}<extra>" + window_label(w, knob) + "</extra>",
         })
-        layout[f"xaxis{suffix}"] = axis("batch size B", type="category", domain=[k * (width + gap), k * (width + gap) + width],
+        layout[f"xaxis{suffix}"] = axis("cap N (batch_size)" if knob == "max_batched_tokens" else "batch size B", type="category", domain=[k * (width + gap), k * (width + gap) + width],
                                         anchor=f"y{suffix}", showgrid=False)
         layout[f"yaxis{suffix}"] = axis("arrival rate (req/s, fleet)" if k == 0 else "", type="category",
                                         anchor=f"x{suffix}", showgrid=False, showticklabels=k == 0)
         layout.setdefault("annotations", []).append(
-            {"text": window_label(w), "xref": "paper", "yref": "paper", "x": k * (width + gap) + width / 2,
+            {"text": window_label(w, knob), "xref": "paper", "yref": "paper", "x": k * (width + gap) + width / 2,
              "y": 1.0, "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
     present = {a for a in cells["action"]}
     for a in ACTIONS:
@@ -414,16 +534,19 @@ def action_figure(cells: Columns) -> dict[str, Any]:
 
 
 def _windows(cols: Columns) -> list[float]:
-    if "batch_window_ms" not in cols:
+    """The values of the row's second knob (window or token budget); NULL (NaN) is inf."""
+    knob = _knob(cols)
+    if knob not in cols:
         return [math.inf]
-    w = cols["batch_window_ms"]
+    w = cols[knob]
     return sorted({float(v) if math.isfinite(v) else math.inf for v in w.tolist()})
 
 
 def _window_mask(cols: Columns, w: float) -> np.ndarray:
-    if "batch_window_ms" not in cols:
+    knob = _knob(cols)
+    if knob not in cols:
         return np.ones(len(cols["batch_size"]), bool)
-    v = cols["batch_window_ms"]
+    v = cols[knob]
     return ~finite(v) if math.isinf(w) else v == w
 
 
@@ -553,6 +676,60 @@ def plan_figure(plan: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | N
     return {"data": traces, "layout": layout}
 
 
+def _closed(x: np.ndarray, *ys: np.ndarray) -> list[np.ndarray]:
+    """Step lines ("hv") end at their last point: repeat it one hour on, so the last hour shows."""
+    return [np.r_[x, x[-1] + 1]] + [np.r_[y, y[-1:]] for y in ys]
+
+
+def schedule_figure(sched: Columns) -> dict[str, Any] | None:
+    """The replica schedule (SPEC 12): planned and required replicas per hour (steps) and the
+    flat peak fleet (dashed) against the hour's traffic (grey, right axis), per schedule group."""
+    if not len(sched.get("hour", [])):
+        return None
+    traces: list[dict[str, Any]] = []
+    groups = np.unique(sched["schedule_group_id"])
+    palette = colour_map([str(int(g)) for g in groups])
+    first = sched["schedule_group_id"] == groups[0]
+    hours = sched["hour"][first]
+    tx, ty = _closed(hours, sched["arrival_rps"][first])
+    traces.append({"type": "scatter", "mode": "lines", "x": tx, "y": ty, "yaxis": "y2",
+                   "name": "traffic (req/s)", "line": {"color": "#bbbbbb", "width": 2, "shape": "hv"},
+                   "fill": "tozeroy", "fillcolor": "rgba(190,190,190,0.25)",
+                   "hovertemplate": "hour %{x}<br>%{y:,.4g} req/s<extra>traffic</extra>"})
+    for g in groups:
+        m = sched["schedule_group_id"] == g
+        label = f"{sched['model'][m][0]} on {int(sched['gpus_per_replica'][m][0])} x {sched['gpu'][m][0]}"
+        if len(groups) > 1:
+            label = f"{int(g)}: {label}"
+        colour = palette[str(int(g))]
+        x, planned, required, cost = _closed(
+            sched["hour"][m],
+            np.where(np.isfinite(sched["replicas"][m]), sched["replicas"][m], np.nan),  # +inf: no plan, a gap
+            np.where(np.isfinite(sched["replicas_required"][m]), sched["replicas_required"][m], np.nan),
+            sched["cost_usd"][m])
+        flat = float(sched["flat_replicas"][m][0])
+        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": planned, "name": f"planned replicas ({label})",
+                       "line": {"color": colour, "width": 2.5, "shape": "hv"}, "connectgaps": False,
+                       "customdata": np.stack([required, cost], axis=1),
+                       "hovertemplate": "hour %{x}<br>replicas %{y}<br>required %{customdata[0]}"
+                                        "<br>cost %{customdata[1]:$,.2f}<extra>" + label + "</extra>"})
+        traces.append({"type": "scatter", "mode": "lines", "x": x, "y": required, "name": f"required ({label})",
+                       "line": {"color": colour, "width": 1, "dash": "dot", "shape": "hv"}, "connectgaps": False,
+                       "hoverinfo": "skip"})
+        if math.isfinite(flat):
+            saving = float(sched["saving_frac"][m][0])
+            traces.append({"type": "scatter", "mode": "lines", "x": [float(x.min()), float(x.max())], "y": [flat, flat],
+                           "name": f"flat fleet ({label}; plan saves {100 * saving:.0f}%)",
+                           "line": {"color": colour, "width": 1.2, "dash": "dash"},
+                           "hovertemplate": "flat fleet %{y} replicas<extra>" + label + "</extra>"})
+    layout = base_layout(460, xaxis=axis("hour" + (" of the week (0 = Monday 00:00)" if len(hours) > 24 else " of the day")),
+                         yaxis=axis("replicas", rangemode="tozero"),
+                         yaxis2=axis("arrival rate (req/s, fleet)", overlaying="y", side="right", rangemode="tozero",
+                                     showgrid=False))
+    layout["margin"] = {**layout["margin"], "r": 70}
+    return {"data": traces, "layout": layout}
+
+
 def sim_figure(sim: Columns) -> dict[str, Any] | None:
     """The proxy (and the batcher model) against the simulator: estimated percentile and
     mean against the simulated ones, with y = x. Unbounded estimates are markers on the
@@ -630,7 +807,7 @@ def sim_figure(sim: Columns) -> dict[str, Any] | None:
 
 
 def throughput_figure(cont: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
-    """Continuous serving (SPEC 10): throughput per GPU against throughput per user, every
+    """Continuous serving: throughput per GPU against throughput per user, every
     stable point, one colour per GPU."""
     ok = finite(cont["tok_s_per_gpu"]) & finite(cont["tok_s_per_user"])
     if "stable" in cont:
@@ -657,7 +834,7 @@ def throughput_figure(cont: Columns, gpu_colour: dict[str, str]) -> dict[str, An
 
 
 def ttft_tpot_figure(cont: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
-    """Continuous serving (SPEC 10): TTFT and TPOT at the grid's percentile against the
+    """Continuous serving: TTFT and TPOT at the grid's percentile against the
     per-replica load, one line per configuration; unstable points are gaps."""
     x_col = "lambda_per_replica_rps" if "lambda_per_replica_rps" in cont else "arrival_rps"
     if x_col not in cont:

@@ -8,6 +8,7 @@ answer that does not exist (batch 0 or NULL) as `none`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,108 @@ def answers_html(r: dict[str, Any]) -> str:
             f"reason: {reason}; cost {fmt(r.get('cost_usd_per_hour'), 2)} USD/h at these replicas")
     return (f"<p class='scenario-head'>{esc(head)}</p><div class='answers'>"
             + "".join(f"<div><b>{esc(k)}</b>{esc(v)}</div>" for k, v in items) + "</div>")
+
+
+def _cb_answer_text(r: dict[str, Any], prefix: str) -> str:
+    b = r.get(prefix if prefix != "replicas_min" else "replicas_min_batch")
+    if no_answer(b):
+        return "none"
+    m = r.get(f"{prefix}_max_batched_tokens")
+    budget = "" if m is None else (", no token budget" if unbounded(m) else f", budget {m:g} tokens")
+    rho = r.get(f"{prefix}_rho")
+    return (f"N = {b:g}{budget}: TTFT {fmt(r.get(f'{prefix}_ttft_p_ms'))} ms, TPOT {fmt(r.get(f'{prefix}_tpot_p_ms'), 2)} ms, "
+            f"{fmt(r.get(f'{prefix}_tok_s_per_gpu'))} tok/s per GPU, {fmt(r.get(f'{prefix}_tok_s_per_user'))} tok/s per "
+            f"user, rho {fmt(100 * rho if rho is not None and not unbounded(rho) else rho)}%")
+
+
+def cb_answers_html(r: dict[str, Any]) -> str:
+    """Continuous serving: the row's answers (caps, budgets, TTFT/TPOT against the SLOs)."""
+    q = r.get("percentile", 0.99)
+    items = [
+        ("largest cap meeting every SLO (b_max_slo)", _cb_answer_text(r, "b_max_slo")),
+        ("SLO optimum (most tok/s per GPU meeting every SLO)", _cb_answer_text(r, "slo_opt")),
+        ("knee of the frontier", _cb_answer_text(r, "knee")),
+        ("lowest mean E2E (b_latency_opt)", _cb_answer_text(r, "b_latency_opt")),
+    ]
+    rm = r.get("replicas_min")
+    if rm is not None:
+        cost = r.get("replicas_min_cost_usd_per_hour")
+        items.append(("fewest replicas meeting every SLO (replicas_min)",
+                      "none in the grid's replicas axis" if unbounded(rm) else
+                      f"{rm:g} replica{'s' if rm != 1 else ''}, {_cb_answer_text(r, 'replicas_min')}, "
+                      f"${fmt(cost, 2)}/h"))
+    slos = [f"{name} P{100 * q:g} <= {fmt(r.get(key), 0)} ms" for name, key in
+            (("TTFT", "ttft_slo_ms"), ("TPOT", "tpot_slo_ms"), ("E2E", "slo_ms"))
+            if r.get(key) is not None and not unbounded(r.get(key))]
+    head = (f"SLOs: {', '.join(slos) or 'none'}; "
+            f"{int(r.get('n_feasible', 0)) if not unbounded(r.get('n_feasible', 0)) else 0:,} of "
+            f"{int(r.get('n_points', 0)) if not unbounded(r.get('n_points', 0)) else 0:,} points feasible; "
+            f"reason: {r.get('reason')}; cost {fmt(r.get('cost_usd_per_hour'), 2)} USD/h at these replicas")
+    return (f"<p class='scenario-head'>{esc(head)}</p><div class='answers'>"
+            + "".join(f"<div><b>{esc(k)}</b>{esc(v)}</div>" for k, v in items) + "</div>")
+
+
+_CB_COLUMNS = (
+    # (header, column, digits)
+    ("N", "batch_size", 0),
+    ("running", "mean_running", 1),
+    ("step", "step_mean_ms", 2),
+    ("TTFT {q}", "ttft_p_ms", 1),
+    ("TPOT {q}", "tpot_p_ms", 2),
+    ("E2E {q}", "e2e_p_ms", 0),
+    ("sim TTFT {q}", "sim_ttft_p_ms", 1),
+    ("sim TPOT {q}", "sim_tpot_p_ms", 2),
+    ("tok/s/GPU", "tok_s_per_gpu", 0),
+    ("tok/s/user", "tok_s_per_user", 1),
+    ("rho", "rho", None),
+    ("KV util", "kv_util", None),
+)
+
+
+def cb_table(r: dict[str, Any], pts: dict[str, np.ndarray], source: str) -> str:
+    """Continuous serving: every point of one scenario row (the terminal summary's columns)."""
+    q = r.get("percentile", 0.99)
+    qlabel = f"P{100 * q:g}" if not unbounded(q) else "P(q)"
+    budget = pts.get("max_batched_tokens", np.full(len(pts["batch_size"]), np.inf))
+    order = np.lexsort([pts["batch_size"], np.where(np.isfinite(budget), budget, np.inf)])
+    p = {k: v[order] for k, v in pts.items()}
+    budget = budget[order]
+    marked = {int(r[f"{k}_point_id"]) for k in ("b_max_slo", "slo_opt", "knee")
+              if r.get(f"{k}_point_id") is not None and not unbounded(r[f"{k}_point_id"])}
+    cols = [(h.format(q=qlabel), c, d) for h, c, d in _CB_COLUMNS if c in p]
+    head = "<th class='l'>budget M</th>" + "".join(f"<th>{esc(h)}</th>" for h, _, _ in cols)
+    head += "<th class='l'>action</th>" if "action" in p else ""
+    body = []
+    for i in range(min(len(p["batch_size"]), SEED_TABLE_ROWS)):
+        cells = [f"<td class='l'>{'inf' if unbounded(budget[i]) else f'{budget[i]:g}'}</td>"]
+        for _, c, d in cols:
+            v = p[c][i]
+            if d is None:
+                txt = fmt(100 * v if not unbounded(v) else v) + "%"
+                if c == "rho" and "stable" in p and not p["stable"][i]:
+                    txt += " (unstable)"
+            elif d == 0:
+                txt = fmt(v, 0) if unbounded(v) else f"{v:,.0f}"
+            else:
+                txt = fmt(v, d)
+            cells.append(f"<td>{esc(txt)}</td>")
+        if "action" in p:
+            a = str(p["action"][i])
+            cells.append(f"<td class='l'><span class='chip' style='background:{ACTION_COLOURS.get(a, '#666')}'>"
+                         f"{esc(ACTION_LABELS.get(a, a))}</span></td>")
+        pid = p.get("point_id")
+        cls = " class='marked'" if pid is not None and int(pid[i]) in marked else ""
+        body.append(f"<tr{cls}>" + "".join(cells) + "</tr>")
+    line = (f"lambda {fmt(r.get('lambda_per_replica_rps'), 3)} req/s per replica; prompts {fmt(r.get('prompt_tokens'), 0)} "
+            f"and outputs {fmt(r.get('output_tokens'), 0)} tokens on average; step t_fixed {fmt(r.get('t_step_fixed_ms'), 3)} ms, "
+            f"t_token {fmt(r.get('t_token_ms'), 4)} ms, t_ctx {fmt(r.get('t_ctx_ms'), 6)} ms; KV capacity "
+            f"{fmt(r.get('kv_capacity_tokens'), 0)} tokens beside {fmt(r.get('weights_gb'), 0)} GB of weights")
+    src = f"From {source}; times in ms; bold rows are the answers' points (b_max_slo, SLO optimum, knee)."
+    more = (f"<p class='note'>{esc(f'the first {SEED_TABLE_ROWS} of {len(order)} points')}</p>"
+            if len(order) > SEED_TABLE_ROWS else "")
+    return (f"<div class='scroll'><table class='data seed'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div><p class='note'>{esc(line)}</p>"
+            f"<p class='note'>{esc(src)}</p>{more}")
 
 
 _SEED_COLUMNS = (
@@ -321,6 +424,11 @@ def body_html(figs: list[Figure], plan_table: str, search_table: str, scen: Samp
         "<p class='caption'>The decisions of optimum.parquet for the selected scenario row, and every point of it "
         "as in the seed's worked example.</p>"
         f"{notes}<div data-scenario-html='answers'></div><div data-scenario-html='table'></div></section>"),
+        ("<section class='block long' id='sec-explain'><h2>How the answer was derived</h2>"
+         "<p class='caption'>The chosen point of the selected scenario row (b_max_slo, else the knee, else the lowest "
+         "E[T]) derived step by step with the formulas of docs/model.md (continuous serving: docs/continuous.md), as "
+         "<code>sweep explain</code> prints it."
+         "</p><div data-scenario-html='explain'></div></section>"),
     ]
     for fid in ("latency", "utilisation", "kv-budget", "action-map", "frontier"):
         parts.append(_section(by_id[fid]))
@@ -329,3 +437,17 @@ def body_html(figs: list[Figure], plan_table: str, search_table: str, scen: Samp
     for fid in ("proxy-sim", "throughput", "ttft-tpot"):
         parts.append(_section(by_id[fid]))
     return "\n".join(parts)
+
+
+def explain_html(steps: Sequence[Any] | None, point_id: int, which: str) -> str:
+    """One point's derivation (`ServingModel.derivation`) as tables, one per step."""
+    if steps is None:
+        return "<p class='note'>This serving model has no step-by-step derivation yet.</p>"
+    parts = [f"<p class='scenario-head'>point_id {point_id} ({esc(which)})</p>"]
+    for n, step in enumerate(steps, 1):
+        rows = "".join(f"<tr><td class='l'>{esc(f)}</td><td class='l'>{esc(x)}</td><td>{esc(r)}</td></tr>"
+                       for f, x, r in step.lines)
+        parts.append(f"<h3>{n}. {esc(step.title)} <span class='note'>({esc(step.section)})</span></h3>"
+                     f"<div class='scroll'><table class='data explain'><tr><th class='l'>formula</th>"
+                     f"<th class='l'>with this point's numbers</th><th>result</th></tr>{rows}</table></div>")
+    return "".join(parts)

@@ -157,7 +157,7 @@ def run_segments(run: _Run, bounds: list[int], add: Callable[[dict[str, Any]], N
     """Compute every unsealed segment of `run` as a task; seal each as its task completes
     (in completion order), report progress and notes. Returns how many were resumed."""
     assert run.cluster is not None
-    staging, n_seg, total = run.staging, len(bounds), run.stop - run.start
+    staging, n_seg = run.staging, len(bounds)
     todo: list[tuple[int, int, int]] = []
     resumed = done = 0
     for k, begin in enumerate(bounds):
@@ -169,8 +169,8 @@ def run_segments(run: _Run, bounds: list[int], add: Callable[[dict[str, Any]], N
             done += end - begin
         else:
             todo.append((k, begin, end))
-    if done and run.progress is not None:
-        run.progress(done, total)
+    if done:
+        run.report(done)
     run.executor = {"kind": "dask", "cluster": run.cluster.describe(), "tasks": len(todo), "recomputed": 0}
     if not todo:
         return resumed
@@ -219,8 +219,8 @@ def run_segments(run: _Run, bounds: list[int], add: Callable[[dict[str, Any]], N
                 if result["kept"] is not None:
                     kept_by_segment[k] = result["kept"]
                 done += end - begin
-                if run.progress is not None:
-                    run.progress(done, total)
+                run.computed += end - begin
+                run.report(done)
         except BaseException:
             client.cancel(list(futures))
             raise

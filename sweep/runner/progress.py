@@ -1,21 +1,30 @@
 """Progress a person can watch, and log lines a scheduler can keep.
 
 On a terminal: a rich progress bar with points done, points/s and ETA. Elsewhere (cron,
-job arrays, CI): one JSON object per line on stderr every `interval_s` seconds and at the
-end, e.g. {"event": "progress", "grid": "fleet-nightly", "done": 1048576, "total": ...,
-"pct": 12.5, "points_per_s": 812345.0, "eta_s": 93.1}.
+job arrays, CI): one JSON object per line on stderr at least every `interval_s` seconds
+(a heartbeat repeats the last state while a long chunk computes) and at the end, e.g.
+{"event": "progress", "grid": "fleet-nightly", "done": 1048576, "total": ..., "pct": 12.5,
+"points_per_s": 812345.0, "eta_s": 93.1}.
+
+Rates count only the points this process computed, over the time since it started
+computing: after a resume, the segments found sealed neither inflate the rate nor shorten
+the ETA (`resumed` in the log line says how many points were found done).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
 
 class ProgressReporter:
-    """Callable `(done, total)`; use as a context manager around a run."""
+    """Callable `(done, total, computed=None)`; use as a context manager around a run.
+
+    `done` counts every point finished (resumed segments included), `computed` those this
+    process evaluated (default: `done`)."""
 
     def __init__(self, grid: str, mode: str = "auto", interval_s: float = 10.0, stream: TextIO | None = None) -> None:
         self.grid = grid
@@ -28,9 +37,15 @@ class ProgressReporter:
         self._task: Any = None
         self._t0 = time.perf_counter()
         self._last = 0.0
+        self._state: tuple[int, int, int] | None = None  # (done, total, computed)
+        self._logged: tuple[int, int] | None = None  # (done, total) of the last line: the end is logged once
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heart: threading.Thread | None = None
 
     def __enter__(self) -> ProgressReporter:
         self._t0 = time.perf_counter()
+        self._last = self._t0
         if self.mode == "bar":
             from rich.console import Console
             from rich.progress import (
@@ -51,32 +66,70 @@ class ProgressReporter:
             self._task = self._bar.add_task(self.grid, total=None, rate="-")
         elif self.mode == "log":
             self._emit({"event": "start", "grid": self.grid})
+            self._heart = threading.Thread(target=self._heartbeat, name="sweep-progress", daemon=True)
+            self._heart.start()
         return self
 
-    def __call__(self, done: int, total: int) -> None:
-        now = time.perf_counter()
+    def rate(self, computed: int, now: float) -> float:
+        """Points per second this process computed since it started computing."""
         elapsed = max(now - self._t0, 1e-9)
-        rate = done / elapsed
-        if self.mode == "bar":
-            self._bar.update(self._task, completed=done, total=total, rate=f"{rate:,.0f}")
-        elif self.mode == "log" and (now - self._last >= self.interval_s or done >= total):
-            self._last = now
-            eta = (total - done) / rate if rate > 0 else None
-            self._emit({"event": "progress", "grid": self.grid, "done": done, "total": total,
-                        "pct": round(100.0 * done / max(total, 1), 2), "points_per_s": round(rate, 1),
-                        "eta_s": None if eta is None else round(eta, 1)})
+        return computed / elapsed
+
+    def __call__(self, done: int, total: int, computed: int | None = None) -> None:
+        computed = done if computed is None else computed
+        now = time.perf_counter()
+        with self._lock:
+            self._state = (done, total, computed)
+            rate = self.rate(computed, now)
+            if self.mode == "bar":
+                self._bar.update(self._task, completed=done, total=total, rate=f"{rate:,.0f}")
+            elif self.mode == "log" and (now - self._last >= self.interval_s
+                                         or (done >= total and self._logged != (done, total))):
+                self._log(now)
+
+    def _log(self, now: float) -> None:
+        assert self._state is not None
+        done, total, computed = self._state
+        self._last = now
+        self._logged = (done, total)
+        rate = self.rate(computed, now)
+        eta = (total - done) / rate if rate > 0 else None
+        line = {"event": "progress", "grid": self.grid, "done": done, "total": total,
+                "pct": round(100.0 * done / max(total, 1), 2), "points_per_s": round(rate, 1),
+                "eta_s": None if eta is None else round(eta, 1)}
+        if done > computed:
+            line["resumed"] = done - computed
+        self._emit(line)
+
+    def _heartbeat(self) -> None:
+        """In log mode: a line at least every interval, the last state repeated while a long
+        chunk (or the compilation) keeps the run from reporting."""
+        while not self._stop.wait(min(self.interval_s, 1.0)):
+            with self._lock:
+                now = time.perf_counter()
+                if now - self._last >= self.interval_s:
+                    if self._state is None:
+                        self._last = now
+                        self._emit({"event": "progress", "grid": self.grid, "done": 0, "total": None, "pct": 0.0,
+                                    "points_per_s": 0.0, "eta_s": None, "note": "compiling or computing the first chunk"})
+                    else:
+                        self._log(now)
 
     def note(self, message: str) -> None:
         """One line a person should read (a damaged segment recomputed): on stderr, or as a
         JSON `note` event in log mode."""
         if self.mode == "log":
-            self._emit({"event": "note", "grid": self.grid, "message": message})
+            with self._lock:
+                self._emit({"event": "note", "grid": self.grid, "message": message})
         elif self.mode == "bar" and self._bar is not None:
             self._bar.console.print(f"sweep: {message}", markup=False)
         else:
             print(f"sweep: {message}", file=self.stream, flush=True)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._stop.set()
+        if self._heart is not None:
+            self._heart.join()
         if self._bar is not None:
             self._bar.stop()
         if self.mode == "log":

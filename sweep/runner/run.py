@@ -30,9 +30,11 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sweep._version import __version__
 from sweep.decide.reduce import REASONS
+from sweep.decide.schedule import ROW_FACTS, row_fact_columns, row_facts, schedule_columns, schedule_table
 from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Chunk, Evaluator
@@ -53,11 +55,15 @@ SUMMARY_ROWS = 64
 SEGMENT_POINTS = 1 << 23
 #: Row-group size of frontier.parquet (it is concatenated row group by row group).
 FRONTIER_ROW_GROUP = 1 << 16
+#: The replica schedule's file (grids with [schedule], SPEC 12).
+SCHEDULE_FILE = "schedule.parquet"
 #: Threads encoding points/ (whole row groups alternate between two files): Parquet
 #: encoding is the run's largest cost with points = "all", and one thread is one core.
 POINT_ENCODERS = 2
 
-Progress = Callable[[int, int], None]  # (points done, points total)
+#: (points done, points total, points computed by this process: resumed segments excluded;
+#: on a cluster, by its workers for this run)
+Progress = Callable[[int, int, int], None]
 Note = Callable[[str], None]  # one line a person should read
 
 
@@ -173,9 +179,12 @@ def run_grid(
 
             segment_points = cluster_segment(spec, evaluator.chunk_size)
     seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
-    run_key = hashlib.sha256(
-        json.dumps([spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]).encode()
-    ).hexdigest()[:16]
+    if spec.schedule is not None and shard.count > 1:
+        raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; run it without --shard")
+    key = [spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]
+    if spec.schedule is not None:  # a trace file's hours are not in the grid's text
+        key.append(list(spec.schedule.hourly_rps))
+    run_key = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     with FolderLock(target, what="sweep run", wait=wait):
         recover(target)
         done = _finished(target, run_key)
@@ -211,8 +220,9 @@ def _finished(target: Path, run_key: str) -> dict[str, Any] | None:
 
 class SegmentWriter:
     """Evaluates points [begin, end) and writes a segment's files: its points parts, its
-    optimum rows and its frontier rows, under a root folder laid out like the staging folder
-    (`final/points/...`, `optimum/NNNNN.parquet`, `frontier/NNNNN.parquet`).
+    optimum rows, its frontier rows and (a grid with [schedule]) its row facts, under a root
+    folder laid out like the staging folder (`final/points/...`, `optimum/NNNNN.parquet`,
+    `frontier/NNNNN.parquet`, `schedule-facts/NNNNN.parquet`).
 
     In process the root is the staging folder itself; on a cluster each task writes under
     its own attempt folder and the client moves the files into place before sealing
@@ -226,9 +236,18 @@ class SegmentWriter:
         every = spec.point_columns()
         point_cols = [c for c in every if not out.columns or c.name in out.columns]
         point_cols = [c for c in point_cols if c.name not in out.partition_by]
-        self.point_schema = arrow_schema(point_cols, meta)
-        self.opt_schema = arrow_schema(optimum_columns(spec.model, every), meta)
-        self.front_schema = arrow_schema(frontier_columns(every), meta)
+        # The point, optimum and frontier files carry the provenance without the schedule's
+        # entry (as in process, where it is added after them; a worker gets it already set).
+        base = {k: v for k, v in meta.items() if k != "schedule"}
+        self.point_schema = arrow_schema(point_cols, base)
+        self.opt_schema = arrow_schema(optimum_columns(spec.model, every), base)
+        self.front_schema = arrow_schema(frontier_columns(every, spec.model), base)
+        if spec.schedule is not None:
+            sched = spec.schedule
+            meta["schedule"] = {"source": sched.source, "hours": sched.hours, "ramp": sched.ramp,
+                                "warmup_hours": sched.warmup_hours}
+            self.facts_schema = arrow_schema(row_fact_columns(spec.model, every), {})
+            self.sched_schema = arrow_schema(schedule_columns(spec.model, every), meta)
         self.dictionaries = {
             "model": [m.name for m in spec.models],
             "gpu": [g.name for g in spec.gpus],
@@ -241,10 +260,12 @@ class SegmentWriter:
         self.keep_rows = spec.n_points <= SUMMARY_ROWS
         self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}
 
-    def write(self, k: int, begin: int, end: int, root: Path, kept: list, first: bool) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
+    def write(self, k: int, begin: int, end: int, root: Path, kept: list, first: bool,
+              on_chunk: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
         """Evaluate and write points [begin, end) as segment `k` under `root`; `first`: the
-        first chunk of the run (its time includes the compilation). Returns the segment's
-        statistics and every file it wrote with its row count."""
+        first chunk of the run (its time includes the compilation); `on_chunk(points)` after
+        each chunk is evaluated (progress). Returns the segment's statistics and every file
+        it wrote with its row count."""
         prefix = f"seg-{k:05d}-"
         out = self.spec.output
         point_writers: dict[str, DatasetWriter] = {}
@@ -254,6 +275,9 @@ class SegmentWriter:
         front_w = DatasetWriter(root / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
                                 row_group_rows=min(out.row_group_rows, FRONTIER_ROW_GROUP))
         stats: dict[str, Any] = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
+        facts_w = None
+        if self.spec.schedule is not None:
+            facts_w = DatasetWriter(root / "schedule-facts", self.facts_schema, single_file=f"{k:05d}.parquet")
 
         timings_lock = threading.Lock()
 
@@ -278,6 +302,9 @@ class SegmentWriter:
             opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size, self.n_replicas),
                                      self.opt_schema, self.dictionaries))
             front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
+            if facts_w is not None:
+                facts = row_facts(data, chunk.rows, self.ev.row_size, self.ev.group_size, self.facts_schema.names)
+                facts_w.write(record_batch(facts, self.facts_schema, {}))
             timed("write", w0)
 
         # Two writer threads, each keeping its files in order: points on one, decisions on
@@ -291,6 +318,8 @@ class SegmentWriter:
             for chunk in self.ev.iter_chunks(begin, end):
                 timed("first_chunk_incl_compile" if first else "evaluate", tick)
                 first = False
+                if on_chunk is not None:
+                    on_chunk(len(chunk))
                 futures = [dec_pool.submit(handle_decisions, chunk)]
                 if write_points:
                     futures.append(points_pool.submit(handle_points, chunk))
@@ -303,11 +332,12 @@ class SegmentWriter:
                 for f in pending.popleft():
                     f.result()
         w0 = time.perf_counter()
-        for w in (*point_writers.values(), opt_w, front_w):
+        extra = [facts_w] if facts_w is not None else []
+        for w in (*point_writers.values(), opt_w, front_w, *extra):
             w.close()
         _release_memory()
         self.timings["write"] += time.perf_counter() - w0
-        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w) for path, rows in w.written.items()]
+        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w, *extra) for path, rows in w.written.items()]
         return {
             "points_written": sum(w.rows for w in point_writers.values()),
             "optimum": opt_w.rows,
@@ -363,6 +393,14 @@ class _Run:
         self.timings = self.writer.timings
         self.compilations: int | None = None  # on a cluster: the most any worker process compiled
         self.executor: dict[str, Any] | None = None  # on a cluster: where the segments ran
+        self.computed = 0  # points evaluated for this run here (resumed segments are not)
+
+    def report(self, done: int) -> None:
+        """Progress: after every chunk in process (the reporter rate-limits what it prints),
+        so a person or a log hears from the run whatever the segment size; after every task
+        on a cluster."""
+        if self.progress is not None:
+            self.progress(done, self.stop - self.start, self.computed)
 
     # ------------------------------------------------------------------ driver
 
@@ -388,6 +426,8 @@ class _Run:
         self._verify(n_seg)
         concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
         concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
+        if self.spec.schedule is not None:
+            self._schedule(n_seg)
         self.timings["write"] += time.perf_counter() - w0
         search_meta = None
         if self.spec.search is not None and self.shard.count == 1:
@@ -415,12 +455,19 @@ class _Run:
                 resumed += 1
             else:
                 self.staging.drop_segment(k, f"seg-{k:05d}-")
-                seg_stats, files = self.writer.write(k, begin, end, self.staging.path, kept, first=done_points == 0)
+                at = [done_points]
+
+                def chunk_done(n: int, at: list[int] = at) -> None:
+                    self.computed += n
+                    at[0] += n
+                    self.report(at[0])
+
+                seg_stats, files = self.writer.write(k, begin, end, self.staging.path, kept, first=done_points == 0,
+                                                     on_chunk=chunk_done)
                 self.staging.seal(k, seg_stats, files)
             add(seg_stats)
             done_points += end - begin
-            if self.progress is not None:
-                self.progress(done_points, self.stop - self.start)
+            self.report(done_points)
         return resumed
 
     def sealed(self, k: int, n_seg: int) -> dict[str, Any] | None:
@@ -443,6 +490,22 @@ class _Run:
             for rel, record in seal["files"].items():
                 if rel.startswith("final/"):
                     self.records[rel.removeprefix("final/")] = record
+
+    def _schedule(self, n_seg: int) -> None:
+        """The replica schedule from every segment's staged row facts -> schedule.parquet."""
+        spec, sched, w = self.spec, self.spec.schedule, self.writer
+        assert sched is not None
+        tables = [pq.read_table(self.staging.path / "schedule-facts" / f"{k:05d}.parquet") for k in range(n_seg)]
+        facts = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in w.facts_schema.names}
+        keys = [a.key for a in spec.axes if a.key not in ("replicas", *spec.model.row_axes)]
+        axis_names = [n for n in w.facts_schema.names[len(ROW_FACTS):] if n in w.sched_schema.names]
+        table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys], arrival_pos=keys.index("arrival_rps"),
+                               hourly_rps=sched.hourly_rps, rate_index=sched.rate_index, ramp=sched.ramp,
+                               warmup_hours=sched.warmup_hours, axis_names=axis_names)
+        writer = DatasetWriter(self.staging.final, w.sched_schema, single_file=SCHEDULE_FILE)
+        writer.write(record_batch(table, w.sched_schema, w.dictionaries))
+        writer.close()
+        self.n_schedule = len(table["hour"])
 
     def _search(self) -> dict[str, Any]:
         """Run the `[search]` studies; their answers go through the same writer and staging."""
@@ -484,10 +547,12 @@ class _Run:
                 "frontier": stats["frontier"],
                 "feasible": stats["feasible"],
                 "actions": dict(zip(ACTIONS, stats["actions"])),
+                **({"schedule": self.n_schedule} if spec.schedule is not None else {}),
             },
             "output": {"columns": list(spec.output.columns) or "all", "partition_by": list(spec.output.partition_by),
                        "row_group_rows": spec.output.row_group_rows},
-            "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet"},
+            "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet",
+                      **({"schedule": SCHEDULE_FILE} if spec.schedule is not None else {})},
             "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes), "group_axis": "replicas"},
             "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
                        "resumed_segments": resumed,

@@ -87,8 +87,8 @@ _BIG = 1e6  # constraint value standing in for +inf / NaN violations
 SEARCH_META_FIRST: tuple[Column, ...] = (
     Column("study_name", "dict", "-", "The Optuna study: GRID/key=value,.../DIGEST (one per combination of the unsearched list axes)."),
     Column("method", "dict", "-", "How the answer was found: optuna."),
-    Column("objective", "dict", "-", "The objective(s), joined by +: min_cost, max_capacity, min_latency."),
-    Column("objective_value", "float64", "-", "The first objective's value at this answer (its column's unit)."),
+    Column("objective", "dict", "-", "The objective(s), joined by +: dynamic serving min_cost, max_capacity, min_latency; continuous serving min_cost, min_cost_per_mtok, max_tok_s_per_gpu, max_tok_s_per_user, min_ttft, min_tpot."),
+    Column("objective_value", "float64", "-", "The first objective's value at this answer, in the unit of the column it optimises (min_cost: cost_usd_per_hour, max_capacity: fleet_capacity_rps, min_latency: latency_ms; continuous serving: cost_usd_per_mtok, tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms); NULL where that is unbounded (an answer that does not meet the constraints).", null_when="meets_constraints"),
     Column("rank", "int64", "-", "0 for a single objective; the answer's position in the Pareto set (sorted by the first objective) otherwise."),
     Column("meets_constraints", "bool", "-", "The answer meets every constraint: SLO, stability, rho <= rho_max, memory."),
     Column("reason", "dict", "-", "Empty, or why no answer meets every constraint (the least-violating trial is shown)."),
@@ -98,12 +98,12 @@ SEARCH_META_LAST: tuple[Column, ...] = (
     Column("trials", "int64", "trials", "COMPLETE trials in the study."),
     Column("feasible_trials", "int64", "trials", "Trials that meet every constraint."),
     Column("enumerable", "bool", "-", "Every searched parameter is categorical or integer and the space has at most 2,000,000 combinations: the exact optimum was computed."),
-    Column("space_size", "float64", "points", "Combinations in the searched space (+inf with a float range)."),
+    Column("space_size", "float64", "points", "Combinations in the searched space (NULL with a float range: uncountable).", null_when="enumerable"),
     Column("exact_points", "int64", "points", "Combinations evaluated by the exact check (0 when not enumerable)."),
     Column("exact_feasible", "int64", "points", "Feasible combinations among them."),
-    Column("exact_value", "float64", "-", "The exact optimum of the first objective (+-inf when none or not enumerable)."),
+    Column("exact_value", "float64", "-", "The exact optimum of the first objective, in its unit (NULL when nothing is feasible or the space is not enumerable).", null_when="no answer, enumerable"),
     Column("exact_point", "dict", "-", "The exact optimum's searched values, key=value,..."),
-    Column("gap_rel", "float64", "-", "Relative gap of this answer to the exact front (0 = found it; +inf when not enumerable or infeasible)."),
+    Column("gap_rel", "float64", "-", "Relative gap of this answer to the exact front (0 = found it; NULL when not enumerable, or when this answer misses the constraints but a feasible point exists).", null_when="enumerable, meets_constraints"),
     Column("found_exact", "bool", "-", "gap_rel within 1e-9."),
     Column("front_coverage", "float64", "-", "Share of the exact Pareto front found (multi-objective), else 1 or 0."),
     Column("seed", "int64", "-", "The sampler's seed."),
@@ -1011,7 +1011,7 @@ def _result(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> Sear
         elif c.dtype == "dict":
             data[c.name] = np.asarray(col, dtype=np.int32)
         else:
-            data[c.name] = np.asarray(col, dtype={"float64": np.float64, "int64": np.int64, "bool": np.bool_}[c.dtype])
+            data[c.name] = np.asarray(col, dtype={"float64": np.float64, "int64": np.int64, "bool": np.bool_}[c.memory_dtype])
     meta = {
         "grid_name": plan.spec.name,
         "grid_file": plan.spec.source,

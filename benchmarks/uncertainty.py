@@ -1,0 +1,132 @@
+"""Cost of `[uncertainty]` and `[sensitivity]` against the plain kernel, in one run.
+
+Four jitted, vmapped programs over the same random dynamic-batching points (the inputs of
+`benchmarks/kernel.py`, full batches, given service times), side by side:
+
+* plain: the engine's `evaluate_values` (every column, the verdicts);
+* S = 64: the same plus `[uncertainty]` with `arrival_rps` normal (sd 20 %) and `t_req_ms`
+  lognormal (sd 10 %): 64 model evaluations per point, p_slo_breach and the bands.
+  Goal: points/s at most 64x slower than plain (cost ratio <= 64);
+* latency only: the model's `latency_ms` alone (XLA drops every other column): the fair
+  baseline of the derivatives, which need only the latency;
+* derivatives: `sweep.engine.plan.derivative_columns` alone (jax.jacfwd over 4 inputs).
+  Goal: at most 3x the plain kernel (also printed: the cost against latency only);
+* sensitivity: the whole `[sensitivity]` (the derivatives and headroom_rps, a 48-step
+  bisection), for reference.
+
+    python benchmarks/uncertainty.py [--points 65536] [--repeats 3] [--smoke]
+
+Machines here are shared and noisy: the best of several repeats is reported; nothing in the
+test suite depends on speed. Figures land in benchmarks/results/uncertainty.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+from kernel import COLUMNS, MODEL, make_inputs
+
+from sweep.engine.evaluate import evaluate_values
+from sweep.engine.plan import derivative_columns, plan_values
+from sweep.grid.uncertainty import Dist, UncertaintyOptions
+from sweep.models.base import CATALOG_FIELDS
+
+KW = dict(windowed=False, full=True, paged=False, service_source="given", mean_follows=False,
+          block_tokens=16.0, reserve_fraction=0.0)
+STATIC = tuple(sorted(KW.items()))
+UNC = UncertaintyOptions(samples=64, seed=0, dists=(Dist("arrival_rps", "normal", 1.0, 0.2),
+                                                    Dist("t_req_ms", "lognormal", 1.0, 0.1)))
+
+
+def _split(x: dict[str, np.ndarray]) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+    n = len(x["arrival_rps"])
+    v = {k: jnp.asarray(a) for k, a in x.items() if k not in CATALOG_FIELDS}
+    v["model"] = v["gpu"] = jnp.arange(n, dtype=jnp.int32)
+    return v, {k: jnp.asarray(x[k]) for k in CATALOG_FIELDS}
+
+
+def programs() -> dict[str, object]:
+    plain = functools.partial(evaluate_values, model=MODEL, static=STATIC, columns=COLUMNS)
+
+    def with_plan(v, t, plan):
+        return plain(v, t, plan=plan)
+
+    def derivatives(v, t):
+        x = dict(v)
+        x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
+        return jax.vmap(lambda p: derivative_columns(p, MODEL, KW, False))(x)
+
+    def latency_only(v, t):
+        x = dict(v)
+        x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
+        return jax.vmap(lambda p: MODEL.point(p, **KW)["latency_ms"])(x)
+
+    def sensitivity(v, t):
+        x = dict(v)
+        x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
+        return plan_values(x, model=MODEL, kw=KW, uncertainty=None, sensitivity=True, roofline=False)
+
+    return {
+        "plain": jax.jit(plain),
+        "S=64": jax.jit(functools.partial(with_plan, plan=(UNC, False, False))),
+        "latency only": jax.jit(latency_only),
+        "derivatives": jax.jit(derivatives),
+        "sensitivity": jax.jit(sensitivity),
+    }
+
+
+def _time(fn, v, t, repeats: int) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(v, t))
+    compile_s = time.perf_counter() - t0
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(v, t))
+        best = min(best, time.perf_counter() - t0)
+    return best, compile_s
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=1 << 16)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="a tiny run (the test suite's check that this script works)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.points, args.repeats = 64, 1
+    v, t = _split(make_inputs(args.points, windowed=False))
+    print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs, {args.points:,} points, best of {args.repeats}")
+    print(f"{'program':<12} {'points/s':>12} {'cost / plain':>13} {'goal':>7} {'compile s':>10}")
+    rows: dict[str, dict[str, float]] = {}
+    goals = {"S=64": 64.0, "derivatives": 3.0}
+    for name, fn in programs().items():
+        best, compile_s = _time(fn, v, t, args.repeats)
+        rows[name] = {"seconds": best, "points_per_s": args.points / best, "compile_s": compile_s}
+    for name, r in rows.items():
+        r["cost_ratio"] = r["seconds"] / rows["plain"]["seconds"]
+        goal = f"<= {goals[name]:g}" if name in goals else ""
+        print(f"{name:<12} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f}")
+    rows["derivatives"]["cost_vs_latency_only"] = rows["derivatives"]["seconds"] / rows["latency only"]["seconds"]
+    print(f"derivatives / latency only: {rows['derivatives']['cost_vs_latency_only']:.2f}x")
+    out = {"points": args.points, "rows": rows}
+    if not args.smoke:
+        res = Path(__file__).parent / "results"
+        res.mkdir(exist_ok=True)
+        (res / "uncertainty.json").write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()

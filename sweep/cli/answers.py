@@ -1,0 +1,456 @@
+"""The answers of a finished run, for a person at a terminal: what `sweep run` ends with and
+what `sweep show RUN_DIR` prints.
+
+Everything is read from the run's files (`manifest.json`, `optimum.parquet`,
+`search.parquet`, `points/`), through the serving model's declarations (its decision axes,
+answer fields and SLO checks), so a new serving model's runs print the same way. Reads are
+bounded: `optimum.parquet` with a few projected columns, `points/` only when the selection
+is small.
+
+- **Decisions**, per scenario group (top N, cheapest first): at `replicas_min`, the fewest
+  replicas for which some batch meets the SLO with rho <= rho_max, the chosen batch and window
+  there, the latency that was checked against the SLO (its latency model and percentile
+  named), and the fleet's cost. Groups with no such configuration are counted with their
+  reasons.
+- **Search answers** (`[search]`): each study's best trials with their searched values,
+  checked latency, cost and gap to the exact optimum.
+- **Where the full tables are**, and a query to start from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sweep.decide.tables import answer_name
+from sweep.errors import SweepError
+from sweep.models import ServingModel, get_model
+
+#: Scenario groups shown by default (the rest are counted).
+TOP = 10
+#: A selection of at most this many points prints the per-point table.
+POINT_TABLE_ROWS = 64
+
+
+class ShowError(SweepError):
+    """The folder is not a finished run, or a filter names no column."""
+
+
+@dataclass
+class RunFolder:
+    """A finished run folder: its manifest, its model and its files."""
+
+    path: Path
+    manifest: dict[str, Any]
+    model: ServingModel
+    filters: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: str | Path, filters: Mapping[str, str] | None = None) -> RunFolder:
+        path = Path(path)
+        manifest_path = path / "manifest.json"
+        if not manifest_path.exists():
+            hint = " (it has shards: `sweep merge` them first, or show one of them)" if (path / "shards").is_dir() else ""
+            raise ShowError(f"{path}: not a finished run: no manifest.json{hint}; `sweep run GRID --out {path}` makes one")
+        manifest = json.loads(manifest_path.read_text())
+        model = get_model(manifest.get("serving", "dynamic"), manifest.get("latency_model"))
+        return cls(path, manifest, model, dict(filters or {}))
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def latency_model(self) -> str:
+        return str(self.manifest.get("latency_model", self.model.name))
+
+    @property
+    def varying(self) -> list[str]:
+        """Scenario axes with more than one value (the decision axes excluded)."""
+        skip = {*self.model.row_axes, "replicas"}
+        return [k for k, n in self.manifest.get("axes", {}).items() if n > 1 and k not in skip]
+
+    def grid_doc(self) -> dict[str, Any]:
+        try:
+            return tomllib.loads(self.manifest.get("grid", {}).get("toml", ""))
+        except tomllib.TOMLDecodeError:
+            return {}
+
+    def placeholders(self) -> list[str]:
+        """Searched keys that [grid] leaves out: the grid beside the search evaluated them at a
+        placeholder value, so its decisions are not the search's answers."""
+        doc = self.grid_doc()
+        searched = list(doc.get("search", {}).get("params", {}))
+        return [k for k in searched if k not in doc.get("grid", {})]
+
+    # ------------------------------------------------------------------ reads
+
+    def _filter(self, table: pa.Table) -> pa.Table:
+        for key, text in self.filters.items():
+            if key not in table.column_names:
+                raise ShowError(f"{self.path}: filter {key}={text}: no column {key!r}; filter on the scenario "
+                                f"columns, e.g. {', '.join(self.varying[:3] or ['model', 'gpu'])}")
+            col = table.column(key)
+            if pa.types.is_dictionary(col.type):
+                col = col.cast(col.type.value_type)
+            if pa.types.is_string(col.type):
+                mask = pc.equal(col, text)
+            elif pa.types.is_boolean(col.type):
+                mask = pc.equal(col, text.lower() in ("1", "true", "yes"))
+            else:
+                value = _number(key, text)
+                mask = pc.is_null(col) if math.isinf(value) else pc.equal(col.cast(pa.float64()), value)
+            table = table.filter(pc.fill_null(mask, False))
+        return table
+
+    def optimum(self, columns: Sequence[str]) -> pa.Table:
+        path = self.path / "optimum.parquet"
+        present = set(pq.read_schema(path).names)
+        wanted = [c for c in dict.fromkeys([*columns, *self.filters]) if c in present]
+        return self._filter(pq.read_table(path, columns=wanted))
+
+    def search(self) -> pa.Table | None:
+        path = self.path / "search.parquet"
+        return self._filter(pq.read_table(path)) if path.exists() else None
+
+    def points(self, limit: int = POINT_TABLE_ROWS) -> pa.Table | None:
+        """The selection's points when there are at most `limit` of them (else None)."""
+        folder = self.path / "points"
+        if not folder.is_dir() or not any(folder.rglob("*.parquet")):
+            return None
+        dataset = ds.dataset(folder, format="parquet", partitioning="hive")
+        if dataset.count_rows() > 4 * limit and not self.filters:
+            return None
+        expr = None
+        for key, text in self.filters.items():
+            if key not in dataset.schema.names:
+                return None
+            field_type = dataset.schema.field(key).type
+            if pa.types.is_dictionary(field_type) or pa.types.is_string(field_type):
+                term = ds.field(key) == text
+            else:
+                value = _number(key, text)
+                term = ds.field(key).is_null() if math.isinf(value) else ds.field(key) == value
+            expr = term if expr is None else expr & term
+        scanner = dataset.scanner(filter=expr)
+        table = scanner.head(limit + 1)
+        return table if table.num_rows <= limit else None
+
+
+def _number(key: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ShowError(f"filter {key}={text}: {key} is numeric; give a number, e.g. {key}=100") from None
+
+
+def parse_filters(items: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ShowError(f"filter {item!r}: expected key=value, e.g. model=llama-3.1-70b or arrival_rps=100")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def to_host(table: pa.Table) -> dict[str, np.ndarray]:
+    """Arrow -> NumPy for printing: strings decoded, NULL numbers as +inf (unbounded / none)."""
+    out: dict[str, np.ndarray] = {}
+    for name, col in zip(table.column_names, table.columns):
+        t = col.type
+        if pa.types.is_dictionary(t):
+            col, t = col.cast(t.value_type), t.value_type
+        if pa.types.is_boolean(t):
+            out[name] = np.asarray(col.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+        elif pa.types.is_integer(t) and col.null_count == 0:
+            out[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+        elif pa.types.is_integer(t) or pa.types.is_floating(t):
+            out[name] = np.asarray(col.cast(pa.float64()).fill_null(math.inf).to_numpy(zero_copy_only=False), dtype=np.float64)
+        else:
+            out[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+    return out
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt(x: Any, digits: int = 1) -> str:
+    """A number for a cell: unbounded or missing reads `inf` / `-`; no NumPy warning ever."""
+    if isinstance(x, str):
+        return x
+    x = float(x)
+    if math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if float(x).is_integer() and abs(x) < 1e15 and digits == 0:
+        return f"{int(x)}"
+    return f"{x:,.{digits}f}"
+
+
+def latency_label(latency_model: str, percentile: Any) -> str:
+    """The latency the SLO was checked against, named: `P99 gaussian`, `P99.9 simulated`."""
+    if isinstance(percentile, int | float):
+        q: list[float] = [float(percentile)]
+    else:
+        q = sorted({float(v) for v in ([] if percentile is None else percentile) if math.isfinite(float(v))})
+    name = {"batcher": "batcher model", "simulated": "simulated"}.get(latency_model, latency_model)
+    if len(q) == 1:
+        return f"P{100 * q[0]:g} {name}"
+    return f"P(q) {name}"
+
+
+#: Short names of the latencies an SLO checks, for table headers.
+CHECK_NAMES = {"ttft_p_ms": "TTFT", "tpot_p_ms": "TPOT", "e2e_p_ms": "E2E"}
+#: What the grid's inf means for a decision knob.
+KNOB_INF = {"batch_window_ms": "full batch", "max_batched_tokens": "no budget"}
+
+
+def _field(model: ServingModel, source: str) -> str | None:
+    """The answer suffix that carries point column `source` (None: the answers do not)."""
+    for suffix, src, *_ in model.decisions.answer_fields:
+        if src == source:
+            return suffix
+    return None
+
+
+def _scenario_cell(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return fmt(value, 0) if float(value).is_integer() else f"{float(value):g}"
+
+
+@dataclass(frozen=True)
+class AnswerView:
+    """How a model's answers read in a table: the cap, the knob, each SLO check (its latency
+    answer field and SLO column), and the frontier objective the checks do not cover."""
+
+    cap: str  # answer suffix of the cap ("" for the batch itself)
+    knob: tuple[str, str, str] | None  # (answer suffix, point column, dtype) of the second row axis
+    checks: tuple[tuple[str, str, str], ...]  # (name, answer suffix, SLO column)
+    extra: tuple[str, str] | None  # (point column, answer suffix): tok_s_per_user in continuous serving
+
+    @classmethod
+    def of(cls, model: ServingModel) -> AnswerView:
+        d = model.decisions
+        knob = next(((sfx, src, dtype) for sfx, src, dtype, _ in d.answer_fields if src == d.knob and sfx), None)
+        checks = tuple((CHECK_NAMES.get(lat, lat), sfx, slo) for lat, slo in model.slo_checks
+                       if (sfx := _field(model, lat)) is not None)
+        checked = {lat for lat, _ in model.slo_checks}
+        extra_sfx = _field(model, d.latency) if d.latency not in checked else None
+        return cls(_field(model, d.cap) or "", knob, checks,
+                   (d.latency, extra_sfx) if extra_sfx is not None else None)
+
+    def columns(self, prefix: str) -> list[str]:
+        """The optimum.parquet columns of answer `prefix` this view reads."""
+        out = [answer_name(prefix, self.cap), *(answer_name(prefix, sfx) for _, sfx, _ in self.checks)]
+        if self.knob is not None:
+            out.append(answer_name(prefix, self.knob[0]))
+        if self.extra is not None:
+            out.append(answer_name(prefix, self.extra[1]))
+        return out
+
+    def slos(self) -> list[str]:
+        return [slo for *_, slo in self.checks]
+
+    def active(self, rows: Mapping[str, np.ndarray], picks: Iterable[int]) -> list[tuple[str, str, str]]:
+        """The checks whose SLO some shown row sets (an SLO of inf, NULL in the file, is none)."""
+        keep = [c for c in self.checks if any(math.isfinite(float(rows[c[2]][i])) for i in picks)]
+        return keep or list(self.checks[:1])
+
+    def headers(self, model: ServingModel, label: str, checks: Sequence[tuple[str, str, str]]) -> list[str]:
+        heads = [model.decisions.cap]
+        if self.knob is not None:
+            heads.append(self.knob[1])
+        q = label.split(" ")[0]
+        for name, _, _ in checks:
+            heads += [f"{label} ms", "SLO ms"] if len(self.checks) == 1 else [f"{name} {q} ms", f"{name} SLO ms"]
+        if self.extra is not None:
+            heads.append(self.extra[0])
+        return heads
+
+    def cells(self, rows: Mapping[str, np.ndarray], i: int, prefix: str,
+              checks: Sequence[tuple[str, str, str]]) -> list[str]:
+        batch = rows[answer_name(prefix, self.cap)][i]
+        out = [fmt(batch, 0)]
+        if self.knob is not None:
+            v = float(rows[answer_name(prefix, self.knob[0])][i])
+            if math.isinf(float(batch)):
+                out.append("-")
+            elif math.isinf(v):
+                out.append(KNOB_INF.get(self.knob[1], "inf"))
+            else:
+                out.append(fmt(v, 0) if self.knob[2] == "int64" else fmt(v, 1))
+        for _, sfx, slo in checks:
+            out += [fmt(rows[answer_name(prefix, sfx)][i]), fmt(rows[slo][i])]
+        if self.extra is not None:
+            out.append(fmt(rows[answer_name(prefix, self.extra[1])][i]))
+        return out
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
+    """Per scenario group, cheapest first: replicas_min and its configuration."""
+    model, d = run.model, run.model.decisions
+    view = AnswerView.of(model)
+    cost = "replicas_min_cost_usd_per_hour"
+    wanted = ["group_id", "replicas", "reason", "is_replicas_min", "replicas_min", cost, "percentile",
+              "cost_usd_per_hour", *view.slos(), *view.columns("replicas_min"), *view.columns("b_latency_opt"),
+              *run.varying]
+    table = run.optimum(wanted)
+    if table.num_rows == 0:
+        console.print("decisions: no optimum row matches the filters" if run.filters else "decisions: optimum.parquet is empty")
+        return
+    rows = to_host(table)
+    at_min = rows["is_replicas_min"]
+    groups = np.unique(rows["group_id"])
+    found = rows["group_id"][at_min]
+    order = np.flatnonzero(at_min)
+    order = order[np.lexsort((rows["group_id"][order], rows[cost][order]))]
+    shown = order[:top]
+    label = latency_label(run.latency_model, rows.get("percentile"))
+    slo = "the SLO" if len(view.checks) == 1 else "every SLO"
+    title = (f"decisions per scenario group, cheapest first: the fewest replicas meeting {slo} "
+             f"(checked against {label}) with {d.utilisation} <= rho_max")
+    checks = view.active(rows, shown)
+    t = Table(title=title, title_justify="left")
+    for name in (*run.varying, "replicas", *view.headers(model, label, checks), "USD/h"):
+        t.add_column(name, justify="right")
+    for i in shown:
+        cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
+        cells += [fmt(rows["replicas_min"][i], 0), *view.cells(rows, int(i), "replicas_min", checks),
+                  fmt(rows[cost][i], 2)]
+        t.add_row(*cells)
+    if len(shown):
+        console.print(t)
+    with_answer = len(np.unique(found))
+    if with_answer > len(shown):
+        console.print(f"... {with_answer - len(shown):,} more scenario groups with an answer (--top N shows more)")
+    missing = np.setdiff1d(groups, found)
+    if len(missing):
+        # Why: each such group's row at its largest replica count names the first constraint that failed.
+        last: dict[int, int] = {}
+        for i in np.flatnonzero(np.isin(rows["group_id"], missing)):
+            g = int(rows["group_id"][i])
+            if g not in last or rows["replicas"][i] > rows["replicas"][last[g]]:
+                last[g] = int(i)
+        reasons = Counter(str(rows["reason"][i]) for i in last.values())
+        why = ", ".join(f"{r} {n:,}" for r, n in reasons.most_common())
+        console.print(f"{len(missing):,} of {len(groups):,} scenario groups: no replica count of the grid meets {slo} "
+                      f"with {d.utilisation} <= rho_max (at the most replicas: {why})")
+        room = top - len(shown)
+        # the closest configuration where there is one: a feasible point that misses the SLO
+        near = [i for i in last.values() if math.isfinite(float(rows[answer_name("b_latency_opt", view.cap)][i]))]
+        if room > 0 and near:
+            picks = sorted(near, key=lambda i: (float(rows["cost_usd_per_hour"][i]), int(rows["group_id"][i])))
+            _closest(run, view, rows, picks[:room], label, console)
+
+
+def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], picks: list[int], label: str,
+             console: Console) -> None:
+    """Groups without an answer but with a feasible point, at their most replicas (cheapest
+    first): why, and the point with the lowest mean latency (b_latency_opt)."""
+    d = run.model.decisions
+    checks = view.active(rows, picks)
+    t = Table(title=f"without an answer, at the most replicas: the {d.cap} with the lowest {d.mean_latency} "
+                    "(b_latency_opt)", title_justify="left")
+    for name in (*run.varying, "replicas", "reason", *view.headers(run.model, label, checks), "USD/h"):
+        t.add_column(name, justify="right")
+    for i in picks:
+        cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
+        cells += [fmt(rows["replicas"][i], 0), str(rows["reason"][i]), *view.cells(rows, i, "b_latency_opt", checks),
+                  fmt(rows["cost_usd_per_hour"][i], 2)]
+        t.add_row(*cells)
+    console.print(t)
+
+
+# --------------------------------------------------------------------------- search
+
+
+def print_search(run: RunFolder, console: Console, top: int = TOP) -> None:
+    table = run.search()
+    if table is None:
+        return
+    if table.num_rows == 0:
+        console.print("search: no answer matches the filters")
+        return
+    meta = json.loads((table.schema.metadata or {}).get(b"sweep", b"{}")).get("search", {})
+    searched = [k for k in meta.get("searched", []) if k in table.column_names]
+    rows = to_host(table)
+    label = latency_label(run.latency_model, rows.get("percentile"))
+    q = label.split(" ")[0]
+    order = np.lexsort((rows["rank"], rows["study_name"]))
+    # each SLO check the answers carry (a point column and its SLO), those some answer sets
+    checks = [(CHECK_NAMES.get(lat, lat), lat, slo) for lat, slo in run.model.slo_checks if lat in rows and slo in rows]
+    checks = [c for c in checks if any(math.isfinite(float(rows[c[2]][i])) for i in order[:top])] or checks[:1]
+    heads = [h for name, _, _ in checks for h in ((f"{label} ms", "SLO ms") if len(run.model.slo_checks) == 1
+                                                   else (f"{name} {q} ms", f"{name} SLO ms"))]
+    t = Table(title=f"search: each study's best trials (search.parquet; latency checked: {label})", title_justify="left")
+    for name in ("study", "objective", "value", *searched, *heads, "USD/h", "meets", "gap"):
+        t.add_column(name, justify="left" if name in ("study", "objective", "meets") else "right")
+    for i in order[:top]:
+        study = str(rows["study_name"][i]).split("/")
+        scenario = study[1] if len(study) > 2 else "-"
+        gap = "n/a" if not rows["enumerable"][i] else ("exact" if rows["found_exact"][i] else f"{100 * float(rows['gap_rel'][i]):.1f}%")
+        value = float(rows["objective_value"][i])
+        cells = [escape(scenario), str(rows["objective"][i]), f"{value:g}" if math.isfinite(value) else "-"]
+        for k in searched:
+            v = rows[k][i]
+            unlimited = k == run.model.decisions.knob and not isinstance(v, str) and math.isinf(float(v))
+            cells.append(KNOB_INF.get(k, "inf") if unlimited else escape(_scenario_cell(v)))
+        cells += [c for _, lat, slo in checks for c in (fmt(rows[lat][i]), fmt(rows[slo][i]))]
+        cells += [fmt(rows["cost_usd_per_hour"][i], 2),
+                  "yes" if rows["meets_constraints"][i] else escape(str(rows["reason"][i]) or "no"), gap]
+        t.add_row(*cells)
+    console.print(t)
+    if table.num_rows > top:
+        console.print(f"... {table.num_rows - top:,} more answers (--top N shows more)")
+
+
+# --------------------------------------------------------------------------- footer
+
+
+def print_where(run: RunFolder, console: Console) -> None:
+    """Where the full tables are, and a query to start from."""
+    rows = run.manifest.get("rows", {})
+    parts = [f"{run.path}/optimum.parquet ({rows.get('optimum', 0):,} rows)",
+             f"{run.path}/frontier.parquet ({rows.get('frontier', 0):,} rows)"]
+    if rows.get("points_written"):
+        parts.append(f"{run.path}/points/ ({rows['points_written']:,} rows)")
+    if (run.path / "search.parquet").exists():
+        parts.append(f"{run.path}/search.parquet")
+    console.print("full tables: " + ", ".join(parts), markup=False, soft_wrap=True)
+    console.print(f"more: sweep show {run.path} [key=value ...] [--top N]; sweep report {run.path}; "
+                  f"duckdb -c \"SELECT * FROM '{run.path}/optimum.parquet' WHERE is_replicas_min\"",
+                  markup=False, soft_wrap=True)
+
+
+def print_answers(run: RunFolder, console: Console, top: int = TOP) -> None:
+    """The decisions (or, for a search, its answers first), and where the tables are."""
+    if (run.path / "search.parquet").exists():
+        print_search(run, console, top)
+        placeholders = run.placeholders()
+        if placeholders:
+            console.print(f"the [grid] beside the search evaluated {', '.join(placeholders)} at a placeholder value "
+                          "(its first searched value): its decisions are not the search's answers", markup=False)
+        else:
+            print_decisions(run, console, top)
+    else:
+        print_decisions(run, console, top)
+    print_where(run, console)

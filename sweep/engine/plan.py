@@ -1,0 +1,183 @@
+"""Planning under uncertainty and sensitivity (docs/uncertainty.md), inside the jitted chunk.
+
+Both run the model's own per-point function, so every serving model gets them for free:
+
+* `[uncertainty]`: each point is evaluated over S samples of its uncertain inputs (vmapped
+  inside the point's vmap). The samples are *common random numbers*: the same S standard
+  draws (from `seed`) for every point, each scaled by the point's own grid value, so two
+  configurations are compared on the same S scenarios and a chunk's answer does not depend
+  on how the grid is chunked. The engine divides its chunk by S, so a call holds at most
+  `chunk_size` (point, sample) evaluations whatever S is: memory stays bounded.
+* `[sensitivity]`: forward-mode derivatives (`jax.jacfwd`) of every SLO latency with
+  respect to the arrival rate, the service-time coefficients (when they are inputs) and the
+  token lengths; and `headroom_rps`, found by bisection on the arrival rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from sweep.grid.uncertainty import UncertaintyOptions
+from sweep.models.base import ServingModel, band_stem
+
+QUANTILES = (5, 50, 95)
+#: Bisection steps of `headroom_rps` in log rate: from [1e-6, 1e9] req/s at worst (a factor
+#: 1e15, ln 34.5) 48 halvings leave a relative bracket of 34.5 / 2^48 = 1.2e-13.
+HEADROOM_STEPS = 48
+
+
+def _domain(model: ServingModel, key: str) -> tuple[float, float]:
+    d = model.param_by_key[key].domain
+    assert d is not None
+    lo = d.lo if not d.lo_open else np.nextafter(d.lo, np.inf)
+    return float(lo), float(d.hi)
+
+
+def draws(unc: UncertaintyOptions) -> tuple[np.ndarray, np.ndarray]:
+    """The common standard draws: (S, n_dists) normal-or-uniform variates (by each dist's
+    kind) and (S, n_cov) normals for the profile covariance. From `seed` alone (NumPy's
+    PCG64, so the draws are the same on every platform and backend)."""
+    rng = np.random.default_rng(unc.seed)
+    s, n = unc.samples, len(unc.dists)
+    z = rng.standard_normal((s, n))
+    u = rng.random((s, n))
+    kinds = np.array([d.kind == "uniform" for d in unc.dists], dtype=bool).reshape(1, n)
+    zc = rng.standard_normal((s, len(unc.cov_keys)))
+    return np.where(kinds, u, z), zc
+
+
+def sample_inputs(x: Mapping[str, Array], unc: UncertaintyOptions, model: ServingModel,
+                  z: Array, zc: Array) -> dict[str, Array]:
+    """ONE point's inputs over the S samples: every key a (S,) array (the sampled ones drawn
+    around the point's grid value, clipped to their domain; the rest repeated)."""
+    s = unc.samples
+    out = {k: jnp.broadcast_to(v, (s,)) for k, v in x.items()}
+    for i, d in enumerate(unc.dists):
+        key = _source(model, x, d.key)
+        g = x[key]
+        if d.kind == "normal":
+            val = g * (d.a + d.b * z[:, i])
+        elif d.kind == "lognormal":
+            sig2 = float(np.log1p((d.b / d.a) ** 2))
+            val = g * d.a * jnp.exp(np.sqrt(sig2) * z[:, i] - sig2 / 2)
+        else:
+            val = g * (d.a + (d.b - d.a) * z[:, i])
+        lo, hi = _domain(model, d.key)
+        out[key] = jnp.clip(val, lo, hi)
+    for i, key in enumerate(unc.cov_keys):
+        dev = sum(unc.cov_factor[i][j] * zc[:, j] for j in range(len(unc.cov_keys)))
+        lo, hi = _domain(model, key)
+        out[key] = jnp.clip(x[key] + dev, lo, hi)
+    return out
+
+
+def _source(model: ServingModel, x: Mapping[str, Array], key: str) -> str:
+    """The input that carries `key` at this point (e.g. seq_len where mean_seq_len follows it)."""
+    return key if key in x else model.input_fallback.get(key, key)
+
+
+def _meets(o: Mapping[str, Array], x: Mapping[str, Array], model: ServingModel) -> Array:
+    ok = o["stable"]
+    for lat, slo in model.slo_checks:
+        ok = ok & (o[lat] <= x[slo])
+    return ok
+
+
+def uncertainty_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any],
+                        unc: UncertaintyOptions, z: Array, zc: Array) -> dict[str, Array]:
+    """`p_slo_breach` and the latency bands of ONE point."""
+    xs = sample_inputs(x, unc, model, z, zc)
+    o = jax.vmap(lambda q: model.point(q, **kw))(xs)
+    out = {"p_slo_breach": 1.0 - jnp.mean(_meets(o, x, model).astype(jnp.float64))}
+    # nearest rank: the sample at index round(q (S - 1)) of the sorted S. Latencies are >= 0
+    # (NaN read as +inf), whose float64 bit patterns sort like the int64s they spell: XLA
+    # sorts int64 about 4x faster than floats on CPU (measured: benchmarks/uncertainty.py)
+    idx = [round(q / 100.0 * (unc.samples - 1)) for q in QUANTILES]
+    for lat, _ in model.slo_checks:
+        v = jnp.where(o[lat] > 0, o[lat], jnp.where(jnp.isnan(o[lat]), jnp.inf, 0.0))
+        bits = jax.lax.sort(jax.lax.bitcast_convert_type(v, jnp.int64), is_stable=False)
+        for q, i in zip(QUANTILES, idx):
+            out[f"{band_stem(lat)}_p{q}_ms"] = jax.lax.bitcast_convert_type(bits[i], jnp.float64)
+    return out
+
+
+def sensitivity_keys(model: ServingModel, roofline: bool) -> tuple[str, ...]:
+    return ("arrival_rps", *(() if roofline else model.coefficient_keys), *model.length_keys)
+
+
+def sensitivity_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any],
+                        roofline: bool) -> dict[str, Array]:
+    """The derivatives and `headroom_rps` of ONE point."""
+    out = derivative_columns(x, model, kw, roofline)
+    out["headroom_rps"] = headroom(x, model, kw)
+    return out
+
+
+def derivative_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any],
+                       roofline: bool) -> dict[str, Array]:
+    """d(SLO latency)/d(input) of ONE point: one forward-mode pass (`jax.jacfwd`) per input."""
+    names = sensitivity_keys(model, roofline)
+    keys = tuple(_source(model, x, k) for k in names)
+    lats = [lat for lat, _ in model.slo_checks]
+
+    def f(theta: Array) -> Array:
+        q = dict(x)
+        q.update({k: theta[i] for i, k in enumerate(keys)})
+        o = model.point(q, **kw)
+        return jnp.stack([o[lat] for lat in lats])
+
+    theta0 = jnp.stack([jnp.asarray(x[k], dtype=jnp.float64) for k in keys])
+    value = f(theta0)
+    jac = jax.jacfwd(f)(theta0)
+    out: dict[str, Array] = {}
+    for i, lat in enumerate(lats):
+        for j, k in enumerate(names):
+            out[f"d_{band_stem(lat)}_d_{k}"] = jnp.where(jnp.isfinite(value[i]), jac[i, j], jnp.inf)
+    return out
+
+
+def headroom(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any]) -> Array:
+    """Largest arrival rate per replica up to which ONE point keeps meeting its SLO (stable,
+    every SLO latency within its SLO), starting from its own rate: bisection in log rate on
+    [its rate, 1e9 req/s], `HEADROOM_STEPS` halvings. The answer is the bracket's low end,
+    which was evaluated and met; 0 where the point misses at its own rate (no headroom)."""
+    _, hi_d = _domain(model, "arrival_rps")
+
+    def meets(rate: Array) -> Array:
+        q = dict(x)
+        q["arrival_rps"] = rate
+        return _meets(model.point(q, **kw), x, model)
+
+    own = x["arrival_rps"]
+    at_own = meets(own)
+    top_met = meets(jnp.asarray(hi_d))
+
+    def step(_: int, b: tuple[Array, Array]) -> tuple[Array, Array]:
+        a, c = b
+        mid = jnp.sqrt(a * c)
+        ok = meets(mid)
+        return jnp.where(ok, mid, a), jnp.where(ok, c, mid)
+
+    lo, _ = jax.lax.fori_loop(0, HEADROOM_STEPS, step, (own, jnp.asarray(hi_d)))
+    rate = jnp.where(at_own, jnp.where(top_met, hi_d, lo), 0.0)
+    return rate / x["replicas"]
+
+
+def plan_values(x: Mapping[str, Array], *, model: ServingModel, kw: Mapping[str, Any],
+                uncertainty: UncertaintyOptions | None, sensitivity: bool, roofline: bool) -> dict[str, Array]:
+    """The planning columns of a batch of points (`x`: every input a (n,) array, catalog
+    figures included)."""
+    out: dict[str, Array] = {}
+    if uncertainty is not None:
+        z_np, zc_np = draws(uncertainty)
+        z, zc = jnp.asarray(z_np), jnp.asarray(zc_np)
+        out.update(jax.vmap(lambda p: uncertainty_columns(p, model, kw, uncertainty, z, zc))(dict(x)))
+    if sensitivity:
+        out.update(jax.vmap(lambda p: sensitivity_columns(p, model, kw, roofline))(dict(x)))
+    return out

@@ -1,0 +1,286 @@
+"""`[uncertainty]` and `[sensitivity]` (sweep.engine.plan, sweep.grid.uncertainty; docs/uncertainty.md)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from sweep.api import evaluate, grid_from_dict
+from sweep.cli import main
+from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
+from sweep.engine.plan import draws
+from sweep.errors import GridError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The seed worked example (grids/seed-gpt3.toml): GPT-3 175B on 8 x A100, T_svc = 50 + 0.5 B ms,
+#: with a P99 SLO of 350 ms (200 ms is met by no batch size there).
+SEED = {
+    "name": "u",
+    "grid": {
+        "arrival_rps": 100.0, "batch_size": [8, 16, 32], "batch_window_ms": math.inf, "seq_len": 2048,
+        "model": "gpt3-175b", "gpu": "a100-80gb", "gpus_per_replica": 8, "replicas": 1,
+        "t_fixed_ms": 50.0, "t_req_ms": 0.5, "slo_ms": 350.0, "percentile": 0.99,
+    },
+}
+#: B = 1 without a window: an M/D/1-like queue whose latency rises with the arrival rate,
+#: so a point misses its SLO exactly when the rate exceeds its headroom.
+MONOTONE = {
+    "name": "m",
+    "grid": {**SEED["grid"], "batch_size": 1, "t_fixed_ms": 5.0, "t_req_ms": 1.0, "slo_ms": 60.0},
+}
+CONTINUOUS = {
+    "name": "c",
+    "options": {"serving": "continuous"},
+    "grid": {
+        "model": "llama-3.1-8b", "gpu": "h100-sxm", "arrival_rps": 4.0, "prompt_tokens": 1000.0,
+        "output_tokens": 200.0, "t_fixed_ms": 12.0, "t_token_ms": 0.05, "t_ctx_ms": 1e-5,
+        "batch_size": [16, 64], "ttft_slo_ms": 2000.0, "tpot_slo_ms": 50.0,
+    },
+}
+
+
+def grid(base: dict, **tables: object) -> dict:
+    doc = copy.deepcopy(base)
+    doc.update(copy.deepcopy(tables))
+    return doc
+
+
+def cols(doc: dict, chunk_size: int = DEFAULT_CHUNK) -> dict[str, np.ndarray]:
+    t = evaluate(grid_from_dict(doc), chunk_size=chunk_size)
+    return {n: t.column(n).to_numpy(zero_copy_only=False) for n in t.column_names}
+
+
+def with_grid(base: dict, **values: object) -> dict:
+    doc = copy.deepcopy(base)
+    doc["grid"].update(values)
+    return doc
+
+
+# --------------------------------------------------------------------------- uncertainty
+
+
+def test_default_grids_write_no_planning_columns():
+    names = set(cols(SEED))
+    assert not {"p_slo_breach", "latency_p50_ms", "headroom_rps"} & names
+
+
+@pytest.mark.parametrize("sd", [0.0, 1e-9])
+def test_bands_shrink_to_the_point_value_as_sd_goes_to_zero(sd):
+    c = cols(grid(SEED, uncertainty={"samples": 32, "arrival_rps": {"dist": "normal", "sd": sd},
+                                     "t_req_ms": {"dist": "lognormal", "sd": sd}}))
+    for q in (5, 50, 95):
+        np.testing.assert_allclose(c[f"latency_p{q}_ms"], c["latency_ms"], rtol=1e-6)
+    np.testing.assert_array_equal(c["p_slo_breach"], np.where(c["slo_ok"], 0.0, 1.0))
+
+
+def test_continuous_bands_shrink_too_and_are_ordered():
+    c = cols(grid(CONTINUOUS, uncertainty={"samples": 16, "prompt_tokens": {"dist": "uniform", "low": 1, "high": 1}}))
+    for stem in ("ttft_p", "tpot_p", "e2e_p"):
+        np.testing.assert_allclose(c[f"{stem}_p50_ms"], c[f"{stem}_ms"], rtol=1e-12)
+    c = cols(grid(CONTINUOUS, uncertainty={"samples": 64, "arrival_rps": {"dist": "normal", "sd": 0.3}}))
+    assert np.all(c["ttft_p_p5_ms"] <= c["ttft_p_p50_ms"]) and np.all(c["ttft_p_p50_ms"] <= c["ttft_p_p95_ms"])
+    assert np.all(c["ttft_p_p5_ms"] < c["ttft_p_p95_ms"])
+
+
+def test_breach_probability_has_its_closed_form():
+    """Latency rises with the rate here, so with arrival_rps ~ N(g, (0.2 g)^2) a sample
+    breaches iff its rate exceeds lambda* = headroom_rps x replicas (the [sensitivity]
+    answer): P(breach) = P(z > (lambda*/g - 1) / 0.2). Reference 1: that count over the
+    very draws the engine used (exact). Reference 2: 1 - Phi((lambda*/g - 1) / 0.2), to
+    within 4 binomial standard errors of S = 4096 samples."""
+    s = 4096
+    doc = grid(with_grid(MONOTONE, arrival_rps=[100.0, 115.0, 130.0]),
+               uncertainty={"samples": s, "seed": 7, "arrival_rps": {"dist": "normal", "sd": 0.2}},
+               sensitivity={})
+    c = cols(doc)
+    z, _ = draws(grid_from_dict(doc).uncertainty)
+    for g, lam_star, p in zip(c["arrival_rps"], c["headroom_rps"] * c["replicas"], c["p_slo_breach"]):
+        assert 0.0 < p < 1.0
+        threshold = (lam_star / g - 1.0) / 0.2
+        assert p == pytest.approx(np.mean(z[:, 0] > threshold), abs=0.5 / s)
+        phi = 1.0 - norm.cdf(threshold)
+        assert abs(p - phi) < 4 * math.sqrt(phi * (1 - phi) / s)
+
+
+def test_results_do_not_depend_on_the_chunking_and_memory_is_bounded():
+    doc = grid(with_grid(SEED, replicas=[1, 2], arrival_rps=[80.0, 100.0, 120.0]),
+               uncertainty={"samples": 64, "arrival_rps": {"dist": "lognormal", "sd": 0.25}})
+    spec = grid_from_dict(doc)
+    for chunk in (64, 1024, DEFAULT_CHUNK):
+        ev = Evaluator(spec, chunk)
+        # a call holds at most max(chunk, one group) x S (point, sample) evaluations
+        assert ev.chunk_size * 64 <= max(chunk, spec.group_size * 64)
+    a, b = cols(doc, chunk_size=64), cols(doc)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    ev = Evaluator(spec, 64)
+    assert ev.n_chunks == 3  # one group (3 batch sizes x 2 replicas) per call
+    assert len(list(ev.iter_chunks())) == 3 and ev.compile_count() == 1  # chunks 2 and 3 do not recompile
+
+
+def test_risk_makes_decisions_require_a_small_breach_probability():
+    base = grid(SEED, uncertainty={"samples": 256, "arrival_rps": {"dist": "normal", "sd": 0.2}})
+    free = cols(base)
+    doc = copy.deepcopy(base)
+    doc["uncertainty"]["risk"] = 0.05
+    risky = cols(doc)
+    np.testing.assert_array_equal(risky["slo_ok"], free["slo_ok"] & (free["p_slo_breach"] <= 0.05))
+    assert (free["slo_ok"] & (free["p_slo_breach"] > 0.05)).any()  # the constraint bites somewhere
+
+
+def test_profile_covariance_is_sampled(tmp_path):
+    text = (ROOT / "grids" / "seed-gpt3-profile.toml").read_text()
+    text = text.replace('file = "profiles/gpt3-a100.csv"', f'file = "{ROOT / "grids" / "profiles" / "gpt3-a100.csv"}"')
+    path = tmp_path / "p.toml"
+    path.write_text(text + "\n[uncertainty]\nsamples = 128\n[uncertainty.profile]\ncovariance = true\n")
+    from sweep.api import load_grid
+
+    spec = load_grid(path)
+    t = evaluate(spec)
+    lat, p5, p95 = (t.column(n).to_numpy() for n in ("latency_ms", "latency_p5_ms", "latency_p95_ms"))
+    finite = np.isfinite(lat)
+    assert finite.any() and np.all(p5[finite] < p95[finite])
+    # the band is a few standard errors of the fit wide, not tens of percent
+    assert np.all((p95[finite] - p5[finite]) / lat[finite] < 0.2)
+
+
+# --------------------------------------------------------------------------- sensitivity
+
+
+def _fd(base: dict, key: str, rel: float = 1e-5) -> tuple[np.ndarray, str]:
+    """Central finite difference of the SLO latency in `key` (reference for the derivatives)."""
+    g = base["grid"][key]
+    h = g * rel
+    up = cols(with_grid(base, **{key: g + h}))
+    dn = cols(with_grid(base, **{key: g - h}))
+    lat = "latency_ms" if "latency_ms" in up and "ttft_p_ms" not in up else "ttft_p_ms"
+    return (up[lat] - dn[lat]) / (2 * h), lat
+
+
+@pytest.mark.parametrize("key", ["arrival_rps", "t_fixed_ms", "t_req_ms"])
+def test_dynamic_derivatives_match_central_differences(key):
+    base = with_grid(SEED, batch_size=[16, 32])
+    c = cols(grid(base, sensitivity={}))
+    fd, _ = _fd(base, key)
+    assert np.all(np.isfinite(fd))
+    np.testing.assert_allclose(c[f"d_latency_d_{key}"], fd, rtol=1e-6)
+
+
+def test_continuous_sensitivity_is_refused_in_one_line():
+    with pytest.raises(GridError, match=r"sensitivity.*dynamic batching only"):
+        grid_from_dict(grid(CONTINUOUS, sensitivity={}))
+
+
+def test_headroom_matches_a_brute_force_scan():
+    """Reference: on 400 geometrically spaced rates (1 to 1000 req/s per replica, 1.7 %
+    apart) evaluated by the plain kernel, the last rate of the run of met rates that starts
+    at the point's own rate (0 where the point misses at its own rate)."""
+    base = with_grid(SEED, batch_size=[8, 16, 32], replicas=[1, 2])
+    c = cols(grid(base, sensitivity={}))
+    rates = np.geomspace(1.0, 1000.0, 400)
+    assert (c["headroom_rps"] > 0).any() and (c["headroom_rps"] == 0).any()
+    for i, (b, r) in enumerate(zip(c["batch_size"], c["replicas"])):
+        own = c["arrival_rps"][i] / r
+        if not c["slo_ok"][i]:
+            assert c["headroom_rps"][i] == 0.0
+            continue
+        scan = cols(with_grid(base, batch_size=int(b), replicas=int(r), arrival_rps=list(rates * r)))
+        above = rates > own
+        met = scan["slo_ok"][above]
+        best = own if met.all() or not met[0] else rates[above][: int(np.argmin(met))].max()
+        assert best <= c["headroom_rps"][i] < max(best, own) * (rates[1] / rates[0])
+        # checked by evaluating there: met at headroom, missed just above
+        h = c["headroom_rps"][i] * r
+        at = cols(with_grid(base, batch_size=int(b), replicas=int(r), arrival_rps=[h, h * (1 + 1e-9)]))
+        assert at["slo_ok"][0] and not at["slo_ok"][1]
+
+
+def test_coefficient_derivatives_are_absent_under_the_roofline():
+    doc = copy.deepcopy(SEED)
+    del doc["grid"]["t_fixed_ms"], doc["grid"]["t_req_ms"]
+    names = set(cols(grid(doc, sensitivity={})))
+    assert "d_latency_d_arrival_rps" in names and "headroom_rps" in names
+    assert "d_latency_d_t_fixed_ms" not in names
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("tables, where, rule", [
+    ({"uncertainty": {"samples": 1}}, "uncertainty.samples", "must be an integer in [2, 4096]"),
+    ({"uncertainty": {"samples": True}}, "uncertainty.samples", "must be an integer"),
+    ({"uncertainty": {"seed": -1}}, "uncertainty.seed", "must be an integer in [0, 2^31)"),
+    ({"uncertainty": {"risk": 1.0}}, "uncertainty.risk", "must be a number in [0, 1)"),
+    ({"uncertainty": {"sampels": 8}}, "uncertainty.sampels", "did you mean"),
+    ({"uncertainty": {"batch_size": {"dist": "normal", "sd": 0.1}}}, "uncertainty.batch_size", "unknown uncertainty key"),
+    ({"uncertainty": {"arrival_rps": 0.2}}, "uncertainty.arrival_rps", "must be a table"),
+    ({"uncertainty": {"arrival_rps": {"dist": "gamma", "sd": 0.1}}}, "uncertainty.arrival_rps.dist", "must be one of normal, lognormal, uniform"),
+    ({"uncertainty": {"arrival_rps": {"dist": "normal"}}}, "uncertainty.arrival_rps.sd", "is required"),
+    ({"uncertainty": {"arrival_rps": {"dist": "normal", "sd": -0.1}}}, "uncertainty.arrival_rps.sd", "must be a number in [0, 10]"),
+    ({"uncertainty": {"arrival_rps": {"dist": "normal", "sd": 0.1, "low": 1}}}, "uncertainty.arrival_rps.low", "is not a normal parameter"),
+    ({"uncertainty": {"arrival_rps": {"dist": "lognormal", "mean": 0, "sd": 0.1}}}, "uncertainty.arrival_rps.mean", "must be a finite number > 0"),
+    ({"uncertainty": {"arrival_rps": {"dist": "uniform", "low": 1.2, "high": 0.8}}}, "uncertainty.arrival_rps.low", "must be <= high"),
+    ({"uncertainty": {"profile": {"covariance": True}}}, "uncertainty.profile.covariance", "needs a [profile]"),
+    ({"uncertainty": {"profile": {"covariance": 1}}}, "uncertainty.profile.covariance", "must be true or false"),
+    ({"sensitivity": {"on": True}}, "sensitivity.on", "unknown sensitivity key"),
+    ({"sensitivity": 1}, "sensitivity", "must be a table"),
+])
+def test_bad_tables_are_one_line_naming_key_value_rule(tables, where, rule):
+    with pytest.raises(GridError) as exc:
+        grid_from_dict(grid(SEED, **tables), source="g.toml")
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("g.toml") and where in msg and rule in msg
+
+
+def test_a_coefficient_from_the_roofline_cannot_be_uncertain():
+    doc = copy.deepcopy(SEED)
+    del doc["grid"]["t_fixed_ms"], doc["grid"]["t_req_ms"]
+    with pytest.raises(GridError, match=r"uncertainty.t_req_ms.*roofline"):
+        grid_from_dict(grid(doc, uncertainty={"t_req_ms": {"dist": "normal", "sd": 0.1}}))
+
+
+def test_simulated_latency_is_refused():
+    doc = grid(SEED, options={"latency_model": "simulated"}, uncertainty={"samples": 8})
+    with pytest.raises(GridError, match="needs an analytic latency model"):
+        grid_from_dict(doc)
+
+
+def test_bad_table_through_run_exits_2_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "g.toml"
+    path.write_text((ROOT / "grids" / "seed-gpt3.toml").read_text() + "\n[uncertainty]\nsamples = 0\n")
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "uncertainty.samples" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_samples_have_the_stated_moments_and_stay_in_the_domain():
+    """Reference: the definitions in docs/uncertainty.md (the grid value g is the centre;
+    sd and the uniform bounds are multiples of g), to within 5 standard errors of 4096 draws."""
+    import jax.numpy as jnp
+
+    from sweep.engine.plan import sample_inputs
+    from sweep.grid.uncertainty import Dist, UncertaintyOptions
+    from sweep.models import get_model
+
+    model = get_model("dynamic")
+    unc = UncertaintyOptions(samples=4096, seed=1, dists=(
+        Dist("arrival_rps", "normal", 1.0, 2.0), Dist("t_req_ms", "lognormal", 1.1, 0.3),
+        Dist("t_fixed_ms", "uniform", 0.5, 1.5)))
+    z, zc = draws(unc)
+    x = {"arrival_rps": jnp.asarray(100.0), "t_req_ms": jnp.asarray(2.0), "t_fixed_ms": jnp.asarray(10.0)}
+    s = {k: np.asarray(v) for k, v in sample_inputs(x, unc, model, jnp.asarray(z), jnp.asarray(zc)).items()}
+    se = 5 / math.sqrt(4096)
+    assert s["t_req_ms"].mean() == pytest.approx(2.2, rel=0.3 * se / 1.1 + 1e-3)
+    assert s["t_req_ms"].std() == pytest.approx(0.6, rel=0.1) and (s["t_req_ms"] > 0).all()
+    assert s["t_fixed_ms"].min() >= 5.0 and s["t_fixed_ms"].max() < 15.0
+    assert s["t_fixed_ms"].mean() == pytest.approx(10.0, abs=10 * se * 0.3)
+    # a wide normal rate is clipped to arrival_rps's domain [1e-6, 1e9], never negative
+    assert s["arrival_rps"].min() == 1e-6 and (s["arrival_rps"] > 0).all()

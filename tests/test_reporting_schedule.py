@@ -1,0 +1,74 @@
+"""`sweep report` on a run with schedule.parquet: the schedule figure is drawn, its numbers
+are the file's, and it renders to PNG; a run without a schedule has no such figure."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from sweep.grid import load
+from sweep.reporting import build_report
+from sweep.runner import run_grid
+
+GRID = """
+name = "sched-report"
+[grid]
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+seq_len = 1024
+batch_size = 1
+t_fixed_ms = 10.0
+t_req_ms = 0.0
+slo_ms = 1e6
+replicas = {start = 1, stop = 6, step = 1}
+[schedule]
+hourly_rps = [40, 30, 20, 20, 30, 60, 120, 200, 300, 380, 400, 390, 370, 350, 340, 360, 390, 420, 430, 380, 300, 200, 120, 70]
+ramp = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sched-report")
+    (tmp / "g.toml").write_text(GRID)
+    run_grid(load(tmp / "g.toml"), tmp / "o")
+    return tmp / "o"
+
+
+def _payload(path):
+    m = re.search(r"<script type='application/json' id='report-data'>(.*?)</script>", path.read_text(), re.DOTALL)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def _floats(v):
+    if isinstance(v, dict) and "bdata" in v:
+        import base64
+
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=v.get("dtype", "f8")).astype(float)
+    return np.array([math.nan if x is None else x for x in v], dtype=float)
+
+
+def test_schedule_figure_draws_the_file(run_dir, tmp_path):
+    pytest.importorskip("plotly")
+    result = build_report(run_dir, out=tmp_path / "r.html")
+    assert "schedule" in result.figures
+    fig = next(f for f in _payload(result.path)["figures"] if f["id"] == "schedule")["fig"]
+    sched = pq.read_table(run_dir / "schedule.parquet").to_pydict()
+    planned = next(t for t in fig["data"] if t["name"].startswith("planned"))
+    traffic = next(t for t in fig["data"] if t["name"].startswith("traffic"))
+    # the step lines repeat the last hour once so it shows
+    np.testing.assert_array_equal(_floats(planned["y"])[:24], sched["replicas"])
+    np.testing.assert_array_equal(_floats(traffic["y"])[:24], sched["arrival_rps"])
+    assert traffic["yaxis"] == "y2" and len(_floats(planned["x"])) == 25
+
+
+def test_schedule_figure_renders_to_png(run_dir, tmp_path):
+    pytest.importorskip("kaleido")
+    result = build_report(run_dir, out=tmp_path / "r.html", png_dir=tmp_path / "png")
+    png = tmp_path / "png" / "schedule.png"
+    assert png in result.pngs and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
