@@ -116,6 +116,19 @@ def _simulate(out, text):
     assert "speed-up JAX / Python" in text
 
 
+def _cluster(out, text):
+    r1 = out["part1"]
+    assert r1["points"] > 0 and r1["in_process_s"] > 0 and r1["dask_1_s"] > 0
+    assert r1["in_process_cpu_s"] > 0 and r1["dask_1_cpu_s"] > 0  # the workers counted too
+    assert out["part2"]["tasks_per_s"] > 0 and out["part2"]["segments"] >= 2 and out["part2"]["idle_cpu_s_per_s"] >= 0
+    assert len(out["part3"]) == 1 and all(r["trials_per_s"] > 0 for r in out["part3"])
+    r4 = out["part4"]
+    # the study's 10,000 points in 250 scenario groups of 40: one group a task (sweep.runner.cluster)
+    assert r4["study_points"] == 10_000 and r4["tasks"] == 250 and r4["points_per_task"] == 40
+    assert r4["per_point_s"] > 0 and r4["compile_s"] >= 0 and r4["projected_s"] > 0
+    assert "overhead" in text and "trials/s" in text and "64 workers" in text
+
+
 def _uncertainty(out, text):
     rows = out["rows"]
     assert set(rows) == {"plain", "S=64", "latency only", "derivatives", "sensitivity"}
@@ -123,8 +136,8 @@ def _uncertainty(out, text):
     assert rows["plain"]["cost_ratio"] == 1.0 and "cost / plain" in text
 
 
-CHECKS = {"kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher, "proxy_vs_sim": _proxy_vs_sim,
-          "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
+CHECKS = {"cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
+          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
 
 
 def test_checks_name_existing_scripts():
@@ -146,3 +159,19 @@ def test_benchmark_smoke(path, capsys):
     assert _listing() == before, f"{path.name} --smoke wrote into benchmarks/results/ or docs/"
     if path.stem in CHECKS:  # a new script gets the checks above until it has its own
         CHECKS[path.stem](out, text)
+
+
+@pytest.mark.parametrize("argv", [["--parts", "4"], ["--parts", "1,5"], ["--repeat", "0"], ["--task-fixed-ms", "x"]])
+def test_cluster_bad_arguments_are_one_line_and_exit_2(argv, capsys):
+    """Part 4 alone needs part 2's figures from an earlier run: never invented ones."""
+    with pytest.raises(SystemExit) as exc:
+        _load(BENCH / "cluster.py").main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+
+
+def test_the_worked_cluster_example_is_the_benchmarked_study():
+    """docs/cluster.md's worked simulated study is the grid benchmarks/cluster.py projects."""
+    study = _load(BENCH / "cluster.py").STUDY.strip()
+    assert study in (BENCH.parent / "docs" / "cluster.md").read_text()

@@ -25,11 +25,13 @@ def test_unreachable_storage_url_is_refused_fast(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_storage_password_is_not_shown():
-    spec = seed_spec(storage="postgresql://me:secret@127.0.0.1:1/x")
-    with pytest.raises(StorageError) as exc:
-        check_storage(spec.search, "/tmp")
-    assert "secret" not in str(exc.value)
+def test_a_password_in_the_grid_is_refused_and_not_shown():
+    """The grid text is copied into the manifest and every Parquet file: a password belongs
+    in the environment (PGPASSWORD, ~/.pgpass), never in the grid file."""
+    with pytest.raises(GridError) as exc:
+        seed_spec(storage="postgresql://me:secret@127.0.0.1:1/x")
+    assert exc.value.key == "search.storage" and "PGPASSWORD" in exc.value.rule
+    assert "secret" not in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_search_fleet_example_grid_loads(root):

@@ -105,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
                 ["sweep run grids/seed-gpt3.toml --out runs/seed",
                  "sweep run grids/fleet-nightly.toml --out runs/fleet --progress log --log-interval 30",
                  "sweep run grids/fleet-nightly.toml --out runs/fleet --shard 3/16   # then: sweep merge runs/fleet",
-                 "sweep run grids/example.toml --out runs/example --memory-limit 800 --top 20"], EXITS_RUN)
+                 "sweep run grids/example.toml --out runs/example --memory-limit 800 --top 20",
+                 "sweep run grids/fleet-nightly.toml --out /shared/runs/fleet --scheduler tcp://head:8786   # Dask"], EXITS_RUN)
     r.add_argument("grid", type=Path, help="grid file (TOML), see grids/example.toml")
     r.add_argument("--out", type=Path, required=True, help="output folder")
     r.add_argument("--chunk-size", type=int_at_least_one, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
@@ -128,6 +129,15 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    where = r.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="run the segments as tasks on a running dask.distributed scheduler, e.g. tcp://head:8786 "
+                            "(needs sweep[cluster] and OUT on a file system the workers share)")
+    where.add_argument("--workers", type=int_at_least_one, default=None, metavar="N",
+                       help="run the segments as tasks on a LocalCluster of N worker processes started for the run")
+    r.add_argument("--segment-points", type=int_at_least_one, default=None, metavar="N",
+                   help="points per resumable segment, one task on a cluster (rounded to whole chunks; "
+                        "default 8,388,608 in process, 1,048,576 on a cluster, one chunk for a simulated grid)")
     r.set_defaults(handler=_cmd_run)
     sh = command(sub, "show", "print the answers of a finished run: decisions per scenario group, search answers, "
                               "and the per-point table of a small selection",
@@ -189,7 +199,6 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_run(args: argparse.Namespace) -> int:
     from sweep.catalog import load_catalog
     from sweep.cli.summary import print_summary
-    from sweep.engine import DEFAULT_CHUNK
     from sweep.grid import load
     from sweep.runner import Shard, run_grid
     from sweep.runner.progress import ProgressReporter, enable_compile_cache
@@ -205,7 +214,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from sweep.grid.search_table import check_storage
 
         check_storage(grid.search, args.out)  # an unreachable database is refused before any work
-    chunk = args.chunk_size or DEFAULT_CHUNK
+    cluster = None
+    if args.scheduler is not None or args.workers is not None:
+        from sweep.runner.cluster import ClusterOptions
+
+        cluster = ClusterOptions(scheduler=args.scheduler, workers=args.workers)
+        cluster.check()  # Dask missing or an unreachable scheduler is refused before any work
     if args.memory_limit:
         from sweep.runner.memory import plan_memory
 
@@ -213,9 +227,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     enable_compile_cache(compile_cache_dir())
     mode = "none" if args.quiet else args.progress
     with ProgressReporter(grid.name, mode, args.log_interval) as progress:
-        result = run_grid(grid, args.out, chunk_size=chunk, shard=shard, force=args.force, wait=args.wait,
+        result = run_grid(grid, args.out, chunk_size=args.chunk_size, shard=shard, force=args.force, wait=args.wait,
                           memory_limit_mb=args.memory_limit,
-                          progress=None if mode == "none" else progress, note=progress.note)
+                          progress=None if mode == "none" else progress, note=progress.note,
+                          segment_points=args.segment_points, cluster=cluster)
     if not args.quiet:
         print_summary(grid, result, top=args.top)
         if grid.schedule is not None:

@@ -237,7 +237,34 @@ def _storage(v: Any, source: str) -> str:
         return v
     if not _URL_RE.match(v):
         raise GridError(source, "search.storage", _hide_password(v), 'must be "sqlite", "journal", "memory" or an RDB URL such as "postgresql://user@host/db"')
+    if _has_password(v):
+        raise GridError(source, "search.storage", _hide_password(v),
+                        "carries a password, which the grid file would copy into the manifest and every Parquet file; "
+                        "leave it out (postgresql://user@host/db) and give it in the environment: PGPASSWORD or ~/.pgpass")
     return v
+
+
+def _has_password(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        return urlsplit(url).password is not None
+    except ValueError:
+        return _hide_password(url) != url
+
+
+def resolve_url(url: str) -> str:
+    """The URL SQLAlchemy opens: a `postgresql://` (or `postgres://`) URL that names no
+    driver gets psycopg 3, the `sweep[cluster]` extra's driver (psycopg2 when only that is
+    installed); a URL naming its driver (`postgresql+psycopg2://`) is kept."""
+    m = _URL_RE.match(url)
+    if m is None or m.group(2) or m.group(1).lower() not in ("postgresql", "postgres"):
+        return url
+    import importlib.util
+
+    driver = "psycopg" if importlib.util.find_spec("psycopg") is not None else (
+        "psycopg2" if importlib.util.find_spec("psycopg2") is not None else "psycopg")
+    return f"postgresql+{driver}://" + url[m.end():]
 
 
 def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
@@ -320,7 +347,7 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 
-        url = make_url(search.storage)
+        url = make_url(resolve_url(search.storage))
     except (ArgumentError, ValueError) as exc:
         raise StorageError(search.source, "search.storage", shown, f"is not a valid database URL ({exc})") from None
     backend = url.get_backend_name()
@@ -347,7 +374,7 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
             pass
         engine.dispose()
     except ImportError as exc:
-        raise StorageError(search.source, "search.storage", shown, f"the database driver is not installed ({exc.name or exc}); install it, e.g. psycopg2-binary for postgresql") from None
+        raise StorageError(search.source, "search.storage", shown, f"the database driver is not installed ({exc.name or exc}); for PostgreSQL: pip install 'sweep[cluster]'") from None
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(search.source, "search.storage", shown, f"cannot connect ({first[:160]})") from None

@@ -149,8 +149,12 @@ class Staging:
 
     def seal(self, k: int, stats: Mapping[str, Any], files: Sequence[tuple[Path, int]]) -> None:
         """Seal segment `k`: its statistics and the record of every file it wrote."""
-        records = {str(p.relative_to(self.path)): file_record(p, rows) for p, rows in files}
-        marker = {"segment": k, "stats": dict(stats), "files": records}
+        self.seal_records(k, stats, {str(p.relative_to(self.path)): file_record(p, rows) for p, rows in files})
+
+    def seal_records(self, k: int, stats: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]]) -> None:
+        """Seal segment `k` with records already taken (path relative to the staging folder
+        -> rows, bytes, sha256), e.g. by the cluster worker that wrote the files."""
+        marker = {"segment": k, "stats": dict(stats), "files": dict(records)}
         marker["digest"] = _marker_digest(marker)
         write_json_atomic(self.marker(k), marker)
 

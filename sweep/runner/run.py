@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -46,6 +46,9 @@ from sweep.io.staging import DamagedError, Staging, file_record, recover
 from sweep.models.base import SERVICE_SOURCES
 from sweep.runner.memory import plan_memory
 
+if TYPE_CHECKING:
+    from sweep.runner.cluster import ClusterOptions
+
 #: Grids at most this large keep every row in memory for the terminal summary.
 SUMMARY_ROWS = 64
 #: Points per resumable segment (rounded to whole chunks).
@@ -58,7 +61,8 @@ SCHEDULE_FILE = "schedule.parquet"
 #: encoding is the run's largest cost with points = "all", and one thread is one core.
 POINT_ENCODERS = 2
 
-#: (points done, points total, points computed by this process: resumed segments excluded)
+#: (points done, points total, points computed by this process: resumed segments excluded;
+#: on a cluster, by its workers for this run)
 Progress = Callable[[int, int, int], None]
 Note = Callable[[str], None]  # one line a person should read
 
@@ -123,14 +127,15 @@ def run_grid(
     spec: GridSpec,
     out_dir: str | Path,
     *,
-    chunk_size: int = DEFAULT_CHUNK,
+    chunk_size: int | None = None,
     progress: Progress | None = None,
     shard: Shard | None = None,
     force: bool = False,
-    segment_points: int = SEGMENT_POINTS,
+    segment_points: int | None = None,
     wait: bool = False,
     note: Note | None = None,
     memory_limit_mb: int | None = None,
+    cluster: ClusterOptions | None = None,
 ) -> RunResult:
     """Evaluate `spec` (or one shard of it) and write points/, optimum, frontier, manifest.
 
@@ -140,18 +145,39 @@ def run_grid(
     run's staging folder. `memory_limit_mb` sets the chunk size, the points' row-group size
     and the simulator's budget (`sweep.runner.memory`), or refuses a limit below the least
     the grid needs.
+
+    `cluster` runs the segments as tasks on a `dask.distributed` cluster (a running
+    scheduler, or a LocalCluster of N worker processes; `sweep.runner.cluster`): the workers
+    write each segment's files, this process keeps the lock, seals, verifies and publishes.
+    `segment_points` (points per resumable segment, i.e. per task) defaults to
+    `SEGMENT_POINTS` in process and to `sweep.runner.cluster.segment_points` on a cluster.
     """
     t0 = time.perf_counter()
+    if cluster is not None:
+        cluster.check()  # refused before any work
+    limit_chunk = None
     if memory_limit_mb is not None:
         plan = plan_memory(spec, memory_limit_mb)
-        chunk_size = plan.chunk_size
+        limit_chunk = plan.chunk_size
         if plan.row_group_rows is not None:
             spec = replace(spec, output=replace(spec.output, row_group_rows=plan.row_group_rows))
         if plan.sim_budget_bytes is not None and spec.simulation is not None:
             spec = replace(spec, simulation=replace(spec.simulation, memory_budget_bytes=plan.sim_budget_bytes))
     target = output_folder(Path(out_dir), shard)
     shard = shard or Shard()
+    if chunk_size is None or limit_chunk is not None:  # not given, or set by the memory limit
+        chunk_size = limit_chunk or DEFAULT_CHUNK
+        if cluster is not None:  # a simulated grid is split finer, so that it makes tasks
+            from sweep.runner.cluster import cluster_chunk
+
+            chunk_size = min(chunk_size, cluster_chunk(spec))
     evaluator = Evaluator(spec, chunk_size)
+    if segment_points is None:
+        segment_points = SEGMENT_POINTS
+        if cluster is not None:
+            from sweep.runner.cluster import cluster_segment
+
+            segment_points = cluster_segment(spec, evaluator.chunk_size)
     seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
     if spec.schedule is not None and shard.count > 1:
         raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; run it without --shard")
@@ -168,7 +194,7 @@ def run_grid(
         if force:
             staging.discard()
         try:
-            return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet).execute()
+            return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, cluster).execute()
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -192,27 +218,36 @@ def _finished(target: Path, run_key: str) -> dict[str, Any] | None:
     return manifest if manifest.get("run_key") == run_key else None
 
 
-class _Run:
-    """The state of one run; `execute` does it."""
+class SegmentWriter:
+    """Evaluates points [begin, end) and writes a segment's files: its points parts, its
+    optimum rows, its frontier rows and (a grid with [schedule]) its row facts, under a root
+    folder laid out like the staging folder (`final/points/...`, `optimum/NNNNN.parquet`,
+    `frontier/NNNNN.parquet`, `schedule-facts/NNNNN.parquet`).
 
-    def __init__(self, spec: GridSpec, ev: Evaluator, staging: Staging, shard: Shard, seg: int,
-                 run_key: str, progress: Progress | None, t0: float, note: Note) -> None:
-        self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
-        self.seg, self.run_key, self.progress, self.t0, self.note = seg, run_key, progress, t0, note
-        self.meta = provenance(spec)
+    In process the root is the staging folder itself; on a cluster each task writes under
+    its own attempt folder and the client moves the files into place before sealing
+    (`sweep.runner.cluster`). Built once per process and reused across segments: the
+    compiled chunk function is shared through the engine's caches.
+    """
+
+    def __init__(self, spec: GridSpec, ev: Evaluator, meta: dict[str, Any]) -> None:
+        self.spec, self.ev, self.meta = spec, ev, meta
         out = spec.output
         every = spec.point_columns()
         point_cols = [c for c in every if not out.columns or c.name in out.columns]
         point_cols = [c for c in point_cols if c.name not in out.partition_by]
-        self.point_schema = arrow_schema(point_cols, self.meta)
-        self.opt_schema = arrow_schema(optimum_columns(spec.model, every), self.meta)
-        self.front_schema = arrow_schema(frontier_columns(every, spec.model), self.meta)
+        # The point, optimum and frontier files carry the provenance without the schedule's
+        # entry (as in process, where it is added after them; a worker gets it already set).
+        base = {k: v for k, v in meta.items() if k != "schedule"}
+        self.point_schema = arrow_schema(point_cols, base)
+        self.opt_schema = arrow_schema(optimum_columns(spec.model, every), base)
+        self.front_schema = arrow_schema(frontier_columns(every, spec.model), base)
         if spec.schedule is not None:
             sched = spec.schedule
-            self.meta["schedule"] = {"source": sched.source, "hours": sched.hours, "ramp": sched.ramp,
-                                     "warmup_hours": sched.warmup_hours}
+            meta["schedule"] = {"source": sched.source, "hours": sched.hours, "ramp": sched.ramp,
+                                "warmup_hours": sched.warmup_hours}
             self.facts_schema = arrow_schema(row_fact_columns(spec.model, every), {})
-            self.sched_schema = arrow_schema(schedule_columns(spec.model, every), self.meta)
+            self.sched_schema = arrow_schema(schedule_columns(spec.model, every), meta)
         self.dictionaries = {
             "model": [m.name for m in spec.models],
             "gpu": [g.name for g in spec.gpus],
@@ -221,124 +256,28 @@ class _Run:
             "reason": list(REASONS),
             "method": ["exact"],
         }
-        g0, g1 = shard.groups(spec.n_points // ev.group_size)
-        self.start, self.stop = g0 * ev.group_size, g1 * ev.group_size
         self.n_replicas = len(spec.axis("replicas"))
-        self.keep_rows = spec.n_points <= 64
+        self.keep_rows = spec.n_points <= SUMMARY_ROWS
         self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}
-        self.computed = 0  # points evaluated by this process (resumed segments are not)
 
-    def _report(self, done: int) -> None:
-        """Progress after every chunk (the reporter rate-limits what it prints), so a person
-        or a log hears from the run whatever the segment size."""
-        if self.progress is not None:
-            self.progress(done, self.stop - self.start, self.computed)
-
-    # ------------------------------------------------------------------ driver
-
-    def execute(self) -> RunResult:
-        stats: dict[str, Any] = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0, "actions": [0] * len(ACTIONS)}
-        kept: list[dict[str, np.ndarray]] = []
-        resumed = 0
-        bounds = list(range(self.start, self.stop, self.seg))
-        done_points = 0
-        for k, begin in enumerate(bounds):
-            end = min(begin + self.seg, self.stop)
-            seal, problem = self.staging.sealed(k)
-            if problem is not None:
-                self.note(f"segment {k + 1} of {len(bounds)} is damaged ({problem}); computing it again")
-            if seal is not None:
-                seg_stats = seal["stats"]
-                resumed += 1
-            else:
-                seg_stats, files = self._segment(k, begin, end, kept, done_points)
-                self.staging.seal(k, seg_stats, files)
-            for key in ("points_written", "optimum", "frontier", "feasible"):
-                stats[key] += seg_stats[key]
-            stats["actions"] = [a + b for a, b in zip(stats["actions"], seg_stats["actions"])]
-            done_points += end - begin
-            self._report(done_points)
-        w0 = time.perf_counter()
-        final = self.staging.final
-        n_seg = len(bounds)
-        self._verify(n_seg)
-        concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
-        concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
-        if self.spec.schedule is not None:
-            self._schedule(n_seg)
-        self.timings["write"] += time.perf_counter() - w0
-        search_meta = None
-        if self.spec.search is not None and self.shard.count == 1:
-            search_meta = self._search()
-        manifest = self._manifest(stats, n_seg, resumed)
-        if search_meta is not None:
-            manifest["search"] = search_meta
-        for name in sorted(p.name for p in final.glob("*.parquet")):
-            self.records[name] = file_record(final / name)
-        manifest["checksums"] = dict(sorted(self.records.items()))
-        self.staging.publish(manifest)
-        counts = dict(zip(ACTIONS, stats["actions"]))
-        rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None
-        return RunResult(self.staging.out_dir, manifest, rows, counts, stats["feasible"])
-
-    def _verify(self, n_seg: int) -> None:
-        """Every sealed segment still verifies before anything is published; a damaged one
-        loses its seal, so the rerun computes it again."""
-        self.records: dict[str, Any] = {}
-        for k in range(n_seg):
-            seal, problem = self.staging.sealed(k)
-            if seal is None:
-                self.staging.drop_segment(k, f"seg-{k:05d}-")
-                raise DamagedError(f"{self.staging.out_dir}: segment {k + 1} of {n_seg} was damaged while the run "
-                                   f"went on ({problem or 'its seal is gone'}); nothing was published; rerun to compute it again")
-            for rel, record in seal["files"].items():
-                if rel.startswith("final/"):
-                    self.records[rel.removeprefix("final/")] = record
-
-    def _schedule(self, n_seg: int) -> None:
-        """The replica schedule from every segment's staged row facts -> schedule.parquet."""
-        spec, sched = self.spec, self.spec.schedule
-        assert sched is not None
-        tables = [pq.read_table(self.staging.path / "schedule-facts" / f"{k:05d}.parquet") for k in range(n_seg)]
-        facts = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in self.facts_schema.names}
-        keys = [a.key for a in spec.axes if a.key not in ("replicas", *spec.model.row_axes)]
-        axis_names = [n for n in self.facts_schema.names[len(ROW_FACTS):] if n in self.sched_schema.names]
-        table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys], arrival_pos=keys.index("arrival_rps"),
-                               hourly_rps=sched.hourly_rps, rate_index=sched.rate_index, ramp=sched.ramp,
-                               warmup_hours=sched.warmup_hours, axis_names=axis_names)
-        writer = DatasetWriter(self.staging.final, self.sched_schema, single_file=SCHEDULE_FILE)
-        writer.write(record_batch(table, self.sched_schema, self.dictionaries))
-        writer.close()
-        self.n_schedule = len(table["hour"])
-
-    def _search(self) -> dict[str, Any]:
-        """Run the `[search]` studies; their answers go through the same writer and staging."""
-        from sweep.search import RESULT_FILE, run_search
-
-        result = run_search(self.spec, self.staging.out_dir)
-        schema = arrow_schema(result.columns, {**self.meta, "search": result.meta})
-        writer = DatasetWriter(self.staging.final, schema, single_file=RESULT_FILE)
-        if result.num_rows:
-            writer.write(record_batch(result.rows, schema, result.dictionaries))
-        writer.close()
-        return result.meta | {"file": RESULT_FILE, "rows": result.num_rows}
-
-    def _segment(self, k: int, begin: int, end: int, kept: list, done_before: int) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
-        """Evaluate and write points [begin, end): its points parts, optimum and frontier rows.
-        Returns the segment's statistics and every file it wrote with its row count."""
+    def write(self, k: int, begin: int, end: int, root: Path, kept: list, first: bool,
+              on_chunk: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
+        """Evaluate and write points [begin, end) as segment `k` under `root`; `first`: the
+        first chunk of the run (its time includes the compilation); `on_chunk(points)` after
+        each chunk is evaluated (progress). Returns the segment's statistics and every file
+        it wrote with its row count."""
         prefix = f"seg-{k:05d}-"
-        self.staging.drop_segment(k, prefix)
         out = self.spec.output
         point_writers: dict[str, DatasetWriter] = {}
-        opt_w = DatasetWriter(self.staging.path / "optimum", self.opt_schema, single_file=f"{k:05d}.parquet")
+        opt_w = DatasetWriter(root / "optimum", self.opt_schema, single_file=f"{k:05d}.parquet")
         # The frontier carries every point column; smaller row groups keep the concatenation
         # at the end of the run (one row group in memory at a time) light.
-        front_w = DatasetWriter(self.staging.path / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
+        front_w = DatasetWriter(root / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
                                 row_group_rows=min(out.row_group_rows, FRONTIER_ROW_GROUP))
         stats: dict[str, Any] = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
         facts_w = None
         if self.spec.schedule is not None:
-            facts_w = DatasetWriter(self.staging.path / "schedule-facts", self.facts_schema, single_file=f"{k:05d}.parquet")
+            facts_w = DatasetWriter(root / "schedule-facts", self.facts_schema, single_file=f"{k:05d}.parquet")
 
         timings_lock = threading.Lock()
 
@@ -349,7 +288,7 @@ class _Run:
         def handle_points(chunk: Chunk) -> None:
             """Points for one chunk, on the points writer thread (pyarrow releases the GIL)."""
             w0 = time.perf_counter()
-            self._write_points(chunk, point_writers, prefix)
+            self._write_points(chunk, point_writers, prefix, root)
             timed("write", w0)
 
         def handle_decisions(chunk: Chunk) -> None:
@@ -375,12 +314,12 @@ class _Run:
         with ThreadPoolExecutor(1, "sweep-points") as points_pool, ThreadPoolExecutor(1, "sweep-decisions") as dec_pool:
             pending: deque[list[Future[None]]] = deque()
             tick = time.perf_counter()
-            first = done_before == 0 and self.timings["first_chunk_incl_compile"] == 0.0
+            first = first and self.timings["first_chunk_incl_compile"] == 0.0
             for chunk in self.ev.iter_chunks(begin, end):
                 timed("first_chunk_incl_compile" if first else "evaluate", tick)
                 first = False
-                self.computed += len(chunk)
-                self._report(done_before + chunk.stop - begin)
+                if on_chunk is not None:
+                    on_chunk(len(chunk))
                 futures = [dec_pool.submit(handle_decisions, chunk)]
                 if write_points:
                     futures.append(points_pool.submit(handle_points, chunk))
@@ -407,12 +346,12 @@ class _Run:
             "actions": [int(x) for x in stats["actions"]],
         }, files
 
-    def _write_points(self, chunk: Chunk, writers: dict[str, DatasetWriter], prefix: str) -> None:
+    def _write_points(self, chunk: Chunk, writers: dict[str, DatasetWriter], prefix: str, root: Path) -> None:
         data = chunk.columns
         mask = data["feasible"] if self.spec.output.points == "feasible" else None
         parts = self.spec.output.partition_by
         if not parts:
-            self._writer(writers, "", prefix).write(self._batch(data, mask, slice(None)))
+            self._writer(writers, "", prefix, root).write(self._batch(data, mask, slice(None)))
             return
         # Model and gpu are the outermost axes: a chunk holds a few contiguous runs of them.
         key = np.zeros(len(data["point_id"]), dtype=np.int64)
@@ -421,19 +360,164 @@ class _Run:
         cuts = np.flatnonzero(np.diff(key)) + 1
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(key)]):
             folder = "/".join(f"{p}={self.dictionaries[p][data[p][lo]]}" for p in parts)
-            self._writer(writers, folder, prefix).write(self._batch(data, mask, slice(lo, hi)))
+            self._writer(writers, folder, prefix, root).write(self._batch(data, mask, slice(lo, hi)))
 
     def _batch(self, data: dict[str, np.ndarray], mask: np.ndarray | None, rows: slice) -> pa.RecordBatch:
         view = {k: v[rows] for k, v in data.items()}
         batch = record_batch(view, self.point_schema, self.dictionaries)
         return batch.filter(mask[rows]) if mask is not None else batch
 
-    def _writer(self, writers: dict[str, DatasetWriter], folder: str, prefix: str) -> DatasetWriter:
+    def _writer(self, writers: dict[str, DatasetWriter], folder: str, prefix: str, root: Path) -> DatasetWriter:
         if folder not in writers:
-            path = self.staging.final / "points" / folder if folder else self.staging.final / "points"
+            points = root / "final" / "points"
+            path = points / folder if folder else points
             writers[folder] = DatasetWriter(path, self.point_schema, row_group_rows=self.spec.output.row_group_rows, prefix=prefix,
                                             encoders=POINT_ENCODERS)
         return writers[folder]
+
+
+class _Run:
+    """The state of one run; `execute` does it."""
+
+    def __init__(self, spec: GridSpec, ev: Evaluator, staging: Staging, shard: Shard, seg: int,
+                 run_key: str, progress: Progress | None, t0: float, note: Note,
+                 cluster: ClusterOptions | None = None) -> None:
+        self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
+        self.seg, self.run_key, self.progress, self.t0, self.note = seg, run_key, progress, t0, note
+        self.cluster = cluster
+        self.meta = provenance(spec)
+        self.writer = SegmentWriter(spec, ev, self.meta)
+        self.opt_schema, self.front_schema = self.writer.opt_schema, self.writer.front_schema
+        g0, g1 = shard.groups(spec.n_points // ev.group_size)
+        self.start, self.stop = g0 * ev.group_size, g1 * ev.group_size
+        self.timings = self.writer.timings
+        self.compilations: int | None = None  # on a cluster: the most any worker process compiled
+        self.executor: dict[str, Any] | None = None  # on a cluster: where the segments ran
+        self.computed = 0  # points evaluated for this run here (resumed segments are not)
+
+    def report(self, done: int) -> None:
+        """Progress: after every chunk in process (the reporter rate-limits what it prints),
+        so a person or a log hears from the run whatever the segment size; after every task
+        on a cluster."""
+        if self.progress is not None:
+            self.progress(done, self.stop - self.start, self.computed)
+
+    # ------------------------------------------------------------------ driver
+
+    def execute(self) -> RunResult:
+        stats: dict[str, Any] = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0, "actions": [0] * len(ACTIONS)}
+        kept: list[dict[str, np.ndarray]] = []
+        bounds = list(range(self.start, self.stop, self.seg))
+        n_seg = len(bounds)
+
+        def add(seg_stats: dict[str, Any]) -> None:
+            for key in ("points_written", "optimum", "frontier", "feasible"):
+                stats[key] += seg_stats[key]
+            stats["actions"] = [a + b for a, b in zip(stats["actions"], seg_stats["actions"])]
+
+        if self.cluster is None:
+            resumed = self._segments_here(bounds, add, kept)
+        else:
+            from sweep.runner.cluster import run_segments
+
+            resumed = run_segments(self, bounds, add, kept)
+        w0 = time.perf_counter()
+        final = self.staging.final
+        self._verify(n_seg)
+        concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
+        concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
+        if self.spec.schedule is not None:
+            self._schedule(n_seg)
+        self.timings["write"] += time.perf_counter() - w0
+        search_meta = None
+        if self.spec.search is not None and self.shard.count == 1:
+            search_meta = self._search()
+        manifest = self._manifest(stats, n_seg, resumed)
+        if search_meta is not None:
+            manifest["search"] = search_meta
+        for name in sorted(p.name for p in final.glob("*.parquet")):
+            self.records[name] = file_record(final / name)
+        manifest["checksums"] = dict(sorted(self.records.items()))
+        self.staging.publish(manifest)
+        counts = dict(zip(ACTIONS, stats["actions"]))
+        rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None
+        return RunResult(self.staging.out_dir, manifest, rows, counts, stats["feasible"])
+
+    def _segments_here(self, bounds: list[int], add: Callable[[dict[str, Any]], None], kept: list) -> int:
+        """Every segment in this process, in order: a sealed one that verifies is skipped."""
+        resumed = 0
+        done_points = 0
+        for k, begin in enumerate(bounds):
+            end = min(begin + self.seg, self.stop)
+            seal = self.sealed(k, len(bounds))
+            if seal is not None:
+                seg_stats = seal["stats"]
+                resumed += 1
+            else:
+                self.staging.drop_segment(k, f"seg-{k:05d}-")
+                at = [done_points]
+
+                def chunk_done(n: int, at: list[int] = at) -> None:
+                    self.computed += n
+                    at[0] += n
+                    self.report(at[0])
+
+                seg_stats, files = self.writer.write(k, begin, end, self.staging.path, kept, first=done_points == 0,
+                                                     on_chunk=chunk_done)
+                self.staging.seal(k, seg_stats, files)
+            add(seg_stats)
+            done_points += end - begin
+            self.report(done_points)
+        return resumed
+
+    def sealed(self, k: int, n_seg: int) -> dict[str, Any] | None:
+        """Segment `k`'s seal when it verifies; a damaged one is reported (and recomputed)."""
+        seal, problem = self.staging.sealed(k)
+        if problem is not None:
+            self.note(f"segment {k + 1} of {n_seg} is damaged ({problem}); computing it again")
+        return seal
+
+    def _verify(self, n_seg: int) -> None:
+        """Every sealed segment still verifies before anything is published; a damaged one
+        loses its seal, so the rerun computes it again."""
+        self.records: dict[str, Any] = {}
+        for k in range(n_seg):
+            seal, problem = self.staging.sealed(k)
+            if seal is None:
+                self.staging.drop_segment(k, f"seg-{k:05d}-")
+                raise DamagedError(f"{self.staging.out_dir}: segment {k + 1} of {n_seg} was damaged while the run "
+                                   f"went on ({problem or 'its seal is gone'}); nothing was published; rerun to compute it again")
+            for rel, record in seal["files"].items():
+                if rel.startswith("final/"):
+                    self.records[rel.removeprefix("final/")] = record
+
+    def _schedule(self, n_seg: int) -> None:
+        """The replica schedule from every segment's staged row facts -> schedule.parquet."""
+        spec, sched, w = self.spec, self.spec.schedule, self.writer
+        assert sched is not None
+        tables = [pq.read_table(self.staging.path / "schedule-facts" / f"{k:05d}.parquet") for k in range(n_seg)]
+        facts = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in w.facts_schema.names}
+        keys = [a.key for a in spec.axes if a.key not in ("replicas", *spec.model.row_axes)]
+        axis_names = [n for n in w.facts_schema.names[len(ROW_FACTS):] if n in w.sched_schema.names]
+        table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys], arrival_pos=keys.index("arrival_rps"),
+                               hourly_rps=sched.hourly_rps, rate_index=sched.rate_index, ramp=sched.ramp,
+                               warmup_hours=sched.warmup_hours, axis_names=axis_names)
+        writer = DatasetWriter(self.staging.final, w.sched_schema, single_file=SCHEDULE_FILE)
+        writer.write(record_batch(table, w.sched_schema, w.dictionaries))
+        writer.close()
+        self.n_schedule = len(table["hour"])
+
+    def _search(self) -> dict[str, Any]:
+        """Run the `[search]` studies; their answers go through the same writer and staging."""
+        from sweep.search import RESULT_FILE, run_search
+
+        result = run_search(self.spec, self.staging.out_dir)
+        schema = arrow_schema(result.columns, {**self.meta, "search": result.meta})
+        writer = DatasetWriter(self.staging.final, schema, single_file=RESULT_FILE)
+        if result.num_rows:
+            writer.write(record_batch(result.rows, schema, result.dictionaries))
+        writer.close()
+        return result.meta | {"file": RESULT_FILE, "rows": result.num_rows}
 
     # ------------------------------------------------------------------ manifest
 
@@ -471,7 +555,9 @@ class _Run:
                       **({"schedule": SCHEDULE_FILE} if spec.schedule is not None else {})},
             "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes), "group_axis": "replicas"},
             "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
-                       "resumed_segments": resumed, "compilations": ev.compile_count()},
+                       "resumed_segments": resumed,
+                       "compilations": ev.compile_count() if self.compilations is None else self.compilations},
+            "executor": self.executor or {"kind": "process"},
             "timings_s": {**{k: round(v, 4) for k, v in self.timings.items()},
                           "total": round(total, 4), "points_per_s": round(n / max(total, 1e-9), 1)},
         }

@@ -59,7 +59,15 @@ import numpy as np
 from sweep._faults import fault
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import catalog_tables, evaluate_values, jit_columns
-from sweep.grid.search_table import EXACT_LIMIT, STORAGE_FILES, SearchSpec, _hide_password, check_storage
+from sweep.errors import StorageError
+from sweep.grid.search_table import (
+    EXACT_LIMIT,
+    STORAGE_FILES,
+    SearchSpec,
+    _hide_password,
+    check_storage,
+    resolve_url,
+)
 from sweep.grid.spec import Axis, GridSpec
 from sweep.models.base import SERVICE_SOURCES, Column, ServingModel
 
@@ -174,11 +182,8 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
         out_dir.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     evaluator = BatchEvaluator(plan, search.batch)
-    if search.storage == "journal":
-        with BudgetLock(search, out_dir, None):
-            _repair_journal(out_dir / STORAGE_FILES["journal"])
-    storage = _storage(search, out_dir)
-    budget, owner = BudgetLock(search, out_dir, storage), Owner()
+    storage = open_storage(search, out_dir)
+    owner = Owner(storage)
     rows: list[dict[str, Any]] = []
     old = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -187,6 +192,7 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
             t0 = time.perf_counter()
             stats = StudyStats(study_name(plan, scenario))
             study = _open_study(plan, stats.name, storage, worker)
+            budget = BudgetLock(search, out_dir, storage, scope=stats.name)
             _optimise(plan, study, scenario, evaluator, stats, budget, owner)
             answers = _answers(plan, study, scenario, evaluator, stats)
             exact = exact_solution(plan, scenario, stats) if search.enumerable else None
@@ -195,6 +201,7 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
             plan.stats.append(stats)
     finally:
         optuna.logging.set_verbosity(old)
+        owner.close()
         engine = getattr(storage, "engine", None)
         if engine is not None:  # close the connections (SQLite then folds its WAL back in)
             engine.dispose()
@@ -206,23 +213,87 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
 
 class Owner:
     """This process's identity on the trials it asks: host, pid, the pid's start time (a
-    reused pid is another process) and a session id (an earlier call in this process)."""
+    reused pid is another process) and a session id (an earlier call in this process).
 
-    def __init__(self) -> None:
-        self.attr = {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid()),
-                     "session": uuid.uuid4().hex}
+    On PostgreSQL the owner also holds a session-level advisory lock named by its session id
+    on a connection of its own, for as long as it runs: the server drops it when that
+    connection ends, however the process ends (SIGKILL, a lost machine: TCP keepalives
+    find a silent peer within about a minute). A trial whose owner's lock can be taken is an
+    orphan on any host; elsewhere only the processes of this host can be checked."""
+
+    def __init__(self, storage: Any = None) -> None:
+        self.attr: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid()),
+                                     "session": uuid.uuid4().hex}
+        self._conn: Any = None
+        self._engine: Any = None
+        engine = getattr(storage, "engine", None)
+        if engine is not None and engine.dialect.name == "postgresql":
+            import sqlalchemy
+
+            self._engine = sqlalchemy.create_engine(engine.url, poolclass=sqlalchemy.pool.NullPool, connect_args=PG_CONNECT)
+            self._conn = self._engine.connect()
+            self._conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": pg_key("sweep-owner/" + self.attr["session"])})
+            self._conn.commit()  # a session-level lock outlives the transaction that took it
+            self.attr["liveness"] = "postgresql"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+                self._engine.dispose()
+
+    def check(self) -> None:
+        """Refuse to go on once this owner's liveness connection is gone: other workers may
+        already be finishing its trials."""
+        if self._conn is None:
+            return
+        from sqlalchemy import text
+
+        try:
+            self._conn.execute(text("SELECT 1"))
+            self._conn.commit()
+        except Exception:
+            raise StorageError("search", "search.storage", "postgresql", "this worker lost its connection to the database, "
+                               "so other workers may take its trials over; rerun it to continue the study") from None
 
     def orphaned(self, attr: Any) -> bool:
         """A RUNNING trial whose owner is gone: an older sweep's (no owner), an earlier call
-        in this process, or a process of this host that no longer runs. Trials of live
-        processes and of other hosts are never taken over."""
+        in this process, a PostgreSQL owner whose liveness lock is free, or a process of this
+        host that no longer runs. Trials of live processes are never taken over."""
         if not isinstance(attr, dict):
             return True
+        if attr.get("session") == self.attr["session"]:
+            return False
+        if attr.get("liveness") == "postgresql" and self._conn is not None:
+            return self._lock_free(str(attr.get("session")))
         if attr.get("host") != self.attr["host"]:
             return False
         if attr.get("pid") == self.attr["pid"] and attr.get("start") == self.attr["start"]:
-            return attr.get("session") != self.attr["session"]
+            return True  # an earlier call in this process (another session)
         return _start_ticks(int(attr.get("pid", -1))) != attr.get("start")
+
+    def _lock_free(self, session: str) -> bool:
+        from sqlalchemy import text
+
+        key = {"k": pg_key("sweep-owner/" + session)}
+        free = bool(self._conn.execute(text("SELECT pg_try_advisory_lock(:k)"), key).scalar())
+        if free:
+            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), key)
+        self._conn.commit()
+        return free
+
+
+#: libpq options of every PostgreSQL connection: give up connecting after 10 s, and
+#: keepalives so that a silent peer (a machine gone) is found within about a minute.
+PG_CONNECT: dict[str, Any] = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 20,
+                              "keepalives_interval": 10, "keepalives_count": 3}
+
+
+def pg_key(name: str) -> int:
+    """A PostgreSQL advisory-lock key (signed 64-bit) for `name`."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little", signed=True)
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -236,10 +307,13 @@ def _start_ticks(pid: int) -> int | None:
 
 class BudgetLock:
     """Held while a process counts a study's trials and asks its next round, so workers
-    sharing a study never ask more than the budget: a file lock beside a SQLite or journal
-    storage, a PostgreSQL advisory lock for a PostgreSQL URL, nothing in memory."""
+    sharing a study never ask more than the budget (and never two trials at once, which on
+    a database could give two trials one number): a file lock beside a SQLite or journal
+    storage, a transaction-level PostgreSQL advisory lock named by the study (released
+    by the server when the transaction or the connection ends, whoever dies), nothing in
+    memory. `scope`: the study (any name that every worker of the study spells the same)."""
 
-    def __init__(self, search: SearchSpec, out_dir: Path, storage: Any) -> None:
+    def __init__(self, search: SearchSpec, out_dir: Path, storage: Any, scope: str = "") -> None:
         self.kind = "none"
         self.path = Path(out_dir) / BUDGET_LOCK_FILE
         self._file: Any = None
@@ -249,7 +323,7 @@ class BudgetLock:
             self.kind = "file"
         elif search.storage != "memory" and self._engine is not None and self._engine.dialect.name == "postgresql":
             self.kind = "postgresql"
-        self.key = int.from_bytes(hashlib.sha256(f"sweep/{search.source}".encode()).digest()[:7], "little")
+        self.key = pg_key(f"sweep-budget/{scope}")
 
     def __enter__(self) -> BudgetLock:
         if self.kind == "file":
@@ -262,7 +336,11 @@ class BudgetLock:
 
             assert self._engine is not None
             self._conn = self._engine.connect()
-            self._conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self.key})
+            try:
+                self._conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": self.key})
+            except BaseException:
+                self._drop()
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -273,13 +351,32 @@ class BudgetLock:
             self._file.close()
             self._file = None
         if self._conn is not None:
-            from sqlalchemy import text
+            self._drop()
 
-            try:
-                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
-            finally:
-                self._conn.close()
-                self._conn = None
+    def _drop(self) -> None:
+        """End the transaction (releasing the lock); a connection that cannot is discarded,
+        which releases it too."""
+        try:
+            self._conn.rollback()
+            self._conn.close()
+        except Exception:
+            self._conn.invalidate()
+        finally:
+            self._conn = None
+
+
+def open_storage(search: SearchSpec, out_dir: Path) -> Any:
+    """The study storage. A SQLite or journal file is opened by one process of the folder at
+    a time (under its budget lock): opening a new SQLite file creates Optuna's tables and
+    stamps their version, which workers starting together would race on ("table ... already
+    exists", a duplicate version row), and a journal is first cut back to its last whole
+    line. PostgreSQL serializes its own table creation (`_postgres_storage`)."""
+    if search.storage not in STORAGE_FILES:
+        return _storage(search, out_dir)
+    with BudgetLock(search, out_dir, None):
+        if search.storage == "journal":
+            _repair_journal(out_dir / STORAGE_FILES["journal"])
+        return _storage(search, out_dir)
 
 
 def _repair_journal(path: Path) -> None:
@@ -481,7 +578,28 @@ def _storage(search: SearchSpec, out_dir: Path) -> Any:
 
     if url.startswith("sqlite"):
         return _fast_sqlite(RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}))
+    url = resolve_url(url)
+    if url.startswith("postgresql"):
+        return _postgres_storage(url)
     return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
+def _postgres_storage(url: str) -> Any:
+    """`RDBStorage` on PostgreSQL. Optuna creates its tables (and stamps their version)
+    when the storage opens, which is not safe when several workers open a new database at
+    once (they collide in PostgreSQL's catalog), so the opening is serialized by an
+    advisory lock."""
+    import sqlalchemy
+    from optuna.storages import RDBStorage
+
+    kwargs = {"pool_pre_ping": True, "connect_args": PG_CONNECT}
+    gate = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool, connect_args=PG_CONNECT)
+    try:
+        with gate.connect() as conn:  # the lock ends with this transaction
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"), {"k": pg_key("sweep-schema")})
+            return RDBStorage(url, engine_kwargs=kwargs)
+    finally:
+        gate.dispose()
 
 
 def _fast_sqlite(storage: Any) -> Any:
@@ -518,10 +636,14 @@ def _open_study(plan: _Plan, name: str, storage: Any, worker: int) -> Any:
                 raise
             time.sleep(random.uniform(0.05, 0.3) * (attempt + 1))
     if "sweep_search" not in study.user_attrs:
-        study.set_user_attr("sweep_search", {
-            "grid": plan.spec.name, "grid_file": plan.spec.source,
-            "objectives": list(search.objectives), "searched": list(search.keys),
-        })
+        try:
+            study.set_user_attr("sweep_search", {
+                "grid": plan.spec.name, "grid_file": plan.spec.source,
+                "objectives": list(search.objectives), "searched": list(search.keys),
+            })
+        except Exception as exc:  # another worker set it at the same moment: the same value
+            if not _is_race(exc):
+                raise
     return study
 
 
@@ -593,6 +715,7 @@ def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvalua
     search = plan.search
     dists = _distributions(search)
     while True:
+        owner.check()
         with budget:
             trials = study.get_trials(deepcopy=False)
             orphans = [t for t in trials if t.state == TrialState.RUNNING and owner.orphaned(t.user_attrs.get(OWNER_ATTR))]
