@@ -418,15 +418,11 @@ def main(argv: list[str] | None = None) -> dict:
         args.parts = {1, 2, 3, 4}
     if 4 in args.parts and not args.parts & {1, 2} and (args.tasks_per_s is None or args.task_fixed_ms is None):
         ap.error("--parts 4 without part 1 or 2 needs --tasks-per-s and --task-fixed-ms (part 2's figures)")
-    import jax
-
-    from sweep.runner.progress import enable_compile_cache
+    from sweep.runner.progress import compile_cache
 
     results: dict = {}
-    cache_before = jax.config.jax_compilation_cache_dir
-    with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        enable_compile_cache(str(d / "jax-cache"))  # the workers load what the client compiled
+    with tempfile.TemporaryDirectory() as tmp, compile_cache(str(Path(tmp) / "jax-cache")):
+        d = Path(tmp)  # the workers load from the cache what the client compiled
         workers = [1] if args.smoke else [1, 2]
         if args.parts & {1, 2}:
             run12(args, workers, d, results)
@@ -435,7 +431,6 @@ def main(argv: list[str] | None = None) -> dict:
         if 4 in args.parts:
             r2 = results.get("part2") or {"tasks_per_s": args.tasks_per_s, "segment_task_fixed_s": args.task_fixed_ms / 1e3}
             run4(args, d, results, r2)
-        jax.config.update("jax_compilation_cache_dir", cache_before)
     if not args.smoke:
         out = HERE / "results"
         out.mkdir(exist_ok=True)

@@ -67,18 +67,12 @@ def cluster(tmp_path_factory):
     the in-process reference runs compile, the workers load."""
     import logging
 
-    import jax
+    from sweep.runner.progress import compile_cache
 
-    from sweep.runner.progress import enable_compile_cache
-
-    before = jax.config.jax_compilation_cache_dir
-    enable_compile_cache(str(tmp_path_factory.mktemp("jax-cache")))
-    try:
+    with compile_cache(str(tmp_path_factory.mktemp("jax-cache"))):
         with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                       silence_logs=logging.CRITICAL) as lc:
             yield ClusterOptions(scheduler=lc.scheduler_address)
-    finally:
-        jax.config.update("jax_compilation_cache_dir", before)
 
 
 def _load(tmp_path: Path, text: str, name: str = "g.toml"):

@@ -13,10 +13,12 @@ the ETA (`resumed` in the log line says how many points were found done).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 
@@ -141,12 +143,40 @@ class ProgressReporter:
         print(json.dumps(obj), file=self.stream, flush=True)
 
 
+_CACHE_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                   "jax_persistent_cache_min_entry_size_bytes")
+
+
 def enable_compile_cache(path: str | None) -> None:
-    """Persist JAX compilations across runs in `path` (None: leave JAX's default, off)."""
+    """Persist JAX compilations across runs in `path` (None: leave JAX's default, off).
+
+    JAX opens its cache once, at the first compilation after the folder is set, and keeps
+    writing there; moving to another folder therefore drops the open cache first."""
     if not path:
         return
     import jax
+    from jax._src import compilation_cache
 
+    if getattr(jax.config, "jax_compilation_cache_dir", None) != str(path):
+        compilation_cache.reset_cache()
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@contextlib.contextmanager
+def compile_cache(path: str) -> Iterator[None]:
+    """`enable_compile_cache(path)` for the block only: afterwards JAX's settings are as they
+    were and the cache is closed, so nothing compiled later is written into `path` (which
+    the caller may delete: a temporary folder in a test or a benchmark)."""
+    import jax
+    from jax._src import compilation_cache
+
+    before = {name: getattr(jax.config, name) for name in _CACHE_SETTINGS}
+    enable_compile_cache(path)
+    try:
+        yield
+    finally:
+        compilation_cache.reset_cache()
+        for name, value in before.items():
+            jax.config.update(name, value)
