@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 from scipy.stats import norm
 
-from sweep.api import evaluate, grid_from_dict
+from sweep.api import decide, evaluate, grid_from_dict
 from sweep.cli import main
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
 from sweep.engine.plan import draws
@@ -142,6 +142,55 @@ def test_risk_makes_decisions_require_a_small_breach_probability():
     risky = cols(doc)
     np.testing.assert_array_equal(risky["slo_ok"], free["slo_ok"] & (free["p_slo_breach"] <= 0.05))
     assert (free["slo_ok"] & (free["p_slo_breach"] > 0.05)).any()  # the constraint bites somewhere
+
+
+def _optimum(doc: dict) -> dict[str, np.ndarray]:
+    """optimum.parquet's columns of the grid, NULL read back as the engine's +inf."""
+    t, _ = decide(grid_from_dict(doc))
+    return {n: pc.fill_null(pc.cast(t.column(n), pa.float64()), math.inf).to_numpy() if n.startswith("replicas_min")
+            else t.column(n).to_numpy(zero_copy_only=False) for n in t.column_names}
+
+
+def _nearest_rank(values: np.ndarray, q: int) -> float:
+    v = np.sort(values)
+    return float(v[round(q / 100 * (len(v) - 1))])
+
+
+@pytest.mark.parametrize("replicas", [list(range(1, 9)), [1, 2, 3]])
+def test_replicas_min_bands_are_the_replicas_each_scenario_needs(replicas):
+    """Reference: the plain engine (no [uncertainty]) on a grid whose arrival_rps axis is
+    the S rates the scenarios drew (the same draws, `plan.draws`, scaled as documented:
+    g (1 + 0.3 z)). Its replicas_min at each drawn rate is what that scenario needs; the
+    bands are their nearest-rank percentiles. With replicas only up to 3 some scenarios need
+    more than the axis offers: +inf (NULL in the file) for them, and for a band past them."""
+    s, g = 64, 1000.0
+    doc = grid(with_grid(MONOTONE, arrival_rps=g, batch_size=[1, 2, 4], replicas=replicas),
+               uncertainty={"samples": s, "seed": 3, "arrival_rps": {"dist": "normal", "sd": 0.3}})
+    opt = _optimum(doc)
+    z, _ = draws(grid_from_dict(doc).uncertainty)
+    rates = g * (1.0 + 0.3 * z[:, 0])
+    assert (rates > 0).all()
+    plain = _optimum(with_grid(MONOTONE, arrival_rps=sorted(set(rates.tolist())), batch_size=[1, 2, 4], replicas=replicas))
+    need_at = dict(zip(plain["arrival_rps"], plain["replicas_min"]))
+    need = np.array([need_at[r] for r in rates])
+    assert len(set(need.tolist())) >= 3  # the scenarios really need different fleets
+    for q in (5, 50, 95):
+        np.testing.assert_array_equal(opt[f"replicas_min_p{q}"], _nearest_rank(need, q))
+    assert (np.isinf(need).any() and np.isinf(opt["replicas_min_p95"]).all()) == (replicas == [1, 2, 3])
+
+
+def test_replicas_min_bands_shrink_to_replicas_min_as_sd_goes_to_zero():
+    base = with_grid(MONOTONE, arrival_rps=[200.0, 400.0, 1500.0], batch_size=[1, 2], replicas=[1, 2, 3, 4])
+    opt = _optimum(grid(base, uncertainty={"samples": 32, "arrival_rps": {"dist": "normal", "sd": 0.0}}))
+    assert np.isfinite(opt["replicas_min"]).any() and np.isinf(opt["replicas_min"]).any()  # 1500 req/s needs more than 4
+    for q in (5, 50, 95):
+        np.testing.assert_array_equal(opt[f"replicas_min_p{q}"], opt["replicas_min"])
+    cb = with_grid(CONTINUOUS, arrival_rps=[4.0, 40.0, 400.0], replicas=[1, 2, 4, 8])
+    opt = _optimum(grid(cb, uncertainty={"samples": 16, "arrival_rps": {"dist": "lognormal", "sd": 0.0}}))
+    assert len(set(opt["replicas_min"].tolist())) >= 2  # continuous serving too, more than one answer
+    for q in (5, 50, 95):
+        np.testing.assert_array_equal(opt[f"replicas_min_p{q}"], opt["replicas_min"])
+    assert not {"replicas_min_p5", "replicas_min_p50", "replicas_min_p95"} & set(_optimum(base))  # only with [uncertainty]
 
 
 def test_profile_covariance_is_sampled(tmp_path):

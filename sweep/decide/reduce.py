@@ -27,6 +27,12 @@ from sweep.models.base import Decisions
 
 INF = jnp.inf
 
+#: The private (points, S) mask of `[uncertainty]` (`sweep.engine.plan`): in which of the S
+#: scenarios a point would count for replicas_min. `reduce_chunk` turns it into the bands.
+RULES_BY_SAMPLE = "_rules_ok_by_sample"
+#: The bands of replicas_min: nearest-rank percentiles over the scenarios.
+REPLICAS_BANDS: tuple[int, ...] = (5, 50, 95)
+
 #: `reason` codes for rows: the first constraint that left no candidate.
 REASONS: tuple[str, ...] = ("ok", "out_of_memory", "unstable", "proxy_invalid", "slo_violated")
 
@@ -92,6 +98,19 @@ def reduce_group(replicas: Array, row_ok: Array) -> tuple[Array, Array]:
     return rmin, row_ok & (replicas == rmin)
 
 
+def replicas_bands(replicas: Array, ok: Array) -> dict[str, Array]:
+    """The bands of replicas_min over one group's scenarios: `replicas` (n_replicas,), `ok`
+    (n_replicas, K, S) the per-scenario rule of each point. In scenario s the group needs
+    the fewest replicas for which some point of that row meets the rule (+inf when none);
+    the bands are the nearest-rank 5th/50th/95th percentiles of those S counts (the same
+    rank rule as the latency bands, so an unmet share above 5 % gives +inf, never a blend)."""
+    row_ok = jnp.any(ok, axis=1)  # (n_replicas, S)
+    need = jnp.min(jnp.where(row_ok, replicas[:, None], INF), axis=0)  # (S,)
+    need = jnp.sort(need)
+    s = need.shape[0]
+    return {f"replicas_min_p{q}": need[round(q / 100.0 * (s - 1))] for q in REPLICAS_BANDS}
+
+
 def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap: int, n_replicas: int) -> dict[str, Array]:
     """SPEC 6 for every row and group of a chunk of whole groups (flat point columns).
 
@@ -134,6 +153,11 @@ def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap
     rows = dict(red)
     rows["replicas_min"] = jnp.repeat(rmin, n_replicas)
     rows["is_replicas_min"] = is_rmin.reshape(-1)
+    if RULES_BY_SAMPLE in out:  # [uncertainty]: the replicas each scenario needs
+        by_sample = out[RULES_BY_SAMPLE]
+        ok = by_sample.reshape(-1, n_replicas, row_size, by_sample.shape[-1])
+        bands = jax.vmap(replicas_bands)(replicas, ok)
+        rows.update({k: jnp.repeat(v, n_replicas) for k, v in bands.items()})
     return {
         "_rows": rows,
         "on_frontier": frontier.reshape(-1),

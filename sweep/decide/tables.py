@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from sweep.models.base import NO_ANSWER, Column, Decisions, ServingModel
+from sweep.decide.reduce import REPLICAS_BANDS
+from sweep.models.base import NO_ANSWER, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
 
 #: The answers of optimum.parquet: (prefix, what it is, for the dynamic batcher). Each gets
 #: the model's answer fields; `answer_texts` words them for any model.
@@ -100,9 +101,21 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
         Column("replicas_min", "int64", "replicas", f"Per scenario group: the fewest replicas of the grid's replicas axis for which some {d.cap} has {slo} and {d.utilisation} <= rho_max; NULL when none does. On every row of the group.", null_when=NO_ANSWER),
         Column("is_replicas_min", "bool", "-", "This row is at replicas_min."),
         Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); NULL when there is none.", null_when=NO_ANSWER),
+        *(replicas_band_columns(d, slo) if "p_slo_breach" in present else ()),
         *answer_columns(model, point_columns),
         Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
     )
+
+
+def replicas_band_columns(d: Decisions, slo: str) -> tuple[Column, ...]:
+    """With `[uncertainty]`: the bands of replicas_min over the S scenarios."""
+    return tuple(
+        Column(f"replicas_min_p{q}", "int64", "replicas",
+               f"{q}th percentile over the [uncertainty] scenarios of the replicas each one needs: in each scenario, the "
+               f"fewest replicas of the grid's replicas axis for which some {d.cap} has {slo} and {d.utilisation} <= "
+               f"rho_max in that scenario (nearest rank); on every row of the group. NULL when more than {100 - q}% of "
+               "the scenarios need more replicas than the axis offers.", WHEN_UNCERTAINTY, null_when=NO_ANSWER)
+        for q in REPLICAS_BANDS)
 
 
 def frontier_extra(d: Decisions | None = None, checks: tuple[tuple[str, str], ...] = _DEFAULT_CHECKS) -> tuple[Column, ...]:
@@ -157,6 +170,9 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
     has_min = np.repeat(group_has, n_replicas)
     cost = cols["cost_usd_per_hour"][starts]
     out["replicas_min_cost_usd_per_hour"] = np.where(has_min, cost[at_min_row], np.inf)
+    for q in REPLICAS_BANDS:
+        if f"replicas_min_p{q}" in rows:
+            out[f"replicas_min_p{q}"] = rows[f"replicas_min_p{q}"]
     picks = {prefix: rows[key] for prefix, key in _ANSWER_INDEX.items()}
     picks["replicas_min"] = np.where(has_min, rows["replicas_ok_idx"][at_min_row], -1)
     pick_start = {prefix: starts for prefix in _ANSWER_INDEX}

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sweep.decide.reduce import reduce_chunk
+from sweep.decide.reduce import RULES_BY_SAMPLE, reduce_chunk
 from sweep.decide.verdict import verdict
 from sweep.grid.spec import GridSpec
 from sweep.models.base import (
@@ -191,6 +191,7 @@ def _evaluate_chunk(
     out["point_id"] = idx
     if reduce is not None:
         out.update(reduce_chunk(out, model.decisions, **dict(reduce)))
+    out.pop(RULES_BY_SAMPLE, None)  # reduced to the bands on the device: never copied to the host
     return out
 
 

@@ -3,7 +3,10 @@
 Both run the model's own per-point function, so every serving model gets them for free:
 
 * `[uncertainty]`: each point is evaluated over S samples of its uncertain inputs (vmapped
-  inside the point's vmap). The samples are *common random numbers*: the same S standard
+  inside the point's vmap). Besides its own columns, a point hands the chunk's reduction
+  a private (S,) mask: in which scenarios it would count for `replicas_min`, from which
+  `sweep.decide.reduce` takes the bands of `replicas_min` (the fewest replicas each
+  scenario needs). The samples are *common random numbers*: the same S standard
   draws (from `seed`) for every point, each scaled by the point's own grid value, so two
   configurations are compared on the same S scenarios and a chunk's answer does not depend
   on how the grid is chunked. The engine divides its chunk by S, so a call holds at most
@@ -23,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sweep.decide.reduce import RULES_BY_SAMPLE
 from sweep.grid.uncertainty import UncertaintyOptions
 from sweep.models.base import ServingModel, band_stem
 
@@ -89,12 +93,23 @@ def _meets(o: Mapping[str, Array], x: Mapping[str, Array], model: ServingModel) 
     return ok
 
 
+def _meets_rules(o: Mapping[str, Array], x: Mapping[str, Array], model: ServingModel, meets: Array) -> Array:
+    """Per sample: the point would count for `replicas_min` in that scenario (feasible,
+    every SLO met, and the utilisation within rho_max: `sweep.decide.reduce`'s rule)."""
+    ok = meets & o["mem_ok"] & (o["_rho_rules"] <= x["rho_max"])
+    for lat, _ in model.slo_checks:
+        ok = ok & jnp.isfinite(o[lat])
+    return ok
+
+
 def uncertainty_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any],
                         unc: UncertaintyOptions, z: Array, zc: Array) -> dict[str, Array]:
     """`p_slo_breach` and the latency bands of ONE point."""
     xs = sample_inputs(x, unc, model, z, zc)
     o = jax.vmap(lambda q: model.point(q, **kw))(xs)
-    out = {"p_slo_breach": 1.0 - jnp.mean(_meets(o, x, model).astype(jnp.float64))}
+    meets = _meets(o, x, model)
+    out = {"p_slo_breach": 1.0 - jnp.mean(meets.astype(jnp.float64)),
+           RULES_BY_SAMPLE: _meets_rules(o, x, model, meets)}
     # nearest rank: the sample at index round(q (S - 1)) of the sorted S. Latencies are >= 0
     # (NaN read as +inf), whose float64 bit patterns sort like the int64s they spell: XLA
     # sorts int64 about 4x faster than floats on CPU (measured: benchmarks/uncertainty.py)
