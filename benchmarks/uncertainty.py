@@ -14,6 +14,9 @@ Four jitted, vmapped programs over the same random dynamic-batching points (the 
 * sensitivity: the whole `[sensitivity]` (the derivatives and headroom_rps, a 48-step
   bisection), for reference.
 
+A second table repeats them for continuous serving (`continuous_programs`: the analytic
+model of docs/continuous.md on `benchmarks/cb_points.py`'s random engines).
+
     python benchmarks/uncertainty.py [--points 65536] [--repeats 3] [--smoke]
 
 Machines here are shared and noisy: the best of several repeats is reported; nothing in the
@@ -35,6 +38,7 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+from cb_points import CONTINUOUS, CONTINUOUS_COLUMNS, continuous
 from kernel import COLUMNS, MODEL, make_inputs
 
 from sweep.engine.evaluate import evaluate_values
@@ -56,34 +60,47 @@ def _split(x: dict[str, np.ndarray]) -> tuple[dict[str, jax.Array], dict[str, ja
     return v, {k: jnp.asarray(x[k]) for k in CATALOG_FIELDS}
 
 
-def programs() -> dict[str, object]:
-    plain = functools.partial(evaluate_values, model=MODEL, static=STATIC, columns=COLUMNS)
+def programs(model=MODEL, kw=KW, columns=COLUMNS, unc=UNC, latency="latency_ms",
+             only: tuple[str, ...] | None = None) -> dict[str, object]:
+    plain = functools.partial(evaluate_values, model=model, static=tuple(sorted(kw.items())), columns=columns)
 
     def with_plan(v, t, plan):
         return plain(v, t, plan=plan)
 
-    def derivatives(v, t):
+    def inputs(v, t):
         x = dict(v)
         x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
-        return jax.vmap(lambda p: derivative_columns(p, MODEL, KW, False))(x)
+        return x
+
+    def derivatives(v, t):
+        return jax.vmap(lambda p: derivative_columns(p, model, kw, False))(inputs(v, t))
 
     def latency_only(v, t):
-        x = dict(v)
-        x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
-        return jax.vmap(lambda p: MODEL.point(p, **KW)["latency_ms"])(x)
+        return jax.vmap(lambda p: model.point(p, **kw)[latency])(inputs(v, t))
 
     def sensitivity(v, t):
-        x = dict(v)
-        x.update({k: t[k][v[a]] for k, a in CATALOG_FIELDS.items()})
-        return plan_values(x, model=MODEL, kw=KW, uncertainty=None, sensitivity=True, roofline=False)
+        return plan_values(inputs(v, t), model=model, kw=kw, uncertainty=None, sensitivity=True, roofline=False)
 
-    return {
+    progs = {
         "plain": jax.jit(plain),
-        "S=64": jax.jit(functools.partial(with_plan, plan=(UNC, False, False))),
+        "S=64": jax.jit(functools.partial(with_plan, plan=(unc, False, False))),
         "latency only": jax.jit(latency_only),
         "derivatives": jax.jit(derivatives),
         "sensitivity": jax.jit(sensitivity),
     }
+    return {k: f for k, f in progs.items() if only is None or k in only}
+
+
+def continuous_programs(smoke: bool) -> dict[str, object]:
+    """The same programs for continuous serving (`benchmarks/cb_points.py`'s random engines,
+    given step times, paged KV), S = 64 with `arrival_rps` normal (sd 20 %) and
+    `t_token_ms` lognormal (sd 10 %). The smoke run leaves out the derivatives: their
+    forward-mode program through the step-time fixed point takes about a minute to compile."""
+    kw = dict(paged=True, service_source="given", block_tokens=16.0, reserve_fraction=0.1)
+    unc = UncertaintyOptions(samples=64, seed=0, dists=(Dist("arrival_rps", "normal", 1.0, 0.2),
+                                                        Dist("t_token_ms", "lognormal", 1.0, 0.1)))
+    only = ("plain", "S=64", "latency only") if smoke else None
+    return programs(CONTINUOUS, kw, CONTINUOUS_COLUMNS, unc, "ttft_p_ms", only)
 
 
 def _time(fn, v, t, repeats: int) -> tuple[float, float]:
@@ -98,6 +115,23 @@ def _time(fn, v, t, repeats: int) -> tuple[float, float]:
     return best, compile_s
 
 
+def _table(title: str, progs: dict[str, object], v, t, repeats: int) -> dict[str, dict[str, float]]:
+    print(f"{title}\n{'program':<12} {'points/s':>12} {'cost / plain':>13} {'goal':>7} {'compile s':>10}")
+    rows: dict[str, dict[str, float]] = {}
+    goals = {"S=64": 64.0, "derivatives": 3.0}
+    for name, fn in progs.items():
+        best, compile_s = _time(fn, v, t, repeats)
+        rows[name] = {"seconds": best, "points_per_s": len(v["arrival_rps"]) / best, "compile_s": compile_s}
+    for name, r in rows.items():
+        r["cost_ratio"] = r["seconds"] / rows["plain"]["seconds"]
+        goal = f"<= {goals[name]:g}" if name in goals else ""
+        print(f"{name:<12} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f}")
+    if "derivatives" in rows:
+        rows["derivatives"]["cost_vs_latency_only"] = rows["derivatives"]["seconds"] / rows["latency only"]["seconds"]
+        print(f"derivatives / latency only: {rows['derivatives']['cost_vs_latency_only']:.2f}x")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=1 << 16)
@@ -106,21 +140,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     args = ap.parse_args(argv)
     if args.smoke:
         args.points, args.repeats = 64, 1
-    v, t = _split(make_inputs(args.points, windowed=False))
     print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs, {args.points:,} points, best of {args.repeats}")
-    print(f"{'program':<12} {'points/s':>12} {'cost / plain':>13} {'goal':>7} {'compile s':>10}")
-    rows: dict[str, dict[str, float]] = {}
-    goals = {"S=64": 64.0, "derivatives": 3.0}
-    for name, fn in programs().items():
-        best, compile_s = _time(fn, v, t, args.repeats)
-        rows[name] = {"seconds": best, "points_per_s": args.points / best, "compile_s": compile_s}
-    for name, r in rows.items():
-        r["cost_ratio"] = r["seconds"] / rows["plain"]["seconds"]
-        goal = f"<= {goals[name]:g}" if name in goals else ""
-        print(f"{name:<12} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f}")
-    rows["derivatives"]["cost_vs_latency_only"] = rows["derivatives"]["seconds"] / rows["latency only"]["seconds"]
-    print(f"derivatives / latency only: {rows['derivatives']['cost_vs_latency_only']:.2f}x")
-    out = {"points": args.points, "rows": rows}
+    v, t = _split(make_inputs(args.points, windowed=False))
+    rows = _table("dynamic batching", programs(), v, t, args.repeats)
+    _, (cv, ct) = continuous(args.points)
+    cont = _table("continuous batching", continuous_programs(args.smoke), cv, ct, args.repeats)
+    out = {"points": args.points, "rows": rows, "continuous": cont}
     if not args.smoke:
         res = Path(__file__).parent / "results"
         res.mkdir(exist_ok=True)

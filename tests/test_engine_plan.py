@@ -212,28 +212,102 @@ def test_profile_covariance_is_sampled(tmp_path):
 # --------------------------------------------------------------------------- sensitivity
 
 
-def _fd(base: dict, key: str, rel: float = 1e-5) -> tuple[np.ndarray, str]:
-    """Central finite difference of the SLO latency in `key` (reference for the derivatives)."""
+def _fd(base: dict, key: str, lat: str = "latency_ms", rel: float = 1e-5) -> np.ndarray:
+    """Central finite difference of the SLO latency `lat` in `key` (reference for the derivatives)."""
     g = base["grid"][key]
     h = g * rel
     up = cols(with_grid(base, **{key: g + h}))
     dn = cols(with_grid(base, **{key: g - h}))
-    lat = "latency_ms" if "latency_ms" in up and "ttft_p_ms" not in up else "ttft_p_ms"
-    return (up[lat] - dn[lat]) / (2 * h), lat
+    return (up[lat] - dn[lat]) / (2 * h)
 
 
 @pytest.mark.parametrize("key", ["arrival_rps", "t_fixed_ms", "t_req_ms"])
 def test_dynamic_derivatives_match_central_differences(key):
     base = with_grid(SEED, batch_size=[16, 32])
     c = cols(grid(base, sensitivity={}))
-    fd, _ = _fd(base, key)
+    fd = _fd(base, key)
     assert np.all(np.isfinite(fd))
     np.testing.assert_allclose(c[f"d_latency_d_{key}"], fd, rtol=1e-6)
 
 
-def test_continuous_sensitivity_is_refused_in_one_line():
-    with pytest.raises(GridError, match=r"sensitivity.*dynamic batching only"):
-        grid_from_dict(grid(CONTINUOUS, sensitivity={}))
+#: Continuous serving where the model is smooth around every point: prompts and outputs
+#: spread (lognormal CVs 0.5 and 1), the slot wait and the step mix both active.
+CONTINUOUS_SMOOTH = with_grid(CONTINUOUS, arrival_rps=3.0, prompt_cv=0.5, output_cv=1.0, batch_size=[16, 64])
+
+
+@pytest.mark.parametrize("key", ["arrival_rps", "t_fixed_ms", "t_token_ms", "t_ctx_ms", "prompt_tokens", "output_tokens"])
+def test_continuous_derivatives_match_central_differences(key):
+    """Forward-mode derivatives through the step-time fixed point (12 damped iterations:
+    the derivative of what the model computes) against central differences of the same
+    model, for every SLO latency (TTFT, TPOT and E2E percentiles)."""
+    c = cols(grid(CONTINUOUS_SMOOTH, sensitivity={}))
+    assert c["stable"].all()
+    for lat in ("ttft_p", "tpot_p", "e2e_p"):
+        fd = _fd(CONTINUOUS_SMOOTH, key, f"{lat}_ms")
+        assert np.all(np.isfinite(fd)) and np.all(fd != 0.0)
+        np.testing.assert_allclose(c[f"d_{lat}_d_{key}"], fd, rtol=1e-6, err_msg=lat)
+
+
+def test_continuous_derivatives_are_finite_wherever_the_latency_is():
+    """No CV (exact square roots of zero spreads), no context cost, budgets and caps that
+    bind: every derivative is finite where its latency is, NULL (unbounded) where it is not;
+    the roofline's grid gives derivatives in the rate and the lengths only."""
+    doc = grid(with_grid(CONTINUOUS, arrival_rps=[0.5, 4.0, 60.0], prompt_tokens=[200.0, 4000.0], output_tokens=[2.0, 200.0],
+                         t_ctx_ms=[0.0, 1e-5], batch_size=[1, 64], max_batched_tokens=[2048, math.inf],
+                         prompt_cv=0.0, output_cv=[0.0, 1.0]), sensitivity={})
+    c = cols(doc)
+    assert c["stable"].any() and not c["stable"].all()
+    for lat in ("ttft_p", "tpot_p", "e2e_p"):
+        bounded = np.isfinite(c[f"{lat}_ms"])
+        for key in ("arrival_rps", "t_fixed_ms", "t_token_ms", "t_ctx_ms", "prompt_tokens", "output_tokens"):
+            d = c[f"d_{lat}_d_{key}"]
+            assert np.isfinite(d[bounded]).all() and np.isinf(d[~bounded]).all(), (lat, key)
+    roof = grid({"name": "r", "options": {"serving": "continuous"},
+                 "grid": {"model": ["llama-3.1-8b", "llama-3.1-70b"], "gpu": "h100-sxm", "gpus_per_replica": [1, 4],
+                          "arrival_rps": [0.5, 20.0], "prompt_tokens": [200.0, 4000.0], "output_tokens": 200.0,
+                          "batch_size": [16, 64], "ttft_slo_ms": 2000.0, "tpot_slo_ms": 50.0}}, sensitivity={})
+    r = cols(roof)
+    assert "d_ttft_p_d_t_token_ms" not in r and np.isfinite(r["ttft_p_ms"]).any()
+    for key in ("arrival_rps", "prompt_tokens", "output_tokens"):
+        bounded = np.isfinite(r["ttft_p_ms"])
+        assert np.isfinite(r[f"d_ttft_p_d_{key}"][bounded]).all()
+
+
+def test_continuous_headroom_matches_a_brute_force_scan():
+    """As for dynamic batching: the last met rate of 200 geometric rates from the point's
+    own rate up (1 to 100 req/s per replica, 2.3 % apart), and met at headroom, missed just
+    above it."""
+    base = with_grid(CONTINUOUS_SMOOTH, replicas=[1, 2])
+    c = cols(grid(base, sensitivity={}))
+    rates = np.geomspace(1.0, 100.0, 200)
+    assert (c["headroom_rps"] > c["arrival_rps"] / c["replicas"]).all()
+    for i, (b, r) in enumerate(zip(c["batch_size"], c["replicas"])):
+        own = c["arrival_rps"][i] / r
+        scan = cols(with_grid(base, batch_size=int(b), replicas=int(r), arrival_rps=list(rates * r)))
+        above = rates > own
+        met = scan["slo_ok"][above]
+        assert met[0] and not met.all()
+        best = rates[above][: int(np.argmin(met))].max()
+        assert best <= c["headroom_rps"][i] < best * (rates[1] / rates[0])
+        h = c["headroom_rps"][i] * r
+        at = cols(with_grid(base, batch_size=int(b), replicas=int(r), arrival_rps=[h, h * (1 + 1e-9)]))
+        assert at["slo_ok"][0] and not at["slo_ok"][1]
+
+
+def test_risk_and_bands_survive_a_simulation_pass(tmp_path):
+    """With a [simulation] table the analytic model still decides, but the verdicts are
+    taken again after the simulator's host pass: `risk` and the bands of replicas_min must
+    come through it as they do without one."""
+    unc = {"samples": 64, "risk": 0.05, "arrival_rps": {"dist": "normal", "sd": 0.3}}
+    base = with_grid(MONOTONE, arrival_rps=[300.0, 600.0], batch_size=[1, 2], replicas=[1, 2, 3, 4, 6])
+    plain = grid(base, uncertainty=unc)
+    sim = grid(plain, simulation={"n_requests": 1000, "warmup": 100, "replications": 2, "seed": 3})
+    a, b = cols(plain), cols(sim)
+    assert (a["p_slo_breach"] > 0.05).any() and not a["slo_ok"].all()
+    np.testing.assert_array_equal(a["slo_ok"], b["slo_ok"])
+    oa, ob = _optimum(plain), _optimum(sim)
+    for name in ("replicas_min", "replicas_min_p5", "replicas_min_p50", "replicas_min_p95"):
+        np.testing.assert_array_equal(oa[name], ob[name])
 
 
 def test_headroom_matches_a_brute_force_scan():

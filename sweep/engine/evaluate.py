@@ -103,7 +103,8 @@ class Evaluator:
         )
         self._fn = _compiled_chunk(tuple(static.items()))
         if self.host_pass is not None:
-            self._finish = _compiled_finish(self.model, self._reduce_static)
+            risk = spec.uncertainty.risk if spec.uncertainty is not None else None
+            self._finish = _compiled_finish(self.model, self._reduce_static, risk)
 
     def dispatch(self, start: int, stop: int | None = None) -> dict[str, jax.Array]:
         """Queue the chunk of points [start, min(start + chunk_size, stop)) on the device;
@@ -163,8 +164,8 @@ def _compiled_chunk(static: tuple[tuple[str, Any], ...]) -> Any:
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled_finish(model: ServingModel, reduce: tuple[tuple[str, int], ...]) -> Any:
-    return jax.jit(functools.partial(_finish, model=model, reduce=reduce))
+def _compiled_finish(model: ServingModel, reduce: tuple[tuple[str, int], ...], risk: float | None) -> Any:
+    return jax.jit(functools.partial(_finish, model=model, reduce=reduce, risk=risk))
 
 
 def _evaluate_chunk(
@@ -191,15 +192,20 @@ def _evaluate_chunk(
     out["point_id"] = idx
     if reduce is not None:
         out.update(reduce_chunk(out, model.decisions, **dict(reduce)))
-    out.pop(RULES_BY_SAMPLE, None)  # reduced to the bands on the device: never copied to the host
+        out.pop(RULES_BY_SAMPLE, None)  # reduced to the bands on the device: never copied to the host
     return out
 
 
-def _finish(out: dict[str, jax.Array], *, model: ServingModel, reduce: tuple[tuple[str, int], ...]) -> dict[str, jax.Array]:
-    """After a host pass: the verdicts on the updated columns, then the decisions."""
+def _finish(out: dict[str, jax.Array], *, model: ServingModel, reduce: tuple[tuple[str, int], ...],
+            risk: float | None = None) -> dict[str, jax.Array]:
+    """After a host pass: the verdicts on the updated columns (with `[uncertainty]`'s `risk`,
+    as `evaluate_values` applies it), then the decisions."""
     out = dict(out)
     out.update(take_verdict(model, out))
+    if risk is not None:
+        out["slo_ok"] = out["slo_ok"] & (out["p_slo_breach"] <= risk)
     out.update(reduce_chunk(out, model.decisions, **dict(reduce)))
+    out.pop(RULES_BY_SAMPLE, None)
     return out
 
 

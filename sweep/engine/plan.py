@@ -141,15 +141,15 @@ def derivative_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[
     keys = tuple(_source(model, x, k) for k in names)
     lats = [lat for lat, _ in model.slo_checks]
 
-    def f(theta: Array) -> Array:
+    def f(theta: Array) -> tuple[Array, Array]:
         q = dict(x)
         q.update({k: theta[i] for i, k in enumerate(keys)})
         o = model.point(q, **kw)
-        return jnp.stack([o[lat] for lat in lats])
+        value = jnp.stack([o[lat] for lat in lats])
+        return value, value
 
     theta0 = jnp.stack([jnp.asarray(x[k], dtype=jnp.float64) for k in keys])
-    value = f(theta0)
-    jac = jax.jacfwd(f)(theta0)
+    jac, value = jax.jacfwd(f, has_aux=True)(theta0)  # one trace: the values ride along as aux
     out: dict[str, Array] = {}
     for i, lat in enumerate(lats):
         for j, k in enumerate(names):

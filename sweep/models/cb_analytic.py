@@ -107,13 +107,21 @@ def _f64(x) -> Array:
     return jnp.asarray(x, dtype=jnp.float64)
 
 
+def _sqrt0(u):
+    """``sqrt(u)`` for ``u >= 0`` whose derivative at 0 is 0 rather than 0/0: the norms of
+    excesses below are exactly 0 wherever every excess is (no spread, no wait), and forward-
+    mode derivatives (`[sensitivity]`) must not turn that into NaN. Same values as sqrt."""
+    pos = u > 0.0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, u, 1.0)), 0.0)
+
+
 def _wh_quantile(mean, var, z):
     """q-quantile (z = Phi^-1(q)) of a gamma law with this mean and variance
     (Wilson-Hilferty); the mean where the variance is 0."""
     pos = (var > 0.0) & (mean > 0.0)
     cv = jnp.sqrt(jnp.where(pos, var, 1.0)) / jnp.where(pos, mean, 1.0)
     inv9a = jnp.where(pos, jnp.minimum(cv * cv / 9.0, 1e6), 0.0)
-    base = jnp.maximum(1.0 - inv9a + z * jnp.sqrt(inv9a), 0.0)
+    base = jnp.maximum(1.0 - inv9a + z * _sqrt0(inv9a), 0.0)
     return jnp.where(pos, mean * base**3, mean)
 
 
@@ -147,7 +155,7 @@ def _erlang(c, a):
 def _lognormal(mean, cv):
     """(sigma, mu) of a lognormal with this mean and CV."""
     s2 = jnp.log1p(cv * cv)
-    return jnp.sqrt(s2), jnp.log(mean) - 0.5 * s2
+    return _sqrt0(s2), jnp.log(mean) - 0.5 * s2
 
 
 def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
@@ -320,7 +328,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
 
     x_pf = exp_mixture_excess(pf["wait_pf"], pf["rho_pf"])
     x_wq = exp_mixture_excess(w_q, g["p_wait"])
-    ttft_p = ttft + jnp.sqrt(x_own**2 + jnp.maximum(x_mix, 0.0) ** 2 + x_pf**2 + x_wq**2)
+    ttft_p = ttft + _sqrt0(x_own**2 + jnp.maximum(x_mix, 0.0) ** 2 + x_pf**2 + x_wq**2)
     # -- TPOT -----------------------------------------------------------------------------------
     # A request's TPOT averages its O - 1 steps: the fast part of the step-time variance
     # (prompt bursts, noise) shrinks as 1 / (O - 1), the burst of prompts that arrived
@@ -343,8 +351,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     o_q = jnp.where(ocv > 0.0, jnp.exp(mu_full + s_full * z), o1)
     x_o = td * jnp.maximum(o_q - o1, 0.0)
     x_t = jnp.maximum(ttft_p - ttft, 0.0)
-    x_d = (o1 - 1.0) * z * jnp.sqrt(var_slow + g["var_t"] / jnp.maximum(o1 - 1.0, 1.0))
-    e2e_p = e2e + jnp.sqrt(x_o**2 + x_t**2 + jnp.maximum(x_d, 0.0) ** 2)
+    x_d = (o1 - 1.0) * z * _sqrt0(var_slow + g["var_t"] / jnp.maximum(o1 - 1.0, 1.0))
+    e2e_p = e2e + _sqrt0(x_o**2 + x_t**2 + jnp.maximum(x_d, 0.0) ** 2)
 
     def gate(x):
         return jnp.where(ok, x, INF)

@@ -247,9 +247,7 @@ class ContinuousModel(ServingModel):
     columns: ClassVar[tuple[Column, ...]] = COLUMNS + planning_columns(
         SLO_CHECKS, ("t_fixed_ms", "t_token_ms", "t_ctx_ms"), ("prompt_tokens", "output_tokens"),
         {"arrival_rps": "request/s", "t_fixed_ms": "ms", "t_token_ms": "(ms/token)", "t_ctx_ms": "(ms/context token)",
-         "prompt_tokens": "token", "output_tokens": "token"}, sensitivity=False)
-    #: forward-mode derivatives through the step-time fixed point give NaN tangents: not yet
-    supports_sensitivity: ClassVar[bool] = False
+         "prompt_tokens": "token", "output_tokens": "token"})
     coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
     length_keys: ClassVar[tuple[str, ...]] = ("prompt_tokens", "output_tokens")
     echo: ClassVar[tuple[str, ...]] = (
