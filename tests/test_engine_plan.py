@@ -231,8 +231,11 @@ def test_dynamic_derivatives_match_central_differences(key):
 
 
 #: Continuous serving where the model is smooth around every point: prompts and outputs
-#: spread (lognormal CVs 0.5 and 1), the slot wait and the step mix both active.
-CONTINUOUS_SMOOTH = with_grid(CONTINUOUS, arrival_rps=3.0, prompt_cv=0.5, output_cv=1.0, batch_size=[16, 64])
+#: spread (lognormal CVs 0.5 and 1), the slot wait and the step mix both active. The
+#: derivative and headroom tests share this grid's shape, so its forward-mode program
+#: (about a minute to compile) compiles once for both.
+CONTINUOUS_SMOOTH = with_grid(CONTINUOUS, arrival_rps=3.0, prompt_cv=0.5, output_cv=1.0, batch_size=[16, 64],
+                              replicas=[1, 2])
 
 
 @pytest.mark.parametrize("key", ["arrival_rps", "t_fixed_ms", "t_token_ms", "t_ctx_ms", "prompt_tokens", "output_tokens"])
@@ -277,7 +280,7 @@ def test_continuous_headroom_matches_a_brute_force_scan():
     """As for dynamic batching: the last met rate of 200 geometric rates from the point's
     own rate up (1 to 100 req/s per replica, 2.3 % apart), and met at headroom, missed just
     above it."""
-    base = with_grid(CONTINUOUS_SMOOTH, replicas=[1, 2])
+    base = CONTINUOUS_SMOOTH
     c = cols(grid(base, sensitivity={}))
     rates = np.geomspace(1.0, 100.0, 200)
     assert (c["headroom_rps"] > c["arrival_rps"] / c["replicas"]).all()

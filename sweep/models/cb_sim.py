@@ -100,6 +100,7 @@ replication has ``stable = False`` and ``+inf`` latencies.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -148,9 +149,15 @@ _L_CAP = 1 << 30  # the longest run; also an empty departure slot
 # microseconds per operation the hand-offs cost more than they save (and much more on a
 # loaded machine), so the simulator's kernels run on one thread
 _XLA_OPTIONS = {"xla_disable_hlo_passes": "cpu-parallel-task-assigner"}
+# `jax.jit(compiler_options=...)` and `set_xla_metadata` on a value (not only as a context
+# manager) arrived after the oldest JAX this package supports (0.4.35, .ci/floors): there
+# the simulator runs with XLA's defaults, the same algorithm and draws, only slower
+_JIT_OPTIONS: dict[str, Any] = (
+    {"compiler_options": _XLA_OPTIONS} if "compiler_options" in inspect.signature(jax.jit).parameters else {})
+_TAGS_VALUES = "x" in inspect.signature(set_xla_metadata).parameters
 # The engine loop is compiled into ONE kernel (see _run); SWEEP_CB_SINGLE_KERNEL=0 falls
 # back to XLA's default (one runtime dispatch per fused operation, ~5x slower here)
-_SINGLE_KERNEL = os.environ.get("SWEEP_CB_SINGLE_KERNEL", "1") != "0"
+_SINGLE_KERNEL = os.environ.get("SWEEP_CB_SINGLE_KERNEL", "1") != "0" and _TAGS_VALUES
 
 
 def _lane_set(writes, n_lanes):
@@ -766,7 +773,7 @@ def _slots(cap_max, n: int) -> int:
 
 
 @partial(jax.jit, static_argnames=("slots", "record"),
-         compiler_options=_XLA_OPTIONS)
+         **_JIT_OPTIONS)
 def _lane_jit(a, pp, oo, params, z, *, slots, record):
     p = _Params(*(v[None] for v in params))
     nz = z.shape[0]
@@ -867,7 +874,7 @@ def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace)
 
 
 @partial(jax.jit, static_argnames=("warmup", "reps", "slots", "lanes"),
-         compiler_options=_XLA_OPTIONS)
+         **_JIT_OPTIONS)
 def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes):
     """Simulate every replication (job) of a chunk on ``lanes`` lanes; per-job statistics
     and measured per-request TTFT / TPOT / E2E (``+inf`` where they do not exist)."""
