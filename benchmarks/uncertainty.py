@@ -42,7 +42,7 @@ from cb_points import CONTINUOUS, CONTINUOUS_COLUMNS, continuous
 from kernel import COLUMNS, MODEL, make_inputs
 
 from sweep.engine.evaluate import evaluate_values
-from sweep.engine.plan import derivative_columns, plan_values
+from sweep.engine.plan import derivative_values, plan_values
 from sweep.grid.uncertainty import Dist, UncertaintyOptions
 from sweep.models.base import CATALOG_FIELDS
 
@@ -73,7 +73,7 @@ def programs(model=MODEL, kw=KW, columns=COLUMNS, unc=UNC, latency="latency_ms",
         return x
 
     def derivatives(v, t):
-        return jax.vmap(lambda p: derivative_columns(p, model, kw, False))(inputs(v, t))
+        return derivative_values(inputs(v, t), model, kw, False)
 
     def latency_only(v, t):
         return jax.vmap(lambda p: model.point(p, **kw)[latency])(inputs(v, t))

@@ -412,6 +412,10 @@ class ServingModel(abc.ABC):
     length_keys: ClassVar[tuple[str, ...]] = ()
     #: Does `[sensitivity]` work for this model (its derivatives are finite and checked)?
     supports_sensitivity: ClassVar[bool] = True
+    #: How `[sensitivity]` differentiates: "forward" (`jax.jacfwd`, one tangent per input) or
+    #: "reverse" (`jax.jacrev`, one cotangent per SLO latency); `benchmarks/uncertainty.py`
+    #: measures both models' choice.
+    derivative_mode: ClassVar[str] = "forward"
     #: an input the grid may leave to another key (which then stands for it)
     input_fallback: ClassVar[dict[str, str]] = {}
     #: Does this model need the host pass to decide (the simulator's percentile)?

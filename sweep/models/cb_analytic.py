@@ -56,7 +56,9 @@ Derivation
    relative at the 99th percentile of random inputs, 5e-3 at worst, next to saturation);
    inside the iteration the occupancy is Poisson and ``P_wait`` Sakasegawa's
    ``rho^(sqrt(2 (c + 1)) - 1)`` (no special function), and Erlang's exact law is
-   evaluated once at the solution. The occupancy is capped by throughput: steps are
+   evaluated once at the solution. Derivatives (`[sensitivity]`) of the fixed point come
+   from the implicit function theorem at the iterate (`_fixed_point`), not from
+   differentiating the iterations. The occupancy is capped by throughput: steps are
    longest at full occupancy, so ``E[S] <= c / capacity_rps`` and ``A <= c lam /
    capacity_rps``.
 6. **Sustainability** (``stable``): at full occupancy every step holds ``c`` sequences,
@@ -88,6 +90,7 @@ the exact integer rounding of lengths; see docs/continuous.md for what neither m
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import Array, lax
 from jax.scipy.special import ndtri
@@ -158,6 +161,126 @@ def _lognormal(mean, cv):
     return _sqrt0(s2), jnp.log(mean) - 0.5 * s2
 
 
+#: the point's quantities the fixed-point map depends on (the arguments of `_maps`)
+FIXED_ENV = ("lam", "p1", "p2", "o1", "c", "capacity", "rho_tok", "tf", "tt", "tc", "c_bar", "m2", "bud", "inv_o",
+             "t_own", "rho_cap")
+
+
+def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap):
+    """The fixed point's parts (step 2), the prefill phase (step 4) and its map
+    ``(T_d, T_p) -> (T_d', T_p')`` (step 3), closed over one point's quantities (`FIXED_ENV`),
+    so that `_fixed_point` can differentiate the map in them and in the state separately."""
+
+    def parts(td, tp, exact=True):
+        es = tp + (o1 - 1.0) * td
+        # steps are longest at full occupancy, so E[S] <= c / capacity: the occupancy
+        # cannot exceed c lam / capacity (< c wherever the point is sustainable)
+        a_load = jnp.minimum(lam * es, c * jnp.minimum(lam / capacity, 1.0 - 1e-9))
+        if exact:  # Erlang's state law (one incomplete-gamma evaluation)
+            p_wait, p0, er2 = _erlang(c, a_load)
+        else:  # inside the iteration: Poisson occupancy, Sakasegawa's P_wait (no gamma)
+            rho_c = a_load / c
+            p_wait = rho_c ** (jnp.sqrt(2.0 * (c + 1.0)) - 1.0)
+            p0 = jnp.exp(-a_load)
+            er2 = jnp.minimum(a_load * (a_load + 1.0), c * a_load)
+        u = jnp.clip(1.0 - p0, 1e-12, 1.0)
+        r_seen = jnp.clip(er2 / a_load, 1.0, c)
+        slack = jnp.maximum(1.0 - rho_tok / u, 1e-9)
+        t_bar = tf / slack
+        pi = lam * p1 * t_bar / u
+        f_dec = (o1 - 1.0) * td / es
+        var_r = jnp.maximum(er2 - a_load * a_load, 0.0)
+        var_tok = lam * t_bar / u * p2  # compound-Poisson prompt tokens per step
+        var_t = ((tt + tc) ** 2 * var_tok + (tt + tc * c_bar) ** 2 * var_r) * m2 \
+            + (m2 - 1.0) * t_bar * t_bar
+        et2 = t_bar * t_bar + var_t
+        return dict(es=es, a=a_load, p_wait=p_wait, u=u, r_seen=r_seen, t_bar=t_bar, pi=pi,
+                    f_dec=f_dec, var_r=var_r, var_t=var_t, et2=et2)
+
+    def t_prefill(g, td):
+        # decoders and cache an arrival finds (time average, PASTA)
+        dec_a = g["a"] * g["f_dec"]
+        ctx_a = g["a"] * c_bar
+        # companions: prompts that arrived during the step in progress (length-biased)
+        comp = lam * p1 * g["u"] * g["et2"] / g["t_bar"]
+        b_step = jnp.maximum(bud - dec_a, 1.0)
+        one_step = tf + tt * (dec_a + p1 + comp) + tc * (ctx_a + p1 + comp)
+        # chunked: prompt work ahead (M/G/1 backlog in tokens) + own prompt, processed at B
+        # tokens per step: each token costs t_t + t_c, each step t_f plus its decoders,
+        # and the own prompt ends on average half a step into the budget (ceil)
+        full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
+        step_base = tf + tt * dec_a + tc * ctx_a
+        per_tok_c = step_base / b_step + tt + tc
+        rho_pf = jnp.minimum(lam * p1 * per_tok_c, 0.999)
+        backlog = rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf))
+        steps = (backlog + p1) / b_step + 0.5
+        chunked = steps * step_base + (tt + tc) * (backlog + p1)
+        single = p1 + comp <= b_step
+        return dict(tp=jnp.where(single, one_step, jnp.maximum(one_step, chunked)),
+                    last=jnp.where(single, one_step, full),
+                    wait_pf=jnp.where(single, 0.0, backlog * per_tok_c),
+                    rho_pf=jnp.where(single, 0.0, rho_pf),
+                    per_tok=jnp.where(single, tt + tc, per_tok_c),
+                    comp=comp)
+
+    def step(td, tp):
+        # TPOT (step 3), see cb_point: T_d = base / (1 - rho_tok), at full occupancy with
+        # probability P_wait, plus the burst of prompts from the own last prefill step
+        g = parts(td, tp, exact=False)
+        pf = t_prefill(g, td)
+        burst = (tt + tc) * lam * p1 * jnp.maximum(pf["last"] - td, 0.0) * inv_o
+        td_free = (t_own + burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
+        td_sat = (t_own + burst) / jnp.maximum(1.0 - rho_cap, 1e-9)
+        return (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free), pf["tp"]
+
+    return parts, t_prefill, step
+
+
+@jax.custom_jvp
+def _fixed_point(env: tuple[Array, ...]) -> tuple[Array, Array]:
+    """(T_d, T_p): `N_FIXED` damped iterations of the map from the light-load values
+    (weight `DAMP` on the new iterate for the first half, 0.3 after: fast steps first, then
+    heavy damping breaks the 2-cycles that the undamped map can fall into next to
+    saturation, where P_wait switches T_d to full occupancy)."""
+    _, _, step = _maps(*env)
+    p1, rho_tok, tf, tt, tc, t_own = (env[FIXED_ENV.index(k)] for k in ("p1", "rho_tok", "tf", "tt", "tc", "t_own"))
+
+    def update(i, st):
+        td, tp = st
+        td_new, tp_new = step(td, tp)
+        w = jnp.where(i < N_FIXED // 2, DAMP, 0.3)
+        return (1.0 - w) * td + w * td_new, (1.0 - w) * tp + w * tp_new
+
+    td0 = t_own / jnp.maximum(1.0 - rho_tok, 1e-9)
+    tp0 = tf + (tt + tc) * p1
+    return lax.fori_loop(0, N_FIXED, update, (td0, tp0))
+
+
+@_fixed_point.defjvp
+def _fixed_point_jvp(primals, tangents):
+    """The implicit-function derivative of the fixed point s = F(s; env):
+    ``ds = (I - dF/ds)^-1 dF/denv . denv``, at the iterate the model publishes. The 2 x 2
+    Jacobian ``dF/ds`` depends on the point alone, so under `jax.jacfwd` (six tangent
+    directions at once) only ``dF/denv . denv`` is carried per direction, through ONE
+    application of the map rather than through every iteration (`[sensitivity]`).
+    Where the 2 x 2 system is singular (a kink of the map at the iterate) the iterate's
+    own tangent through one map application stands in."""
+    (env,), (denv,) = primals, tangents
+    td, tp = _fixed_point(env)
+    _, _, step = _maps(*env)
+    one, zero = jnp.ones_like(td), jnp.zeros_like(td)
+    _, (j11, j21) = jax.jvp(step, (td, tp), (one, zero))
+    _, (j12, j22) = jax.jvp(step, (td, tp), (zero, one))
+    _, (f0, f1) = jax.jvp(lambda e: _maps(*e)[2](td, tp), (env,), (denv,))
+    a11, a12, a21, a22 = 1.0 - j11, -j12, -j21, 1.0 - j22
+    det = a11 * a22 - a12 * a21
+    ok = jnp.isfinite(det) & (jnp.abs(det) > 1e-12)
+    det = jnp.where(ok, det, 1.0)
+    d_td = jnp.where(ok, (a22 * f0 - a12 * f1) / det, f0)
+    d_tp = jnp.where(ok, (a11 * f1 - a21 * f0) / det, f1)
+    return (td, tp), (d_td, d_tp)
+
+
 def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q) -> dict[str, Array]:
     """Continuous-batching model for one point (see the module docstring).
@@ -216,59 +339,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     c_bar = a2 / e_d  # cache of a running sequence, per-step average
     m2 = 1.0 + cv * cv
 
-    # -- fixed point (T_d, T_p, A) ------------------------------------------------------------
-    def parts(td, tp, exact=True):
-        es = tp + (o1 - 1.0) * td
-        # steps are longest at full occupancy, so E[S] <= c / capacity: the occupancy
-        # cannot exceed c lam / capacity (< c wherever the point is sustainable)
-        a_load = jnp.minimum(lam * es, c * jnp.minimum(lam / capacity, 1.0 - 1e-9))
-        if exact:  # Erlang's state law (one incomplete-gamma evaluation)
-            p_wait, p0, er2 = _erlang(c, a_load)
-        else:  # inside the iteration: Poisson occupancy, Sakasegawa's P_wait (no gamma)
-            rho_c = a_load / c
-            p_wait = rho_c ** (jnp.sqrt(2.0 * (c + 1.0)) - 1.0)
-            p0 = jnp.exp(-a_load)
-            er2 = jnp.minimum(a_load * (a_load + 1.0), c * a_load)
-        u = jnp.clip(1.0 - p0, 1e-12, 1.0)
-        r_seen = jnp.clip(er2 / a_load, 1.0, c)
-        slack = jnp.maximum(1.0 - rho_tok / u, 1e-9)
-        t_bar = tf / slack
-        pi = lam * p1 * t_bar / u
-        f_dec = (o1 - 1.0) * td / es
-        var_r = jnp.maximum(er2 - a_load * a_load, 0.0)
-        var_tok = lam * t_bar / u * p2  # compound-Poisson prompt tokens per step
-        var_t = ((tt + tc) ** 2 * var_tok + (tt + tc * c_bar) ** 2 * var_r) * m2 \
-            + (m2 - 1.0) * t_bar * t_bar
-        et2 = t_bar * t_bar + var_t
-        return dict(es=es, a=a_load, p_wait=p_wait, u=u, r_seen=r_seen, t_bar=t_bar, pi=pi,
-                    f_dec=f_dec, var_r=var_r, var_t=var_t, et2=et2)
-
-    def t_prefill(g, td):
-        # decoders and cache an arrival finds (time average, PASTA)
-        dec_a = g["a"] * g["f_dec"]
-        ctx_a = g["a"] * c_bar
-        # companions: prompts that arrived during the step in progress (length-biased)
-        comp = lam * p1 * g["u"] * g["et2"] / g["t_bar"]
-        b_step = jnp.maximum(bud - dec_a, 1.0)
-        one_step = tf + tt * (dec_a + p1 + comp) + tc * (ctx_a + p1 + comp)
-        # chunked: prompt work ahead (M/G/1 backlog in tokens) + own prompt, processed at B
-        # tokens per step: each token costs t_t + t_c, each step t_f plus its decoders,
-        # and the own prompt ends on average half a step into the budget (ceil)
-        full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
-        step_base = tf + tt * dec_a + tc * ctx_a
-        per_tok_c = step_base / b_step + tt + tc
-        rho_pf = jnp.minimum(lam * p1 * per_tok_c, 0.999)
-        backlog = rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf))
-        steps = (backlog + p1) / b_step + 0.5
-        chunked = steps * step_base + (tt + tc) * (backlog + p1)
-        single = p1 + comp <= b_step
-        return dict(tp=jnp.where(single, one_step, jnp.maximum(one_step, chunked)),
-                    last=jnp.where(single, one_step, full),
-                    wait_pf=jnp.where(single, 0.0, backlog * per_tok_c),
-                    rho_pf=jnp.where(single, 0.0, rho_pf),
-                    per_tok=jnp.where(single, tt + tc, per_tok_c),
-                    comp=comp)
-
+    # -- fixed point (T_d, T_p, A): `_maps`, `_fixed_point` --------------------------------------
     # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
     # engine processes meanwhile; other requests' work arrives at the long-run rate (the
     # others evolve independently of it below the cap), so per own step it sees
@@ -282,23 +353,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
     inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
     rho_cap = capacity * (tt * a1 + tc * a2)  # token work share at full occupancy
-
-    def update(_, st):
-        td, tp = st
-        g = parts(td, tp, exact=False)
-        pf = t_prefill(g, td)
-        burst = (tt + tc) * lam * p1 * jnp.maximum(pf["last"] - td, 0.0) * inv_o
-        td_free = (t_own + burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
-        td_sat = (t_own + burst) / jnp.maximum(1.0 - rho_cap, 1e-9)
-        td_new = (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free)
-        # fast steps first; then heavy damping breaks the 2-cycles that the undamped map
-        # can fall into next to saturation (where P_wait switches T_d to full occupancy)
-        w = jnp.where(_ < N_FIXED // 2, DAMP, 0.3)
-        return (1.0 - w) * td + w * td_new, (1.0 - w) * tp + w * pf["tp"]
-
-    td0 = t_own / jnp.maximum(1.0 - rho_tok, 1e-9)
-    tp0 = tf + (tt + tc) * p1
-    td, tp = lax.fori_loop(0, N_FIXED, update, (td0, tp0))
+    env = (lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap)
+    parts, t_prefill, _ = _maps(*env)
+    td, tp = _fixed_point(env)
     g = parts(td, tp)
     ok = stable
 

@@ -250,6 +250,10 @@ class ContinuousModel(ServingModel):
          "prompt_tokens": "token", "output_tokens": "token"})
     coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
     length_keys: ClassVar[tuple[str, ...]] = ("prompt_tokens", "output_tokens")
+    #: three SLO latencies against six inputs: reverse mode carries three cotangents where
+    #: forward mode carries six tangents (benchmarks/uncertainty.py, 32,768 points: 7.5x the
+    #: plain kernel and 19 s to compile, against 9.2x and 26 s forward)
+    derivative_mode: ClassVar[str] = "reverse"
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
         "output_tokens", "output_cv", "batch_size", "max_batched_tokens",
