@@ -240,8 +240,8 @@ def test_dynamic_derivatives_match_central_differences(key):
 
 #: Continuous serving where the model is smooth around every point: prompts and outputs
 #: spread (lognormal CVs 0.5 and 1), the slot wait and the step mix both active. The
-#: derivative and headroom tests share this grid's shape, so its forward-mode program
-#: (about a minute to compile) compiles once for both.
+#: derivative and headroom tests share this grid's shape, so its derivative program
+#: (about 20 s to compile) compiles once for both.
 CONTINUOUS_SMOOTH = with_grid(CONTINUOUS, arrival_rps=3.0, prompt_cv=0.5, output_cv=1.0, batch_size=[16, 64],
                               replicas=[1, 2])
 

@@ -180,9 +180,6 @@ def parse_sensitivity(raw: Any, model: ServingModel, source: str) -> bool:
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise GridError(source, "sensitivity.enabled", enabled, "must be true or false")
-    if enabled and not model.supports_sensitivity:
-        raise GridError(source, "sensitivity", f"serving = {model.serving}",
-                        "is not available for this serving model")
     if enabled and model.needs_host_pass:
         raise GridError(source, "sensitivity", "latency_model = " + model.name,
                         "needs an analytic latency model (derivatives run through the jitted kernel, not the simulator)")

@@ -209,8 +209,7 @@ def band_stem(latency: str) -> str:
 
 
 def planning_columns(slo_checks: tuple[tuple[str, str], ...], coefficient_keys: tuple[str, ...],
-                     length_keys: tuple[str, ...], units: Mapping[str, str], *,
-                     sensitivity: bool = True) -> tuple[Column, ...]:
+                     length_keys: tuple[str, ...], units: Mapping[str, str]) -> tuple[Column, ...]:
     """The `[uncertainty]` and `[sensitivity]` columns of a model with these SLO checks and
     inputs (docs/uncertainty.md); `units` gives each input's unit."""
     cols = [Column("p_slo_breach", "float64", "-",
@@ -221,8 +220,6 @@ def planning_columns(slo_checks: tuple[tuple[str, str], ...], coefficient_keys: 
             cols.append(Column(f"{band_stem(lat)}_p{q}_ms", "float64", "ms",
                                f"{q}th percentile over the [uncertainty] samples of {lat}; NULL where that share of samples is unstable.",
                                WHEN_UNCERTAINTY, null_when=UNBOUNDED))
-    if not sensitivity:
-        return tuple(cols)
     for key in ("arrival_rps", *coefficient_keys, *length_keys):
         when = WHEN_SENSITIVITY_COEF if key in coefficient_keys else WHEN_SENSITIVITY
         for lat, _ in slo_checks:
@@ -410,8 +407,6 @@ class ServingModel(abc.ABC):
     #: service-time coefficients (`coefficient_keys`) and the token lengths, in that order.
     coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_req_ms")
     length_keys: ClassVar[tuple[str, ...]] = ()
-    #: Does `[sensitivity]` work for this model (its derivatives are finite and checked)?
-    supports_sensitivity: ClassVar[bool] = True
     #: How `[sensitivity]` differentiates: "forward" (`jax.jacfwd`, one tangent per input) or
     #: "reverse" (`jax.jacrev`, one cotangent per SLO latency); `benchmarks/uncertainty.py`
     #: measures both models' choice.

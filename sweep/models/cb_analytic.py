@@ -161,15 +161,11 @@ def _lognormal(mean, cv):
     return _sqrt0(s2), jnp.log(mean) - 0.5 * s2
 
 
-#: the point's quantities the fixed-point map depends on (the arguments of `_maps`)
-FIXED_ENV = ("lam", "p1", "p2", "o1", "c", "capacity", "rho_tok", "tf", "tt", "tc", "c_bar", "m2", "bud", "inv_o",
-             "t_own", "rho_cap")
-
-
 def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap):
     """The fixed point's parts (step 2), the prefill phase (step 4) and its map
-    ``(T_d, T_p) -> (T_d', T_p')`` (step 3), closed over one point's quantities (`FIXED_ENV`),
-    so that `_fixed_point` can differentiate the map in them and in the state separately."""
+    ``(T_d, T_p) -> (T_d', T_p')`` (step 3), closed over one point's quantities (its keyword
+    arguments, the ``env`` of `_fixed_point`), so that `_fixed_point` can differentiate the
+    map in them and in the state separately."""
 
     def parts(td, tp, exact=True):
         es = tp + (o1 - 1.0) * td
@@ -237,13 +233,12 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
 
 
 @jax.custom_jvp
-def _fixed_point(env: tuple[Array, ...]) -> tuple[Array, Array]:
+def _fixed_point(env: dict[str, Array]) -> tuple[Array, Array]:
     """(T_d, T_p): `N_FIXED` damped iterations of the map from the light-load values
     (weight `DAMP` on the new iterate for the first half, 0.3 after: fast steps first, then
     heavy damping breaks the 2-cycles that the undamped map can fall into next to
     saturation, where P_wait switches T_d to full occupancy)."""
-    _, _, step = _maps(*env)
-    p1, rho_tok, tf, tt, tc, t_own = (env[FIXED_ENV.index(k)] for k in ("p1", "rho_tok", "tf", "tt", "tc", "t_own"))
+    _, _, step = _maps(**env)
 
     def update(i, st):
         td, tp = st
@@ -251,8 +246,8 @@ def _fixed_point(env: tuple[Array, ...]) -> tuple[Array, Array]:
         w = jnp.where(i < N_FIXED // 2, DAMP, 0.3)
         return (1.0 - w) * td + w * td_new, (1.0 - w) * tp + w * tp_new
 
-    td0 = t_own / jnp.maximum(1.0 - rho_tok, 1e-9)
-    tp0 = tf + (tt + tc) * p1
+    td0 = env["t_own"] / jnp.maximum(1.0 - env["rho_tok"], 1e-9)
+    tp0 = env["tf"] + (env["tt"] + env["tc"]) * env["p1"]
     return lax.fori_loop(0, N_FIXED, update, (td0, tp0))
 
 
@@ -260,18 +255,18 @@ def _fixed_point(env: tuple[Array, ...]) -> tuple[Array, Array]:
 def _fixed_point_jvp(primals, tangents):
     """The implicit-function derivative of the fixed point s = F(s; env):
     ``ds = (I - dF/ds)^-1 dF/denv . denv``, at the iterate the model publishes. The 2 x 2
-    Jacobian ``dF/ds`` depends on the point alone, so under `jax.jacfwd` (six tangent
-    directions at once) only ``dF/denv . denv`` is carried per direction, through ONE
+    Jacobian ``dF/ds`` depends on the point alone, so only ``dF/denv . denv`` is carried
+    per tangent direction (or, in reverse mode, transposed per cotangent), through ONE
     application of the map rather than through every iteration (`[sensitivity]`).
     Where the 2 x 2 system is singular (a kink of the map at the iterate) the iterate's
     own tangent through one map application stands in."""
     (env,), (denv,) = primals, tangents
     td, tp = _fixed_point(env)
-    _, _, step = _maps(*env)
+    _, _, step = _maps(**env)
     one, zero = jnp.ones_like(td), jnp.zeros_like(td)
     _, (j11, j21) = jax.jvp(step, (td, tp), (one, zero))
     _, (j12, j22) = jax.jvp(step, (td, tp), (zero, one))
-    _, (f0, f1) = jax.jvp(lambda e: _maps(*e)[2](td, tp), (env,), (denv,))
+    _, (f0, f1) = jax.jvp(lambda e: _maps(**e)[2](td, tp), (env,), (denv,))
     a11, a12, a21, a22 = 1.0 - j11, -j12, -j21, 1.0 - j22
     det = a11 * a22 - a12 * a21
     ok = jnp.isfinite(det) & (jnp.abs(det) > 1e-12)
@@ -353,8 +348,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
     inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
     rho_cap = capacity * (tt * a1 + tc * a2)  # token work share at full occupancy
-    env = (lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap)
-    parts, t_prefill, _ = _maps(*env)
+    env = dict(lam=lam, p1=p1, p2=p2, o1=o1, c=c, capacity=capacity, rho_tok=rho_tok, tf=tf, tt=tt, tc=tc,
+               c_bar=c_bar, m2=m2, bud=bud, inv_o=inv_o, t_own=t_own, rho_cap=rho_cap)
+    parts, t_prefill, _ = _maps(**env)
     td, tp = _fixed_point(env)
     g = parts(td, tp)
     ok = stable
