@@ -219,7 +219,7 @@ def derivative_values(x: Mapping[str, Array], model: ServingModel, kw: Mapping[s
 
 def blocked(f: Any, x: Mapping[str, Array], block: int) -> dict[str, Array]:
     """``jax.vmap(f)(x)`` computed `block` points at a time (`jax.lax.map` with a batch size):
-    the planning programs are long (S samples per point, six tangent directions), and over a
+    the planning programs are long (S samples per point, a derivative per input), and over a
     whole chunk every intermediate is an array too large for the caches; a block's fit.
     The points are padded to a whole number of blocks with copies of the last one (one
     trace of `f`, no remainder program) and the padding is cut from the result."""

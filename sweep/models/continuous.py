@@ -251,8 +251,9 @@ class ContinuousModel(ServingModel):
     coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
     length_keys: ClassVar[tuple[str, ...]] = ("prompt_tokens", "output_tokens")
     #: three SLO latencies against six inputs: reverse mode carries three cotangents where
-    #: forward mode carries six tangents (benchmarks/uncertainty.py, 32,768 points: 7.5x the
-    #: plain kernel and 19 s to compile, against 9.2x and 26 s forward)
+    #: forward mode carries six tangents (benchmarks/uncertainty.py: 6.7-7x the plain kernel
+    #: and 20-23 s to compile; forward mode measured 9.2x against 7.5x with the inputs as one
+    #: vector, and 228x as separate scalars, where XLA recomputes the tangents per column)
     derivative_mode: ClassVar[str] = "reverse"
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
