@@ -96,7 +96,7 @@ def continuous_programs(smoke: bool) -> dict[str, object]:
     """The same programs for continuous serving (`benchmarks/cb_points.py`'s random engines,
     given step times, paged KV), S = 64 with `arrival_rps` normal (sd 20 %) and
     `t_token_ms` lognormal (sd 10 %). The smoke run leaves out the derivatives: their
-    program takes about 20 s to compile."""
+    program takes about 8 s to compile."""
     kw = dict(paged=True, service_source="given", block_tokens=16.0, reserve_fraction=0.1)
     unc = UncertaintyOptions(samples=64, seed=0, dists=(Dist("arrival_rps", "normal", 1.0, 0.2),
                                                         Dist("t_token_ms", "lognormal", 1.0, 0.1)))

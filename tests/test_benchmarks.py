@@ -134,7 +134,7 @@ def _uncertainty(out, text):
     assert set(rows) == {"plain", "S=64", "latency only", "derivatives", "sensitivity"}
     assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in rows.values())
     assert rows["plain"]["cost_ratio"] == 1.0 and "cost / plain" in text
-    cont = out["continuous"]  # the smoke run leaves out the continuous derivatives (20 s to compile)
+    cont = out["continuous"]  # the smoke run leaves out the continuous derivatives (8 s to compile)
     assert set(cont) == {"plain", "S=64", "latency only"} and "continuous batching" in text
     assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in cont.values())
 

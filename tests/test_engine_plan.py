@@ -241,7 +241,7 @@ def test_dynamic_derivatives_match_central_differences(key):
 #: Continuous serving where the model is smooth around every point: prompts and outputs
 #: spread (lognormal CVs 0.5 and 1), the slot wait and the step mix both active. The
 #: derivative and headroom tests share this grid's shape, so its derivative program
-#: (about 20 s to compile) compiles once for both.
+#: (about 8 s to compile) compiles once for both.
 CONTINUOUS_SMOOTH = with_grid(CONTINUOUS, arrival_rps=3.0, prompt_cv=0.5, output_cv=1.0, batch_size=[16, 64],
                               replicas=[1, 2])
 
@@ -323,6 +323,48 @@ def test_the_fixed_point_derivative_is_the_limit_of_the_iterations():
     ok = np.asarray(stable)
     assert ok.sum() >= n // 2
     np.testing.assert_allclose(np.asarray(implicit)[ok], np.asarray(iterated)[ok], rtol=1e-6, atol=1e-12)
+
+
+def test_a_presolved_fixed_point_gives_the_same_values_and_derivatives():
+    """`[sensitivity]` solves continuous serving's fixed point once per point over the
+    whole chunk (`ContinuousModel.presolve`, `cb_analytic.cb_state`) and hands it to
+    `cb_point` as ``state=``: every output and the derivatives of the three SLO latencies
+    in the six inputs are those of the model solving it itself (same operations, so equal
+    to rounding), on random engines including caps, budgets and KV limits that bind."""
+    rng = np.random.default_rng(11)
+    n = 64
+    cap = rng.integers(1, 257, n) * 1.0
+    args = dict(lam=10 ** rng.uniform(-1, 1.5, n), prompt_mean=10 ** rng.uniform(1, 3.5, n), prompt_cv=rng.uniform(0, 1.5, n),
+                output_mean=10 ** rng.uniform(1, 3, n), output_cv=rng.uniform(0, 1.5, n), cap=cap,
+                max_batched_tokens=np.maximum(cap, rng.choice([np.inf, 512.0, 4096.0], n)),
+                kv_capacity_tokens=rng.choice([np.inf, 2e4, 2e5], n), block_tokens=np.full(n, 16.0),
+                t_fixed=rng.uniform(5e-3, 5e-2, n), t_token=10 ** rng.uniform(-5.5, -4, n),
+                t_ctx=10 ** rng.uniform(-9, -7, n), service_cv=rng.choice([0.0, 0.2], n), q=np.full(n, 0.99))
+    names = ("lam", "prompt_mean", "output_mean", "t_fixed", "t_token", "t_ctx")
+    lats = ("ttft_p", "tpot_p", "e2e_p")
+
+    def one(*row):
+        kw = dict(zip(args, row))
+        state = cb_analytic.cb_state(**kw)
+
+        def f(theta, given):
+            o = cb_analytic.cb_point(**{**kw, **dict(zip(names, theta))}, state=state if given else None)
+            return tuple(o[k] for k in lats)
+
+        theta = tuple(kw[k] for k in names)
+        return (cb_analytic.cb_point(**kw), cb_analytic.cb_point(**kw, state=state),
+                jax.jacrev(lambda th: f(th, False))(theta), jax.jacrev(lambda th: f(th, True))(theta))
+
+    own, given, d_own, d_given = jax.jit(jax.vmap(one))(*(jnp.asarray(v) for v in args.values()))
+    stable = np.asarray(own["stable"])
+    assert 0 < stable.sum() < n  # both kinds of point
+    for k in own:
+        np.testing.assert_allclose(np.asarray(given[k]), np.asarray(own[k]), rtol=1e-12, err_msg=k)
+    for i in range(len(lats)):
+        for j in range(len(names)):
+            a, b = np.asarray(d_given[i][j])[stable], np.asarray(d_own[i][j])[stable]
+            assert np.all(np.isfinite(a))
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-300, err_msg=f"{lats[i]} {names[j]}")
 
 
 def test_continuous_derivatives_are_finite_wherever_the_latency_is():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -68,6 +69,8 @@ def test_schedule_figure_draws_the_file(run_dir, tmp_path):
 
 
 def test_schedule_figure_renders_to_png(run_dir, tmp_path):
+    if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
+        pytest.skip("no Chromium (kaleido renders the PNGs with it): apt-get install chromium, or .ci/install-browser")
     pytest.importorskip("kaleido")
     result = build_report(run_dir, out=tmp_path / "r.html", png_dir=tmp_path / "png")
     png = tmp_path / "png" / "schedule.png"

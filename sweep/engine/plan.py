@@ -143,7 +143,7 @@ def derivative_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[
     tangent per input) or `jax.jacrev` (a cotangent per SLO latency), as the model's
     `derivative_mode` says. The inputs are differentiated as separate scalars, not as one
     stacked vector: the transpose of reading a vector's element is a pad per input, and XLA
-    fused the whole backward pass into each of those pads (continuous serving, measured
+    fused the whole backward pass into each of those pads (continuous serving, when measured
     with benchmarks/uncertainty.py: 8.5-9x the plain kernel, against 6.7-7x as scalars)."""
     names = sensitivity_keys(model, roofline)
     keys = tuple(_source(model, x, k) for k in names)
@@ -213,8 +213,12 @@ def plan_values(x: Mapping[str, Array], *, model: ServingModel, kw: Mapping[str,
 
 def derivative_values(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any],
                       roofline: bool) -> dict[str, Array]:
-    """The derivative columns of a batch of points, `DERIVATIVE_BLOCK` points at a time."""
-    return blocked(lambda p: derivative_columns(p, model, kw, roofline), dict(x), DERIVATIVE_BLOCK)
+    """The derivative columns of a batch of points, `DERIVATIVE_BLOCK` points at a time,
+    after the model's `presolve` over the whole batch (an iterative solve inside a block
+    would run once per block: continuous serving's fixed point, 12 iterations)."""
+    xs = dict(x)
+    xs.update(jax.vmap(lambda p: model.presolve(p, **kw))(dict(x)))
+    return blocked(lambda p: derivative_columns(p, model, kw, roofline), xs, DERIVATIVE_BLOCK)
 
 
 def blocked(f: Any, x: Mapping[str, Array], block: int) -> dict[str, Array]:

@@ -469,6 +469,15 @@ class ServingModel(abc.ABC):
     def point(self, x: Mapping[str, Array], *args: Any, **static: Any) -> dict[str, Array]:
         """Every computed column for ONE point (scalars in, scalars out, file units)."""
 
+    def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
+        """Quantities of ONE point that `point` accepts as given among its inputs (keys that
+        start with "_"), solved once per point before `[sensitivity]`'s derivative program
+        runs `point` in blocks (`sweep.engine.plan.derivative_values`): an iterative solve
+        then runs once over the whole chunk rather than once per block. `point` must give
+        the same values with or without them, and differentiate them implicitly (their own
+        derivatives are never taken). Default: none."""
+        return {}
+
     def host_pass(self, spec: GridSpec) -> HostPass | None:
         """The host pass a grid needs (None: decisions fuse into the jitted chunk)."""
         return None

@@ -57,10 +57,11 @@ Derivation
    inside the iteration the occupancy is Poisson and ``P_wait`` Sakasegawa's
    ``rho^(sqrt(2 (c + 1)) - 1)`` (no special function), and Erlang's exact law is
    evaluated once at the solution. Derivatives (`[sensitivity]`) of the fixed point come
-   from the implicit function theorem at the iterate (`_fixed_point`), not from
-   differentiating the iterations. The occupancy is capped by throughput: steps are
-   longest at full occupancy, so ``E[S] <= c / capacity_rps`` and ``A <= c lam /
-   capacity_rps``.
+   from the implicit function theorem at the iterate (`_implicit_tangent`), not from
+   differentiating the iterations; `cb_state` solves the fixed point alone, for a caller
+   that hands it back as ``cb_point(..., state=)``. The occupancy is capped by
+   throughput: steps are longest at full occupancy, so ``E[S] <= c / capacity_rps`` and
+   ``A <= c lam / capacity_rps``.
 6. **Sustainability** (``stable``): at full occupancy every step holds ``c`` sequences,
    so from step 1 with ``u = 1`` and ``sigma = lam E[D] / c``:
    ``capacity_rps = 1 / (t_f E[D] / c + rho_tok / lam)``, and, with a finite budget,
@@ -90,14 +91,18 @@ the exact integer rounding of lengths; see docs/continuous.md for what neither m
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax import Array, lax
+from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import ndtri
 
 from sweep._numerics import gammainc_pq, poisson_pmf, safe_div
 
-__all__ = ["DAMP", "N_FIXED", "cb_point"]
+__all__ = ["DAMP", "N_FIXED", "cb_point", "cb_state"]
 
 INF = jnp.inf
 #: damped fixed-point iterations for (T_d, T_p)
@@ -159,6 +164,74 @@ def _lognormal(mean, cv):
     """(sigma, mu) of a lognormal with this mean and CV."""
     s2 = jnp.log1p(cv * cv)
     return _sqrt0(s2), jnp.log(mean) - 0.5 * s2
+
+
+def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv) -> dict[str, Array]:
+    """Everything about one point that the fixed point does not change: the request moments,
+    the slots (step 2), sustainability (step 6) and the fixed point's constants (step 3), as
+    a dict. A function of `cb_point`'s inputs alone, so that `_fixed_point`'s derivative
+    rule can differentiate the map through it."""
+    # -- request moments ------------------------------------------------------------------
+    p2 = p1 * p1 * (1.0 + pcv * pcv)
+    o2 = o1 * o1 * (1.0 + ocv * ocv)
+    a1 = p1 + o1 - 1.0
+    a2 = o1 * p1 + 0.5 * (o2 - o1)
+    # time-weighted mean reservation (a request holds it ~ its O steps) and fragmentation
+    r_mean = p1 + o1 + 0.5 * (blk - 1.0)
+    r_w = (p1 * o1 + o2) / o1 + 0.5 * (blk - 1.0)
+    kv_fin = jnp.isfinite(kv)
+    r_head = (p2 + o2 + 2.0 * p1 * o1) / (p1 + o1) + 0.5 * (blk - 1.0)  # size-biased E[r]
+    c_kv = jnp.where(kv_fin, (jnp.where(kv_fin, kv, 0.0) - 0.5 * r_head) / r_w, INF)
+    # head-of-line blocking: a large reservation at the head holds back everyone behind it;
+    # the slot wait grows with the spread of reservations (1 + their squared CV)
+    hol = jnp.where(kv_fin & (c_kv < n_cap), r_head / r_mean, 1.0)
+    c = jnp.clip(jnp.minimum(n_cap, c_kv), 1.0, 5000.0)
+    budget_fin = jnp.isfinite(budget)
+    bud = jnp.where(budget_fin, budget, 1e300)
+
+    # -- sustainability (step 6) ------------------------------------------------------------
+    rho_tok = lam * (tt * a1 + tc * a2)
+    dec_share = (o1 - 1.0) / o1  # decoders among running sequences at saturation (M = inf)
+    b_sat = jnp.maximum(bud - c * dec_share, 1.0)
+    n_chunks = jnp.maximum(1.0, p1 / b_sat)
+    e_d = o1 - 1.0 + n_chunks
+    cap_steps = 1.0 / (tf * e_d / c + tt * a1 + tc * a2)
+    t_sat = tf + tt * jnp.minimum(bud, c * dec_share + p1 * c / e_d) + tc * c * a2 / e_d
+    cap_budget = jnp.where(budget_fin, b_sat / (p1 * t_sat), INF)
+    capacity = jnp.minimum(cap_steps, cap_budget)
+    stable = (lam < capacity) & (c >= 1.0) & ~(kv_fin & (c_kv < 1.0))
+
+    c_bar = a2 / e_d  # cache of a running sequence, per-step average
+    m2 = 1.0 + cv * cv
+
+    # -- fixed point (T_d, T_p, A): `_maps`, `_fixed_point` --------------------------------------
+    # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
+    # engine processes meanwhile; other requests' work arrives at the long-run rate (the
+    # others evolve independently of it below the cap), so per own step it sees
+    # lam (t_t a1 + t_c a2) T_d of token work besides its own: T_d = base / (1 - rho_tok).
+    # When all slots are busy (probability P_wait) the steps run at full occupancy.
+    # One correction to that rate: the prompts that arrived during the request's own last
+    # prefill step (a long step: it carries its prompt) are prefilled in its first decode
+    # step, while those arriving during its last decode step are not in its life: a net
+    # lam p1 (T_p_last - T_d) prompt tokens, spread over its O - 1 steps (E[1 / (O - 1)]).
+    t_own = tf + tt + tc * (p1 + 0.5 * o1)
+    s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
+    inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
+    rho_cap = capacity * (tt * a1 + tc * a2)  # token work share at full occupancy
+    return dict(p2=p2, o2=o2, r_mean=r_mean, kv_fin=kv_fin, hol=hol, c=c, bud=bud, rho_tok=rho_tok,
+                capacity=capacity, cap_steps=cap_steps, cap_budget=cap_budget, stable=stable, c_bar=c_bar,
+                m2=m2, t_own=t_own, s_o=s_o, mu_o=mu_o, inv_o=inv_o, rho_cap=rho_cap)
+
+
+#: the fixed point's constants (`_maps`' keyword arguments): `cb_point`'s inputs or `_prelude`'s
+_ENV = ("lam", "p1", "p2", "o1", "c", "capacity", "rho_tok", "tf", "tt", "tc", "c_bar", "m2", "bud", "inv_o",
+        "t_own", "rho_cap")
+
+
+def _env(raw: dict[str, Array], pre: dict[str, Array] | None = None) -> dict[str, Array]:
+    """The fixed point's constants of the point with inputs `raw` (`pre`: its `_prelude`)."""
+    pre = _prelude(**raw) if pre is None else pre
+    return {k: raw[k] if k in raw else pre[k] for k in _ENV}
 
 
 def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap):
@@ -233,11 +306,13 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
 
 
 @jax.custom_jvp
-def _fixed_point(env: dict[str, Array]) -> tuple[Array, Array]:
-    """(T_d, T_p): `N_FIXED` damped iterations of the map from the light-load values
-    (weight `DAMP` on the new iterate for the first half, 0.3 after: fast steps first, then
-    heavy damping breaks the 2-cycles that the undamped map can fall into next to
-    saturation, where P_wait switches T_d to full occupancy)."""
+def _fixed_point(raw: dict[str, Array]) -> tuple[Array, Array]:
+    """(T_d, T_p) of the point with `cb_point`'s inputs `raw`: `N_FIXED` damped iterations
+    of the map from the light-load values (weight `DAMP` on the new iterate for the first
+    half, 0.3 after: fast steps first, then heavy damping breaks the 2-cycles that the
+    undamped map can fall into next to saturation, where P_wait switches T_d to full
+    occupancy)."""
+    env = _env(raw)
     _, _, step = _maps(**env)
 
     def update(i, st):
@@ -251,37 +326,91 @@ def _fixed_point(env: dict[str, Array]) -> tuple[Array, Array]:
     return lax.fori_loop(0, N_FIXED, update, (td0, tp0))
 
 
-@_fixed_point.defjvp
-def _fixed_point_jvp(primals, tangents):
-    """The implicit-function derivative of the fixed point s = F(s; env):
-    ``ds = (I - dF/ds)^-1 dF/denv . denv``, at the iterate the model publishes. The 2 x 2
-    Jacobian ``dF/ds`` depends on the point alone, so only ``dF/denv . denv`` is carried
-    per tangent direction (or, in reverse mode, transposed per cotangent), through ONE
-    application of the map rather than through every iteration (`[sensitivity]`).
-    Where the 2 x 2 system is singular (a kink of the map at the iterate) the iterate's
-    own tangent through one map application stands in."""
-    (env,), (denv,) = primals, tangents
-    td, tp = _fixed_point(env)
-    _, _, step = _maps(**env)
-    one, zero = jnp.ones_like(td), jnp.zeros_like(td)
-    _, (j11, j21) = jax.jvp(step, (td, tp), (one, zero))
-    _, (j12, j22) = jax.jvp(step, (td, tp), (zero, one))
-    _, (f0, f1) = jax.jvp(lambda e: _maps(**e)[2](td, tp), (env,), (denv,))
-    a11, a12, a21, a22 = 1.0 - j11, -j12, -j21, 1.0 - j22
+def _implicit_tangent(raw: dict[str, Array], draw: dict[str, Any], td: Array, tp: Array) -> tuple[Array, Array]:
+    """The implicit-function derivative of the fixed point s = F(s; x) at the state
+    (td, tp): ``ds = (I - dF/ds)^-1 dF/dx . dx``, through ONE application of the map
+    rather than through every iteration (`[sensitivity]`).
+
+    The partials of F, with respect to the state and to every input ``x`` that has a
+    tangent (symbolic zeros are skipped: six under `[sensitivity]`), are computed once per
+    point by forward mode, as primal values; the tangent is then their linear combination.
+    Reverse mode transposes only that combination, not the map: transposing the map put a
+    copy of its whole backward pass into every input's derivative (XLA fuses shared
+    multiply-adds into each consumer; benchmarks/uncertainty.py). Where the 2 x 2 system
+    is singular (a kink of the map at the state) the state's own tangent through one map
+    application stands in."""
+    active = {k: v for k, v in raw.items() if not isinstance(draw[k], SymbolicZero)}
+
+    def f(td, tp, x):
+        return jnp.stack(_maps(**_env({**raw, **x}))[2](td, tp))
+
+    # (the two rows stacked: XLA keeps the stack in memory, where two separate outputs
+    # would each be fused, whole, into every consumer of the partials)
+    j_td, j_tp, j_x = jax.jacfwd(f, argnums=(0, 1, 2))(td, tp, active)
+    # the combination as two scalars: reading a stacked vector's elements would transpose
+    # to pads, each fused with a whole copy of the chain behind it
+    f0 = sum((j_x[k][0] * draw[k] for k in active), jnp.zeros_like(td))
+    f1 = sum((j_x[k][1] * draw[k] for k in active), jnp.zeros_like(td))
+    a11, a12, a21, a22 = 1.0 - j_td[0], -j_tp[0], -j_td[1], 1.0 - j_tp[1]
     det = a11 * a22 - a12 * a21
     ok = jnp.isfinite(det) & (jnp.abs(det) > 1e-12)
     det = jnp.where(ok, det, 1.0)
     d_td = jnp.where(ok, (a22 * f0 - a12 * f1) / det, f0)
     d_tp = jnp.where(ok, (a11 * f1 - a21 * f0) / det, f1)
-    return (td, tp), (d_td, d_tp)
+    return d_td, d_tp
+
+
+@functools.partial(_fixed_point.defjvp, symbolic_zeros=True)
+def _fixed_point_jvp(primals, tangents):
+    """`_implicit_tangent` at the iterate the model publishes."""
+    (raw,), (draw,) = primals, tangents
+    td, tp = _fixed_point(raw)
+    return (td, tp), _implicit_tangent(raw, draw, td, tp)
+
+
+@jax.custom_jvp
+def _at_state(raw: dict[str, Array], state: tuple[Array, Array]) -> tuple[Array, Array]:
+    """The fixed point given as `state` (`cb_state`'s, solved beforehand for the same
+    inputs), differentiated like `_fixed_point`; the state's own tangent is ignored."""
+    return state
+
+
+@functools.partial(_at_state.defjvp, symbolic_zeros=True)
+def _at_state_jvp(primals, tangents):
+    (raw, (td, tp)), (draw, _) = primals, tangents
+    return (td, tp), _implicit_tangent(raw, draw, td, tp)
+
+
+def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
+         block_tokens, t_fixed, t_token, t_ctx, service_cv) -> dict[str, Array]:
+    """`cb_point`'s inputs as float64, with the two floors every formula relies on."""
+    lam = jnp.maximum(_f64(lam), 1e-300)
+    p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
+    n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens, block_tokens))
+    tf, tt, tc, cv = (_f64(x) for x in (t_fixed, t_token, t_ctx, service_cv))
+    # a step takes at least 1 ps: the mean step time divides several ratios (0/0 at t_f = 0)
+    tf = jnp.maximum(tf, 1e-12)
+    return dict(lam=lam, p1=p1, pcv=pcv, o1=o1, ocv=ocv, n_cap=n_cap, budget=budget, kv=kv, blk=blk, tf=tf, tt=tt,
+                tc=tc, cv=cv)
+
+
+def cb_state(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
+             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q) -> tuple[Array, Array]:
+    """The step-time fixed point (T_d, T_p) of `cb_point` with the same arguments, for its
+    ``state=`` (`ContinuousModel.presolve`)."""
+    return _fixed_point(_raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
+                             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv))
 
 
 def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
-             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q) -> dict[str, Array]:
+             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
+             state: tuple[Array, Array] | None = None) -> dict[str, Array]:
     """Continuous-batching model for one point (see the module docstring).
 
     Arguments: float64 scalars, SI (``lam`` 1/s, token counts, seconds);
     ``max_batched_tokens`` and ``kv_capacity_tokens`` may be ``inf``; ``q`` in (0, 1).
+    ``state``: the fixed point (T_d, T_p) when already solved for these arguments
+    (`cb_state`); the outputs are the same, and it is differentiated implicitly.
 
     Returns float64 scalars (``stable`` bool): ``stable``, ``capacity_rps``,
     ``mean_running``, ``step_mean`` (s), ``ttft_mean``, ``ttft_p``, ``tpot_mean``,
@@ -292,66 +421,18 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     sum is ``ttft_mean``), ``capacity_steps_rps`` and ``capacity_budget_rps`` (the step and
     token-budget bounds whose minimum is ``capacity_rps``).
     """
-    lam = jnp.maximum(_f64(lam), 1e-300)
-    p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
-    n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens,
-                                                block_tokens))
-    tf, tt, tc, cv, q = (_f64(x) for x in (t_fixed, t_token, t_ctx, service_cv, q))
-    # a step takes at least 1 ps: the mean step time divides several ratios (0/0 at t_f = 0)
-    tf = jnp.maximum(tf, 1e-12)
+    raw = _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
+               block_tokens, t_fixed, t_token, t_ctx, service_cv)
+    lam, p1, pcv, o1, ocv, kv, blk, tf, tt, tc = (raw[k] for k in ("lam", "p1", "pcv", "o1", "ocv", "kv", "blk", "tf",
+                                                                   "tt", "tc"))
+    q = _f64(q)
     z = ndtri(q)
-
-    # -- request moments ------------------------------------------------------------------
-    p2 = p1 * p1 * (1.0 + pcv * pcv)
-    o2 = o1 * o1 * (1.0 + ocv * ocv)
-    a1 = p1 + o1 - 1.0
-    a2 = o1 * p1 + 0.5 * (o2 - o1)
-    # time-weighted mean reservation (a request holds it ~ its O steps) and fragmentation
-    r_mean = p1 + o1 + 0.5 * (blk - 1.0)
-    r_w = (p1 * o1 + o2) / o1 + 0.5 * (blk - 1.0)
-    kv_fin = jnp.isfinite(kv)
-    r_head = (p2 + o2 + 2.0 * p1 * o1) / (p1 + o1) + 0.5 * (blk - 1.0)  # size-biased E[r]
-    c_kv = jnp.where(kv_fin, (jnp.where(kv_fin, kv, 0.0) - 0.5 * r_head) / r_w, INF)
-    # head-of-line blocking: a large reservation at the head holds back everyone behind it;
-    # the slot wait grows with the spread of reservations (1 + their squared CV)
-    hol = jnp.where(kv_fin & (c_kv < n_cap), r_head / r_mean, 1.0)
-    c = jnp.clip(jnp.minimum(n_cap, c_kv), 1.0, 5000.0)
-    budget_fin = jnp.isfinite(budget)
-    bud = jnp.where(budget_fin, budget, 1e300)
-
-    # -- sustainability (step 6) ------------------------------------------------------------
-    rho_tok = lam * (tt * a1 + tc * a2)
-    dec_share = (o1 - 1.0) / o1  # decoders among running sequences at saturation (M = inf)
-    b_sat = jnp.maximum(bud - c * dec_share, 1.0)
-    n_chunks = jnp.maximum(1.0, p1 / b_sat)
-    e_d = o1 - 1.0 + n_chunks
-    cap_steps = 1.0 / (tf * e_d / c + tt * a1 + tc * a2)
-    t_sat = tf + tt * jnp.minimum(bud, c * dec_share + p1 * c / e_d) + tc * c * a2 / e_d
-    cap_budget = jnp.where(budget_fin, b_sat / (p1 * t_sat), INF)
-    capacity = jnp.minimum(cap_steps, cap_budget)
-    stable = (lam < capacity) & (c >= 1.0) & ~(kv_fin & (c_kv < 1.0))
-
-    c_bar = a2 / e_d  # cache of a running sequence, per-step average
-    m2 = 1.0 + cv * cv
-
-    # -- fixed point (T_d, T_p, A): `_maps`, `_fixed_point` --------------------------------------
-    # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
-    # engine processes meanwhile; other requests' work arrives at the long-run rate (the
-    # others evolve independently of it below the cap), so per own step it sees
-    # lam (t_t a1 + t_c a2) T_d of token work besides its own: T_d = base / (1 - rho_tok).
-    # When all slots are busy (probability P_wait) the steps run at full occupancy.
-    # One correction to that rate: the prompts that arrived during the request's own last
-    # prefill step (a long step: it carries its prompt) are prefilled in its first decode
-    # step, while those arriving during its last decode step are not in its life: a net
-    # lam p1 (T_p_last - T_d) prompt tokens, spread over its O - 1 steps (E[1 / (O - 1)]).
-    t_own = tf + tt + tc * (p1 + 0.5 * o1)
-    s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
-    inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
-    rho_cap = capacity * (tt * a1 + tc * a2)  # token work share at full occupancy
-    env = dict(lam=lam, p1=p1, p2=p2, o1=o1, c=c, capacity=capacity, rho_tok=rho_tok, tf=tf, tt=tt, tc=tc,
-               c_bar=c_bar, m2=m2, bud=bud, inv_o=inv_o, t_own=t_own, rho_cap=rho_cap)
-    parts, t_prefill, _ = _maps(**env)
-    td, tp = _fixed_point(env)
+    pre = _prelude(**raw)
+    p2, o2, r_mean, kv_fin, hol, c, capacity, cap_steps, cap_budget, stable, c_bar, m2, s_o, mu_o, inv_o = (
+        pre[k] for k in ("p2", "o2", "r_mean", "kv_fin", "hol", "c", "capacity", "cap_steps", "cap_budget", "stable",
+                         "c_bar", "m2", "s_o", "mu_o", "inv_o"))
+    parts, t_prefill, _ = _maps(**_env(raw, pre))
+    td, tp = _fixed_point(raw) if state is None else _at_state(raw, state)
     g = parts(td, tp)
     ok = stable
 

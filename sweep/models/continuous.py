@@ -52,7 +52,7 @@ from sweep.models.base import (
     ServingModel,
     planning_columns,
 )
-from sweep.models.cb_analytic import cb_point
+from sweep.models.cb_analytic import cb_point, cb_state
 from sweep.models.dynamic import DOMAINS as SEED_DOMAINS
 
 if TYPE_CHECKING:
@@ -234,6 +234,9 @@ def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_token
     return jnp.floor(tokens / block_tokens) * block_tokens if paged else tokens
 
 
+#: `presolve`'s keys: the fixed point a point's inputs carry into `point` under `[sensitivity]`
+STATE_TD, STATE_TP = "_cb_state_td", "_cb_state_tp"
+
 SLO_CHECKS: tuple[tuple[str, str], ...] = (("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
 
 
@@ -251,8 +254,8 @@ class ContinuousModel(ServingModel):
     coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
     length_keys: ClassVar[tuple[str, ...]] = ("prompt_tokens", "output_tokens")
     #: three SLO latencies against six inputs: reverse mode carries three cotangents where
-    #: forward mode carries six tangents (benchmarks/uncertainty.py: 6.7-7x the plain kernel
-    #: and 20-23 s to compile; forward mode measured 9.2x against 7.5x with the inputs as one
+    #: forward mode carries six tangents (benchmarks/uncertainty.py: 4.3-4.6x the plain kernel
+    #: and 8-9 s to compile; forward mode measured about 10 % slower with the inputs as one
     #: vector, and 228x as separate scalars, where XLA recomputes the tangents per column)
     derivative_mode: ClassVar[str] = "reverse"
     echo: ClassVar[tuple[str, ...]] = (
@@ -322,8 +325,10 @@ class ContinuousModel(ServingModel):
             reserve_fraction=spec.options.reserve_fraction,
         )
 
-    def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
-              reserve_fraction: float) -> dict[str, Array]:
+    def _engine(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
+                reserve_fraction: float) -> dict[str, Any]:
+        """One point's engine before the queueing model: step-time coefficients, arrival
+        rate, KV capacity and memory verdict, and the arguments of `cb_point` (`args`)."""
         gpus = x["gpus_per_replica"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
@@ -342,9 +347,26 @@ class ContinuousModel(ServingModel):
         c_tok = kv_capacity_tokens(free, kv_per_token, block, paged=paged)
         reservation = jnp.ceil((x["prompt_tokens"] + x["output_tokens"]) / block) * block
         mem_ok = (free >= 0.0) & (reservation <= c_tok)
-        r = cb_point(lam, x["prompt_tokens"], x["prompt_cv"], x["output_tokens"], x["output_cv"], x["batch_size"],
-                     x["max_batched_tokens"], jnp.where(mem_ok, c_tok, 1.0), block, tf, tt, tc, x["service_cv"],
-                     x["percentile"])
+        args = (lam, x["prompt_tokens"], x["prompt_cv"], x["output_tokens"], x["output_cv"], x["batch_size"],
+                x["max_batched_tokens"], jnp.where(mem_ok, c_tok, 1.0), block, tf, tt, tc, x["service_cv"],
+                x["percentile"])
+        return dict(gpus=gpus, weights=weights, roof=roof, tf=tf, tt=tt, tc=tc, lam=lam, free=free, c_tok=c_tok,
+                    mem_ok=mem_ok, args=args)
+
+    def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
+        """The step-time fixed point (T_d, T_p) of `sweep.models.cb_analytic`, solved once
+        per point for `[sensitivity]`'s derivative program (see `ServingModel.presolve`)."""
+        td, tp = cb_state(*self._engine(x, **static)["args"])
+        return {STATE_TD: td, STATE_TP: tp}
+
+    def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
+              reserve_fraction: float) -> dict[str, Array]:
+        e = self._engine(x, paged=paged, service_source=service_source, block_tokens=block_tokens,
+                         reserve_fraction=reserve_fraction)
+        gpus, weights, roof, tf, tt, tc, lam, free, c_tok, mem_ok = (
+            e[k] for k in ("gpus", "weights", "roof", "tf", "tt", "tc", "lam", "free", "c_tok", "mem_ok"))
+        state = (x[STATE_TD], x[STATE_TP]) if STATE_TD in x else None
+        r = cb_point(*e["args"], state=state)
         stable = r["stable"] & mem_ok
         rho = jnp.where(r["capacity_rps"] > 0, lam / jnp.where(r["capacity_rps"] > 0, r["capacity_rps"], 1.0), INF)
 
