@@ -204,7 +204,7 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv) -> d
     c_bar = a2 / e_d  # cache of a running sequence, per-step average
     m2 = 1.0 + cv * cv
 
-    # -- fixed point (T_d, T_p, A): `_maps`, `_fixed_point` --------------------------------------
+    # -- the fixed point's constants (T_d, T_p, A: `_maps`, `_fixed_point`) ----------------------
     # TPOT (step 3): over its life a decoding sequence shares its steps with everything the
     # engine processes meanwhile; other requests' work arrives at the long-run rate (the
     # others evolve independently of it below the cap), so per own step it sees
