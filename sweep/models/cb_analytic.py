@@ -169,8 +169,7 @@ def _lognormal(mean, cv):
 def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv) -> dict[str, Array]:
     """Everything about one point that the fixed point does not change: the request moments,
     the slots (step 2), sustainability (step 6) and the fixed point's constants (step 3), as
-    a dict. A function of `cb_point`'s inputs alone, so that `_fixed_point`'s derivative
-    rule can differentiate the map through it."""
+    a dict: a function of `cb_point`'s inputs alone."""
     # -- request moments ------------------------------------------------------------------
     p2 = p1 * p1 * (1.0 + pcv * pcv)
     o2 = o1 * o1 * (1.0 + ocv * ocv)
@@ -306,13 +305,12 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
 
 
 @jax.custom_jvp
-def _fixed_point(raw: dict[str, Array]) -> tuple[Array, Array]:
-    """(T_d, T_p) of the point with `cb_point`'s inputs `raw`: `N_FIXED` damped iterations
-    of the map from the light-load values (weight `DAMP` on the new iterate for the first
-    half, 0.3 after: fast steps first, then heavy damping breaks the 2-cycles that the
-    undamped map can fall into next to saturation, where P_wait switches T_d to full
-    occupancy)."""
-    env = _env(raw)
+def _fixed_point(env: dict[str, Array]) -> tuple[Array, Array]:
+    """(T_d, T_p) of the point with the fixed point's constants `env` (`_env`): `N_FIXED`
+    damped iterations of the map from the light-load values (weight `DAMP` on the new
+    iterate for the first half, 0.3 after: fast steps first, then heavy damping breaks the
+    2-cycles that the undamped map can fall into next to saturation, where P_wait switches
+    T_d to full occupancy)."""
     _, _, step = _maps(**env)
 
     def update(i, st):
@@ -326,32 +324,33 @@ def _fixed_point(raw: dict[str, Array]) -> tuple[Array, Array]:
     return lax.fori_loop(0, N_FIXED, update, (td0, tp0))
 
 
-def _implicit_tangent(raw: dict[str, Array], draw: dict[str, Any], td: Array, tp: Array) -> tuple[Array, Array]:
-    """The implicit-function derivative of the fixed point s = F(s; x) at the state
-    (td, tp): ``ds = (I - dF/ds)^-1 dF/dx . dx``, through ONE application of the map
+def _implicit_tangent(env: dict[str, Array], denv: dict[str, Any], td: Array, tp: Array) -> tuple[Array, Array]:
+    """The implicit-function derivative of the fixed point s = F(s; env) at the state
+    (td, tp): ``ds = (I - dF/ds)^-1 dF/denv . denv``, through ONE application of the map
     rather than through every iteration (`[sensitivity]`).
 
-    The partials of F, with respect to the state and to every input ``x`` that has a
-    tangent (symbolic zeros are skipped: six under `[sensitivity]`), are computed once per
-    point by forward mode, as primal values; the tangent is then their linear combination.
-    Reverse mode transposes only that combination, not the map: transposing the map put a
-    copy of its whole backward pass into every input's derivative (XLA fuses shared
-    multiply-adds into each consumer; benchmarks/uncertainty.py). Where the 2 x 2 system
-    is singular (a kink of the map at the state) the state's own tangent through one map
-    application stands in."""
-    active = {k: v for k, v in raw.items() if not isinstance(draw[k], SymbolicZero)}
+    The map is differentiated in the fixed point's constants `env`, not in the model's
+    inputs: how the inputs move the constants (the prelude: slots, capacity, moments) is
+    differentiated once, by the caller's own autodiff, for the map and the model's tail
+    together. The partials of F, in the state and in every constant that has a tangent
+    (symbolic zeros are skipped), are computed once per point as primal values, by reverse
+    mode (two outputs), and kept in ONE array divided by an XLA-opaque 1: a division is
+    never recomputed by XLA:CPU's fusion, so the partials are computed once, where their
+    cheap multiply-add chains would otherwise be fused, whole, into every consumer (up to
+    30x slower; benchmarks/uncertainty.py). The tangent is then their linear combination,
+    which is all that reverse mode transposes. Where the 2 x 2 system is singular (a kink
+    of the map at the state) the state's own tangent through one map application stands
+    in."""
+    act = [k for k in env if not isinstance(denv[k], SymbolicZero)]
 
     def f(td, tp, x):
-        return jnp.stack(_maps(**_env({**raw, **x}))[2](td, tp))
+        return jnp.stack(_maps(**{**env, **x})[2](td, tp))
 
-    # (the two rows stacked: XLA keeps the stack in memory, where two separate outputs
-    # would each be fused, whole, into every consumer of the partials)
-    j_td, j_tp, j_x = jax.jacfwd(f, argnums=(0, 1, 2))(td, tp, active)
-    # the combination as two scalars: reading a stacked vector's elements would transpose
-    # to pads, each fused with a whole copy of the chain behind it
-    f0 = sum((j_x[k][0] * draw[k] for k in active), jnp.zeros_like(td))
-    f1 = sum((j_x[k][1] * draw[k] for k in active), jnp.zeros_like(td))
-    a11, a12, a21, a22 = 1.0 - j_td[0], -j_tp[0], -j_td[1], 1.0 - j_tp[1]
+    j_td, j_tp, j_x = jax.jacrev(f, argnums=(0, 1, 2))(td, tp, {k: env[k] for k in act})
+    partials = jnp.stack([j_td, j_tp, *(j_x[k] for k in act)]) / _opaque_one(td)
+    f0 = sum((partials[2 + i, 0] * denv[k] for i, k in enumerate(act)), jnp.zeros_like(td))
+    f1 = sum((partials[2 + i, 1] * denv[k] for i, k in enumerate(act)), jnp.zeros_like(td))
+    a11, a12, a21, a22 = 1.0 - partials[0, 0], -partials[1, 0], -partials[0, 1], 1.0 - partials[1, 1]
     det = a11 * a22 - a12 * a21
     ok = jnp.isfinite(det) & (jnp.abs(det) > 1e-12)
     det = jnp.where(ok, det, 1.0)
@@ -360,16 +359,22 @@ def _implicit_tangent(raw: dict[str, Array], draw: dict[str, Any], td: Array, tp
     return d_td, d_tp
 
 
+def _opaque_one(x: Array) -> Array:
+    """1.0 (NaN where `x` is NaN), which XLA cannot fold: dividing by it changes no value
+    and makes XLA keep the quotient in memory rather than recompute it in each consumer."""
+    return jnp.where(jnp.isnan(x), x, 1.0)
+
+
 @functools.partial(_fixed_point.defjvp, symbolic_zeros=True)
 def _fixed_point_jvp(primals, tangents):
     """`_implicit_tangent` at the iterate the model publishes."""
-    (raw,), (draw,) = primals, tangents
-    td, tp = _fixed_point(raw)
-    return (td, tp), _implicit_tangent(raw, draw, td, tp)
+    (env,), (denv,) = primals, tangents
+    td, tp = _fixed_point(env)
+    return (td, tp), _implicit_tangent(env, denv, td, tp)
 
 
 @jax.custom_jvp
-def _at_state(raw: dict[str, Array], state: tuple[Array, Array]) -> tuple[Array, Array]:
+def _at_state(env: dict[str, Array], state: tuple[Array, Array]) -> tuple[Array, Array]:
     """The fixed point given as `state` (`cb_state`'s, solved beforehand for the same
     inputs), differentiated like `_fixed_point`; the state's own tangent is ignored."""
     return state
@@ -377,8 +382,8 @@ def _at_state(raw: dict[str, Array], state: tuple[Array, Array]) -> tuple[Array,
 
 @functools.partial(_at_state.defjvp, symbolic_zeros=True)
 def _at_state_jvp(primals, tangents):
-    (raw, (td, tp)), (draw, _) = primals, tangents
-    return (td, tp), _implicit_tangent(raw, draw, td, tp)
+    (env, (td, tp)), (denv, _) = primals, tangents
+    return (td, tp), _implicit_tangent(env, denv, td, tp)
 
 
 def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
@@ -398,8 +403,8 @@ def cb_state(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q) -> tuple[Array, Array]:
     """The step-time fixed point (T_d, T_p) of `cb_point` with the same arguments, for its
     ``state=`` (`ContinuousModel.presolve`)."""
-    return _fixed_point(_raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
-                             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv))
+    return _fixed_point(_env(_raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
+                                  kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv)))
 
 
 def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
@@ -431,8 +436,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     p2, o2, r_mean, kv_fin, hol, c, capacity, cap_steps, cap_budget, stable, c_bar, m2, s_o, mu_o, inv_o = (
         pre[k] for k in ("p2", "o2", "r_mean", "kv_fin", "hol", "c", "capacity", "cap_steps", "cap_budget", "stable",
                          "c_bar", "m2", "s_o", "mu_o", "inv_o"))
-    parts, t_prefill, _ = _maps(**_env(raw, pre))
-    td, tp = _fixed_point(raw) if state is None else _at_state(raw, state)
+    env = _env(raw, pre)
+    parts, t_prefill, _ = _maps(**env)
+    td, tp = _fixed_point(env) if state is None else _at_state(env, state)
     g = parts(td, tp)
     ok = stable
 

@@ -254,9 +254,9 @@ class ContinuousModel(ServingModel):
     coefficient_keys: ClassVar[tuple[str, ...]] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
     length_keys: ClassVar[tuple[str, ...]] = ("prompt_tokens", "output_tokens")
     #: three SLO latencies against six inputs: reverse mode carries three cotangents where
-    #: forward mode carries six tangents (benchmarks/uncertainty.py: 4.3-4.6x the plain kernel
-    #: and 8-9 s to compile; forward mode measured about 10 % slower with the inputs as one
-    #: vector, and 228x as separate scalars, where XLA recomputes the tangents per column)
+    #: forward mode carries six tangents (benchmarks/uncertainty.py: 3.1-3.5x the plain kernel
+    #: on a 2-core EPYC; forward mode measured about as fast with the inputs as one vector,
+    #: and 228x as separate scalars, where XLA recomputes the tangents per column)
     derivative_mode: ClassVar[str] = "reverse"
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
