@@ -11,6 +11,10 @@ Four jitted, vmapped programs over the same random dynamic-batching points (the 
   baseline of the derivatives, which need only the latency;
 * derivatives: `sweep.engine.plan.derivative_columns` alone (jax.jacfwd over 4 inputs).
   Goal: at most 3x the plain kernel (also printed: the cost against latency only);
+* plain + derivatives: the plain kernel and the derivatives in ONE jitted program, as the
+  engine's chunk computes them (XLA then solves continuous serving's step-time fixed point
+  once for both): its time over plain's, less one, is what the derivatives add to a run
+  (printed as "derivatives' marginal cost");
 * sensitivity: the whole `[sensitivity]` (the derivatives and headroom_rps, a 48-step
   bisection), for reference.
 
@@ -79,6 +83,11 @@ def programs(model=MODEL, kw=KW, columns=COLUMNS, unc=UNC, latency="latency_ms",
     def latency_only(v, t):
         return jax.vmap(lambda p: model.point(p, **kw)[latency])(inputs(v, t))
 
+    def plain_and_derivatives(v, t):
+        out = plain(v, t)
+        out.update(derivatives(v, t))
+        return out
+
     def sensitivity(v, t):
         return plan_values(inputs(v, t), model=model, kw=kw, uncertainty=None, sensitivity=True, roofline=False)
 
@@ -87,6 +96,7 @@ def programs(model=MODEL, kw=KW, columns=COLUMNS, unc=UNC, latency="latency_ms",
         "S=64": jax.jit(functools.partial(with_plan, plan=(unc, False, False))),
         "latency only": jax.jit(latency_only),
         "derivatives": jax.jit(derivatives),
+        "plain + derivatives": jax.jit(plain_and_derivatives),
         "sensitivity": jax.jit(sensitivity),
     }
     return {k: f for k, f in progs.items() if only is None or k in only}
@@ -117,7 +127,7 @@ def _time(fn, v, t, repeats: int) -> tuple[float, float]:
 
 
 def _table(title: str, progs: dict[str, object], v, t, repeats: int) -> dict[str, dict[str, float]]:
-    print(f"{title}\n{'program':<12} {'points/s':>12} {'cost / plain':>13} {'goal':>7} {'compile s':>10}")
+    print(f"{title}\n{'program':<20} {'points/s':>12} {'cost / plain':>13} {'goal':>7} {'compile s':>10}")
     rows: dict[str, dict[str, float]] = {}
     goals = {"S=64": 64.0, "derivatives": 3.0}
     for name, fn in progs.items():  # compile each (and a first timing)
@@ -133,10 +143,14 @@ def _table(title: str, progs: dict[str, object], v, t, repeats: int) -> dict[str
     for name, r in rows.items():
         r["cost_ratio"] = r["seconds"] / rows["plain"]["seconds"]
         goal = f"<= {goals[name]:g}" if name in goals else ""
-        print(f"{name:<12} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f}")
+        print(f"{name:<20} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f}")
     if "derivatives" in rows:
         rows["derivatives"]["cost_vs_latency_only"] = rows["derivatives"]["seconds"] / rows["latency only"]["seconds"]
         print(f"derivatives / latency only: {rows['derivatives']['cost_vs_latency_only']:.2f}x")
+    if "plain + derivatives" in rows:
+        rows["derivatives"]["marginal_cost"] = rows["plain + derivatives"]["cost_ratio"] - 1.0
+        print(f"derivatives' marginal cost (plain + derivatives in one program, less plain): "
+              f"{rows['derivatives']['marginal_cost']:.2f}x plain")
     return rows
 
 

@@ -131,7 +131,8 @@ def _cluster(out, text):
 
 def _uncertainty(out, text):
     rows = out["rows"]
-    assert set(rows) == {"plain", "S=64", "latency only", "derivatives", "sensitivity"}
+    assert set(rows) == {"plain", "S=64", "latency only", "derivatives", "plain + derivatives", "sensitivity"}
+    assert np.isfinite(rows["derivatives"]["marginal_cost"]) and "marginal cost" in text
     assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in rows.values())
     assert rows["plain"]["cost_ratio"] == 1.0 and "cost / plain" in text
     cont = out["continuous"]  # the smoke run leaves out the continuous derivatives (8 s to compile)
