@@ -1,6 +1,6 @@
 """Cost of `[uncertainty]` and `[sensitivity]` against the plain kernel, in one run.
 
-Four jitted, vmapped programs over the same random dynamic-batching points (the inputs of
+Six jitted, vmapped programs over the same random dynamic-batching points (the inputs of
 `benchmarks/kernel.py`, full batches, given service times), side by side:
 
 * plain: the engine's `evaluate_values` (every column, the verdicts);

@@ -13,7 +13,7 @@ from jax import Array
 
 from sweep._gamma import gammainc_pq, poisson_pmf
 
-__all__ = ["gammainc_pq", "poisson_pmf", "poisson_tails", "safe_div"]
+__all__ = ["gammainc_pq", "opaque_one", "poisson_pmf", "poisson_tails", "safe_div"]
 
 
 def safe_div(num: Array, den: Array, ok: Array, fill: float) -> Array:
@@ -23,6 +23,14 @@ def safe_div(num: Array, den: Array, ok: Array, fill: float) -> Array:
     untaken branch computes a finite number that `where` then discards.
     """
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), fill)
+
+
+def opaque_one(x: Array) -> Array:
+    """1.0, NaN where `x` is NaN: a 1 that XLA cannot fold away. Dividing a value by it
+    changes nothing (x / 1 == x exactly) and makes XLA:CPU keep the quotient in memory:
+    a division is never duplicated into the consumers a fusion would otherwise copy a
+    cheap chain of arithmetic into (`sweep._gamma` multiplies by the same 1 inline)."""
+    return jnp.where(jnp.isnan(x), x, 1.0)
 
 
 def poisson_tails(k: Array, mu: Array) -> tuple[Array, Array]:
