@@ -25,7 +25,12 @@ model of docs/continuous.md on `benchmarks/cb_points.py`'s random engines).
 
 Machines here are shared and noisy: each program is timed once per round, over `--repeats`
 rounds (so every program sees the same spells of a busy machine), and its best is
-reported; nothing in the test suite depends on speed. Figures land in benchmarks/results/uncertainty.json.
+reported; nothing in the test suite depends on speed. Beside each time, the arithmetic the
+compiled program executes per point (`benchmarks/_hlo.py`: elementwise operations counted
+from XLA's optimized HLO, loops by their trip counts), a cost that does not move with the
+machine's load, and the same count in the program JAX hands to XLA ("traced ops": the
+arithmetic the program asks for; their ratio is what XLA's fusion adds by recomputing cheap
+intermediates in every fused consumer). Figures land in benchmarks/results/uncertainty.json.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
+from _hlo import executed_ops, traced_ops
 from cb_points import CONTINUOUS, CONTINUOUS_COLUMNS, continuous
 from kernel import COLUMNS, MODEL, make_inputs
 
@@ -114,36 +120,40 @@ def continuous_programs(smoke: bool) -> dict[str, object]:
     return programs(CONTINUOUS, kw, CONTINUOUS_COLUMNS, unc, "ttft_p_ms", only)
 
 
-def _time(fn, v, t, repeats: int) -> tuple[float, float]:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(v, t))
-    compile_s = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(v, t))
-        best = min(best, time.perf_counter() - t0)
-    return best, compile_s
-
-
 def _table(title: str, progs: dict[str, object], v, t, repeats: int) -> dict[str, dict[str, float]]:
-    print(f"{title}\n{'program':<20} {'points/s':>12} {'cost / plain':>13} {'goal':>7} {'compile s':>10}")
+    print(f"{title}\n{'program':<20} {'points/s':>12} {'cost / plain':>13} {'goal':>7} {'compile s':>10} "
+          f"{'XLA ops/point':>14} {'ops / plain':>12} {'traced ops':>11} {'XLA/traced':>11}")
     rows: dict[str, dict[str, float]] = {}
+    compiled = {}
+    n = len(v["arrival_rps"])
     goals = {"S=64": 64.0, "derivatives": 3.0}
     for name, fn in progs.items():  # compile each (and a first timing)
-        best, compile_s = _time(fn, v, t, 1)
-        rows[name] = {"seconds": best, "compile_s": compile_s}
+        t0 = time.perf_counter()
+        compiled[name] = fn.lower(v, t).compile()  # type: ignore[attr-defined]
+        jax.block_until_ready(compiled[name](v, t))
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled[name](v, t))
+        rows[name] = {"seconds": time.perf_counter() - t0, "compile_s": compile_s,
+                      "traced_ops_per_point": traced_ops(fn, (v, t), n)}
+        counted = executed_ops(compiled[name], n)
+        rows[name]["xla_ops_per_point"] = counted.ops_per_point
+        rows[name]["xla_unknown_loops"] = counted.unknown_loops
     for _ in range(repeats - 1):  # then rounds over every program: each sees the same machine
-        for name, fn in progs.items():
+        for name in progs:
             t0 = time.perf_counter()
-            jax.block_until_ready(fn(v, t))
+            jax.block_until_ready(compiled[name](v, t))
             rows[name]["seconds"] = min(rows[name]["seconds"], time.perf_counter() - t0)
     for r in rows.values():
-        r["points_per_s"] = len(v["arrival_rps"]) / r["seconds"]
+        r["points_per_s"] = n / r["seconds"]
     for name, r in rows.items():
         r["cost_ratio"] = r["seconds"] / rows["plain"]["seconds"]
+        r["ops_ratio"] = r["xla_ops_per_point"] / rows["plain"]["xla_ops_per_point"]
         goal = f"<= {goals[name]:g}" if name in goals else ""
-        print(f"{name:<20} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f}")
+        print(f"{name:<20} {r['points_per_s']:>12,.0f} {r['cost_ratio']:>12.2f}x {goal:>7} {r['compile_s']:>10.2f} "
+              f"{r['xla_ops_per_point']:>14,.0f} {r['ops_ratio']:>11.2f}x {r['traced_ops_per_point']:>11,.0f} "
+              f"{r['xla_ops_per_point'] / r['traced_ops_per_point']:>10.2f}x"
+              f"{' (a loop of unknown trips counted once)' if r['xla_unknown_loops'] else ''}")
     if "derivatives" in rows:
         rows["derivatives"]["cost_vs_latency_only"] = rows["derivatives"]["seconds"] / rows["latency only"]["seconds"]
         print(f"derivatives / latency only: {rows['derivatives']['cost_vs_latency_only']:.2f}x")

@@ -132,6 +132,9 @@ def _cluster(out, text):
 def _uncertainty(out, text):
     rows = out["rows"]
     assert set(rows) == {"plain", "S=64", "latency only", "derivatives", "plain + derivatives", "sensitivity"}
+    assert "XLA ops/point" in text and all(r["xla_ops_per_point"] > 0 for r in rows.values())
+    # S = 64 evaluates the model 64 times per point: at least 64x the latency alone's arithmetic
+    assert rows["S=64"]["xla_ops_per_point"] >= 64 * rows["latency only"]["xla_ops_per_point"]
     assert np.isfinite(rows["derivatives"]["marginal_cost"]) and "marginal cost" in text
     assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in rows.values())
     assert rows["plain"]["cost_ratio"] == 1.0 and "cost / plain" in text
@@ -179,3 +182,28 @@ def test_the_worked_cluster_example_is_the_benchmarked_study():
     """docs/cluster.md's worked simulated study is the grid benchmarks/cluster.py projects."""
     study = _load(BENCH / "cluster.py").STUDY.strip()
     assert study in (BENCH.parent / "docs" / "cluster.md").read_text()
+
+
+def test_executed_ops_counts_what_the_program_computes():
+    """`benchmarks/_hlo.py` on programs whose arithmetic per point is known in closed form:
+    x * 2 + 1 is 2 operations; 12 iterations of y * y + 1 are 24; `lax.map` in blocks of 100
+    runs its body (exp, multiply) once per point; an exp broadcast over a second axis of 3
+    and multiplied there is 1 exp (XLA keeps an exp in memory rather than recompute it) and
+    3 products; a 1,000-point loop without a known trip count is counted once and reported."""
+    import jax
+    import jax.numpy as jnp
+
+    hlo = _load(BENCH / "_hlo.py")
+    n = 1000
+    x = jnp.linspace(0.1, 1.0, n)
+
+    def ops(f):
+        return hlo.executed_ops(jax.jit(f).lower(x).compile(), n)
+
+    assert ops(lambda x: x * 2.0 + 1.0).ops_per_point == 2.0
+    assert ops(lambda x: jax.lax.fori_loop(0, 12, lambda i, y: y * y + 1.0, x)).ops_per_point == pytest.approx(24.0, abs=0.1)
+    assert ops(lambda x: jax.lax.map(lambda y: jnp.exp(y) * y, x, batch_size=100)).ops_per_point == pytest.approx(2.0, abs=0.1)
+    outer = ops(lambda x: jnp.exp(x)[:, None] * jnp.array([[1.0, 2.0, 3.0]])).ops_per_point
+    assert 4.0 <= outer <= 7.0  # 1 exp + 3 products (+ XLA's own bookkeeping of the constant)
+    loop = ops(lambda x: jax.lax.while_loop(lambda y: jnp.sum(y) < 1e6, lambda y: y * 2.0, x))
+    assert loop.unknown_loops == 1
