@@ -402,18 +402,22 @@ def _pq_dual_jvp(primals, tangents):
     gives). dQ = -dP. Each partial is skipped where its tangent is a symbolic zero."""
     a, x = primals
     ta, tx = tangents
+    # each partial is divided by an XLA-opaque 1 (`one`): kept in memory, computed once per
+    # element, where XLA:CPU would otherwise fuse its whole computation into every consumer
+    # of the tangent (under reverse mode, once per cotangent)
+    one = jnp.where(jnp.isnan(a), a, 1.0)
     if isinstance(ta, SymbolicZero):
         p, q = _pq(a, x)
         dp = jnp.zeros_like(p)
     else:
         (p, q), (dp_da, _) = jax.jvp(_pq, (a, x), (jnp.ones_like(a), jnp.zeros_like(x)))
-        dp = dp_da * ta
+        dp = dp_da / one * ta
     if not isinstance(tx, SymbolicZero):
         inner = (x > 0.0) & (x < jnp.inf)
         xs = jnp.where(inner, x, 1.0)
         dens = jnp.where(inner, jnp.exp(xlogy(a - 1.0, xs) - xs - gammaln(a)),
                          jnp.where((x == 0.0) & (a == 1.0), 1.0, 0.0))
-        dp = dp + dens * tx
+        dp = dp + dens / one * tx
     return (p, q), (dp, -dp)
 
 

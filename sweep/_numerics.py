@@ -8,12 +8,22 @@ in a branch that is not taken never leaks into the result or its gradient.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 from jax import Array
 
 from sweep._gamma import gammainc_pq, poisson_pmf
 
-__all__ = ["gammainc_pq", "opaque_one", "poisson_pmf", "poisson_tails", "safe_div"]
+try:  # JAX >= 0.4.36
+    from jax.extend.core import Literal
+except ImportError:  # pragma: no cover - the oldest supported JAX (.ci/floors)
+    from jax.core import Literal  # type: ignore[attr-defined,no-redef]
+
+__all__ = ["gammainc_pq", "kept_in_memory", "opaque_one", "poisson_pmf", "poisson_tails", "safe_div"]
 
 
 def safe_div(num: Array, den: Array, ok: Array, fill: float) -> Array:
@@ -31,6 +41,89 @@ def opaque_one(x: Array) -> Array:
     a division is never duplicated into the consumers a fusion would otherwise copy a
     cheap chain of arithmetic into (`sweep._gamma` multiplies by the same 1 inline)."""
     return jnp.where(jnp.isnan(x), x, 1.0)
+
+
+@jax.custom_vjp
+def _keep(x: Array) -> Array:
+    """`x`; under reverse-mode differentiation, its value and its cotangent each divided by
+    an `opaque_one`, so that XLA keeps both in memory (see `kept_in_memory`)."""
+    return x
+
+
+def _keep_fwd(x: Array) -> tuple[Array, None]:
+    return x / opaque_one(x), None
+
+
+def _keep_bwd(_: None, ct: Array) -> tuple[Array]:
+    return (ct / opaque_one(ct),)
+
+
+_keep.defvjp(_keep_fwd, _keep_bwd)
+
+#: calls whose bodies `kept_in_memory` walks into (the rest, custom-derivative functions and
+#: loops included, are bound whole, with their own derivative rules)
+_INLINE = frozenset({"pjit", "jit", "closed_call", "core_call"})
+
+
+def kept_in_memory(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`f` (a function of arrays and pytrees of arrays, for ONE point) with every scalar
+    floating-point value it uses more than once passed through an identity whose value and
+    cotangent XLA cannot fuse into their consumers: for programs that `jax.vjp`/`jax.jacrev`
+    differentiate and XLA:CPU compiles.
+
+    Why: XLA's CPU compiler computes a cheap intermediate (a product, a sum, a selection)
+    again in every fused kernel that consumes it rather than keep it in memory. In a reverse
+    pass every adjoint feeds each of its operands' adjoints, so a model's backward pass is
+    recomputed, nearly whole, for each input it is differentiated in: continuous serving's
+    derivative blocks executed 28,000 operations per point where their program has about
+    6,300 (`benchmarks/uncertainty.py`). Kept in memory, each value and each adjoint is
+    computed once; the values are unchanged (a division by an exact 1), the derivatives
+    move only by the rounding of a different fusion.
+
+    Reverse mode only: the identity's rule is a `custom_vjp` (forward-mode differentiation
+    of the result raises). Evaluated without differentiation the result is `f` itself."""
+
+    def run(jaxpr: Any, consts: list[Any], args: list[Any]) -> list[Any]:
+        uses: Counter[Any] = Counter(v for e in jaxpr.eqns for v in e.invars if not isinstance(v, Literal))
+        uses.update(v for v in jaxpr.outvars if not isinstance(v, Literal))
+        env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
+
+        def read(v: Any) -> Any:
+            return v.val if isinstance(v, Literal) else env[v]
+
+        def write(v: Any, value: Any) -> None:
+            aval: Any = v.aval
+            if uses[v] > 1 and aval.shape == () and jnp.issubdtype(aval.dtype, jnp.floating):
+                value = _keep(value)
+            env[v] = value
+
+        for v, a in zip(jaxpr.invars, args):
+            write(v, a)
+        for e in jaxpr.eqns:
+            invals = [read(v) for v in e.invars]
+            if e.primitive.name in _INLINE and "jaxpr" in e.params:
+                inner = e.params["jaxpr"]
+                outs = run(inner.jaxpr, list(inner.consts), invals)
+            else:
+                params = e.primitive.get_bind_params(e.params)
+                subfuns: tuple[Any, ...] = ()
+                if isinstance(params, tuple):  # JAX < 0.5: (subfuns, params)
+                    subfuns, params = params
+                outs = e.primitive.bind(*subfuns, *invals, **params)
+                if not e.primitive.multiple_results:
+                    outs = [outs]
+            for v, o in zip(e.outvars, outs):
+                write(v, o)
+        return [read(v) for v in jaxpr.outvars]
+
+    def g(*args: Any) -> Any:
+        flat, tree = jax.tree_util.tree_flatten(args)
+        closed, shape = jax.make_jaxpr(lambda *fl: f(*jax.tree_util.tree_unflatten(tree, fl)),
+                                       return_shape=True)(*flat)
+        outs = run(closed.jaxpr, list(closed.consts), flat)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), outs)
+
+    return g
 
 
 def poisson_tails(k: Array, mu: Array) -> tuple[Array, Array]:

@@ -20,7 +20,11 @@ Both run the model's own per-point function, so every serving model gets them fo
 Both run over a chunk in blocks (`blocked`: `SAMPLE_BLOCK` evaluations, `DERIVATIVE_BLOCK`
 points): their programs are long, and block-sized intermediates stay in the caches where
 chunk-sized ones do not (`benchmarks/uncertainty.py`, continuous serving: S = 64 1.6x and
-the derivatives 2.5x faster than one vmap over the chunk).
+the derivatives 2.5x faster than one vmap over the chunk). Reverse-mode derivatives keep
+every value and adjoint used twice in memory (`sweep._numerics.kept_in_memory`: XLA:CPU
+would compute each again in every fused consumer), which pays in larger blocks
+(`DERIVATIVE_BLOCK_REVERSE`: continuous serving's derivative program 30 % faster, its
+executed arithmetic 30,587 to 16,703 operations per point).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from sweep._numerics import kept_in_memory
 from sweep.decide.reduce import RULES_BY_SAMPLE
 from sweep.grid.uncertainty import UncertaintyOptions
 from sweep.models.base import ServingModel, band_stem
@@ -43,8 +48,12 @@ QUANTILES = (5, 50, 95)
 HEADROOM_STEPS = 48
 #: model evaluations per block of `[uncertainty]` (points x samples): 256 points at S = 64
 SAMPLE_BLOCK = 16384
-#: points per block of the `[sensitivity]` derivatives
+#: points per block of the `[sensitivity]` derivatives (forward mode)
 DERIVATIVE_BLOCK = 256
+#: ... in reverse mode, where every value and adjoint used twice is kept in memory: larger
+#: blocks pay for the extra kernels (continuous serving, 32,768 points: 2,048 and 4,096
+#: points 10-20 % slower than 8,192, 16,384 15-20 % slower; benchmarks/uncertainty.py)
+DERIVATIVE_BLOCK_REVERSE = 8192
 
 
 def _domain(model: ServingModel, key: str) -> tuple[float, float]:
@@ -144,20 +153,26 @@ def derivative_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[
     `derivative_mode` says. The inputs are differentiated as separate scalars, not as one
     stacked vector: the transpose of reading a vector's element is a pad per input, and XLA
     fused the whole backward pass into each of those pads (continuous serving, when measured
-    with benchmarks/uncertainty.py: 8.5-9x the plain kernel, against 6.7-7x as scalars)."""
+    with benchmarks/uncertainty.py: 8.5-9x the plain kernel, against 6.7-7x as scalars). In
+    reverse mode the model runs through `kept_in_memory`, so that its backward pass is not
+    recomputed inside each input's derivative (see the module docstring)."""
     names = sensitivity_keys(model, roofline)
     keys = tuple(_source(model, x, k) for k in names)
     lats = [lat for lat, _ in model.slo_checks]
 
+    reverse = model.derivative_mode == "reverse"
+    # reverse mode: every value and adjoint used twice kept in memory (`kept_in_memory`)
+    point = kept_in_memory(lambda q: model.point(q, **kw)) if reverse else (lambda q: model.point(q, **kw))
+
     def f(theta: tuple[Array, ...]) -> tuple[Array, Array]:
         q = dict(x)
         q.update(zip(keys, theta))
-        o = model.point(q, **kw)
+        o = point(q)
         value = jnp.stack([o[lat] for lat in lats])
         return value, value
 
     theta0 = tuple(jnp.asarray(x[k], dtype=jnp.float64) for k in keys)
-    jacobian = jax.jacrev if model.derivative_mode == "reverse" else jax.jacfwd
+    jacobian = jax.jacrev if reverse else jax.jacfwd
     d, value = jacobian(f, has_aux=True)(theta0)  # one trace: the values ride along as aux
     # (stacking d into one (L, K) array makes XLA emit one fusion that recomputes every
     # input's derivative chain per element: minutes per thousand points; kept apart)
@@ -218,7 +233,8 @@ def derivative_values(x: Mapping[str, Array], model: ServingModel, kw: Mapping[s
     would run once per block: continuous serving's fixed point, 12 iterations)."""
     xs = dict(x)
     xs.update(jax.vmap(lambda p: model.presolve(p, **kw))(dict(x)))
-    return blocked(lambda p: derivative_columns(p, model, kw, roofline), xs, DERIVATIVE_BLOCK)
+    block = DERIVATIVE_BLOCK_REVERSE if model.derivative_mode == "reverse" else DERIVATIVE_BLOCK
+    return blocked(lambda p: derivative_columns(p, model, kw, roofline), xs, block)
 
 
 def blocked(f: Any, x: Mapping[str, Array], block: int) -> dict[str, Array]:

@@ -100,7 +100,7 @@ from jax import Array, lax
 from jax.custom_derivatives import SymbolicZero
 from jax.scipy.special import ndtri
 
-from sweep._numerics import gammainc_pq, opaque_one, poisson_pmf, safe_div
+from sweep._numerics import gammainc_pq, kept_in_memory, opaque_one, poisson_pmf, safe_div
 
 __all__ = ["DAMP", "N_FIXED", "cb_point", "cb_state"]
 
@@ -337,7 +337,8 @@ def _implicit_tangent(env: dict[str, Array], denv: dict[str, Any], td: Array, tp
     mode (two outputs), and kept in ONE array divided by an XLA-opaque 1: a division is
     never recomputed by XLA:CPU's fusion, so the partials are computed once, where their
     cheap multiply-add chains would otherwise be fused, whole, into every consumer (the
-    derivative program took 590 ms against about 100 ms; benchmarks/uncertainty.py). The tangent is then their linear combination,
+    derivative program took 590 ms against about 100 ms; benchmarks/uncertainty.py); the map
+    runs through `kept_in_memory` for the same reason. The tangent is then their linear combination,
     which is all that reverse mode transposes. Where the 2 x 2 system is singular (a kink
     of the map at the state) the state's own tangent through one map application stands
     in."""
@@ -346,7 +347,7 @@ def _implicit_tangent(env: dict[str, Array], denv: dict[str, Any], td: Array, tp
     def f(td, tp, x):
         return jnp.stack(_maps(**{**env, **x})[2](td, tp))
 
-    j_td, j_tp, j_x = jax.jacrev(f, argnums=(0, 1, 2))(td, tp, {k: env[k] for k in act})
+    j_td, j_tp, j_x = jax.jacrev(kept_in_memory(f), argnums=(0, 1, 2))(td, tp, {k: env[k] for k in act})
     partials = jnp.stack([j_td, j_tp, *(j_x[k] for k in act)]) / opaque_one(td)
     f0 = sum((partials[2 + i, 0] * denv[k] for i, k in enumerate(act)), jnp.zeros_like(td))
     f1 = sum((partials[2 + i, 1] * denv[k] for i, k in enumerate(act)), jnp.zeros_like(td))
