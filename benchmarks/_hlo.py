@@ -5,10 +5,10 @@ between runs of the same program).
 `executed_ops(compiled, n)` is the number of elementwise operations (add, multiply,
 select, exp, ...) the program executes per point for `n` points:
 
-* a fusion's operations run once per element of its output (XLA's loop emitter computes
-  every output element on its own, so an operand broadcast over a second axis is
-  recomputed for each element of that axis); an in-place update (a fusion whose root is a
-  dynamic-update-slice) computes only its update;
+* a fusion's operations on arrays run once per element of its output (XLA's loop emitter
+  computes every output element on its own, so an operand broadcast over a second axis is
+  recomputed for each element of that axis), its operations on scalars (indices) once; an
+  in-place update (a fusion whose root is a dynamic-update-slice) computes only its update;
 * an operation outside any fusion runs once per element of its output;
 * a while loop's body runs its known trip count (`known_trip_count`, which XLA records
   for `fori_loop`, `lax.map` and the like); a loop without one is counted once and
@@ -83,18 +83,20 @@ def _parse(text: str) -> tuple[dict[str, list[tuple[str, str, str, str]]], str]:
     return comps, entry
 
 
-def _fused_ops(comp: list[tuple[str, str, str, str]]) -> tuple[int, int | None]:
-    """Elementwise operations of a fused computation, and the elements its root computes
-    when that root is a dynamic-update-slice (its update), else None."""
+def _fused_ops(comp: list[tuple[str, str, str, str]]) -> tuple[int, int | None, int]:
+    """Elementwise operations of a fused computation on arrays (run once per output
+    element), the elements its root computes when that root is a dynamic-update-slice (its
+    update; else None), and its operations on scalars (an index, a loop counter: run once)."""
     shapes = {name: shape for name, shape, _, _ in comp}
-    ops = sum(1 for _, _, op, _ in comp if op in ELEMENTWISE)
+    ops = sum(1 for _, shape, op, _ in comp if op in ELEMENTWISE and "[]" not in shape)
+    scalar = sum(1 for _, shape, op, _ in comp if op in ELEMENTWISE and "[]" in shape)
     update = None
     for _, _, op, rest in comp:
         if op == "dynamic-update-slice":
             operands = re.findall(r"%([\w.\-]+)", rest)
             if len(operands) >= 2 and operands[1] in shapes:
                 update = _elements(shapes[operands[1]])
-    return ops, update
+    return ops, update, scalar
 
 
 def executed_ops(compiled: object, n_points: int) -> Counted:
@@ -111,8 +113,8 @@ def executed_ops(compiled: object, n_points: int) -> Counted:
         for _, shape, op, rest in comps.get(name, []):
             if op == "fusion":
                 called = re.search(r"calls=%([\w.\-]+)", rest)
-                ops, update = _fused_ops(comps.get(called.group(1), [])) if called else (0, None)
-                work = ops * (update if update is not None else _elements(shape)) * mult
+                ops, update, scalar = _fused_ops(comps.get(called.group(1), [])) if called else (0, None, 0)
+                work = (ops * (update if update is not None else _elements(shape)) + scalar) * mult
             elif op == "while":
                 body = re.search(r"body=%([\w.\-]+)", rest)
                 trip = re.search(r'known_trip_count":\{"n":"(\d+)"', rest)
