@@ -51,8 +51,8 @@ SAMPLE_BLOCK = 16384
 #: points per block of the `[sensitivity]` derivatives (forward mode)
 DERIVATIVE_BLOCK = 256
 #: ... in reverse mode, where every value and adjoint used twice is kept in memory: larger
-#: blocks pay for the extra kernels (continuous serving, 32,768 points: 2,048 and 4,096
-#: points 10-20 % slower than 8,192, 16,384 15-20 % slower; benchmarks/uncertainty.py)
+#: blocks pay for the extra kernels (continuous serving, 32,768 points: 4,096 points 7-10 %
+#: slower than 8,192, 16,384 20 % slower; benchmarks/uncertainty.py, README)
 DERIVATIVE_BLOCK_REVERSE = 8192
 
 
