@@ -10,6 +10,7 @@ select, exp, ...) the program executes per point for `n` points:
   recomputed for each element of that axis), its operations on scalars (indices) once; an
   in-place update (a fusion whose root is a dynamic-update-slice) computes only its update;
 * an operation outside any fusion runs once per element of its output;
+* a called computation runs once, a conditional's every branch (an upper bound);
 * a while loop's body runs its known trip count (`known_trip_count`, which XLA records
   for `fori_loop`, `lax.map` and the like); a loop without one is counted once and
   reported in `unknown_loops`.
@@ -45,12 +46,10 @@ _INSTR = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\([^=]*?\)|\S+) ([a-z][a-z0-9\-]*)
 
 
 class Counted(NamedTuple):
-    """`executed_ops`' answer: operations per point, the loops it could not count, and the
-    operations per point of each computation (the entry, each loop body)."""
+    """`executed_ops`' answer: operations per point, and the loops it could not count."""
 
     ops_per_point: float
     unknown_loops: int
-    by_computation: dict[str, float]
 
 
 def _elements(shape: str) -> int:
@@ -106,7 +105,6 @@ def executed_ops(compiled: object, n_points: int) -> Counted:
     comps, entry = _parse(text)
     total = 0.0
     unknown = 0
-    by: dict[str, float] = {}
 
     def visit(name: str, mult: float) -> None:
         nonlocal total, unknown
@@ -124,7 +122,9 @@ def executed_ops(compiled: object, n_points: int) -> Counted:
                     visit(body.group(1), mult * (int(trip.group(1)) if trip else 1))
                 continue
             elif op in ("call", "conditional"):
-                for sub in re.findall(r"(?:to_apply|calls|branch_computations=\{)[=%]*%?([\w.\-]+)", rest):
+                called = re.search(r"to_apply=%([\w.\-]+)", rest)
+                branches = re.search(r"branch_computations=\{([^}]*)\}", rest)
+                for sub in [called.group(1)] if called else re.findall(r"%([\w.\-]+)", branches.group(1) if branches else ""):
                     visit(sub, mult)
                 continue
             elif op in ELEMENTWISE:
@@ -132,10 +132,9 @@ def executed_ops(compiled: object, n_points: int) -> Counted:
             else:
                 continue
             total += work
-            by[name] = by.get(name, 0.0) + work
 
     visit(entry, 1.0)
-    return Counted(total / n_points, unknown, {k: v / n_points for k, v in by.items()})
+    return Counted(total / n_points, unknown)
 
 
 #: jaxpr primitives counted by `traced_ops` (the elementwise arithmetic of `ELEMENTWISE`)

@@ -29,7 +29,8 @@ executed arithmetic 30,515 to 16,631 operations per point).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -161,8 +162,9 @@ def derivative_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[
     lats = [lat for lat, _ in model.slo_checks]
 
     reverse = model.derivative_mode == "reverse"
-    # reverse mode: every value and adjoint used twice kept in memory (`kept_in_memory`)
-    point = kept_in_memory(lambda q: model.point(q, **kw)) if reverse else (lambda q: model.point(q, **kw))
+    point: Callable[[dict[str, Array]], dict[str, Array]] = functools.partial(model.point, **kw)
+    if reverse:  # every value and adjoint used twice kept in memory
+        point = kept_in_memory(point)
 
     def f(theta: tuple[Array, ...]) -> tuple[Array, Array]:
         q = dict(x)
