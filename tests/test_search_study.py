@@ -11,7 +11,7 @@ import tomllib
 
 import numpy as np
 import pytest
-from _search import rows, seed_spec
+from _search import SEED_GRID, rows, seed_spec
 
 from sweep import grid as spec_mod
 from sweep.search import make_plan, pareto_front, run_search
@@ -122,6 +122,22 @@ def test_changed_space_is_a_new_study(tmp_path):
     assert a["studies"][0]["name"] != b["studies"][0]["name"] and b["studies"][0]["trials_run"] == 8
 
 
+def _seed_exact_front() -> set[tuple[int, int]]:
+    """The seed search space's exact (cost, P99 latency) front, found without the search
+    module: all 512 combinations through `sweep.api.evaluate`, every pair compared."""
+    from sweep import api
+
+    text = SEED_GRID.format(objective='"min_cost"', trials=8, batch=8, storage="memory", slo=300.0, rates="100.0")
+    doc = tomllib.loads(text)
+    doc.pop("search")
+    doc["grid"].update(batch_size=list(range(1, 65)), replicas=list(range(1, 9)))
+    t = api.evaluate(api.grid_from_dict(doc)).to_pydict()
+    ok = [i for i in range(len(t["point_id"])) if t["feasible"][i]]
+    f = {i: (t["cost_usd_per_hour"][i], t["latency_ms"][i]) for i in ok}
+    dominated = {i for i in ok for j in ok if f[j][0] <= f[i][0] and f[j][1] <= f[i][1] and f[j] != f[i]}
+    return {(t["batch_size"][i], t["replicas"][i]) for i in ok if i not in dominated}
+
+
 def test_multi_objective_returns_the_pareto_set(tmp_path):
     import optuna
 
@@ -135,9 +151,20 @@ def test_multi_objective_returns_the_pareto_set(tmp_path):
     f = np.array([[r["cost_usd_per_hour"], r["latency_ms"]] for r in got])
     front, _ = pareto_front(f, np.arange(len(f)))
     assert len(front) == len(np.unique(f, axis=0))  # mutually non-dominated
-    assert all(r["meets_constraints"] and r["found_exact"] for r in got)
-    assert got[0]["front_coverage"] == 1.0  # 256 trials on 512 combinations: the whole exact front
+    assert all(r["meets_constraints"] for r in got)
     assert [r["cost_usd_per_hour"] for r in got] == sorted(r["cost_usd_per_hour"] for r in got)
+    # Exactness against the front found by brute force: a row is exact iff it is on it, and
+    # coverage is the share of that front the search found.
+    exact = _seed_exact_front()
+    assert len(exact) == 6  # (batch_size, replicas) = (12, 1), (5, 2), (4, 3), (3, 4), (2, 5), (1, 8)
+    on = {(r["batch_size"], r["replicas"]) for r in got} & exact
+    assert all(r["found_exact"] == ((r["batch_size"], r["replicas"]) in exact) for r in got)
+    assert all((r["gap_rel"] == 0.0) == r["found_exact"] for r in got)
+    assert got[0]["front_coverage"] == pytest.approx(len(on) / len(exact), abs=1e-12)
+    # How much of the front TPE finds in 256 trials is the sampler's luck, and it moves with
+    # the library versions (numpy's): measured over seeds 0-5, 6/6 five times and 4/6 once at
+    # the current versions, 6/6 three times and 5/6 three times at .ci/floors.txt.
+    assert len(on) >= 4
 
 
 def test_float_range_is_not_enumerable(tmp_path):
