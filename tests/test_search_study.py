@@ -162,7 +162,7 @@ def test_multi_objective_returns_the_pareto_set(tmp_path):
     assert all((r["gap_rel"] == 0.0) == r["found_exact"] for r in got)
     assert got[0]["front_coverage"] == pytest.approx(len(on) / len(exact), abs=1e-12)
     # How much of the front TPE finds in 256 trials is the sampler's luck, and it moves with
-    # the library versions (numpy's): measured over seeds 0-5, 6/6 five times and 4/6 once at
+    # the library versions: measured over seeds 0-5, 6/6 five times and 4/6 once at
     # the current versions, 6/6 three times and 5/6 three times at .ci/floors.txt.
     assert len(on) >= 4
 
