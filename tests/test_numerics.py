@@ -1,8 +1,10 @@
-"""`sweep._numerics.kept_in_memory`: the same function, the same derivatives.
+"""`sweep._numerics.kept_in_memory`: the same function, the same derivatives; and
+`over_samples`: the same values as `jax.vmap`, with the shared work done once.
 
 The reference for every figure is the same function without the wrapper (JAX's own
-reverse mode): the wrapper only divides values and cotangents by an exact 1, so values
-must agree bit for bit and derivatives to rounding."""
+reverse mode, or `jax.vmap` over the samples): `kept_in_memory` only divides values and
+cotangents by an exact 1, so values must agree bit for bit and derivatives to rounding;
+`over_samples` runs the same primitives on the same numbers, so values agree to rounding."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 
 import sweep  # noqa: F401  (float64)
-from sweep._numerics import _keep, gammainc_pq, kept_in_memory, safe_div
+from sweep._numerics import _keep, gammainc_pq, kept_in_memory, over_samples, safe_div
 
 
 def _model(a, b, c):
@@ -63,3 +65,53 @@ def test_forward_mode_is_refused():
     says so rather than returning something wrong."""
     with pytest.raises(TypeError, match="custom_vjp"):
         jax.jvp(kept_in_memory(lambda a: a * a + a), (1.5,), (1.0,))
+
+
+@jax.jit
+def _helper(x, y):
+    return jnp.exp(-x) * y + x
+
+
+def _per_sample(q):
+    """`_model` plus what `over_samples` must get right: a jitted helper called at two sites
+    with different values (an inlined call whose variables are the same objects at both),
+    an output that depends on shared inputs alone, and an integer input."""
+    out = _model(q["a"], q["b"], q["c"])
+    out["h"] = _helper(q["a"], q["b"]) + _helper(q["c"], q["a"]) + _helper(2.0 * q["c"], q["b"])
+    out["shared_only"] = jnp.log1p(q["c"]) * q["n"].astype(jnp.float64)
+    return out
+
+
+def test_over_samples_equals_vmap():
+    rng = np.random.default_rng(5)
+    n, s = 16, 8
+    shared = {"c": jnp.asarray(rng.uniform(0.1, 3.0, n)), "n": jnp.arange(n, dtype=jnp.int32)}
+    varying = {"a": jnp.asarray(rng.uniform(0.1, 3.0, (n, s))), "b": jnp.asarray(rng.uniform(0.1, 3.0, (n, s)))}
+
+    def plain(sh, va):
+        full = {**{k: jnp.broadcast_to(v, (s,)) for k, v in sh.items()}, **va}
+        return jax.vmap(_per_sample)(full)
+
+    want = jax.jit(jax.vmap(plain))(shared, varying)
+    got = jax.jit(jax.vmap(lambda sh, va: over_samples(_per_sample, sh, va)))(shared, varying)
+    assert set(got) == set(want)
+    for k in want:
+        assert got[k].shape == (n, s) == want[k].shape
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-14, atol=0.0)
+
+
+def test_over_samples_does_shared_work_once():
+    """In the traced program, every operation on the shared input alone (log1p, and the
+    chain of `_model` on c: 1 + c, the incomplete gamma function's shape) is on a scalar,
+    and every operation that involves a varying input is on the (S,) samples."""
+    def f(sh, va):
+        return over_samples(_per_sample, sh, va)
+
+    jaxpr = jax.make_jaxpr(f)({"c": jnp.float64(1.5), "n": jnp.int32(2)}, {"a": jnp.ones(8), "b": jnp.ones(8)}).jaxpr
+    shapes = {}
+    for e in jaxpr.eqns:
+        for v in e.outvars:
+            shapes.setdefault(e.primitive.name, set()).add(v.aval.shape)
+    assert shapes["log1p"] == {()}  # log1p(c): shared only, once
+    assert shapes["sin"] == {(8,)}  # sin(a): varying
+    assert () in shapes["exp"] and (8,) in shapes["exp"]  # _helper(c, .): exp(-c) once; exp(-a) per sample
