@@ -66,7 +66,7 @@ _keep.defvjp(_keep_fwd, _keep_bwd)
 _INLINE = frozenset({"pjit", "jit", "closed_call", "core_call"})
 
 
-def _bind(e: Any, invals: list[Any]) -> list[Any]:
+def _bind(e: Any, *invals: Any) -> list[Any]:
     """The primitive of the jaxpr equation `e` applied to `invals`: its outputs, as a list."""
     params = e.primitive.get_bind_params(e.params)
     subfuns: tuple[Any, ...] = ()
@@ -74,6 +74,7 @@ def _bind(e: Any, invals: list[Any]) -> list[Any]:
         subfuns, params = params
     outs = e.primitive.bind(*subfuns, *invals, **params)
     return list(outs) if e.primitive.multiple_results else [outs]
+
 
 def kept_in_memory(f: Callable[..., Any]) -> Callable[..., Any]:
     """`f` (a function of arrays and pytrees of arrays, for ONE point) with every scalar
@@ -115,7 +116,7 @@ def kept_in_memory(f: Callable[..., Any]) -> Callable[..., Any]:
                 inner = e.params["jaxpr"]
                 outs = run(inner.jaxpr, list(inner.consts), invals)
             else:
-                outs = _bind(e, invals)
+                outs = _bind(e, *invals)
             for v, o in zip(e.outvars, outs):
                 write(v, o)
         return [read(v) for v in jaxpr.outvars]
@@ -180,10 +181,10 @@ def over_samples(f: Callable[[dict[str, Any]], Any], shared: dict[str, Any], var
                 inner = e.params["jaxpr"]
                 outs = run(inner.jaxpr, list(inner.consts), [a for a, _ in ins], [b for _, b in ins])
             elif not any(b for _, b in ins):
-                outs = [(o, False) for o in _bind(e, [a for a, _ in ins])]
+                outs = [(o, False) for o in _bind(e, *(a for a, _ in ins))]
             else:
                 batched = [a if b else widened(v, a) for v, (a, b) in zip(e.invars, ins)]
-                outs = [(o, True) for o in jax.vmap(functools.partial(_bind_all, e))(*batched)]
+                outs = [(o, True) for o in jax.vmap(functools.partial(_bind, e))(*batched)]
             for v, o in zip(e.outvars, outs):
                 env[v] = o
         return [read(v) for v in jaxpr.outvars]
@@ -192,9 +193,6 @@ def over_samples(f: Callable[[dict[str, Any]], Any], shared: dict[str, Any], var
             for a, b in run(closed.jaxpr, list(closed.consts), args, vary)]
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), outs)
 
-
-def _bind_all(e: Any, *invals: Any) -> list[Any]:
-    return _bind(e, list(invals))
 
 def poisson_tails(k: Array, mu: Array) -> tuple[Array, Array]:
     """Upper and lower Poisson tails around `k` from ONE incomplete-gamma evaluation.

@@ -101,9 +101,9 @@ def test_over_samples_equals_vmap():
 
 
 def test_over_samples_does_shared_work_once():
-    """In the traced program, every operation on the shared input alone (log1p, and the
-    chain of `_model` on c: 1 + c, the incomplete gamma function's shape) is on a scalar,
-    and every operation that involves a varying input is on the (S,) samples."""
+    """In the traced program an operation on the shared input alone is on a scalar (log1p(c),
+    and exp(-c) inside the jitted helper) and one that involves a varying input is on the
+    (S,) samples (sin(a), exp(-a))."""
     def f(sh, va):
         return over_samples(_per_sample, sh, va)
 
