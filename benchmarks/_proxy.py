@@ -14,7 +14,7 @@ import numpy as np
 
 from sweep.engine.evaluate import evaluate_points
 from sweep.models import get_model
-from sweep.models.batcher import batcher_point
+from sweep.models.dynamic.batcher import batcher_point
 
 MIN_LANES = 256
 _BATCHER = jax.jit(jax.vmap(batcher_point))
@@ -54,7 +54,7 @@ def window_proxy(lam, b_max, t_max_s, t_fixed_s, t_req_s, service_cv=0.0, q=0.99
 
 
 def batcher_model(lam, b_max, t_max_s, t_fixed_s, t_req_s, service_cv, q) -> dict[str, jax.Array]:
-    """`sweep.models.batcher.batcher_point` (jit + vmap) at every padded point: the answers
+    """`sweep.models.dynamic.batcher.batcher_point` (jit + vmap) at every padded point: the answers
     keep the padding (`lanes(n)` long, still on the device, so that a caller can time the
     call); the caller takes the first n."""
     n = np.broadcast(lam, b_max, t_max_s, t_fixed_s, t_req_s, service_cv, q).size

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from _proxy import batcher_model, lanes, window_proxy
 
-from sweep.models.batch_sim import SimSettings, simulate
+from sweep.models.dynamic.batch_sim import SimSettings, simulate
 
 jax.config.update("jax_enable_x64", True)
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
                                      ("batcher model P99 (p_q)", bm["p_q"], "p_s"),
                                      ("window proxy mean", px["e_resp"], "mean_s"),
                                      ("window proxy P99 gauss", px["p_gauss"], "p_s"))}
-    print("baseline: the simulator (sweep.models.batch_sim.simulate); median ratio ours / simulated over "
+    print("baseline: the simulator (sweep.models.dynamic.batch_sim.simulate); median ratio ours / simulated over "
           "finite estimates: " + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
     result = {"settings": {"n_requests": st.n_requests, "warmup": st.warmup, "replications": st.replications},
               "points": n, "steady_points": int(steady.sum()), "table": table, "median_ratio": ratios}

@@ -34,8 +34,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import numpy as np
 
-from sweep.models.cb_analytic import cb_point
-from sweep.models.cb_sim import CBSimSettings, simulate_continuous
+from sweep.models.continuous.analytic import cb_point
+from sweep.models.continuous.sim import CBSimSettings, simulate_continuous
 
 OUT = ROOT / "docs" / "cb_vs_sim.png"
 KEYS = ("lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",

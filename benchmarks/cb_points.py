@@ -4,7 +4,7 @@ All three run in the same process on the same machine, over 2^16 .. 2^20 random 
 - the continuous serving model as a grid evaluates it: the engine's `evaluate_values` with
   `serving = "continuous"` (every column: KV capacity, the analytic model, SLO verdicts,
   tokens/s, cost), jitted and vmapped;
-- its core alone, `sweep.models.cb_analytic.cb_point` vmapped (where the time goes);
+- its core alone, `sweep.models.continuous.analytic.cb_point` vmapped (where the time goes);
 - the baseline: the seed model's windowed kernel through the same `evaluate_values`.
 Goal (issue 11, item 7): the continuous model within 3x of the windowed kernel. Best of
 ``--repeats`` after a warm-up call (compile).
@@ -35,7 +35,7 @@ from kernel import COLUMNS, make_inputs  # benchmarks/kernel.py: the seed model'
 from sweep.engine.evaluate import evaluate_values
 from sweep.models import get_model
 from sweep.models.base import CATALOG_FIELDS
-from sweep.models.cb_analytic import cb_point
+from sweep.models.continuous.analytic import cb_point
 
 CB_KEYS = ("lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
            "max_batched_tokens", "kv_capacity_tokens", "block_tokens", "t_fixed", "t_token",

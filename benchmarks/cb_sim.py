@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
                               replications=args.replications, seed=0)
     p = scenario_grid(s)
     lanes = s * st.replications
-    print(f"# sweep.models.cb_sim benchmark (jax {jax.__version__}, {jax.devices()[0].platform}, "
+    print(f"# sweep.models.continuous.sim benchmark (jax {jax.__version__}, {jax.devices()[0].platform}, "
           f"{os.cpu_count()} CPUs visible, load {os.getloadavg()[0]:.1f})")
     print(f"# {s} scenarios x {st.replications} replications x "
           f"{st.warmup + st.n_requests} arrivals; {args.lanes} lanes, <= {args.max_lanes} "
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\n# mean running over the grid {np.mean(res['mean_running']):.1f}, "
           f"{int(np.sum(~res['stable']))} of {s} scenarios not steady, "
           f"median TTFT {np.median(res['ttft_mean_s']) * 1e3:.1f} ms")
-    print(f"baseline: the plain-Python reference (sweep.models.cb_reference), same draws; ratio ours / baseline "
+    print(f"baseline: the plain-Python reference (sweep.testing.cb_reference), same draws; ratio ours / baseline "
           f"{jax_rate / py_rate:.2f} (steps/s)")
     return {"jax_steps_per_s": jax_rate, "python_steps_per_s": py_rate, "speedup": jax_rate / py_rate,
             "max_finish_rel_diff": worst, "scenarios": s, "compile_s": first - wall,

@@ -76,7 +76,7 @@ def make_inputs(n: int, windowed: bool, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def numpy_kernel(x: dict[str, np.ndarray], windowed: bool) -> dict[str, np.ndarray]:
-    """The same formulas as the dynamic model (`sweep.models.dynamic`), written plainly with
+    """The same formulas as the dynamic model (`sweep.models.dynamic.model`), written plainly with
     NumPy and SciPy; file units out."""
     lam = x["arrival_rps"] / x["replicas"]
     b, t, q = x["batch_size"], x["batch_window_ms"] * 1e-3, x["percentile"]
@@ -221,7 +221,7 @@ def bench(n: int, windowed: bool, repeats: int) -> dict[str, float]:
 def bench_roofline(n: int, repeats: int) -> dict[str, float]:
     """Points/s of the dynamic model with SPEC 13 service times against the seed's linear
     roofline feeding the same model (module doc)."""
-    from sweep.models.service import roofline_times
+    from sweep.models.shared.service import roofline_times
 
     rng = np.random.default_rng(1)
     x = make_inputs(n, windowed=True)

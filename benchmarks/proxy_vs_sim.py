@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from _proxy import batcher_model, window_proxy
 
-from sweep.models.batch_sim import SimSettings, simulate
+from sweep.models.dynamic.batch_sim import SimSettings, simulate
 
 jax.config.update("jax_enable_x64", True)
 

@@ -1,7 +1,7 @@
 """The refined roofline (docs/roofline.md) against published measurements (tests/data/gpu_measurements.csv).
 
 For every figure: the refined estimate at the documented defaults, the linear roofline
-(`sweep.models.service.roofline_times`: T_fixed + t_req B with eta_bw 0.8, eta_flops 0.5, every weight
+(`sweep.models.shared.service.roofline_times`: T_fixed + t_req B with eta_bw 0.8, eta_flops 0.5, every weight
 read every step, bf16 FLOP/s, no collectives, no overhead), the measurement and both ratios;
 then the error distribution of each (median and max |estimate / measured - 1|, share within
 10% and 20%), and the listed misses with their reasons.
@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:
 
 from sweep.catalog import packaged_catalog
 from sweep.grid.calibrate import StepRow, estimate_ms, read_rows
-from sweep.models.service import roofline_times
+from sweep.models.shared.service import roofline_times
 
 DATA = ROOT / "tests" / "data" / "gpu_measurements.csv"
 FIGURE = ROOT / "docs" / "roofline_accuracy.png"

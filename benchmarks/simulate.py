@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from sweep.models import batch_sim as sim
-from sweep.models.batch_sim import (
+from sweep.models.dynamic.batch_sim import (
     SimSettings,
     replication_draws,
     simulate,

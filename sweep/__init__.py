@@ -38,8 +38,8 @@ from sweep.errors import (  # noqa: E402
 from sweep.grid import GridSpec  # noqa: E402
 from sweep.grid.profile import fit_file  # noqa: E402
 from sweep.models import REGISTRY, ServingModel, get_model  # noqa: E402
-from sweep.models.batch_sim import SimSettings, simulate  # noqa: E402
-from sweep.models.memory import kv_answer  # noqa: E402
+from sweep.models.dynamic.batch_sim import SimSettings, simulate  # noqa: E402
+from sweep.models.shared.memory import kv_answer  # noqa: E402
 from sweep.runner import RunResult, merge_shards  # noqa: E402
 from sweep.search import run_search  # noqa: E402
 

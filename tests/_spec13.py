@@ -1,5 +1,5 @@
 """SPEC 13's step time written out by hand for tests, independently of
-`sweep.models.roofline` (the formula is in docs/roofline.md)."""
+`sweep.models.shared.roofline` (the formula is in docs/roofline.md)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "io": 7,
     "runner": 8,
     "api": 9, "reporting": 9,
+    "testing": 10,
     "cli": 10,
     "__init__": 11, "__main__": 11,
 }

@@ -12,7 +12,7 @@ import pytest
 
 from sweep.catalog import packaged_catalog
 from sweep.cli import main
-from sweep.models.memory import kv_answer
+from sweep.models.shared.memory import kv_answer
 
 
 @pytest.fixture()

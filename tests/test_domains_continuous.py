@@ -20,7 +20,7 @@ from sweep.catalog import packaged_catalog
 from sweep.engine.evaluate import evaluate_points
 from sweep.models import REGISTRY
 from sweep.models.base import figure_arrays
-from sweep.models.continuous import PARAMS
+from sweep.models.continuous.model import PARAMS
 
 N = 512
 MODELS = sorted((k, m) for k, m in REGISTRY.items() if m.serving == "continuous")

@@ -16,7 +16,7 @@ import sweep
 from sweep.cli import main
 from sweep.errors import GridError
 from sweep.models.base import ServingModel
-from sweep.models.derive_dynamic import recompute
+from sweep.models.dynamic.derive import recompute
 
 
 def test_the_seed_point_step_by_step(root, capsys):
@@ -113,7 +113,7 @@ def test_a_continuous_point_recomputes_to_the_engines_numbers():
     """Every closed form the derivation recomputes (step roofline, KV capacity, both capacity
     bounds, rho, E2E, tokens/s, cost per token) equals the kernel's column to 1e-9, and the
     TTFT parts it shows add up to the kernel's TTFT."""
-    from sweep.models.derive_continuous import model_parts, recompute
+    from sweep.models.continuous.derive import model_parts, recompute
 
     spec = sweep.grid_from_dict(CONTINUOUS)
     table = sweep.evaluate(spec).to_pydict()
@@ -164,7 +164,7 @@ def test_a_continuous_point_from_the_catalog_and_the_simulator():
     e = sweep.explain(spec, point_id=0)
     lines = _lines(e)
     # the step roofline recomputed from the catalog figures is the engine's t_step_fixed_ms, t_token_ms, t_ctx_ms
-    from sweep.models.derive_dynamic import num
+    from sweep.models.dynamic.derive import num
 
     for prefix, column in (("t_fixed = ", "t_step_fixed_ms"), ("t_token = ", "t_token_ms"), ("t_ctx = ", "t_ctx_ms")):
         result = next(v[1] for k, v in lines.items() if k.startswith(prefix))
@@ -184,8 +184,8 @@ def test_roofline_lines_recompute_to_the_engines(serving):
     serving's line through a lone request's decode and prefill steps (t_step_fixed_ms,
     t_token_ms, t_ctx_ms). A dense and a mixture-of-experts model, 1 and 4 GPUs, fp8 and bf16."""
     from sweep.api import explain
-    from sweep.models.derive_continuous import roofline_line
-    from sweep.models.derive_dynamic import roofline_secant
+    from sweep.models.continuous.derive import roofline_line
+    from sweep.models.dynamic.derive import roofline_secant
 
     grid = {"model": ["llama-3.1-70b", "mixtral-8x7b"], "gpu": "h100-sxm", "gpus_per_replica": [1, 4],
             "weight_bytes_per_param": [1.0, 2.0], "batch_size": [1, 8, 64]}

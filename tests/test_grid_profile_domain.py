@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sweep.cli import main
 from sweep.errors import ProfileError
 from sweep.grid.profile import BATCH, LATENCY, fit_rows
-from sweep.models.dynamic import DOMAINS, MIN_T_SVC_MS
+from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
 
 pytestmark = pytest.mark.filterwarnings("error")
 

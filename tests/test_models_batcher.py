@@ -1,4 +1,4 @@
-"""Tests of the greedy-batcher approximation (`sweep.models.batcher.batcher_point`): its exact
+"""Tests of the greedy-batcher approximation (`sweep.models.dynamic.batcher.batcher_point`): its exact
 limits, robustness over wide inputs, and agreement with the simulator."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from _points import dynamic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sweep.models.batch_sim import SimSettings, simulate
-from sweep.models.batcher import batcher_point
+from sweep.models.dynamic.batch_sim import SimSettings, simulate
+from sweep.models.dynamic.batcher import batcher_point
 
 _point = jax.jit(batcher_point)
 

@@ -1,4 +1,4 @@
-"""Tests of the continuous-batching analytic model (`sweep.models.cb_analytic`): never NaN,
+"""Tests of the continuous-batching analytic model (`sweep.models.continuous.analytic`): never NaN,
 +inf where it is not sustainable, exact at light load, monotone in load, and within
 SPEC 10's accuracy targets of the simulator on a small fixed sweep."""
 
@@ -11,8 +11,8 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 
-from sweep.models.cb_analytic import cb_point  # noqa: E402
-from sweep.models.cb_sim import CBSimSettings, simulate_continuous  # noqa: E402
+from sweep.models.continuous.analytic import cb_point  # noqa: E402
+from sweep.models.continuous.sim import CBSimSettings, simulate_continuous  # noqa: E402
 
 KEYS = ("lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
         "max_batched_tokens", "kv_capacity_tokens", "block_tokens", "t_fixed", "t_token",

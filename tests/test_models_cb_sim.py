@@ -1,5 +1,5 @@
-"""Tests of the continuous-batching simulator (`sweep.models.cb_sim`): request by request
-against the plain-Python reference (`sweep/models/cb_reference.py`) on hand-traced and random
+"""Tests of the continuous-batching simulator (`sweep.models.continuous.sim`): request by request
+against the plain-Python reference (`sweep/testing/cb_reference.py`) on hand-traced and random
 cases, against closed forms (M/D/1, light load), and its engineering properties."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ jax.config.update("jax_enable_x64", True)
 
 from sweep.models import cb_reference as ref  # noqa: E402
 from sweep.models import cb_sim  # noqa: E402
-from sweep.models.cb_sim import (  # noqa: E402
+from sweep.models.continuous.sim import (  # noqa: E402
     CBSimSettings,
     CBSimulationError,
     replication_draws,

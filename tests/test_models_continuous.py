@@ -1,4 +1,4 @@
-"""Continuous serving as a grid (`sweep.models.continuous`): its keys validated like every
+"""Continuous serving as a grid (`sweep.models.continuous.model`): its keys validated like every
 other, the columns a run writes, the decisions on TTFT/TPOT SLOs, the simulator as a host
 pass, and a `[search]` over the cap, the token budget, GPUs per replica and replicas.
 
@@ -26,7 +26,7 @@ from sweep import grid as spec
 from sweep.catalog import packaged_catalog
 from sweep.cli import main
 from sweep.errors import GridError
-from sweep.models.continuous import COLUMNS
+from sweep.models.continuous.model import COLUMNS
 from sweep.runner import run_grid
 from sweep.search import run_search
 

@@ -21,7 +21,7 @@ from sweep.catalog import packaged_catalog
 from sweep.engine.evaluate import Evaluator, ModelContractError, evaluate_points
 from sweep.models import REGISTRY, ServingModel
 from sweep.models.base import figure_arrays
-from sweep.models.proxy import GaussianProxy
+from sweep.models.dynamic.proxy import GaussianProxy
 
 MODELS = sorted(REGISTRY.items())
 IDS = [f"{s}/{n}" for (s, n), _ in MODELS]

@@ -1,7 +1,7 @@
 """KV-cache memory (SPEC 5) as properties (Hypothesis), and through real grid runs over every
 packaged model x GPU x dtype.
 
-The properties run `sweep.models.memory.kv_answer`, which calls `kv_memory` (the grid's own
+The properties run `sweep.models.shared.memory.kv_answer`, which calls `kv_memory` (the grid's own
 kernel) for contiguous and paged allocation.
 """
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sweep import grid as spec
 from sweep.catalog import packaged_catalog
-from sweep.models.memory import kv_answer
+from sweep.models.shared.memory import kv_answer
 from sweep.runner import run_grid
 
 CAT = packaged_catalog()

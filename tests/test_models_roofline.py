@@ -1,4 +1,4 @@
-"""The SPEC 13 roofline (`sweep.models.roofline`): hand-computed steps and published figures.
+"""The SPEC 13 roofline (`sweep.models.shared.roofline`): hand-computed steps and published figures.
 
 Reference values and where they come from:
 - catalog figures (tests/test_catalog.py): Mixtral 8x7B holds 45,097,156,608 parameters in
@@ -26,7 +26,7 @@ import pytest
 
 from sweep.catalog import packaged_catalog
 from sweep.grid.calibrate import estimate_ms, read_rows, step_params
-from sweep.models import roofline as rl
+from sweep.models.shared import roofline as rl
 
 DATA = Path(__file__).parent / "data" / "gpu_measurements.csv"
 BW_H100 = 3.35e12 * 0.7  # bytes/s reached on one H100 at eta_bw 0.7

@@ -1,6 +1,6 @@
 """Roofline service times in the engine (SPEC 13 as the default when no times are given):
 the dynamic batcher's line and continuous serving's step coefficients, each against the
-SPEC 13 step written out by hand here (independently of `sweep.models.roofline`), and the
+SPEC 13 step written out by hand here (independently of `sweep.models.shared.roofline`), and the
 engine's estimate against published figures.
 
 The SPEC 13 step, per replica of g GPUs (docs/roofline.md):

@@ -126,7 +126,7 @@ def positive_seconds(text: str) -> float:
 
 def _param(key: str) -> Param:
     """The [grid] key (or numeric [options] key) a flag sets: its type and its domain."""
-    from sweep.models.dynamic import OPTION_PARAMS, PARAMS
+    from sweep.models.dynamic.model import OPTION_PARAMS, PARAMS
 
     return ({p.key: p for p in PARAMS} | OPTION_PARAMS)[key]
 
@@ -262,7 +262,7 @@ def _dtype_name(nbytes: float) -> str:
 
 
 def cmd_kv(args: argparse.Namespace) -> int:
-    from sweep.models.memory import kv_answer
+    from sweep.models.shared.memory import kv_answer
 
     if args.mean_seq_len is not None and args.mean_seq_len > args.seq_len:
         raise CatalogError("sweep kv", "--mean-seq-len", args.mean_seq_len,

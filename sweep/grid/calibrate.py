@@ -52,9 +52,9 @@ import numpy as np
 
 from sweep.catalog import Catalog, Gpu, Model, packaged_catalog
 from sweep.errors import CatalogError, ProfileError
-from sweep.models import roofline as rl
 from sweep.models.base import Domain
-from sweep.models.dynamic import DOMAINS, MIN_T_SVC_MS
+from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
+from sweep.models.shared import roofline as rl
 
 REQUIRED = ("model", "gpu", "tensor_parallel", "phase", "batch", "prompt_tokens", "context_tokens",
             "measured_ms")

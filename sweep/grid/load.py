@@ -40,7 +40,7 @@ from sweep.models import (
     get_model,
     latency_models,
 )
-from sweep.models.dynamic import OPTION_PARAMS
+from sweep.models.dynamic.model import OPTION_PARAMS
 
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")

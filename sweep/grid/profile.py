@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep.errors import ProfileError
-from sweep.models.dynamic import DOMAINS, MIN_T_SVC_MS
+from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
 
 COLUMNS = ("batch_size", "latency_ms")
 #: The rows' domains: a batch size as in [grid]; a latency as a t_fixed_ms (a whole batch).

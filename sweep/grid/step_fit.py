@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from sweep.errors import ProfileError
-from sweep.models.continuous import DOMAINS
+from sweep.models.continuous.model import DOMAINS
 
 COEFFS: tuple[str, ...] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
 STEP_COLUMNS: tuple[str, ...] = ("n_tokens", "n_ctx", "step_ms")

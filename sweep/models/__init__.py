@@ -1,39 +1,54 @@
-"""Serving models: what a point's latency, capacity and memory are (SPEC 1-7).
+"""Serving models: what a point's latency, capacity and memory are.
 
-Owns the serving-model contract (`base`), the per-point JAX functions of every model, the
-simulators, and the registry below that maps `[options]` names to models. Knows nothing of
-files, chunks, Optuna or the CLI.
+Owns the serving-model contract (`base`), one subpackage per serving mode, the pieces the
+modes share (`shared`), the composition of two stage models into one mode (`compose`), and
+the registry below that maps `[options]` names to models. Knows nothing of files, chunks,
+Optuna or the CLI.
 
-    serving = "dynamic" (the seed's request-level batcher):
-        latency_model = "gaussian" | "exponential"   the window proxy's tail rules
-                        "batcher"                    the greedy-batcher model
-                        "simulated"                  the simulator's measured percentile
-    serving = "continuous" (iteration-level batching, TTFT and TPOT):
-        latency_model = "analytic"                   the fixed-point model
-                        "simulated"                  the iteration-level simulator
+    serving = "dynamic"      request-level dynamic batching (`sweep.models.dynamic`)
+    serving = "continuous"   iteration-level batching, TTFT and TPOT (`sweep.models.continuous`)
 
-A new model is one module with a `ServingModel` subclass, registered here, plus its tests
-(`tests/test_models_contract.py` runs the contract on every registered model).
+A serving mode is one subpackage whose `MODELS` lists its `ServingModel`s, the default
+latency model first; `register` adds a model (a mode's own, or one a test or plug-in builds).
+`sweep.testing` runs the contract on every registered model.
 """
 
 from __future__ import annotations
 
 from sweep.errors import did_you_mean
+from sweep.models import continuous, dynamic
 from sweep.models.base import Column, Decisions, HostPass, Param, ServingModel
-from sweep.models.batcher import BatcherModel
-from sweep.models.continuous import ContinuousModel, SimulatedContinuous
-from sweep.models.proxy import ExponentialProxy, GaussianProxy
-from sweep.models.simulated import SimulatedModel
 
 #: (serving, latency_model) -> the model.
-REGISTRY: dict[tuple[str, str], ServingModel] = {
-    (m.serving, m.name): m
-    for m in (GaussianProxy(), ExponentialProxy(), BatcherModel(), SimulatedModel(), ContinuousModel(),
-              SimulatedContinuous())
-}
-SERVING_MODES: tuple[str, ...] = tuple(dict.fromkeys(s for s, _ in REGISTRY))
+REGISTRY: dict[tuple[str, str], ServingModel] = {}
 #: The latency model a serving mode uses when `[options]` names none.
-DEFAULT_LATENCY_MODEL: dict[str, str] = {"dynamic": "gaussian", "continuous": "analytic"}
+DEFAULT_LATENCY_MODEL: dict[str, str] = {}
+SERVING_MODES: list[str] = []
+
+
+def register(model: ServingModel, *, default: bool = False) -> ServingModel:
+    """Add `model` under (model.serving, model.name); the first model of a serving mode (or
+    one registered with `default=True`) is that mode's default latency model."""
+    REGISTRY[(model.serving, model.name)] = model
+    if model.serving not in SERVING_MODES:
+        SERVING_MODES.append(model.serving)
+    if default or model.serving not in DEFAULT_LATENCY_MODEL:
+        DEFAULT_LATENCY_MODEL[model.serving] = model.name
+    return model
+
+
+def unregister(serving: str) -> None:
+    """Remove every model of a serving mode (tests that register a toy mode clean up with it)."""
+    for key in [k for k in REGISTRY if k[0] == serving]:
+        del REGISTRY[key]
+    DEFAULT_LATENCY_MODEL.pop(serving, None)
+    if serving in SERVING_MODES:
+        SERVING_MODES.remove(serving)
+
+
+for _mode in (dynamic, continuous):
+    for _model in _mode.MODELS:
+        register(_model)
 
 
 def latency_models(serving: str) -> tuple[str, ...]:
@@ -60,4 +75,6 @@ __all__ = [
     "ServingModel",
     "get_model",
     "latency_models",
+    "register",
+    "unregister",
 ]

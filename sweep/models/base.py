@@ -30,7 +30,7 @@ import numpy as np
 from jax import Array
 
 from sweep.catalog import Gpu, Model
-from sweep.models.roofline import ETA_BW, ETA_FLOPS, PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
+from sweep.models.shared.roofline import ETA_BW, ETA_FLOPS, PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
 
 if TYPE_CHECKING:  # the grid layer builds specs from models; models only read them
     from sweep.grid.spec import GridSpec
@@ -104,7 +104,7 @@ def figure_arrays(models: Sequence[Model], gpus: Sequence[Gpu]) -> dict[str, np.
 
 def gpu_figures(g: Gpu) -> dict[str, float]:
     """The GPU half of `CATALOG_FIELDS` for one catalog entry (SPEC 13 defaults where the
-    entry leaves a figure out; `sweep.models.roofline`)."""
+    entry leaves a figure out; `sweep.models.shared.roofline`)."""
     return {
         "hbm_bytes": g.hbm_bytes,
         "hbm_bw": g.hbm_bandwidth_bytes_per_s,
@@ -358,6 +358,19 @@ class Step:
     title: str
     section: str
     lines: tuple[tuple[str, str, str], ...]
+
+
+def num(x: Any, unit: str = "", digits: int = 4) -> str:
+    """A number as a derivation writes it: 4 significant digits, `inf` when unbounded."""
+    if x is None:
+        return "unbounded"
+    x = float(x)
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    text = f"{x:.{digits}g}"
+    if "e" not in text and abs(x) >= 10 ** digits:
+        text = f"{x:,.0f}"
+    return f"{text} {unit}".rstrip()
 
 
 # --------------------------------------------------------------------------- host pass

@@ -2,7 +2,7 @@
 
 Three sources, recorded per row as `service_source`: given (`t_fixed_ms`, `t_req_ms` in
 the grid), fitted (a profile, `sweep.grid.profile`), or a roofline estimate from the
-model and GPU catalogs: SPEC 13's step (`sweep.models.roofline.service_line`).
+model and GPU catalogs: SPEC 13's step (`sweep.models.shared.roofline.service_line`).
 
 `roofline_times` is the seed's linear roofline, the engine's estimate before SPEC 13. No
 serving model uses it; it stays as the baseline that `benchmarks/kernel.py` (cost) and

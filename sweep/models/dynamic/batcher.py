@@ -109,8 +109,16 @@ from jax.scipy.special import ndtri
 
 from sweep._numerics import poisson_tails
 from sweep.models.base import Column
-from sweep.models.batching import window_moments
-from sweep.models.dynamic import BASE_COLUMNS, MS, PLAN_COLUMNS, SIM_COLUMNS, DynamicModel, Estimates, latency_nulls
+from sweep.models.dynamic.batching import window_moments
+from sweep.models.dynamic.model import (
+    BASE_COLUMNS,
+    MS,
+    PLAN_COLUMNS,
+    SIM_COLUMNS,
+    DynamicModel,
+    Estimates,
+    latency_nulls,
+)
 
 __all__ = ["N_BISECT", "N_NODES", "N_ROOT", "BatcherModel", "batcher_point"]
 

@@ -8,7 +8,7 @@ exactly the mean). The engine runs steps; a step carrying ``n_tok`` new tokens w
 sequences hold ``n_ctx`` cached tokens after it takes
 ``(t_fixed + t_token n_tok + t_ctx n_ctx) * exp(mu + sigma z_k)`` (lognormal noise of mean
 1 and CV ``service_cv``, ``z_k`` one standard normal per step ``k``). The scheduler is
-SPEC 10's, rule by rule, with the conventions written out in ``sweep/models/cb_reference.py``
+SPEC 10's, rule by rule, with the conventions written out in ``sweep/testing/cb_reference.py``
 (the plain-Python reference this module matches request by request):
 
 1. a step starts when the previous one ends, or at the next arrival when idle; an

@@ -20,7 +20,6 @@ from jax.scipy.special import ndtri
 
 from sweep.errors import GridError
 from sweep.models import base
-from sweep.models import roofline as rl
 from sweep.models.base import (
     NO_ANSWER,
     SERVICE_SOURCES,
@@ -33,11 +32,14 @@ from sweep.models.base import (
     ServingModel,
     planning_columns,
 )
-from sweep.models.batch_sim import never_fills
-from sweep.models.batching import batch_moments
-from sweep.models.memory import kv_memory
-from sweep.models.queue import b_min, b_min_stable_int, b_min_target_int, queue_proxy
-from sweep.models.service import service_time
+from sweep.models.dynamic.batch_sim import never_fills
+from sweep.models.dynamic.batching import batch_moments
+from sweep.models.dynamic.queue import b_min, b_min_stable_int, b_min_target_int, queue_proxy
+from sweep.models.dynamic.simulation import Simulation
+from sweep.models.shared import columns as shared
+from sweep.models.shared import roofline as rl
+from sweep.models.shared.memory import kv_memory
+from sweep.models.shared.service import service_time
 
 if TYPE_CHECKING:
     from sweep.grid.spec import GridSpec
@@ -59,41 +61,21 @@ MIN_T_SVC_MS = 1e-6
 #: float64 arithmetic first fails orders of magnitude outside, e.g. below 1e-144 requests/s,
 #: above 1e97 ms of window or above 1e46 of service CV). One comment says why each ends where it does.
 DOMAINS: dict[str, Domain] = {
-    # a replica spans at most a few hundred GPUs today (an NVL72 rack is 72); 4096 is headroom
-    "gpus_per_replica": Domain(1, 4096, "GPUs"),
+    **shared.DOMAINS,
     # the longest context windows are ~1e7 tokens (Llama 4 Scout: 10M); 10x headroom
     "seq_len": Domain(1, 1e8, "tokens"),
     # a mean of lengths that are each >= 1 token, and <= seq_len (a cross-field rule)
     "mean_seq_len": Domain(1, 1e8, "tokens"),
-    # one request per 11.6 days to 1e9/s, 100x beyond the largest public inference services
-    "arrival_rps": Domain(1e-6, 1e9, "requests/s"),
     # 0 to 1e7 ms = 2.8 hours for one forward pass (and t_fixed_ms + t_req_ms >= MIN_T_SVC_MS)
-    "t_fixed_ms": Domain(0, 1e7, "ms"),
     "t_req_ms": Domain(0, 1e7, "ms"),
-    # the bounds `sweep calibrate` fits efficiencies within; below 0.1% of the datasheet is a broken setup
-    "eta_bw": Domain(1e-3, 1),
-    "eta_flops": Domain(1e-3, 1),
     # a decode step is 1, a prompt of P tokens is P: at most seq_len's bound; fractions are averages
     "tokens_per_request": Domain(0, 1e8, "tokens", lo_open=True),
-    # from half-bit codes (1/16 B) to fp64 (8 B)
-    "weight_bytes_per_param": Domain(0.0625, 8, "bytes"),
-    "kv_bytes_per_elem": Domain(0.0625, 8, "bytes"),
     # any positive latency objective up to 1e9 ms = 11.6 days
     "slo_ms": Domain(0, 1e9, "ms", lo_open=True),
-    # P1 to P99.9999: below P1 is not a latency objective; beyond six nines no run observes it
-    "percentile": Domain(0.01, 0.999999),
-    # utilisations: shares of the worker's time
+    # a share of the worker's time
     "rho_target": Domain(0, 1, lo_open=True),
-    "rho_max": Domain(0, 1, lo_open=True),
-    "rho_min": Domain(0, 1, hi_open=True),
     # workers sharing one queue (the simulator); beyond a thousand, model them as replicas
     "workers": Domain(1, 1024, "workers"),
-    # waiting requests (the simulator); above 1e9 a queue never fills in a run: use inf
-    "queue_capacity": Domain(1, 1e9, "requests", inf=True),
-    # lognormal service noise; a CV above 10 is not a service time (the proxy's E[S^3] grows as CV^6)
-    "service_cv": Domain(0, 10),
-    # a fleet of up to a million replicas of one configuration
-    "replicas": Domain(1, 1e6, "replicas"),
     # 0 (dispatch at once) to 1e7 ms = 2.8 hours, or inf (full batches)
     "batch_window_ms": Domain(0, 1e7, "ms", inf=True),
     # up to a million requests per batch (<= 4096 with a finite window, a cross-field rule)
@@ -149,24 +131,24 @@ def latency_nulls(columns: tuple[Column, ...], flag: str) -> tuple[Column, ...]:
 BASE_COLUMNS: tuple[Column, ...] = (
     base.POINT_ID,
     # ---- scenario axes
-    Column("model", "dict", "-", "Model catalog name."),
-    Column("gpu", "dict", "-", "GPU catalog name."),
-    Column("gpus_per_replica", "int64", "GPUs", "GPUs per replica (tensor parallel degree)."),
+    shared.MODEL,
+    shared.GPU,
+    shared.GPUS_PER_REPLICA,
     Column("seq_len", "int64", "tokens", "S_max: sequence length a request may reach (contiguous KV reservation)."),
     Column("mean_seq_len", "float64", "tokens", "S_mean: mean sequence length (paged KV reservation; roofline KV read)."),
-    Column("arrival_rps", "float64", "requests/s", "Total arrival rate for the fleet."),
-    Column("replicas", "int64", "replicas", "Replicas sharing the load (random split)."),
+    shared.ARRIVAL_RPS,
+    shared.REPLICAS,
     Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
     Column("batch_size", "int64", "requests", "B, the batch cap B_max when a window is set."),
     Column("batch_window_ms", "float64", "ms", "Batching window T_max; NULL (the grid's inf) = no window: the full-batch regime, every batch waits for batch_size requests.", null_when=UNLIMITED),
     Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (docs/model.md, service time). Roofline: the secant of the step time through B = 1 and this point's batch_size, so it varies with batch_size; optimum.parquet repeats the row's first point's."),
     Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch (roofline: see t_fixed_ms)."),
     Column("service_source", "dict", "-", "Where T_fixed and t_req came from: given | fitted | roofline."),
-    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency: the grid's, else the GPU entry's calibrated one, else 0.7.", _R),
-    Column("eta_flops", "float64", "-", "Roofline compute efficiency: the grid's, else the GPU entry's calibrated one, else 0.6.", _R),
+    shared.ETA_BW,
+    shared.ETA_FLOPS,
     Column("tokens_per_request", "float64", "tokens", "Roofline: new tokens per request in one forward pass.", _R),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size (fp16 2, fp8 1, int4 0.5)."),
-    Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
+    shared.KV_BYTES_PER_ELEM,
     Column("slo_ms", "float64", "ms", "Latency SLO at `percentile`."),
     Column("percentile", "float64", "-", "Percentile q of the SLO (0.99 = P99)."),
     Column("rho_target", "float64", "-", "Target utilisation for b_min_rho_target (docs/model.md, sizing)."),
@@ -203,15 +185,15 @@ BASE_COLUMNS: tuple[Column, ...] = (
     Column("kv_gb_per_req", "float64", "GB", "KV reservation per request under the allocation (1 GB = 1e9 bytes)."),
     Column("kv_gb_at_cap", "float64", "GB", "KV reservation for a full batch: kv_gb_per_req x batch_size."),
     Column("kv_waste_frac", "float64", "-", "1 - S_mean / S_alloc: share of the reservation no token uses."),
-    Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param."),
-    Column("free_gb", "float64", "GB", "HBM left for the KV cache after weights and reserve (negative: weights do not fit)."),
-    Column("weights_fit", "bool", "-", "free_gb >= 0."),
+    shared.WEIGHTS_GB,
+    shared.FREE_GB,
+    shared.WEIGHTS_FIT,
     Column("b_mem_max", "int64", "requests", "floor(free / per-request reservation); 0 where the weights do not fit."),
     Column("mem_ok", "bool", "-", "weights_fit and batch_size <= b_mem_max."),
     # ---- decisions
     base.FEASIBLE,
     base.ACTION,
-    Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
+    shared.COST_USD_PER_HOUR,
 )
 
 #: The simulator's columns (SPEC 7), written when the grid simulates.
@@ -444,8 +426,8 @@ class DynamicModel(ServingModel):
 
     def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
                    options: Mapping[str, Any] | None = None) -> list[base.Step] | None:
-        """docs/model.md's steps with this point's numbers (`sweep.models.derive_dynamic`)."""
-        from sweep.models.derive_dynamic import derivation
+        """docs/model.md's steps with this point's numbers (`sweep.models.dynamic.derive`)."""
+        from sweep.models.dynamic.derive import derivation
 
         return derivation(row, figures, options, latency_model=self.name)
 
@@ -454,6 +436,4 @@ class DynamicModel(ServingModel):
         = simulated): sim_* columns beside the analytic ones."""
         if spec.simulation is None:
             return None
-        from sweep.models.simulated import Simulation
-
         return Simulation(spec.simulation, decides=self.needs_host_pass)

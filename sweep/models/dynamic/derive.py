@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from statistics import NormalDist
 from typing import Any
 
-from sweep.models.base import Step
+from sweep.models.base import Step, num
 
 INF = math.inf
 SECTION = {
@@ -35,19 +35,6 @@ SECTION = {
 }
 
 
-def num(x: Any, unit: str = "", digits: int = 4) -> str:
-    """A number as a derivation writes it: 4 significant digits, `inf` when unbounded."""
-    if x is None:
-        return "unbounded"
-    x = float(x)
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    text = f"{x:.{digits}g}"
-    if "e" not in text and abs(x) >= 10 ** digits:
-        text = f"{x:,.0f}"
-    return f"{text} {unit}".rstrip()
-
-
 def _f(row: Mapping[str, Any], key: str, default: float = INF) -> float:
     v = row.get(key)
     return default if v is None else float(v)
@@ -55,9 +42,9 @@ def _f(row: Mapping[str, Any], key: str, default: float = INF) -> float:
 
 def roofline_secant(row: Mapping[str, Any], figures: Mapping[str, float]) -> dict[str, float]:
     """A roofline point's service line (seconds): the refined roofline's step time at one
-    request and at the point's batch (`sweep.models.roofline.step_time`), and the secant
-    through them, as `sweep.models.roofline.service_line` draws it."""
-    from sweep.models import roofline as rl
+    request and at the point's batch (`sweep.models.shared.roofline.step_time`), and the secant
+    through them, as `sweep.models.shared.roofline.service_line` draws it."""
+    from sweep.models.shared import roofline as rl
 
     x = {**figures, "gpus_per_replica": _f(row, "gpus_per_replica", 1.0),
          "weight_bytes_per_param": _f(row, "weight_bytes_per_param", 2.0)}

@@ -2,7 +2,7 @@
 
 ONE replication, written for obviousness, not speed: a deque of waiting requests, a list
 of running sequences in admission order, and a loop that performs one engine step per
-iteration exactly as SPEC 10 words it. The JAX simulator (`sweep.models.cb_sim`) must
+iteration exactly as SPEC 10 words it. The JAX simulator (`sweep.models.continuous.sim`) must
 reproduce it request by request; nothing here shares code with it.
 
 Rules (SPEC 10, "Scheduler"), as implemented below

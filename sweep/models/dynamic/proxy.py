@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from jax import Array
 
-from sweep.models.dynamic import DynamicModel, Estimates
+from sweep.models.dynamic.model import DynamicModel, Estimates
 
 
 class GaussianProxy(DynamicModel):

@@ -9,7 +9,7 @@ the SLOs and the action, and the simulator where it ran.
 
 Closed forms are recomputed here in plain float arithmetic (the step roofline, the KV
 capacity and reservation, both capacity bounds, E2E, tokens/s, cost); the fixed point of
-`sweep.models.cb_analytic` is not re-derived by hand: its parts (slots, slot wait,
+`sweep.models.continuous.analytic` is not re-derived by hand: its parts (slots, slot wait,
 residual step, prefill phase, the decode step a sequence sees) are the kernel's own,
 evaluated for this one point by `cb_point`. `tests/test_explain.py` checks that the
 recomputed numbers are the engine's and that the parts add up to its TTFT.
@@ -21,8 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sweep.models.base import Step
-from sweep.models.derive_dynamic import num
+from sweep.models.base import Step, num
 
 INF = math.inf
 DOC = "docs/continuous.md"
@@ -47,7 +46,7 @@ def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]
         return {}
     import jax
 
-    from sweep.models.cb_analytic import cb_point
+    from sweep.models.continuous.analytic import cb_point
 
     args = (_f(row, "lambda_per_replica_rps"), _f(row, "prompt_tokens"), _f(row, "prompt_cv", 0.0),
             _f(row, "output_tokens"), _f(row, "output_cv", 0.0), _f(row, "batch_size"), _f(row, "max_batched_tokens"),
@@ -59,9 +58,9 @@ def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]
 
 def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float]) -> dict[str, float]:
     """The step line of a roofline point (seconds): the refined roofline's decode step of a
-    lone request and its prefill chunk (`sweep.models.roofline.step_time`), and the line
-    through them, as `sweep.models.roofline.step_line` draws it."""
-    from sweep.models import roofline as rl
+    lone request and its prefill chunk (`sweep.models.shared.roofline.step_time`), and the line
+    through them, as `sweep.models.shared.roofline.step_line` draws it."""
+    from sweep.models.shared import roofline as rl
 
     x = {**figures, "gpus_per_replica": _f(row, "gpus_per_replica", 1.0),
          "weight_bytes_per_param": _f(row, "weight_bytes_per_param", 2.0)}

@@ -2,7 +2,7 @@
 
 A grid simulates when it has a `[simulation]` table or `latency_model = "simulated"`.
 `Simulation` runs the vectorized simulator of the dynamic batcher
-(`sweep.models.batch_sim`, SPEC 7) on every point of a chunk and adds the `sim_*` columns
+(`sweep.models.dynamic.batch_sim`, SPEC 7) on every point of a chunk and adds the `sim_*` columns
 and `proxy_rel_err`. With `latency_model = "simulated"` (`SimulatedModel`) it also decides:
 the SLO is checked against the simulated percentile, the measured utilisation drives the
 operating rules, and with `c` workers sharing a queue a replica keeps up when
@@ -17,29 +17,17 @@ stable: a finite simulation of an unstable queue does not pass for a measurement
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sweep.models.base import Column, HostPass
-from sweep.models.batch_sim import SimSettings, simulate
-from sweep.models.dynamic import latency_nulls
-from sweep.models.proxy import GaussianProxy
+from sweep.models.base import HostPass
+from sweep.models.dynamic.batch_sim import SimSettings, simulate
 
 if TYPE_CHECKING:
     from sweep.grid.spec import SimulationOptions
 
 MS = 1e3
-
-
-class SimulatedModel(GaussianProxy):
-    """`latency_model = "simulated"`: the gaussian estimate stands in until the simulator's
-    host pass replaces it with the measured percentile."""
-
-    name: ClassVar[str] = "simulated"
-    needs_host_pass: ClassVar[bool] = True
-    #: latency_ms is the simulated percentile: unbounded where the backlog grew.
-    columns: ClassVar[tuple[Column, ...]] = latency_nulls(GaussianProxy.columns, "sim_steady")
 
 
 class Simulation(HostPass):

@@ -9,8 +9,8 @@ running sequences `batch_size` (vLLM's max_num_seqs) and the token budget
 `max_batched_tokens` (max_num_batched_tokens); the KV capacity in tokens is what the HBM
 holds beside the weights (`kv_allocation = "paged"`: whole `block_tokens` blocks).
 
-Two latency models: `analytic` (default; `sweep.models.cb_analytic`, a fixed point inside
-the jitted kernel) and `simulated` (`sweep.models.cb_sim`, the iteration-level simulator as
+Two latency models: `analytic` (default; `sweep.models.continuous.analytic`, a fixed point inside
+the jitted kernel) and `simulated` (`sweep.models.continuous.sim`, the iteration-level simulator as
 a host pass, whose percentiles then decide). A `[simulation]` table adds the `sim_*`
 columns beside the analytic ones.
 
@@ -37,7 +37,6 @@ from jax import Array
 
 from sweep.errors import GridError
 from sweep.models import base
-from sweep.models import roofline as rl
 from sweep.models.base import (
     ANALYTIC_UNBOUNDED,
     SERVICE_SOURCES,
@@ -52,8 +51,9 @@ from sweep.models.base import (
     ServingModel,
     planning_columns,
 )
-from sweep.models.cb_analytic import cb_point, cb_state
-from sweep.models.dynamic import DOMAINS as SEED_DOMAINS
+from sweep.models.continuous.analytic import cb_point, cb_state
+from sweep.models.shared import columns as shared
+from sweep.models.shared import roofline as rl
 
 if TYPE_CHECKING:
     from sweep.grid.spec import GridSpec, SimulationOptions
@@ -62,9 +62,7 @@ INF = jnp.inf
 MS = 1e3
 
 DOMAINS: dict[str, Domain] = {
-    **{k: SEED_DOMAINS[k] for k in ("gpus_per_replica", "arrival_rps", "eta_bw", "eta_flops", "weight_bytes_per_param",
-                                    "kv_bytes_per_elem", "percentile", "rho_max", "rho_min", "queue_capacity",
-                                    "service_cv", "replicas")},
+    **shared.DOMAINS,
     # token lengths: one token to 1e7 (the longest contexts); a mean, so fractional
     "prompt_tokens": Domain(1, 1e7, "tokens"),
     "output_tokens": Domain(1, 1e7, "tokens"),
@@ -72,7 +70,6 @@ DOMAINS: dict[str, Domain] = {
     "prompt_cv": Domain(0, 10),
     "output_cv": Domain(0, 10),
     # step-time coefficients: up to 1e7 ms a step, 1e3 ms a token, 1e3 ms a cached token
-    "t_fixed_ms": Domain(0, 1e7, "ms"),
     "t_token_ms": Domain(0, 1e3, "ms"),
     "t_ctx_ms": Domain(0, 1e3, "ms"),
     # objectives up to 11.6 days; inf = no such SLO
@@ -128,11 +125,11 @@ FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and TTFT, TPOT and
 
 COLUMNS: tuple[Column, ...] = (
     base.POINT_ID,
-    Column("model", "dict", "-", "Model catalog name."),
-    Column("gpu", "dict", "-", "GPU catalog name."),
-    Column("gpus_per_replica", "int64", "GPUs", "GPUs per replica (tensor parallel degree)."),
-    Column("arrival_rps", "float64", "requests/s", "Total arrival rate for the fleet."),
-    Column("replicas", "int64", "replicas", "Replicas sharing the load (random split)."),
+    shared.MODEL,
+    shared.GPU,
+    shared.GPUS_PER_REPLICA,
+    shared.ARRIVAL_RPS,
+    shared.REPLICAS,
     Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate arrival_rps / replicas."),
     Column("prompt_tokens", "float64", "tokens", "Mean prompt length P (lognormal, rounded, at least 1)."),
     Column("prompt_cv", "float64", "-", "Coefficient of variation of the prompt length."),
@@ -144,10 +141,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("t_token_ms", "float64", "ms", "Time per new token in a step (roofline: see t_step_fixed_ms)."),
     Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
     Column("service_source", "dict", "-", "Where the step-time coefficients came from: given | fitted | roofline."),
-    Column("eta_bw", "float64", "-", "Roofline HBM-bandwidth efficiency: the grid's, else the GPU entry's calibrated one, else 0.7.", _R),
-    Column("eta_flops", "float64", "-", "Roofline compute efficiency: the grid's, else the GPU entry's calibrated one, else 0.6.", _R),
+    shared.ETA_BW,
+    shared.ETA_FLOPS,
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
-    Column("kv_bytes_per_elem", "float64", "bytes", "KV-cache dtype size."),
+    shared.KV_BYTES_PER_ELEM,
     Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile`; NULL (the grid's inf, the default) = no TTFT SLO.", null_when=UNLIMITED),
     Column("tpot_slo_ms", "float64", "ms", "TPOT SLO at `percentile`; NULL (the grid's inf, the default) = no TPOT SLO.", null_when=UNLIMITED),
     Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile`; NULL (the grid's inf, the default) = no end-to-end SLO.", null_when=UNLIMITED),
@@ -157,9 +154,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("queue_capacity", "int64", "requests", "Waiting requests before arrivals are dropped (simulator); NULL (the grid's inf) = unbounded.", null_when=UNLIMITED),
     Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative per-step noise."),
     Column("kv_capacity_tokens", "float64", "tokens", "KV capacity C: free HBM / KV bytes per token (paged: whole blocks)."),
-    Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param."),
-    Column("free_gb", "float64", "GB", "HBM left for the KV cache after weights and reserve (negative: weights do not fit)."),
-    Column("weights_fit", "bool", "-", "free_gb >= 0."),
+    shared.WEIGHTS_GB,
+    shared.FREE_GB,
+    shared.WEIGHTS_FIT,
     Column("mem_ok", "bool", "-", "The weights fit and a mean request's reservation (P + O tokens, paged: in blocks) fits in C."),
     Column("capacity_rps", "float64", "requests/s", "The largest sustainable per-replica arrival rate at this cap and budget (the analytic model's)."),
     Column("rho", "float64", "-", "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules); NULL where the weights or a mean request do not fit (no capacity).", null_when="mem_ok"),
@@ -179,7 +176,7 @@ COLUMNS: tuple[Column, ...] = (
     SLO_OK,
     FEASIBLE,
     base.ACTION,
-    Column("cost_usd_per_hour", "float64", "USD/h", "replicas x gpus_per_replica x usd_per_gpu_hour (illustrative prices)."),
+    shared.COST_USD_PER_HOUR,
     Column("cost_usd_per_mtok", "float64", "USD", "Cost per million output tokens at this load: cost_usd_per_hour / (output_tok_s x replicas x 3600) x 1e6; NULL (unbounded) where not stable.", null_when="stable"),
     # ---- the simulator (a [simulation] table, or latency_model = simulated)
     *(Column(f"sim_{m}_{k}_ms", "float64", "ms", f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; NULL (unbounded) where not steady.", _S, "sim_steady")
@@ -242,7 +239,7 @@ SLO_CHECKS: tuple[tuple[str, str], ...] = (("ttft_p_ms", "ttft_slo_ms"), ("tpot_
 
 class ContinuousModel(ServingModel):
     """`serving = "continuous"`, `latency_model = "analytic"`: the fixed-point model of
-    `sweep.models.cb_analytic` decides."""
+    `sweep.models.continuous.analytic` decides."""
 
     serving: ClassVar[str] = "continuous"
     name: ClassVar[str] = "analytic"
@@ -354,7 +351,7 @@ class ContinuousModel(ServingModel):
                     mem_ok=mem_ok, args=args)
 
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
-        """The step-time fixed point (T_d, T_p) of `sweep.models.cb_analytic`, solved once
+        """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
         per point for `[sensitivity]`'s derivative program (see `ServingModel.presolve`)."""
         td, tp = cb_state(*self._engine(x, **static)["args"])
         return {STATE_TD: td, STATE_TP: tp}
@@ -413,8 +410,8 @@ class ContinuousModel(ServingModel):
 
     def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
                    options: Mapping[str, Any] | None = None) -> list[base.Step] | None:
-        """docs/continuous.md's steps with this point's numbers (`sweep.models.derive_continuous`)."""
-        from sweep.models.derive_continuous import derivation
+        """docs/continuous.md's steps with this point's numbers (`sweep.models.continuous.derive`)."""
+        from sweep.models.continuous.derive import derivation
 
         return derivation(row, figures, options)
 
@@ -439,7 +436,7 @@ class SimulatedContinuous(ContinuousModel):
 
 
 class ContinuousSimulation(HostPass):
-    """The iteration-level simulator (`sweep.models.cb_sim`) on one chunk's points."""
+    """The iteration-level simulator (`sweep.models.continuous.sim`) on one chunk's points."""
 
     def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float) -> None:
         self.options = options
@@ -448,7 +445,7 @@ class ContinuousSimulation(HostPass):
         self.trace = np.asarray(options.trace_times) if options.trace_times else None
 
     def __call__(self, cols: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-        from sweep.models.cb_sim import CBSimSettings, simulate_continuous
+        from sweep.models.continuous.sim import CBSimSettings, simulate_continuous
 
         o = self.options
         params = {

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 from jax import Array
 
 from sweep._numerics import safe_div
-from sweep.models.batching import BatchMoments
-from sweep.models.service import service_time
+from sweep.models.dynamic.batching import BatchMoments
+from sweep.models.shared.service import service_time
 
 INF = jnp.inf
 
