@@ -247,7 +247,7 @@ class AnswerView:
     @classmethod
     def of(cls, model: ServingModel) -> AnswerView:
         d = model.decisions
-        knob = next(((sfx, src, dtype) for sfx, src, dtype, _ in d.answer_fields if src == d.knob and sfx), None)
+        knob = next(((sfx, src, dtype) for sfx, src, dtype, _ in d.answer_fields if src in d.knobs and sfx), None)
         checks = tuple((CHECK_NAMES.get(lat, lat), sfx, slo) for lat, slo in model.slo_checks
                        if (sfx := _field(model, lat)) is not None)
         checked = {lat for lat, _ in model.slo_checks}
@@ -412,7 +412,7 @@ def print_search(run: RunFolder, console: Console, top: int = TOP) -> None:
         cells = [escape(scenario), str(rows["objective"][i]), f"{value:g}" if math.isfinite(value) else "-"]
         for k in searched:
             v = rows[k][i]
-            unlimited = k == run.model.decisions.knob and not isinstance(v, str) and math.isinf(float(v))
+            unlimited = k in run.model.decisions.knobs and not isinstance(v, str) and math.isinf(float(v))
             cells.append(KNOB_INF.get(k, "inf") if unlimited else escape(_scenario_cell(v)))
         cells += [c for _, lat, slo in checks for c in (fmt(rows[lat][i]), fmt(rows[slo][i]))]
         cells += [fmt(rows["cost_usd_per_hour"][i], 2),

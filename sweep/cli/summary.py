@@ -111,7 +111,7 @@ def show_run(run: RunFolder, console: Console | None = None, top: int = TOP) -> 
     if points is not None and points.num_rows:
         host = to_host(points)
         q: Any = np.unique(host["percentile"]) if "percentile" in host else []
-        shown = ("replicas", run.model.decisions.knob) if run.model.serving == "dynamic" else ("replicas",)
+        shown = ("replicas", *run.model.decisions.knobs) if run.model.serving == "dynamic" else ("replicas",)
         varying = [k for k in run.varying if k in host] + [k for k in shown if k in host and len(np.unique(host[k])) > 1]
         point_table(host, varying, q, run.latency_model, console)
     print_answers(run, console, top)

@@ -320,15 +320,22 @@ DTYPE_KEYS: tuple[str, ...] = ("weight_bytes_per_param", "kv_bytes_per_elem")
 
 @dataclass(frozen=True)
 class Decisions:
-    """The columns the exact decisions (SPEC 6) read, and the answers they report.
+    """The decision axes, the columns the exact decisions read, and the answers they report.
 
-    A *row* is every point of one (scenario group, replicas) combination: the model's two
-    row axes (`knob` outer, `cap` inner) vary within it. `answer_fields` are the point
-    columns copied for each answer of optimum.parquet: (suffix, point column, dtype, unit).
+    A *row* is every point of one scenario that differs only in the row axes (`row_axes`,
+    outermost first; the last is the *cap*, the largest of which `b_max_slo` reports). A
+    *group* is every row that differs only in the group axes (`group_axes`, e.g. the
+    replicas of each pool): `replicas_min` is the group's row with the smallest `size` (a
+    point column constant within a row, e.g. replicas or total GPUs) whose row has an answer
+    within `rho_max`. Both sets are the innermost axes of the model's `params`, group axes
+    just outside the row axes, so rows and groups are contiguous blocks of the grid.
+    `answer_fields` are the point columns copied for each answer of optimum.parquet:
+    (suffix, point column, dtype, unit).
     """
 
-    cap: str = "batch_size"
-    knob: str = "batch_window_ms"
+    row_axes: tuple[str, ...] = ("batch_window_ms", "batch_size")
+    group_axes: tuple[str, ...] = ("replicas",)
+    size: str = "replicas"
     capacity: str = "capacity_rps"
     latency: str = "latency_ms"
     #: -1 when the frontier's second objective rises (tokens/s per user): minimise -latency
@@ -344,6 +351,21 @@ class Decisions:
         ("_rho", "rho", "float64", "-"),
         ("_point_id", "point_id", "int64", "-"),
     )
+
+    @property
+    def cap(self) -> str:
+        """The innermost row axis: the batch (or running-sequence) cap."""
+        return self.row_axes[-1]
+
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """The row axes outside the cap (the window, the token budget), outermost first."""
+        return self.row_axes[:-1]
+
+    @property
+    def decision_axes(self) -> tuple[str, ...]:
+        """Every axis a decision chooses: the group axes, then the row axes."""
+        return (*self.group_axes, *self.row_axes)
 
 
 # --------------------------------------------------------------------------- derivations
@@ -447,8 +469,12 @@ class ServingModel(abc.ABC):
         return {p.key: p for p in self.params}
 
     @property
-    def row_axes(self) -> tuple[str, str]:
-        return (self.decisions.knob, self.decisions.cap)
+    def row_axes(self) -> tuple[str, ...]:
+        return self.decisions.row_axes
+
+    @property
+    def group_axes(self) -> tuple[str, ...]:
+        return self.decisions.group_axes
 
     def point_columns(self, *, roofline: bool, simulation: bool, uncertainty: bool = False,
                       sensitivity: bool = False) -> tuple[Column, ...]:

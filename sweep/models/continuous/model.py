@@ -202,8 +202,7 @@ ROW_CONSTANT: tuple[str, ...] = (
 )
 
 DECISIONS = Decisions(
-    cap="batch_size",
-    knob="max_batched_tokens",
+    row_axes=("max_batched_tokens", "batch_size"),
     capacity="tok_s_per_gpu",
     latency="tok_s_per_user",
     latency_sign=-1.0,  # both frontier objectives rise: minimise -tok_s_per_user
