@@ -83,11 +83,10 @@ def decide(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[pa.Table
     front_schema = arrow_schema(frontier_columns(every, spec.model), meta)
     names = _dictionaries(spec)
     ev = Evaluator(spec, chunk_size)
-    n_replicas = len(spec.axis("replicas"))
     opt, front = [], []
     for chunk in ev.iter_chunks():
-        opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, n_replicas), opt_schema, names))
-        front.append(record_batch(frontier_rows(chunk.columns, ev.row_size, n_replicas), front_schema, names))
+        opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, spec.rows_per_group), opt_schema, names))
+        front.append(record_batch(frontier_rows(chunk.columns, ev.row_size, spec.rows_per_group), front_schema, names))
     return pa.Table.from_batches(opt, schema=opt_schema), pa.Table.from_batches(front, schema=front_schema)
 
 

@@ -52,7 +52,7 @@ class Chunk:
     start: int
     stop: int
     columns: dict[str, np.ndarray]  # per point, (stop - start,)
-    rows: dict[str, np.ndarray]  # per (group, replicas) row, (n_rows,); see sweep.decide.reduce
+    rows: dict[str, np.ndarray]  # per row (scenario, group-axis values), (n_rows,); see sweep.decide.reduce
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -89,8 +89,9 @@ class Evaluator:
         self._axes = axis_arrays(spec)
         self._tables = catalog_tables(spec)
         self.host_pass = self.model.host_pass(spec)
-        self._reduce_static = (("n_cap", len(spec.axis(self.model.decisions.cap))), ("n_replicas", len(spec.axis("replicas"))),
-                               ("row_size", self.row_size))
+        self.rows_per_group = spec.rows_per_group
+        self._reduce_static = (("n_cap", len(spec.axis(self.model.decisions.cap))),
+                               ("rows_per_group", self.rows_per_group), ("row_size", self.row_size))
         static = dict(
             model=self.model,
             static=tuple(sorted(self.model.static(spec).items())),

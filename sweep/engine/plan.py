@@ -221,7 +221,7 @@ def headroom(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any])
 
     lo, _ = jax.lax.fori_loop(0, HEADROOM_STEPS, step, (own, jnp.asarray(hi_d)))
     rate = jnp.where(at_own, jnp.where(top_met, hi_d, lo), 0.0)
-    return rate / x["replicas"]
+    return model.per_replica(x, rate)
 
 
 def plan_values(x: Mapping[str, Array], *, model: ServingModel, kw: Mapping[str, Any],

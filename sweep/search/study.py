@@ -522,7 +522,7 @@ def reduced_keys(model: ServingModel) -> tuple[str, ...]:
     """The columns objectives and constraints read (the exact pass keeps only these)."""
     keys = [c for c, _ in model.objectives.values()]
     keys += [k for check in model.slo_checks for k in check]
-    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max", "batch_size", "mem_ok"]
+    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max", model.decisions.cap, "mem_ok"]
     keys += ["b_mem_max"] if any(c.name == "b_mem_max" for c in model.columns) else []
     return tuple(dict.fromkeys(keys))
 
@@ -540,7 +540,7 @@ def constraint_values(out: dict[str, np.ndarray], model: ServingModel) -> tuple[
     rho = np.asarray(out[model.decisions.utilisation], float)
     mem_ok = np.asarray(out["mem_ok"], bool)
     if "b_mem_max" in out:
-        batch = np.asarray(out["batch_size"], float)
+        batch = np.asarray(out[model.decisions.cap], float)
         mem_graded = _graded((batch - out["b_mem_max"]) / batch)
     else:
         mem_graded = np.where(mem_ok, -1.0, 1.0)
