@@ -23,14 +23,12 @@ from typing import Any
 import pyarrow as pa
 
 from sweep.catalog import Catalog
-from sweep.decide.reduce import REASONS
-from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
-from sweep.decide.verdict import ACTIONS
+from sweep.decide.tables import dictionaries, frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, catalog_tables
 from sweep.errors import GridError, OutputError
 from sweep.grid import GridSpec, build, load
 from sweep.io.parquet import arrow_schema, record_batch
-from sweep.models.base import CATALOG_FIELDS, SERVICE_SOURCES, Step
+from sweep.models.base import CATALOG_FIELDS, Step
 from sweep.runner.run import RunResult, Shard, run_grid
 
 #: Points `evaluate` and `decide` hold in memory at most (about 1 KB each).
@@ -48,14 +46,7 @@ def grid_from_dict(doc: Mapping[str, Any], *, source: str = "<dict>", catalog: C
 
 
 def _dictionaries(spec: GridSpec) -> dict[str, list[str]]:
-    return {
-        "model": [m.name for m in spec.models],
-        "gpu": [g.name for g in spec.gpus],
-        "action": list(ACTIONS),
-        "service_source": list(SERVICE_SOURCES),
-        "reason": list(REASONS),
-        "method": ["exact"],
-    }
+    return dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus])
 
 
 def _check_size(spec: GridSpec) -> None:

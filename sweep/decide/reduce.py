@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from sweep.decide.pareto import columns_sorted, knee_index, pareto_mask, pareto_mask_columns
+from sweep.decide.verdict import counts_for_replicas_min
 from sweep.models.base import Decisions
 
 INF = jnp.inf
@@ -70,7 +71,7 @@ def reduce_row(r: Row, frontier: Array) -> dict[str, Array]:
     b_max_slo, has_slo = _argbest(meets, r.batch, r.latency)
     lat_opt, has_feasible = _argbest(r.feasible, -r.e_resp, r.batch)
     slo_opt, _ = _argbest(meets, r.capacity, r.latency)
-    headroom = meets & (r.rho <= r.rho_max)
+    headroom = counts_for_replicas_min(r.feasible, r.slo_ok, r.rho, r.rho_max)
     rmin_pick, row_ok = _argbest(headroom, r.batch, r.latency)
     knee = knee_index(r.capacity, r.latency, frontier)
     reason = jnp.where(

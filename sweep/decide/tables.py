@@ -8,12 +8,27 @@ columns into table rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sweep.decide.reduce import REPLICAS_BANDS
-from sweep.models.base import NO_ANSWER, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
+from sweep.decide.reduce import REASONS, REPLICAS_BANDS
+from sweep.decide.verdict import ACTIONS
+from sweep.models.base import NO_ANSWER, SERVICE_SOURCES, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
+
+
+def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str]) -> dict[str, list[str]]:
+    """The values of every dictionary-encoded column the engine writes (points, optimum,
+    frontier, search answers): the catalog names a grid uses and the fixed vocabularies."""
+    return {
+        "model": list(model_names),
+        "gpu": list(gpu_names),
+        "action": list(ACTIONS),
+        "service_source": list(SERVICE_SOURCES),
+        "reason": list(REASONS),
+        "method": ["exact"],
+    }
+
 
 #: The answers of optimum.parquet: (prefix, what it is, for the dynamic batcher). Each gets
 #: the model's answer fields; `answer_texts` words them for any model.

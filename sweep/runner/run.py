@@ -33,9 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sweep._version import __version__
-from sweep.decide.reduce import REASONS
 from sweep.decide.schedule import ROW_FACTS, row_fact_columns, row_facts, schedule_columns, schedule_table
-from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
+from sweep.decide.tables import dictionaries, frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Chunk, Evaluator
 from sweep.errors import OutputError, ResourceError
@@ -43,7 +42,6 @@ from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
 from sweep.io.staging import DamagedError, Staging, file_record, recover
-from sweep.models.base import SERVICE_SOURCES
 from sweep.runner.memory import plan_memory
 
 if TYPE_CHECKING:
@@ -248,14 +246,7 @@ class SegmentWriter:
                                 "warmup_hours": sched.warmup_hours}
             self.facts_schema = arrow_schema(row_fact_columns(spec.model, every), {})
             self.sched_schema = arrow_schema(schedule_columns(spec.model, every), meta)
-        self.dictionaries = {
-            "model": [m.name for m in spec.models],
-            "gpu": [g.name for g in spec.gpus],
-            "action": list(ACTIONS),
-            "service_source": list(SERVICE_SOURCES),
-            "reason": list(REASONS),
-            "method": ["exact"],
-        }
+        self.dictionaries = dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus])
         self.rows_per_group = spec.rows_per_group
         self.keep_rows = spec.n_points <= SUMMARY_ROWS
         self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}

@@ -52,6 +52,7 @@ from sweep.models.base import (
     planning_columns,
 )
 from sweep.models.continuous.analytic import cb_point, cb_state
+from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
 from sweep.models.shared import columns as shared
 from sweep.models.shared import roofline as rl
 
@@ -120,7 +121,6 @@ PARAMS: tuple[Param, ...] = (
 REQUIRED: tuple[str, ...] = ("arrival_rps", "prompt_tokens", "output_tokens", "batch_size", "model", "gpu")
 STEP_KEYS: tuple[str, ...] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
 ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops")
-SLO_KEYS: tuple[str, ...] = ("ttft_slo_ms", "tpot_slo_ms", "slo_ms")
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
@@ -238,7 +238,6 @@ def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_token
 #: `presolve`'s keys: the fixed point a point's inputs carry into `point` under `[sensitivity]`
 STATE_TD, STATE_TP = "_cb_state_td", "_cb_state_tp"
 
-SLO_CHECKS: tuple[tuple[str, str], ...] = (("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
 
 
 class ContinuousModel(ServingModel):
