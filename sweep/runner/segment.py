@@ -49,7 +49,7 @@ class SegmentWriter:
     """
 
     def __init__(self, spec: GridSpec, ev: Evaluator, meta: dict[str, Any]) -> None:
-        self.spec, self.ev, self.meta = spec, ev, meta
+        self.spec, self.ev = spec, ev
         out = spec.output
         every = spec.point_columns()
         point_cols = [c for c in every if not out.columns or c.name in out.columns]
