@@ -209,8 +209,8 @@ def test_every_import_goes_down_the_layers():
 
 
 def test_no_import_cycle_between_modules():
-    """Module level and inside functions alike: an import hidden in a function still runs, and
-    a cycle through it breaks as soon as either module is imported first from elsewhere."""
+    """Module level and inside functions alike: an import inside a function runs all the
+    same, only later; it hides a cycle, it does not remove it."""
     graph = import_graph()
     found = cycles(graph)
     unknown = [c for c in found if tuple(c) not in KNOWN_CYCLES_BEING_REMOVED]
