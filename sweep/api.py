@@ -4,7 +4,7 @@
     spec = sweep.load_grid("grids/seed-gpt3.toml")          # or sweep.grid_from_dict({...})
     points = sweep.evaluate(spec)                            # pyarrow.Table, one row per point
     optimum, frontier = sweep.decide(spec)                   # the reduced outputs, in memory
-    result = sweep.run(spec, "runs/seed")                    # the files, as `sweep run` writes them
+    result = sweep.run(spec, "runs/gpt3")                    # the files, as `sweep run` writes them
     e = sweep.explain(spec, point_id=2)                      # one point's derivation, step by step
 
 Tables carry the same columns, types, units and meanings (field metadata) as the files,

@@ -90,10 +90,10 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="sweep", description="Capacity planning for batched inference serving.",
-        epilog=epilog(["sweep run grids/seed-gpt3.toml --out runs/seed      # evaluate a grid, print its answers",
-                       "sweep show runs/seed model=gpt3-175b                # the answers of a finished run",
+        epilog=epilog(["sweep run grids/seed-gpt3.toml --out runs/gpt3      # evaluate a grid, print its answers",
+                       "sweep show runs/gpt3 model=gpt3-175b                # the answers of a finished run",
                        "sweep explain grids/seed-gpt3.toml --point 2        # one point's derivation, step by step",
-                       "sweep report runs/seed                              # an HTML report",
+                       "sweep report runs/gpt3                              # an HTML report",
                        "sweep plan grids/diurnal.toml --out runs/diurnal    # replicas per hour of a daily profile",
                        "sweep <command> --help                              # a command's options and examples"],
                       EXITS_RUN),
@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     one_line_errors(p)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = command(sub, "run", "evaluate a grid file, write Parquet and print the answers",
-                ["sweep run grids/seed-gpt3.toml --out runs/seed",
+                ["sweep run grids/seed-gpt3.toml --out runs/gpt3",
                  "sweep run grids/fleet-nightly.toml --out runs/fleet --progress log --log-interval 30",
                  "sweep run grids/fleet-nightly.toml --out runs/fleet --shard 3/16   # then: sweep merge runs/fleet",
                  "sweep run grids/example.toml --out runs/example --memory-limit 800 --top 20",
@@ -141,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     r.set_defaults(handler=_cmd_run)
     sh = command(sub, "show", "print the answers of a finished run: decisions per scenario group, search answers, "
                               "and the per-point table of a small selection",
-                 ["sweep show runs/seed",
+                 ["sweep show runs/gpt3",
                   "sweep show runs/fleet model=llama-3.1-70b gpu=h100-sxm --top 25",
                   "sweep show runs/fleet arrival_rps=400 seq_len=8192"])
     sh.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")

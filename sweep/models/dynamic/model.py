@@ -185,7 +185,7 @@ BASE_COLUMNS: tuple[Column, ...] = (
     Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (docs/model.md, sizing); NULL where no batch is stable (lambda t_req >= 1).", null_when=NO_ANSWER),
     Column("b_min_stable_int", "int64", "requests", "Smallest integer batch that is strictly stable; NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
     Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) = lambda T_fixed / (rho_target - lambda t_req) (docs/model.md, sizing); NULL where no batch reaches it (lambda t_req >= rho_target).", null_when=NO_ANSWER),
-    Column("b_min_rho_target_int", "int64", "requests", "Smallest integer batch with rho <= rho_target (the seed's example: 7.14 -> 8); NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
+    Column("b_min_rho_target_int", "int64", "requests", "Smallest integer batch with rho <= rho_target (the GPT-3 worked example: 7.14 -> 8); NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
     # ---- memory
     Column("kv_gb_per_req", "float64", "GB", "KV reservation per request under the allocation (1 GB = 1e9 bytes)."),
     Column("kv_gb_at_cap", "float64", "GB", "KV reservation for a full batch: kv_gb_per_req x batch_size."),
