@@ -327,7 +327,7 @@ class _Run:
             "jax": {"version": jax.__version__, "backend": jax.default_backend(), "x64": bool(jax.config.read("jax_enable_x64"))},
             "python": platform.python_version(),
             "axes": {a.key: len(a) for a in spec.axes},
-            "estimates": ["gaussian", "exponential"],
+            "slo_checks": [list(check) for check in spec.model.slo_checks],
             "shard": {"index": self.shard.index, "count": self.shard.count,
                       "groups": [self.start // ev.group_size, self.stop // ev.group_size],
                       "points": [self.start, self.stop]},

@@ -219,7 +219,6 @@ class _Out(NamedTuple):
     stats: jax.Array  # float64[L, 6]: areas of running, reserved, cached; tokens in span;
     #                    duration sum and count of steps starting in span
     rec: jax.Array  # float64[L, R, 8] per-step records (R static, may be 0)
-    loops: jax.Array  # int32: loop iterations (diagnostics)
 
 
 # --------------------------------------------------------------------------------------
@@ -664,8 +663,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
     finish = jnp.where(admitted, jnp.where(output >= 2.0, fin, first), jnp.inf)
     none = jnp.zeros((n_jobs, 0), f64)
     return _Out(status, st.get("admit_s", none), first, finish, st["out_steps"], st["out_stats"],
-                st.get("rec", jnp.zeros((n_lanes, 0, 8), f64)),
-                st["it"])
+                st.get("rec", jnp.zeros((n_lanes, 0, 8), f64)))
 
 
 # --------------------------------------------------------------------------------------
