@@ -74,7 +74,7 @@ def test_every_nullable_column_names_what_explains_a_null(key):
     model = REGISTRY[key]
     cols = model.columns
     tables = {"points": cols, "frontier": frontier_columns(cols), "optimum": optimum_columns(model, cols)}
-    answer_fields = {answer_name(p, s) for p, _ in ANSWERS for s, *_ in model.decisions.answer_fields}
+    answer_fields = {answer_name(p, s) for p in ANSWERS for s, *_ in model.decisions.answer_fields}
     for table, columns in tables.items():
         flags = {c.name for c in columns if c.dtype == "bool"}
         point_flags = {c.name for c in cols if c.dtype == "bool"}
@@ -159,7 +159,7 @@ def test_files_hold_no_inf_or_nan_and_every_null_is_explained(runs, name):
         _no_inf_or_nan(con, view, table)
         _explained(con, view, declared[view], table)
     # answers: missing as a whole, and only where the row says there is none
-    for prefix, _ in ANSWERS:
+    for prefix in ANSWERS:
         batch = answer_name(prefix, "")
         for suffix, *_ in spec.model.decisions.answer_fields:
             other = answer_name(prefix, suffix)

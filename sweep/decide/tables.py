@@ -32,15 +32,9 @@ def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str], *, decisi
     return out
 
 
-#: The answers of optimum.parquet: (prefix, what it is, for the dynamic batcher). Each gets
-#: the model's answer fields; `answer_texts` words them for any model.
-ANSWERS: tuple[tuple[str, str], ...] = (
-    ("b_max_slo", "the largest batch with latency_ms <= slo_ms (docs/model.md, decisions); ties: lowest latency"),
-    ("b_latency_opt", "the batch minimising e_resp_ms; ties: smallest batch"),
-    ("slo_opt", "the most capacity with latency_ms <= slo_ms (the SLO-optimal point); ties: lowest latency"),
-    ("knee", "the frontier's knee (docs/model.md, decisions)"),
-    ("replicas_min", "at replicas_min: the largest batch meeting the SLO with rho <= rho_max"),
-)
+#: The answers of optimum.parquet, by prefix; each gets the model's answer fields, and
+#: `answer_texts` words them in the model's own columns.
+ANSWERS: tuple[str, ...] = ("b_max_slo", "b_latency_opt", "slo_opt", "knee", "replicas_min")
 _ANSWER_INDEX = {
     "b_max_slo": "b_max_slo_idx",
     "b_latency_opt": "b_latency_opt_idx",
@@ -92,7 +86,7 @@ def answer_columns(model: ServingModel, point_columns: tuple[Column, ...] = ()) 
     checked = {model.decisions.latency, *(lat for lat, _ in model.slo_checks)}
     texts = answer_texts(model.decisions, model.slo_checks)
     out = []
-    for prefix, _ in ANSWERS:
+    for prefix in ANSWERS:
         for suffix, name, dtype, unit in model.decisions.answer_fields:
             col = source.get(name)
             inherited = () if col is None or name in checked else tuple(w for w in col.null_reasons if w not in implied)
@@ -202,7 +196,7 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
     picks["replicas_min"] = np.where(has_min, rows["replicas_ok_idx"][at_min_row], -1)
     pick_start = {prefix: starts for prefix in _ANSWER_INDEX}
     pick_start["replicas_min"] = starts[at_min_row]
-    for prefix, _ in ANSWERS:
+    for prefix in ANSWERS:
         idx = picks[prefix]
         has = idx >= 0
         point = np.where(has, pick_start[prefix] + idx, 0)
