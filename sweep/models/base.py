@@ -465,6 +465,11 @@ class ServingModel(abc.ABC):
     #: Memory XLA needs to compile this model's chunk function beyond the window proxy's,
     #: MB (measured; `sweep.runner.memory` plans --memory-limit with it).
     compile_mb: ClassVar[int] = 0
+    #: The grids the contract tests (`sweep.testing.models`) run this model on: partial grid
+    #: documents (`options`, `grid`, ...) merged onto the grid of every param's `example`,
+    #: `None` removing a key. Each one is a compilation; together they should reach every
+    #: static branch of `point` (given and roofline times, contiguous and paged KV, ...).
+    contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = ({},)
 
     # -- declarations -----------------------------------------------------------------
 

@@ -1,3 +1,8 @@
-"""Test material shipped with the package, as `optuna.testing` ships its sampler tests: the
-serving-model contract that every registered model (and any new one) must pass, and the
-plain-Python reference scheduler the continuous-batching simulator is checked against."""
+"""Test material shipped with the package, as `optuna.testing` ships its sampler tests:
+
+* `models`: the serving-model contract as plain functions (grids from a model's examples and
+  `contract_variants`, points drawn from its domains, the checks), for any model;
+* `pytest_models`: those checks as pytest tests over every registered model
+  (`from sweep.testing.pytest_models import *` in a test module);
+* `cb_reference`: the plain-Python reference scheduler the continuous-batching simulator is
+  checked against."""

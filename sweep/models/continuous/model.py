@@ -278,6 +278,13 @@ class ContinuousModel(ServingModel):
     profile_kind: ClassVar[str] = "step"
     #: More load: more running sequences, a larger share of the capacity, longer queues.
     monotone_in_load: ClassVar[tuple[str, ...]] = ("lambda_per_replica_rps", "rho", "mean_running", "output_tok_s")
+    #: The contract's grids (`ServingModel.contract_variants`): given step times and contiguous
+    #: KV; the roofline with paged KV and a reserve.
+    contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
+        {"grid": {"eta_bw": None, "eta_flops": None}},
+        {"options": {"kv_allocation": "paged", "block_tokens": 16, "reserve_fraction": 0.1},
+         "grid": {"t_fixed_ms": None, "t_token_ms": None, "t_ctx_ms": None}},
+    )
 
     # -- validation -----------------------------------------------------------------------
 

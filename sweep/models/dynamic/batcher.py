@@ -100,7 +100,8 @@ service_cv >= 0``, ``q`` in (0, 1).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -343,6 +344,8 @@ class BatcherModel(DynamicModel):
     compile_mb: ClassVar[int] = 340
     #: The fixed point's batch and utilisation grow with load too (G(b) rises in lambda).
     monotone_in_load: ClassVar[tuple[str, ...]] = DynamicModel.monotone_in_load + ("batcher_mean_batch", "batcher_rho")
+    #: Its compilations are slow: the contract runs the first grid only (both regimes, given times).
+    contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = DynamicModel.contract_variants[:1]
 
     def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
         bt = batcher_point(e.lam, e.b_max, e.t_max, e.t_fixed, e.t_req, e.service_cv, e.q)

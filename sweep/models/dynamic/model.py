@@ -273,6 +273,13 @@ class DynamicModel(ServingModel):
     #: more requests in service, larger B_min (seed eq. 2 rises in lambda).
     monotone_in_load: ClassVar[tuple[str, ...]] = (
         "lambda_per_replica_rps", "mean_batch", "rho", "e_wait_ms", "in_service", "b_min_stable", "b_min_rho_target")
+    #: The contract's grids (`ServingModel.contract_variants`): both batching regimes with given
+    #: times and contiguous KV; full batches only, paged KV, the roofline and a reserve.
+    contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
+        {"grid": {"eta_bw": None, "eta_flops": None, "tokens_per_request": None}},
+        {"options": {"kv_allocation": "paged", "block_tokens": 32, "reserve_fraction": 0.1},
+         "grid": {"t_fixed_ms": None, "t_req_ms": None, "batch_window_ms": math.inf}},
+    )
 
     # -- the estimate the SLO is checked against -------------------------------------
 
