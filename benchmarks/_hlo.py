@@ -124,7 +124,8 @@ def executed_ops(compiled: object, n_points: int) -> Counted:
             elif op in ("call", "conditional"):
                 called = re.search(r"to_apply=%([\w.\-]+)", rest)
                 branches = re.search(r"branch_computations=\{([^}]*)\}", rest)
-                for sub in [called.group(1)] if called else re.findall(r"%([\w.\-]+)", branches.group(1) if branches else ""):
+                for sub in ([called.group(1)] if called
+                            else re.findall(r"%([\w.\-]+)", branches.group(1) if branches else "")):
                     visit(sub, mult)
                 continue
             elif op in ELEMENTWISE:

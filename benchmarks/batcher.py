@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> dict:
                      "seed": st.seed, "q": Q, "sim_seconds": sim_s, "batcher_us_per_point": us_per_point,
                      "max_rel_hw_mean": ci_mean, "max_rel_hw_p99": ci_p, "median_rel_hw_p99": ci_p_med},
         "table": table, "points": points}), indent=1) + "\n")
-    (OUT / "batcher.md").write_text("# Window proxy and batcher model vs simulator\n\n" + info + "\n\n" + md_table + "\n")
+    (OUT / "batcher.md").write_text("# Window proxy and batcher model vs simulator\n\n"
+                                    + info + "\n\n" + md_table + "\n")
     return result
 
 

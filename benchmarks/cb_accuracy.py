@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.replications} x {args.n_requests} requests each; simulated in {sim_s:.0f} s")
     print(f"# stable region (simulated steady, mean running < 0.9 N): {region.sum()} points; "
           f"not steady in the simulator: {int((~s['stable']).sum())}\n")
-    print("| metric | target | median abs err | max abs err | within target | misses (engine, load: error, simulated 95% half-width) |")
+    print("| metric | target | median abs err | max abs err | within target "
+          "| misses (engine, load: error, simulated 95% half-width) |")
     print("|---|---:|---:|---:|---:|---|")
     for key, tol in TARGETS:
         err = a[key][region] / s[key + "_s"][region] - 1.0

@@ -96,7 +96,8 @@ def continuous(n: int, seed: int = 0) -> tuple:
               "usd_per_gpu_hour": full(n, 2.5), "dense_params": full(n, 8e9), "expert_params": full(n, 0.0),
               "n_experts": full(n, 0.0), "experts_per_token": full(n, 0.0), "n_layers": full(n, 32.0),
               "hidden": full(n, 4096.0), "attn_width": full(n, 4096.0), "fp8_flops": full(n, 1979e12),
-              "link_bw": full(n, 450e9), "alpha": full(n, 10e-6), "gpu_eta_bw": full(n, 0.7), "gpu_eta_flops": full(n, 0.6)}
+              "link_bw": full(n, 450e9), "alpha": full(n, 10e-6), "gpu_eta_bw": full(n, 0.7),
+              "gpu_eta_flops": full(n, 0.6)}
     static = dict(paged=True, service_source="given", block_tokens=16.0, reserve_fraction=0.1)
     fn = jax.jit(functools.partial(evaluate_values, model=CONTINUOUS, static=tuple(sorted(static.items())),
                                    columns=CONTINUOUS_COLUMNS))

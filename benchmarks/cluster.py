@@ -415,7 +415,8 @@ def main(argv: list[str] | None = None) -> dict:
         if 3 in args.parts:
             run3(args, d, results)
         if 4 in args.parts:
-            r2 = results.get("part2") or {"tasks_per_s": args.tasks_per_s, "segment_task_fixed_s": args.task_fixed_ms / 1e3}
+            r2 = results.get("part2") or {"tasks_per_s": args.tasks_per_s,
+                                          "segment_task_fixed_s": args.task_fixed_ms / 1e3}
             run4(args, d, results, r2)
     if not args.smoke:
         out = HERE / "results"
@@ -455,7 +456,8 @@ def run3(args: argparse.Namespace, d: Path, results: dict) -> None:
 
 
 def run4(args: argparse.Namespace, d: Path, results: dict, r2: dict) -> None:
-    print("part 4: the continuous-batching simulator per point, and a 10^4-point simulated study on 64 workers (projected)")
+    print("part 4: the continuous-batching simulator per point, "
+          "and a 10^4-point simulated study on 64 workers (projected)")
     edits = [("arrival_rps = {start = 0.5, stop = 8.0, num = 125}", "arrival_rps = 4.0")]  # 2 of the 250 groups
     if args.smoke:
         edits = [("arrival_rps = {start = 0.5, stop = 8.0, num = 125}", "arrival_rps = 2.0"),

@@ -87,7 +87,8 @@ def numpy_kernel(x: dict[str, np.ndarray], windowed: bool) -> dict[str, np.ndarr
             mu = lam * t
 
             def pmf(n):
-                return np.where(n < 0, 0.0, np.exp(special.xlogy(np.maximum(n, 0), mu) - mu - special.gammaln(np.maximum(n, 0) + 1)))
+                return np.where(n < 0, 0.0, np.exp(special.xlogy(np.maximum(n, 0), mu) - mu
+                                                   - special.gammaln(np.maximum(n, 0) + 1)))
 
             up_top = special.gammainc(k + 2, mu)  # P(N >= k+2)
             lo_top = special.gammaincc(k + 2, mu)  # P(N <= k+1)
@@ -273,12 +274,15 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     if args.smoke:
         args.points, args.repeats = 256, 1
     rows = {}
-    print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs, {args.points:,} points, best of {args.repeats}")
-    print(f"{'regime':<10} {'JAX points/s':>14} {'NumPy points/s':>15} {'JAX/NumPy':>10} {'compile s':>10} {'max rel diff':>13}")
+    print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs, "
+          f"{args.points:,} points, best of {args.repeats}")
+    print(f"{'regime':<10} {'JAX points/s':>14} {'NumPy points/s':>15} {'JAX/NumPy':>10} "
+          f"{'compile s':>10} {'max rel diff':>13}")
     for regime, windowed in (("full", False), ("windowed", True)):
         r = bench(args.points, windowed, args.repeats)
         rows[regime] = r
-        print(f"{regime:<10} {r['jax_points_per_s']:>14,.0f} {r['numpy_points_per_s']:>15,.0f} {r['speedup']:>9.1f}x {r['compile_s']:>10.2f} {r['max_rel_diff']:>13.1e}")
+        print(f"{regime:<10} {r['jax_points_per_s']:>14,.0f} {r['numpy_points_per_s']:>15,.0f} {r['speedup']:>9.1f}x "
+              f"{r['compile_s']:>10.2f} {r['max_rel_diff']:>13.1e}")
     r = bench_roofline(args.points, args.repeats)
     rows["roofline"] = r
     print(f"\nroofline service times, dynamic model, {args.points:,} points (half dense 70B, half MoE, TP 1-8)")

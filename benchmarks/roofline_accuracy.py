@@ -38,7 +38,8 @@ FIGURE = ROOT / "docs" / "roofline_accuracy.png"
 
 
 def old_estimate_ms(r: StepRow) -> float:
-    """Today's roofline for the row's figure: T_fixed + t_req * B per step (docs/model.md, service time: the roofline source)."""
+    """Today's roofline for the row's figure: T_fixed + t_req * B per step (docs/model.md, \
+service time: the roofline source)."""
     cat = packaged_catalog()
     m, g = cat.model(r.model), cat.gpu(r.gpu)
     kvb = m.kv_bytes_per_token(r.kv_bytes)

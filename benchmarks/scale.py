@@ -101,18 +101,21 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict = {"part1": [], "part2": []}
     print("part 1: sweep run (points = all) against raw pyarrow writing the same tables")
     print("  (a) only points/ as one table; (b) points, optimum and frontier: every file the engine writes")
-    print(f"  {'regime':<9} {'rows':>10} {'frontier':>9} {'engine rows/s':>14} {'(a) rows/s':>11} {'engine/(a)':>11} {'(b) rows/s':>11} {'engine/(b)':>11}")
+    print(f"  {'regime':<9} {'rows':>10} {'frontier':>9} {'engine rows/s':>14} {'(a) rows/s':>11} {'engine/(a)':>11} "
+          f"{'(b) rows/s':>11} {'engine/(b)':>11}")
     for windowed in regimes:
         r = part1(int(args.points), windowed)
         results["part1"].append(r)
         print(f"  {r['regime']:<9} {r['rows']:>10,} {r['frontier_rows']:>9,} {r['engine_rows_per_s']:>14,.0f} "
-              f"{r['pyarrow_points_rows_per_s']:>11,.0f} {r['ratio_points']:>10.0%} {r['pyarrow_all_rows_per_s']:>11,.0f} {r['ratio_all']:>10.0%}")
+              f"{r['pyarrow_points_rows_per_s']:>11,.0f} {r['ratio_points']:>10.0%} "
+              f"{r['pyarrow_all_rows_per_s']:>11,.0f} {r['ratio_all']:>10.0%}")
     print("part 2: peak memory against grid size (points = none, fresh process each)")
     print(f"  {'points':>13} {'seconds':>9} {'points/s':>12} {'frontier rows':>14} {'peak RSS MB':>12}")
     for size in (int(float(x)) for x in args.sizes.split(",")):
         r = part2(size)
         results["part2"].append(r)
-        print(f"  {r['points']:>13,} {r['s']:>9.1f} {r['points_per_s']:>12,.0f} {r['frontier']:>14,} {r['rss_mb']:>12,.0f}")
+        print(f"  {r['points']:>13,} {r['s']:>9.1f} {r['points_per_s']:>12,.0f} "
+              f"{r['frontier']:>14,} {r['rss_mb']:>12,.0f}")
     if not args.smoke:
         out = Path(__file__).parent / "results"
         out.mkdir(exist_ok=True)

@@ -84,7 +84,8 @@ def part1(rows: int, k: int, repeats: int = 3) -> dict:
     cap = batch / t
     rho = lam * t / batch
     ok = rho < 1
-    e_resp = np.where(ok, lam * t * t / batch / (2 * (1 - np.where(ok, rho, 0))) + (batch - 1) / (2 * lam) + t, np.inf) * 1e3
+    e_resp = np.where(ok, lam * t * t / batch / (2 * (1 - np.where(ok, rho, 0))) + (batch - 1) / (2 * lam) + t,
+                      np.inf) * 1e3
     lat = e_resp * 2.0
     feasible = ok
     slo = np.full((rows, k), 300.0)
@@ -168,7 +169,8 @@ def main(argv: list[str] | None = None) -> dict:
         args.rows, args.k, args.groups, args.repeats = 64, 64, "2", 1
     r1 = part1(args.rows, args.k, args.repeats)
     print(f"part 1: per-row decisions on {args.rows:,} rows x {args.k} points (best of {args.repeats})")
-    print(f"  JAX   {r1['jax_rows_per_s']:>12,.0f} rows/s   compile {r1['compile_s']:.2f} s  (column frontier, the engine's path)")
+    print(f"  JAX   {r1['jax_rows_per_s']:>12,.0f} rows/s   compile {r1['compile_s']:.2f} s  "
+          "(column frontier, the engine's path)")
     print(f"  JAX   {r1['jax_general_rows_per_s']:>12,.0f} rows/s   (general sort-based frontier, the fallback)")
     print(f"  NumPy {r1['numpy_rows_per_s']:>12,.0f} rows/s")
     print(f"  JAX/NumPy {r1['speedup']:.1f}x, answers identical: {r1['agree']}")
@@ -178,7 +180,8 @@ def main(argv: list[str] | None = None) -> dict:
     for g in (int(x) for x in args.groups.split(",")):
         r = part2_one(g)
         rows2.append(r)
-        print(f"  {g:>8,} {r['points']:>13,} {r['s']:>9.1f} {r['points_per_s']:>12,.0f} {r['frontier']:>14,} {r['rss_mb']:>12,.0f}")
+        print(f"  {g:>8,} {r['points']:>13,} {r['s']:>9.1f} {r['points_per_s']:>12,.0f} "
+              f"{r['frontier']:>14,} {r['rss_mb']:>12,.0f}")
     results = {"part1": r1, "part2": rows2}
     if not args.smoke:
         out = Path(__file__).parent / "results"

@@ -172,7 +172,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     args = ap.parse_args(argv)
     if args.smoke:
         args.points, args.repeats = 64, 1
-    print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs, {args.points:,} points, best of {args.repeats}")
+    print(f"jax {jax.__version__} on {jax.default_backend()}, {os.cpu_count()} CPUs, "
+          f"{args.points:,} points, best of {args.repeats}")
     v, t = _split(make_inputs(args.points, windowed=False))
     rows = _table("dynamic batching", programs(), v, t, args.repeats)
     _, (cv, ct) = continuous(args.points)

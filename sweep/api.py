@@ -76,7 +76,8 @@ def decide(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[pa.Table
     ev = Evaluator(spec, chunk_size)
     opt, front = [], []
     for chunk in ev.iter_chunks():
-        opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, spec.rows_per_group), opt_schema, names))
+        opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, spec.rows_per_group),
+                                opt_schema, names))
         front.append(record_batch(frontier_rows(chunk.columns, ev.row_size, spec.rows_per_group), front_schema, names))
     return pa.Table.from_batches(opt, schema=opt_schema), pa.Table.from_batches(front, schema=front_schema)
 
@@ -110,10 +111,12 @@ def point_id_of(spec: GridSpec, filters: Mapping[str, str]) -> int:
             text = filters[axis.key]
             names = [str(v.name) if hasattr(v, "name") else v for v in axis.values]
             try:
-                pos = next(i for i, v in enumerate(names) if (str(v) == text if isinstance(v, str) else float(v) == float(text)))
+                pos = next(i for i, v in enumerate(names)
+                           if (str(v) == text if isinstance(v, str) else float(v) == float(text)))
             except (StopIteration, ValueError):
                 shown = ", ".join(str(v) for v in names[:12]) + (", ..." if len(names) > 12 else "")
-                raise GridError(spec.source, f"grid.{axis.key}", text, f"is not one of the grid's values ({shown})") from None
+                raise GridError(spec.source, f"grid.{axis.key}", text,
+                                f"is not one of the grid's values ({shown})") from None
         index = index * len(axis) + pos
     unknown = sorted(set(filters) - {a.key for a in spec.axes})
     if unknown:
@@ -126,7 +129,8 @@ def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, s
     """Evaluate one point (by `point_id`, or the first matching `filters`) and derive it."""
     pid = point_id_of(spec, filters or {}) if point_id is None else int(point_id)
     if not 0 <= pid < spec.n_points:
-        raise GridError(spec.source, "--point", pid, f"must lie in [0, {spec.n_points - 1}] (the grid's point_id range)")
+        raise GridError(spec.source, "--point", pid,
+                        f"must lie in [0, {spec.n_points - 1}] (the grid's point_id range)")
     ev = Evaluator(spec, chunk_size=spec.group_size)
     chunk = ev.chunk(pid // ev.chunk_size)
     i = pid - chunk.start

@@ -30,7 +30,8 @@ def _bindir() -> Path | None:
     on_path = shutil.which("pg_ctl")
     if on_path:
         candidates.append(Path(on_path).resolve().parent)
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)]
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"),
+                                           key=lambda p: int(p.split("/")[-2]), reverse=True)]
     for d in candidates:
         if (d / "initdb").is_file() and (d / "pg_ctl").is_file():
             return d
@@ -49,7 +50,8 @@ class PostgresServer:
 
     def __init__(self, settings: dict[str, str] | None = None) -> None:
         self.bindir = _bindir()
-        self.settings = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "200"}
+        self.settings = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+                         "max_connections": "200"}
         self.settings.update(settings or {})
         self.password = "pw-" + secrets.token_hex(12)
         self.port = 0

@@ -53,7 +53,8 @@ def seed_spec(objective='"min_cost"', trials=128, batch=64, storage="memory", sl
     """The seed's worked example (grids/seed-gpt3.toml) with a [search] over batch_size in
     1..64 and replicas in 1..8 (512 combinations). The seed's own SLO (P99 200 ms) is
     infeasible everywhere in this space, so the exactness tests use 300 ms."""
-    text = SEED_GRID.format(objective=objective, trials=trials, batch=batch, storage=storage, slo=slo, rates=rates) + extra
+    text = SEED_GRID.format(objective=objective, trials=trials, batch=batch, storage=storage, slo=slo,
+                            rates=rates) + extra
     return spec_mod.build(tomllib.loads(text), source="seed-search.toml", text=text)
 
 

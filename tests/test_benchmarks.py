@@ -144,7 +144,8 @@ def _uncertainty(out, text):
 
 
 CHECKS = {"cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
-          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search, "simulate": _simulate}
+          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search,
+          "simulate": _simulate}
 
 
 def test_checks_name_existing_scripts():
@@ -201,8 +202,10 @@ def test_executed_ops_counts_what_the_program_computes():
         return hlo.executed_ops(jax.jit(f).lower(x).compile(), n)
 
     assert ops(lambda x: x * 2.0 + 1.0).ops_per_point == 2.0
-    assert ops(lambda x: jax.lax.fori_loop(0, 12, lambda i, y: y * y + 1.0, x)).ops_per_point == pytest.approx(24.0, abs=0.1)
-    assert ops(lambda x: jax.lax.map(lambda y: jnp.exp(y) * y, x, batch_size=100)).ops_per_point == pytest.approx(2.0, abs=0.1)
+    assert (ops(lambda x: jax.lax.fori_loop(0, 12, lambda i, y: y * y + 1.0, x)).ops_per_point
+            == pytest.approx(24.0, abs=0.1))
+    assert (ops(lambda x: jax.lax.map(lambda y: jnp.exp(y) * y, x, batch_size=100)).ops_per_point
+            == pytest.approx(2.0, abs=0.1))
     outer = ops(lambda x: jnp.exp(x)[:, None] * jnp.array([[1.0, 2.0, 3.0]])).ops_per_point
     assert 4.0 <= outer <= 7.0  # 1 exp + 3 products (+ XLA's own bookkeeping of the constant)
     loop = ops(lambda x: jax.lax.while_loop(lambda y: jnp.sum(y) < 1e6, lambda y: y * 2.0, x))

@@ -45,7 +45,8 @@ def test_reduce_row_matches_brute_force():
     got = _row(Row(**{f: jnp.asarray(r[f]) for f in Row._fields}))
     for i in range(rows):
         want = brute_row({f: r[f][i] for f in r})
-        assert (int(got["b_max_slo_idx"][i]), int(got["b_latency_opt_idx"][i]), int(got["slo_opt_idx"][i]), int(got["replicas_ok_idx"][i])) == want
+        assert (int(got["b_max_slo_idx"][i]), int(got["b_latency_opt_idx"][i]), int(got["slo_opt_idx"][i]),
+                int(got["replicas_ok_idx"][i])) == want
 
 
 def test_reduce_chunk_with_three_row_axes_and_two_group_axes_matches_brute_force():

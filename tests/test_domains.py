@@ -170,7 +170,8 @@ def valid(points: dict[str, np.ndarray], config: str) -> dict[str, np.ndarray]:
     return p
 
 
-def evaluate(model: ServingModel, config: str, points: dict[str, np.ndarray], pair: np.ndarray) -> dict[str, np.ndarray]:
+def evaluate(model: ServingModel, config: str, points: dict[str, np.ndarray],
+             pair: np.ndarray) -> dict[str, np.ndarray]:
     static = CONFIGS[config]
     columns = tuple(c.name for c in model.columns if c.when != "simulation" and c.name != "point_id")
     if static["service_source"] != "roofline":
@@ -313,8 +314,9 @@ def test_range_tables_and_search_ranges_share_the_domain(key):
     assert f"grid.{key}.stop" in str(info.value) and d.text(p.kind == "int") in str(info.value)
     if key in ("batch_size", "batch_window_ms"):  # searchable
         with pytest.raises(GridError) as info:
-            sweep.grid_from_dict({"name": "t", "grid": base, "search": {"trials": 8, "storage": "memory",
-                                                                      "params": {key: {"low": start, "high": too_big}}}})
+            sweep.grid_from_dict({"name": "t", "grid": base,
+                                  "search": {"trials": 8, "storage": "memory",
+                                             "params": {key: {"low": start, "high": too_big}}}})
         assert f"search.params.{key}.high" in str(info.value) and d.text(p.kind == "int") in str(info.value)
 
 

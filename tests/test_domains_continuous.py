@@ -27,7 +27,8 @@ MODELS = sorted((k, m) for k, m in REGISTRY.items() if m.serving == "continuous"
 NUMERIC = {p.key: p for p in PARAMS if p.domain is not None}
 STATICS = {
     "given": dict(paged=False, service_source="given", block_tokens=16.0, reserve_fraction=0.0),
-    "roofline": dict(paged=True, service_source="roofline", block_tokens=1e8, reserve_fraction=math.nextafter(1.0, 0.0)),
+    "roofline": dict(paged=True, service_source="roofline", block_tokens=1e8,
+                     reserve_fraction=math.nextafter(1.0, 0.0)),
 }
 
 
@@ -46,7 +47,8 @@ def edges(key: str) -> list[float]:
     assert d is not None
     lo = math.nextafter(d.lo, math.inf) if d.lo_open else d.lo
     hi = math.nextafter(d.hi, -math.inf) if d.hi_open else d.hi
-    out = [lo, lo + 1, hi - 1, hi] if p.kind == "int" else [lo, math.nextafter(lo, math.inf), math.nextafter(hi, -math.inf), hi]
+    out = ([lo, lo + 1, hi - 1, hi] if p.kind == "int"
+           else [lo, math.nextafter(lo, math.inf), math.nextafter(hi, -math.inf), hi])
     return sorted(set(out + ([math.inf] if d.inf else [])))
 
 
@@ -73,19 +75,22 @@ def test_no_nan_over_the_continuous_domain(key, model, static):
     columns = tuple(c.name for c in model.columns if c.when != "simulation" and c.name != "point_id"
                     and not (static == "given" and c.name in ("eta_bw", "eta_flops")))
 
-    @settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(max_examples=20, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(palette=st.fixed_dictionaries({k: st.lists(values(k), min_size=1, max_size=6) for k in NUMERIC}),
            seed=st.integers(0, 2**32 - 1))
     def prop(palette, seed):
         rng = np.random.default_rng(seed)
         points = valid({k: rng.choice(np.asarray(v), N) for k, v in palette.items()})
         pair = rng.integers(0, len(FIGURES["n_params"]), N)
-        out = evaluate_points(model, points, {k: v[pair] for k, v in FIGURES.items()}, static=STATICS[static], columns=columns)
+        out = evaluate_points(model, points, {k: v[pair] for k, v in FIGURES.items()}, static=STATICS[static],
+                              columns=columns)
         for name, col in out.items():
             x = np.asarray(col, dtype=np.float64)
             bad = np.isnan(x) | (x == -math.inf)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                pytest.fail(f"{model.name} [{static}]: {name} = {x[i]} at {({k: float(v[i]) for k, v in points.items()})}")
+                pytest.fail(f"{model.name} [{static}]: {name} = {x[i]} "
+                            f"at {({k: float(v[i]) for k, v in points.items()})}")
 
     prop()

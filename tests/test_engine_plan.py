@@ -175,7 +175,8 @@ def test_replicas_min_bands_are_the_replicas_each_scenario_needs(replicas):
     z, _ = draws(grid_from_dict(doc).uncertainty)
     rates = g * (1.0 + 0.3 * z[:, 0])
     assert (rates > 0).all()
-    plain = _optimum(with_grid(MONOTONE, arrival_rps=sorted(set(rates.tolist())), batch_size=[1, 2, 4], replicas=replicas))
+    plain = _optimum(with_grid(MONOTONE, arrival_rps=sorted(set(rates.tolist())), batch_size=[1, 2, 4],
+                               replicas=replicas))
     need_at = dict(zip(plain["arrival_rps"], plain["replicas_min"]))
     need = np.array([need_at[r] for r in rates])
     assert len(set(need.tolist())) >= 3  # the scenarios really need different fleets
@@ -187,7 +188,8 @@ def test_replicas_min_bands_are_the_replicas_each_scenario_needs(replicas):
 def test_replicas_min_bands_shrink_to_replicas_min_as_sd_goes_to_zero():
     base = with_grid(MONOTONE, arrival_rps=[200.0, 400.0, 1500.0], batch_size=[1, 2], replicas=[1, 2, 3, 4])
     opt = _optimum(grid(base, uncertainty={"samples": 32, "arrival_rps": {"dist": "normal", "sd": 0.0}}))
-    assert np.isfinite(opt["replicas_min"]).any() and np.isinf(opt["replicas_min"]).any()  # 1500 req/s needs more than 4
+    # 1500 req/s needs more than 4
+    assert np.isfinite(opt["replicas_min"]).any() and np.isinf(opt["replicas_min"]).any()
     for q in (5, 50, 95):
         np.testing.assert_array_equal(opt[f"replicas_min_p{q}"], opt["replicas_min"])
     cb = with_grid(CONTINUOUS, arrival_rps=[4.0, 40.0, 400.0], replicas=[1, 2, 4, 8])
@@ -195,7 +197,8 @@ def test_replicas_min_bands_shrink_to_replicas_min_as_sd_goes_to_zero():
     assert len(set(opt["replicas_min"].tolist())) >= 2  # continuous serving too, more than one answer
     for q in (5, 50, 95):
         np.testing.assert_array_equal(opt[f"replicas_min_p{q}"], opt["replicas_min"])
-    assert not {"replicas_min_p5", "replicas_min_p50", "replicas_min_p95"} & set(_optimum(base))  # only with [uncertainty]
+    # only with [uncertainty]
+    assert not {"replicas_min_p5", "replicas_min_p50", "replicas_min_p95"} & set(_optimum(base))
 
 
 def test_profile_covariance_is_sampled(tmp_path):
@@ -296,11 +299,13 @@ def test_the_fixed_point_derivative_is_the_limit_of_the_iterations():
     the limit of the iterate's derivative."""
     rng = np.random.default_rng(7)
     n = 64
-    args = dict(lam=10 ** rng.uniform(-1, 1, n), prompt_mean=10 ** rng.uniform(1, 3.5, n), prompt_cv=rng.uniform(0, 1.5, n),
-                output_mean=10 ** rng.uniform(1, 3, n), output_cv=rng.uniform(0, 1.5, n), cap=rng.integers(1, 257, n) * 1.0,
+    args = dict(lam=10 ** rng.uniform(-1, 1, n), prompt_mean=10 ** rng.uniform(1, 3.5, n),
+                prompt_cv=rng.uniform(0, 1.5, n), output_mean=10 ** rng.uniform(1, 3, n),
+                output_cv=rng.uniform(0, 1.5, n), cap=rng.integers(1, 257, n) * 1.0,
                 max_batched_tokens=np.full(n, np.inf), kv_capacity_tokens=10 ** rng.uniform(4, 6, n),
-                block_tokens=np.full(n, 16.0), t_fixed=rng.uniform(5e-3, 5e-2, n), t_token=10 ** rng.uniform(-5.5, -4, n),
-                t_ctx=10 ** rng.uniform(-9, -7, n), service_cv=np.full(n, 0.2), q=np.full(n, 0.99))
+                block_tokens=np.full(n, 16.0), t_fixed=rng.uniform(5e-3, 5e-2, n),
+                t_token=10 ** rng.uniform(-5.5, -4, n), t_ctx=10 ** rng.uniform(-9, -7, n),
+                service_cv=np.full(n, 0.2), q=np.full(n, 0.99))
     names = ("lam", "prompt_mean", "output_mean", "t_fixed", "t_token", "t_ctx")
 
     def jac(fn):
@@ -334,8 +339,9 @@ def test_a_presolved_fixed_point_gives_the_same_values_and_derivatives():
     rng = np.random.default_rng(11)
     n = 64
     cap = rng.integers(1, 257, n) * 1.0
-    args = dict(lam=10 ** rng.uniform(-1, 1.5, n), prompt_mean=10 ** rng.uniform(1, 3.5, n), prompt_cv=rng.uniform(0, 1.5, n),
-                output_mean=10 ** rng.uniform(1, 3, n), output_cv=rng.uniform(0, 1.5, n), cap=cap,
+    args = dict(lam=10 ** rng.uniform(-1, 1.5, n), prompt_mean=10 ** rng.uniform(1, 3.5, n),
+                prompt_cv=rng.uniform(0, 1.5, n), output_mean=10 ** rng.uniform(1, 3, n),
+                output_cv=rng.uniform(0, 1.5, n), cap=cap,
                 max_batched_tokens=np.maximum(cap, rng.choice([np.inf, 512.0, 4096.0], n)),
                 kv_capacity_tokens=rng.choice([np.inf, 2e4, 2e5], n), block_tokens=np.full(n, 16.0),
                 t_fixed=rng.uniform(5e-3, 5e-2, n), t_token=10 ** rng.uniform(-5.5, -4, n),
@@ -371,9 +377,9 @@ def test_continuous_derivatives_are_finite_wherever_the_latency_is():
     """No CV (exact square roots of zero spreads), no context cost, budgets and caps that
     bind: every derivative is finite where its latency is, NULL (unbounded) where it is not;
     the roofline's grid gives derivatives in the rate and the lengths only."""
-    doc = grid(with_grid(CONTINUOUS, arrival_rps=[0.5, 4.0, 60.0], prompt_tokens=[200.0, 4000.0], output_tokens=[2.0, 200.0],
-                         t_ctx_ms=[0.0, 1e-5], batch_size=[1, 64], max_batched_tokens=[2048, math.inf],
-                         prompt_cv=0.0, output_cv=[0.0, 1.0]), sensitivity={})
+    doc = grid(with_grid(CONTINUOUS, arrival_rps=[0.5, 4.0, 60.0], prompt_tokens=[200.0, 4000.0],
+                         output_tokens=[2.0, 200.0], t_ctx_ms=[0.0, 1e-5], batch_size=[1, 64],
+                         max_batched_tokens=[2048, math.inf], prompt_cv=0.0, output_cv=[0.0, 1.0]), sensitivity={})
     c = cols(doc)
     assert c["stable"].any() and not c["stable"].all()
     for lat in ("ttft_p", "tpot_p", "e2e_p"):
@@ -470,14 +476,20 @@ def test_coefficient_derivatives_are_absent_under_the_roofline():
     ({"uncertainty": {"seed": -1}}, "uncertainty.seed", "must be an integer in [0, 2^31)"),
     ({"uncertainty": {"risk": 1.0}}, "uncertainty.risk", "must be a number in [0, 1)"),
     ({"uncertainty": {"sampels": 8}}, "uncertainty.sampels", "did you mean"),
-    ({"uncertainty": {"batch_size": {"dist": "normal", "sd": 0.1}}}, "uncertainty.batch_size", "unknown uncertainty key"),
+    ({"uncertainty": {"batch_size": {"dist": "normal", "sd": 0.1}}}, "uncertainty.batch_size",
+     "unknown uncertainty key"),
     ({"uncertainty": {"arrival_rps": 0.2}}, "uncertainty.arrival_rps", "must be a table"),
-    ({"uncertainty": {"arrival_rps": {"dist": "gamma", "sd": 0.1}}}, "uncertainty.arrival_rps.dist", "must be one of normal, lognormal, uniform"),
+    ({"uncertainty": {"arrival_rps": {"dist": "gamma", "sd": 0.1}}}, "uncertainty.arrival_rps.dist",
+     "must be one of normal, lognormal, uniform"),
     ({"uncertainty": {"arrival_rps": {"dist": "normal"}}}, "uncertainty.arrival_rps.sd", "is required"),
-    ({"uncertainty": {"arrival_rps": {"dist": "normal", "sd": -0.1}}}, "uncertainty.arrival_rps.sd", "must be a number in [0, 10]"),
-    ({"uncertainty": {"arrival_rps": {"dist": "normal", "sd": 0.1, "low": 1}}}, "uncertainty.arrival_rps.low", "is not a normal parameter"),
-    ({"uncertainty": {"arrival_rps": {"dist": "lognormal", "mean": 0, "sd": 0.1}}}, "uncertainty.arrival_rps.mean", "must be a finite number > 0"),
-    ({"uncertainty": {"arrival_rps": {"dist": "uniform", "low": 1.2, "high": 0.8}}}, "uncertainty.arrival_rps.low", "must be <= high"),
+    ({"uncertainty": {"arrival_rps": {"dist": "normal", "sd": -0.1}}}, "uncertainty.arrival_rps.sd",
+     "must be a number in [0, 10]"),
+    ({"uncertainty": {"arrival_rps": {"dist": "normal", "sd": 0.1, "low": 1}}}, "uncertainty.arrival_rps.low",
+     "is not a normal parameter"),
+    ({"uncertainty": {"arrival_rps": {"dist": "lognormal", "mean": 0, "sd": 0.1}}}, "uncertainty.arrival_rps.mean",
+     "must be a finite number > 0"),
+    ({"uncertainty": {"arrival_rps": {"dist": "uniform", "low": 1.2, "high": 0.8}}}, "uncertainty.arrival_rps.low",
+     "must be <= high"),
     ({"uncertainty": {"profile": {"covariance": True}}}, "uncertainty.profile.covariance", "needs a [profile]"),
     ({"uncertainty": {"profile": {"covariance": 1}}}, "uncertainty.profile.covariance", "must be true or false"),
     ({"sensitivity": {"on": True}}, "sensitivity.on", "unknown sensitivity key"),

@@ -52,7 +52,8 @@ def test_seed_grid_loads(root):
     assert g.axis("batch_size").values == (1, 4, 8, 16, 32)
     static = g.model.static(g)
     assert g.service_source == "given" and not static["windowed"] and static["full"]
-    assert [a.key for a in g.axes[-3:]] == ["replicas", *g.model.row_axes] == ["replicas", "batch_window_ms", "batch_size"]
+    assert ([a.key for a in g.axes[-3:]] == ["replicas", *g.model.row_axes]
+            == ["replicas", "batch_window_ms", "batch_size"])
 
 
 def test_example_grid_loads(root):
@@ -126,7 +127,8 @@ REJECTIONS = [
     ("float for int", dict(batch_size="[1.0, 8]"), "grid.batch_size", "integer"),
     ("bool for number", dict(arrival_rps="true"), "grid.arrival_rps", "number"),
     ("empty axis", dict(batch_size="[]"), "grid.batch_size", "must not be empty"),
-    ("negative rate", dict(arrival_rps="-5.0"), "grid.arrival_rps", "must lie in [1e-06, 1e+09] requests/s, e.g. arrival_rps = [50, 100, 200]"),
+    ("negative rate", dict(arrival_rps="-5.0"), "grid.arrival_rps",
+     "must lie in [1e-06, 1e+09] requests/s, e.g. arrival_rps = [50, 100, 200]"),
     ("nan rate", dict(arrival_rps="nan"), "grid.arrival_rps", "NaN"),
     ("inf rate", dict(arrival_rps="inf"), "grid.arrival_rps", "finite"),
     ("negative time", dict(t_fixed_ms="-1.0"), "grid.t_fixed_ms", "[0, 1e+07] ms"),
@@ -156,8 +158,10 @@ REJECTIONS = [
     ("duplicate", dict(batch_size="[8, 8]"), "grid.batch_size", "twice"),
     ("bad range", dict(batch_size="{start = 8, stop = 1, num = 3}"), "grid.batch_size.stop", ">= start"),
     ("range no num", dict(batch_size="{start = 1, stop = 8}"), "grid.batch_size", "exactly one of"),
-    ("range bad scale", dict(batch_size='{start = 1, stop = 8, num = 3, scale = "cubic"}'), "grid.batch_size.scale", "log"),
-    ("log from 0", dict(batch_window_ms='{start = 0, stop = 8, num = 3, scale = "log"}'), "grid.batch_window_ms.start", "> 0"),
+    ("range bad scale", dict(batch_size='{start = 1, stop = 8, num = 3, scale = "cubic"}'),
+     "grid.batch_size.scale", "log"),
+    ("log from 0", dict(batch_window_ms='{start = 0, stop = 8, num = 3, scale = "log"}'),
+     "grid.batch_window_ms.start", "> 0"),
     ("bad dtype", dict(kv_bytes_per_elem='"fp12"'), "grid.kv_bytes_per_elem", "unknown dtype"),
     ("windowed batch too large", dict(batch_size="8192", batch_window_ms="10"), "grid.batch_size", "4096"),
 ]
@@ -197,7 +201,8 @@ def test_top_level_rejections(tmp_path, text, key, rule):
         ("[options]\nreserve_fraction = 1.0\n", "options.reserve_fraction", "[0, 1)"),
         ("[options]\nspeed = 1\n", "options.speed", "unknown option"),
         ('[output]\npoints = "some"\n', "output.points", "feasible"),
-        ("[catalog.models.x]\nattention = \"mha\"\nn_layers = 0\nhidden = 1\nn_heads = 1\nn_params = 1e9\n", "catalog.models.x.n_layers", ">= 1"),
+        ("[catalog.models.x]\nattention = \"mha\"\nn_layers = 0\nhidden = 1\nn_heads = 1\nn_params = 1e9\n",
+         "catalog.models.x.n_layers", ">= 1"),
     ],
 )
 def test_table_rejections(tmp_path, tables, key, rule):

@@ -39,7 +39,8 @@ def _load(tmp_path, schedule, grid_extra=""):
         ("[schedule]\nramp = 1", "schedule", "exactly one of hourly_rps or trace"),
         (f'[schedule]\nhourly_rps = {DAY}\ntrace = "t.csv"', "schedule", "exactly one of"),
         ("[schedule]\nhourly_rps = [1.0, 2.0]", "schedule.hourly_rps", "24 hourly rates"),
-        (f"[schedule]\nhourly_rps = {DAY[:23] + [-1.0]}", "schedule.hourly_rps[23]", "0 (no traffic that hour) or in [1e-06, 1e+09]"),
+        (f"[schedule]\nhourly_rps = {DAY[:23] + [-1.0]}", "schedule.hourly_rps[23]",
+         "0 (no traffic that hour) or in [1e-06, 1e+09]"),
         (f"[schedule]\nhourly_rps = {DAY[:23] + [1e-7]}", "schedule.hourly_rps[23]", "[1e-06, 1e+09]"),
         (f"[schedule]\nhourly_rps = {DAY[:23]} \nhourly_rps_x = 1", "schedule.hourly_rps_x", "unknown schedule key"),
         (f"[schedule]\nhourly_rps = {DAY[:23] + ['nan']}", "schedule.hourly_rps[23]", "a rate"),
@@ -109,7 +110,8 @@ def test_weekly_trace_starts_monday(tmp_path):
 def test_coupled_plans_bound_the_replica_counts(tmp_path):
     big = '{start = 1, stop = 200, step = 1}'
     path = tmp_path / "g.toml"
-    path.write_text(BASE.replace("replicas = [1, 2, 4]", f"replicas = {big}") % f"[schedule]\nhourly_rps = {DAY}\nramp = 2")
+    path.write_text(BASE.replace("replicas = [1, 2, 4]", f"replicas = {big}")
+                    % f"[schedule]\nhourly_rps = {DAY}\nramp = 2")
     with pytest.raises(GridError, match=r"grid\.replicas = .*has 200 values; .*at most 128"):
         load(path)
     path.write_text(BASE.replace("replicas = [1, 2, 4]", f"replicas = {big}") % f"[schedule]\nhourly_rps = {DAY}")

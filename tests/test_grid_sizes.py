@@ -114,7 +114,8 @@ def test_a_long_list_is_refused_with_its_length():
 
 
 def test_the_longest_axis_is_accepted():
-    spec = sweep.grid_from_dict({"name": "long", "grid": {**BASE, "slo_ms": {"start": 1.0, "stop": 1e6, "num": MAX_AXIS_VALUES}}})
+    spec = sweep.grid_from_dict({"name": "long",
+                                 "grid": {**BASE, "slo_ms": {"start": 1.0, "stop": 1e6, "num": MAX_AXIS_VALUES}}})
     assert len(spec.axis("slo_ms")) == MAX_AXIS_VALUES
 
 
@@ -166,7 +167,8 @@ def _toml(v: object) -> str:
 ], ids=["range 1e12", "grid 1e27"])
 def test_sweep_run_refuses_with_one_line_exit_2_and_writes_nothing(tmp_path, capsys, grid):
     path = tmp_path / "big.toml"
-    path.write_text('name = "big"\n[grid]\n' + "\n".join(f"{k} = {_toml(v)}" for k, v in {**BASE, **grid}.items()) + "\n")
+    path.write_text('name = "big"\n[grid]\n'
+                    + "\n".join(f"{k} = {_toml(v)}" for k, v in {**BASE, **grid}.items()) + "\n")
     out = tmp_path / "out"
     argv = ["run", str(path), "--out", str(out)]
     assert main(argv) == 2  # imports the modules `sweep run` needs and loads the catalog: not counted

@@ -168,10 +168,12 @@ BAD = [
     ("", "row 1 (header)", "the file is empty"),
     ("concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms\n1,200,200,,\n", "row 2", "both blank"),
     ("concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms\n1,200,1,10,4\n", "row 2, column tpot_ms", "no TPOT"),
-    ("concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms\n0,200,200,10,4\n", "row 2, column concurrency", "integer in [1, 100000]"),
+    ("concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms\n0,200,200,10,4\n", "row 2, column concurrency",
+     "integer in [1, 100000]"),
     ("concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms\n1,200,200,,4\n5,200,200,,5\n25,200,200,,6\n50,200,200,,7\n",
      "rows = 4", "TTFT and TPOT"),
-    ("n_tokens,n_ctx,step_ms\n1,0,5000000\n2,0,10000000\n3,1,10000000\n4,0,10000000\n", "fit t_token_ms", "must lie in"),
+    ("n_tokens,n_ctx,step_ms\n1,0,5000000\n2,0,10000000\n3,1,10000000\n4,0,10000000\n",
+     "fit t_token_ms", "must lie in"),
 ]
 
 

@@ -46,7 +46,8 @@ def test_shared_holders_coexist_and_keep_writers_out(tmp_path):
 @pytest.mark.slow
 def test_two_real_runs_into_one_folder(tmp_path):
     grid = tmp_path / "g.toml"
-    grid.write_text(WINDOWED.replace("batch_size = [1, 2, 8, 32, 128]", "batch_size = {start = 1, stop = 256, step = 1}"))
+    grid.write_text(WINDOWED.replace("batch_size = [1, 2, 8, 32, 128]",
+                                     "batch_size = {start = 1, stop = 256, step = 1}"))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "sweep", "run", str(grid), "--out", str(out), "--quiet", "--chunk-size", "512"]
     first = subprocess.Popen(cmd)

@@ -39,16 +39,18 @@ GRIDS = {
     "gaussian": {"grid": {**BASE, "arrival_rps": [50.0, 400.0], "batch_size": [1, 4, 16, 64],
                           "batch_window_ms": [2.0, math.inf], "replicas": [1, 2, 8], "slo_ms": 120.0,
                           "t_req_ms": [1.0, 12.0]}},
-    "batcher": {"grid": {**BASE, "arrival_rps": [50.0, 400.0], "batch_size": [1, 4, 16], "batch_window_ms": [2.0, math.inf],
-                         "replicas": [1, 4], "slo_ms": 120.0}, "options": {"latency_model": "batcher"}},
+    "batcher": {"grid": {**BASE, "arrival_rps": [50.0, 400.0], "batch_size": [1, 4, 16],
+                         "batch_window_ms": [2.0, math.inf], "replicas": [1, 4], "slo_ms": 120.0},
+                "options": {"latency_model": "batcher"}},
     # the simulator deciding: an unsteady point (far beyond capacity) and a bounded queue
-    "simulated": {"grid": {**BASE, "arrival_rps": [20.0, 400.0], "batch_size": [1, 4], "batch_window_ms": [5.0, math.inf],
-                           "queue_capacity": [8, math.inf], "slo_ms": 80.0},
+    "simulated": {"grid": {**BASE, "arrival_rps": [20.0, 400.0], "batch_size": [1, 4],
+                           "batch_window_ms": [5.0, math.inf], "queue_capacity": [8, math.inf], "slo_ms": 80.0},
                   "options": {"latency_model": "simulated"},
                   "simulation": {"n_requests": 1000, "warmup": 100, "replications": 2, "seed": 3}},
     # continuous serving, analytic: saturated loads, no token budget (inf), a model whose
     # weights do not fit one GPU (Mixtral 8x7B in bf16, 93 GB, on an 80 GB H100)
-    "continuous": {"grid": {"model": ["llama-3.1-8b", "mixtral-8x7b"], "gpu": "h100-sxm", "arrival_rps": [1.0, 40.0, 400.0],
+    "continuous": {"grid": {"model": ["llama-3.1-8b", "mixtral-8x7b"], "gpu": "h100-sxm",
+                            "arrival_rps": [1.0, 40.0, 400.0],
                             "prompt_tokens": 512, "prompt_cv": 1.0, "output_tokens": 128, "output_cv": 1.0,
                             "batch_size": [8, 64], "max_batched_tokens": [512, math.inf], "replicas": [1, 2],
                             "ttft_slo_ms": 500.0, "tpot_slo_ms": 40.0},
@@ -117,7 +119,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         out[name] = base / name
         sweep.run(spec, out[name])
     out["search"] = base / "search"
-    assert main(["run", str(ROOT / "tests" / "golden" / "grids" / "search.toml"), "--out", str(out["search"]), "--quiet"]) == 0
+    assert main(["run", str(ROOT / "tests" / "golden" / "grids" / "search.toml"), "--out", str(out["search"]),
+                 "--quiet"]) == 0
     return out
 
 
@@ -128,7 +131,8 @@ def _read(path: Path) -> pa.Table:
 def _no_inf_or_nan(con, view: str, table: pa.Table) -> None:
     for field in table.schema:
         if pa.types.is_floating(field.type):
-            bad = con.execute(f"SELECT count(*) FROM {view} WHERE isinf({field.name}) OR isnan({field.name})").fetchall()[0][0]
+            bad = con.execute(f"SELECT count(*) FROM {view} "
+                              f"WHERE isinf({field.name}) OR isnan({field.name})").fetchall()[0][0]
             assert bad == 0, f"{view}.{field.name}: {bad} values are +-inf or NaN"
 
 
@@ -163,7 +167,8 @@ def test_files_hold_no_inf_or_nan_and_every_null_is_explained(runs, name):
         batch = answer_name(prefix, "")
         for suffix, *_ in spec.model.decisions.answer_fields:
             other = answer_name(prefix, suffix)
-            assert con.execute(f"SELECT count(*) FROM optimum WHERE {batch} IS NULL AND {other} IS NOT NULL").fetchall()[0][0] == 0
+            assert con.execute(f"SELECT count(*) FROM optimum WHERE {batch} IS NULL "
+                               f"AND {other} IS NOT NULL").fetchall()[0][0] == 0
     rows = con.execute("SELECT count(*) FILTER (WHERE (b_max_slo IS NULL) <> (reason <> 'ok')),"
                    " count(*) FILTER (WHERE (slo_opt IS NULL) <> (reason <> 'ok')),"
                    " count(*) FILTER (WHERE (b_latency_opt IS NULL) <> (n_feasible = 0)),"
@@ -174,7 +179,8 @@ def test_files_hold_no_inf_or_nan_and_every_null_is_explained(runs, name):
     assert all(found != none and none == no_batch for _, found, none, no_batch in groups)
     # unlimited inputs are the grid's inf: a NULL window means full batches
     if "batch_window_ms" in _read(run / "points").column_names:
-        assert con.execute("SELECT count(*) FROM points WHERE batch_window_ms IS NULL AND mean_batch <> batch_size").fetchall()[0][0] == 0
+        assert con.execute("SELECT count(*) FROM points "
+                           "WHERE batch_window_ms IS NULL AND mean_batch <> batch_size").fetchall()[0][0] == 0
     if name == "search":
         search = _read(run / "search.parquet")
         con.register("search", search)
@@ -198,7 +204,8 @@ def test_the_runs_cover_the_rules(runs):
     b = f"read_parquet('{runs['batcher']}/points/*.parquet')"
     assert con.execute(f"SELECT count(*) FROM {b} WHERE batcher_p_ms IS NULL").fetchall()[0][0] > 0
     c = f"read_parquet('{runs['continuous']}/points/*.parquet')"
-    assert con.execute(f"SELECT count(*) FROM {c} WHERE ttft_p_ms IS NULL AND mem_ok AND NOT stable").fetchall()[0][0] > 0
+    assert con.execute(f"SELECT count(*) FROM {c} "
+                       "WHERE ttft_p_ms IS NULL AND mem_ok AND NOT stable").fetchall()[0][0] > 0
     assert con.execute(f"SELECT count(*) FROM {c} WHERE rho IS NULL AND NOT mem_ok").fetchall()[0][0] > 0
     assert con.execute(f"SELECT count(*) FROM {c} WHERE max_batched_tokens IS NULL").fetchall()[0][0] > 0
     assert con.execute(f"SELECT count(*) FROM {c} WHERE slo_ms IS NULL").fetchall()[0][0] > 0  # no end-to-end SLO

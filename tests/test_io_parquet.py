@@ -61,5 +61,6 @@ def test_duckdb_reads_the_output(seed_run):
     ).fetchone()
     assert null_rows == (2, 2, False)
     # aggregates skip NULL: a finite mean over the stable points, never inf or NaN
-    mean = con.execute(f"SELECT avg(e_wait_ms), stddev(e_wait_ms) FROM read_parquet('{seed_run}/points/*.parquet')").fetchone()
+    mean = con.execute("SELECT avg(e_wait_ms), stddev(e_wait_ms) "
+                       f"FROM read_parquet('{seed_run}/points/*.parquet')").fetchone()
     assert all(math.isfinite(v) for v in mean)

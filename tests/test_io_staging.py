@@ -62,7 +62,8 @@ def _stage_everything(g, out: Path, monkeypatch) -> None:
 DAMAGE = {
     "points part deleted": lambda st: next((st / "final" / "points").glob("seg-00003-*.parquet")).unlink(),
     "points part truncated": lambda st: _truncate(next((st / "final" / "points").glob("seg-00004-*.parquet"))),
-    "points part garbage": lambda st: next((st / "final" / "points").glob("seg-00005-*.parquet")).write_bytes(b"garbage" * 100),
+    "points part garbage":
+        lambda st: next((st / "final" / "points").glob("seg-00005-*.parquet")).write_bytes(b"garbage" * 100),
     "optimum part deleted": lambda st: (st / "optimum" / "00001.parquet").unlink(),
     "seal edited": lambda st: _edit_seal(st / "segments" / "00002.json"),
     "seal garbage": lambda st: (st / "segments" / "00006.json").write_text("{not json"),

@@ -213,7 +213,8 @@ def test_light_load_is_one_request_alone_by_hand(tmp_path):
     t_c (P + O/2); E2E = TTFT + (O - 1) TPOT."""
     text = GRID.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-8b"').replace(
         "arrival_rps = [2.0, 12.0]", "arrival_rps = 0.001").replace("prompt_cv = 1.0", "prompt_cv = 0.0").replace(
-        "output_cv = 1.0", "output_cv = 0.0").replace("[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.05\nt_ctx_ms = 0.0002\n[options]")
+        "output_cv = 1.0", "output_cv = 0.0").replace(
+        "[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.05\nt_ctx_ms = 0.0002\n[options]")
     run_grid(load(tmp_path, text), tmp_path / "o")
     pts = ds.dataset(tmp_path / "o" / "points", partitioning="hive").to_table().to_pandas()
     tf, tt, tc, p, o = 8.0, 0.05, 0.0002, 1000, 200
@@ -278,7 +279,8 @@ replicas = {low = 1, high = 6}
     # the exact answer, recomputed by brute force: the same space as a grid, every point
     grid = text.split("[search]")[0].replace("batch_size = [8, 32, 128]", "batch_size = [8, 16, 32, 64, 128]").replace(
         "max_batched_tokens = [2048, inf]", "max_batched_tokens = [2048, 8192]").replace(
-        "gpus_per_replica = [1, 2]", "gpus_per_replica = [2, 4, 8]").replace("replicas = [1, 2]", "replicas = [1, 2, 3, 4, 5, 6]")
+        "gpus_per_replica = [1, 2]", "gpus_per_replica = [2, 4, 8]").replace(
+        "replicas = [1, 2]", "replicas = [1, 2, 3, 4, 5, 6]")
     run_grid(load(tmp_path, grid, "grid.toml"), tmp_path / "o")
     pts = ds.dataset(tmp_path / "o" / "points", partitioning="hive").to_table().to_pandas()
     meets = pts[pts.feasible & pts.slo_ok & (pts.rho <= pts.rho_max)]
@@ -291,9 +293,11 @@ BAD = [
     ("prompt_tokens = 1000\n", "", "grid.prompt_tokens", "is required"),
     ("ttft_slo_ms = 1000\ntpot_slo_ms = 40\n", "", "grid.ttft_slo_ms", "at least one SLO"),
     ("[options]", "t_fixed_ms = 8.0\n[options]", "grid.t_token_ms", "give all of t_fixed_ms"),
-    ("[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.1\nt_ctx_ms = 0.0\neta_bw = 0.7\n[options]", "grid.eta_bw", "roofline input given"),
+    ("[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.1\nt_ctx_ms = 0.0\neta_bw = 0.7\n[options]", "grid.eta_bw",
+     "roofline input given"),
     ("[options]", "t_fixed_ms = 0.0\nt_token_ms = 0.0\nt_ctx_ms = 0.0\n[options]", "grid.t_token_ms", "both 0"),
-    ("max_batched_tokens = [2048, inf]", "max_batched_tokens = [64, inf]", "grid.max_batched_tokens", "must be >= grid.batch_size 128"),
+    ("max_batched_tokens = [2048, inf]", "max_batched_tokens = [64, inf]", "grid.max_batched_tokens",
+     "must be >= grid.batch_size 128"),
     ("prompt_cv = 1.0", "prompt_cv = -1.0", "grid.prompt_cv", "must lie in [0, 10]"),
     ("output_tokens = 200", "output_tokens = 0", "grid.output_tokens", "must lie in [1, 1e+07] tokens"),
     ("batch_size = [8, 32, 128]", "batch_size = [8, 32.5]", "grid.batch_size", "integer"),

@@ -133,7 +133,8 @@ def test_every_packaged_model_gpu_dtype_gives_finite_memory(tmp_path, weights, k
     text = ALL.format(models=str(MODELS).replace("'", '"'), gpus=str(GPUS).replace("'", '"'),
                       weights=weights, kv=kv, alloc=alloc)
     g = spec.build(tomllib.loads(text), source="<test>", text=text)
-    n = len(MODELS) * len(GPUS) * 2 * 2 * len(tomllib.loads(f"w = {weights}")["w"]) * len(tomllib.loads(f"k = {kv}")["k"])
+    n = (len(MODELS) * len(GPUS) * 2 * 2 * len(tomllib.loads(f"w = {weights}")["w"])
+         * len(tomllib.loads(f"k = {kv}")["k"]))
     assert g.n_points == n
     run_grid(g, tmp_path / "out")
     t = ds.dataset(tmp_path / "out" / "points").to_table()

@@ -120,7 +120,8 @@ def test_tail_estimates():
 
 
 def test_unstable_points_are_data_not_nan():
-    r = dynamic(windowed=True, full=True, batch_size=np.array([1.0, 4.0, 1.0, 4.0]), batch_window_ms=np.array([math.inf, math.inf, 10.0, 10.0]), percentile=0.3)
+    r = dynamic(windowed=True, full=True, batch_size=np.array([1.0, 4.0, 1.0, 4.0]),
+                batch_window_ms=np.array([math.inf, math.inf, 10.0, 10.0]), percentile=0.3)
     for k, v in r.items():
         assert not np.isnan(np.asarray(v, dtype=float)).any(), k
     assert np.isinf(r["e_resp_ms"]).all() and np.isinf(r["p_gauss_ms"]).all() and np.isinf(r["in_queue"]).all()
@@ -171,7 +172,8 @@ _windows = st.floats(0.0, 10.0)
 @given(lam=_lams, b=_bs, t=_windows, tf=st.floats(0.0, 0.5), tr=st.floats(1e-7, 0.05))
 def test_properties_windowed(lam, b, t, tf, tr):
     lams = np.array([lam, lam * 1.5, lam * 3.0])
-    r = dynamic(windowed=True, full=False, arrival_rps=lams, batch_size=float(b), batch_window_ms=t * 1e3, t_fixed_ms=tf * 1e3, t_req_ms=tr * 1e3)
+    r = dynamic(windowed=True, full=False, arrival_rps=lams, batch_size=float(b), batch_window_ms=t * 1e3,
+                t_fixed_ms=tf * 1e3, t_req_ms=tr * 1e3)
     for k, v in r.items():
         assert not np.isnan(np.asarray(v, dtype=float)).any(), k
     assert ((r["mean_batch"] >= 1 - 1e-12) & (r["mean_batch"] <= b * (1 + 1e-12))).all()

@@ -87,7 +87,8 @@ def test_mixtral_decode_batch_1_and_64_by_hand(cat):
 
     _, parts64 = rl.step_time(_decode(m, 64, 1000, 2.0), p)
     touched = 8 * (1 - 0.75 ** 64)
-    assert float(parts64.experts_touched) == pytest.approx(touched, rel=1e-12) and touched == pytest.approx(8.0, abs=1e-7)
+    assert (float(parts64.experts_touched) == pytest.approx(touched, rel=1e-12)
+            and touched == pytest.approx(8.0, abs=1e-7))
     bytes64 = 3_211_272_192 + 90_194_313_216 * touched / 8 + 64 * 1001 * 131_072
     assert float(parts64.t_mem) == pytest.approx(bytes64 / BW_H100, rel=1e-9)
     assert float(parts64.t_mem) * 1e3 == pytest.approx(43.41, abs=0.01)

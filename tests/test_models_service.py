@@ -178,7 +178,8 @@ def test_continuous_step_line_passes_through_a_lone_requests_decode_and_prefill(
     m = cat.model("llama-3.1-8b")
     kv_tok = m.kv_bytes_per_token(2)
     for i in range(len(c["gpu"])):
-        gpu, g, budget = ("h100-sxm", "a100-80gb")[c["gpu"][i]], int(c["gpus_per_replica"][i]), float(c["max_batched_tokens"][i])
+        gpu, g, budget = (("h100-sxm", "a100-80gb")[c["gpu"][i]], int(c["gpus_per_replica"][i]),
+                          float(c["max_batched_tokens"][i]))
         tf, tt, tc = c["t_step_fixed_ms"][i], c["t_token_ms"][i], c["t_ctx_ms"][i]
         bw = g * cat.gpu(gpu).hbm_bandwidth_bytes_per_s * 0.7
         assert tc == pytest.approx(kv_tok / bw * 1e3, rel=1e-12)

@@ -84,7 +84,8 @@ def test_workers_allowed_only_when_simulated(tmp_path):
     g = load(tmp_path, GRID.replace("t_req_ms = 1.0", "t_req_ms = 1.0\nworkers = [1, 2]"))
     assert g.axis("workers").values == (1, 2)
     with pytest.raises(GridError, match="one worker per replica"):
-        load(tmp_path, GRID.replace('latency_model = "simulated"', 'latency_model = "gaussian"').replace("t_req_ms = 1.0", "t_req_ms = 1.0\nworkers = 2"))
+        load(tmp_path, GRID.replace('latency_model = "simulated"', 'latency_model = "gaussian"').replace(
+            "t_req_ms = 1.0", "t_req_ms = 1.0\nworkers = 2"))
 
 
 @pytest.mark.parametrize(

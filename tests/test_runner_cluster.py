@@ -97,7 +97,8 @@ def test_a_cluster_run_equals_the_in_process_run_row_for_row(cluster, tmp_path):
     there = run_grid(g, tmp_path / "there", cluster=cluster, progress=lambda d, t, c: seen.append((d, t, c)), **run)
     assert there.manifest["rows"] == here.manifest["rows"]
     assert there.manifest["chunks"]["segments"] == here.manifest["chunks"]["segments"] > 1
-    assert there.manifest["executor"]["kind"] == "dask" and there.manifest["executor"]["tasks"] == here.manifest["chunks"]["segments"]
+    assert (there.manifest["executor"]["kind"] == "dask"
+            and there.manifest["executor"]["tasks"] == here.manifest["chunks"]["segments"])
     assert there.manifest["chunks"]["compilations"] == 1  # each worker compiled once for all its tasks
     assert _rows_in_order(tmp_path / "there") == _rows_in_order(tmp_path / "here")
     same(tables(tmp_path / "here"), tables(tmp_path / "there"))
@@ -169,7 +170,8 @@ slo_ms = 1e6
 rho_max = 0.85
 replicas = {start = 1, stop = 8, step = 1}
 [schedule]
-hourly_rps = [40, 30, 20, 20, 30, 60, 120, 200, 300, 380, 400, 390, 370, 350, 340, 360, 390, 420, 430, 380, 300, 200, 120, 70]
+hourly_rps = [40, 30, 20, 20, 30, 60, 120, 200, 300, 380, 400, 390, \
+370, 350, 340, 360, 390, 420, 430, 380, 300, 200, 120, 70]
 ramp = 2
 """
 

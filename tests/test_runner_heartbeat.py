@@ -89,7 +89,8 @@ def test_a_heartbeat_every_interval_while_nothing_reports():
             p.beat()
     events = _lines(buf)
     assert [(e["event"], e.get("done")) for e in events] == [
-        ("start", None), ("progress", 0), ("progress", 0), ("progress", 0), ("progress", 10), ("progress", 10), ("done", None)]
+        ("start", None), ("progress", 0), ("progress", 0), ("progress", 0), ("progress", 10), ("progress", 10),
+        ("done", None)]
     assert all(e["note"] == "compiling or computing the first chunk" and e["total"] is None for e in events[1:4])
     assert events[4]["total"] == 100 and events[4]["pct"] == 10.0  # the last state, repeated
     assert [e["points_per_s"] for e in events[4:6]] == [2.2, 1.8]  # 10 points over 4.5 s, then 5.5 s

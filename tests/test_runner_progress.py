@@ -19,7 +19,8 @@ import pytest
 
 def _run(root, out, cache, *extra):
     env = {**os.environ, "SWEEP_CACHE_DIR": str(cache)}
-    cmd = [sys.executable, "-m", "sweep.cli", "run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(out), "--quiet", *extra]
+    cmd = [sys.executable, "-m", "sweep.cli", "run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(out),
+           "--quiet", *extra]
     subprocess.run(cmd, check=True, env=env, timeout=300)
 
 

@@ -98,10 +98,12 @@ def test_interrupted_run_resumes_to_the_same_result(tmp_path, monkeypatch):
 
 def test_hive_partitions_columns_and_row_groups(tmp_path):
     p = tmp_path / "w.toml"
-    p.write_text(WINDOWED + '\n[output]\npartition_by = ["gpu", "model"]\ncolumns = ["point_id", "model", "gpu", "batch_size", "latency_ms"]\nrow_group_rows = 1024\n')
+    p.write_text(WINDOWED + '\n[output]\npartition_by = ["gpu", "model"]\n'
+                 'columns = ["point_id", "model", "gpu", "batch_size", "latency_ms"]\nrow_group_rows = 1024\n')
     run_grid(spec.load(p), tmp_path / "o", chunk_size=64)
     dirs = sorted(str(d.relative_to(tmp_path / "o" / "points")) for d in (tmp_path / "o" / "points").glob("*/*"))
-    assert dirs == ["model=llama-2-7b/gpu=h100-sxm", "model=llama-2-7b/gpu=l4", "model=llama-3.1-8b/gpu=h100-sxm", "model=llama-3.1-8b/gpu=l4"]
+    assert dirs == ["model=llama-2-7b/gpu=h100-sxm", "model=llama-2-7b/gpu=l4", "model=llama-3.1-8b/gpu=h100-sxm",
+                    "model=llama-3.1-8b/gpu=l4"]
     f = next((tmp_path / "o" / "points").rglob("*.parquet"))
     assert pq.read_schema(f).names == ["point_id", "batch_size", "latency_ms"]  # partition keys live in the path
     assert pq.ParquetFile(f).metadata.num_rows == 320  # one partition's share of the grid
@@ -110,11 +112,13 @@ def test_hive_partitions_columns_and_row_groups(tmp_path):
     # 1,280 points in row groups of 1,024: whole row groups alternate between the two
     # encoders' files, so one file holds the full group and the other the 256-row tail.
     files = sorted((tmp_path / "flat" / "points").glob("*.parquet"))
-    groups = [[pq.ParquetFile(f).metadata.row_group(i).num_rows for i in range(pq.ParquetFile(f).metadata.num_row_groups)]
+    groups = [[pq.ParquetFile(f).metadata.row_group(i).num_rows
+               for i in range(pq.ParquetFile(f).metadata.num_row_groups)]
               for f in files]
     assert sorted(groups) == [[256], [1024]]
     con = duckdb.connect()
-    n = con.execute(f"SELECT count(DISTINCT model || gpu) FROM read_parquet('{tmp_path}/o/points/**/*.parquet', hive_partitioning = true)").fetchone()
+    n = con.execute(f"SELECT count(DISTINCT model || gpu) FROM read_parquet('{tmp_path}/o/points/**/*.parquet', "
+                    "hive_partitioning = true)").fetchone()
     assert n == (4,)
 
 

@@ -185,7 +185,10 @@ def test_sweep_plan_prints_the_schedule(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "rate req/s" in text and "430.0" in text and "saving $" in text
     assert (tmp_path / "o" / "manifest.json").exists()
-    assert main(["plan", str(_write(tmp_path, DYNAMIC.split("[schedule]")[0].replace("replicas =", "arrival_rps = 5\nreplicas ="), "plain.toml")),
+    assert main(["plan",
+                 str(_write(tmp_path,
+                            DYNAMIC.split("[schedule]")[0].replace("replicas =", "arrival_rps = 5\nreplicas ="),
+                            "plain.toml")),
                  "--out", str(tmp_path / "p")]) == 2
 
 

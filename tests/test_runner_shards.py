@@ -31,8 +31,10 @@ def test_shards_combine_to_exactly_one_run(tmp_path):
     assert merged["rows"]["points_written"] == g.n_points
     same(tables(tmp_path / "one"), tables(tmp_path / "split"))
     # Shards are disjoint slices: their point ranges tile the grid.
-    ranges = [json.loads((tmp_path / "split" / "shards" / f"{i:04d}-of-0003" / "manifest.json").read_text())["shard"]["points"] for i in (1, 2, 3)]
-    assert ranges[0][0] == 0 and ranges[-1][1] == g.n_points and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    ranges = [json.loads((tmp_path / "split" / "shards" / f"{i:04d}-of-0003" / "manifest.json")
+                         .read_text())["shard"]["points"] for i in (1, 2, 3)]
+    assert (ranges[0][0] == 0 and ranges[-1][1] == g.n_points
+            and all(a[1] == b[0] for a, b in itertools.pairwise(ranges)))
 
 
 @pytest.mark.parametrize("damage", ["garbage manifest", "truncated points", "missing optimum", "other split"])

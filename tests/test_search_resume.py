@@ -78,7 +78,8 @@ def test_a_crash_in_the_search_phase_of_a_run_resumes_to_the_clean_run(tmp_path,
     from sweep import grid as spec
     from sweep.runner import run_grid
 
-    text = (root / "tests" / "golden" / "grids" / "search.toml").read_text().replace('storage = "memory"', 'storage = "sqlite"')
+    text = ((root / "tests" / "golden" / "grids" / "search.toml").read_text()
+            .replace('storage = "memory"', 'storage = "sqlite"'))
     (tmp_path / "g.toml").write_text(text)
     g = spec.load(tmp_path / "g.toml")
     clean = run_grid(g, tmp_path / "clean")

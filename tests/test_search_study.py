@@ -100,7 +100,8 @@ def test_each_batch_is_one_kernel_call_and_compiles_once(tmp_path):
         assert s["trials_run"] == 100 and s["search_calls"] == 4 and s["answer_calls"] == 1
     assert meta["compilations"] == 1
     names = [r["study_name"] for r in rows(table)]
-    assert names[0].startswith("seed-search/arrival_rps=100.0/") and names[1].startswith("seed-search/arrival_rps=150.0/")
+    assert (names[0].startswith("seed-search/arrival_rps=100.0/")
+            and names[1].startswith("seed-search/arrival_rps=150.0/"))
     assert [r["arrival_rps"] for r in rows(table)] == [100.0, 150.0]
 
 
@@ -144,7 +145,8 @@ def test_multi_objective_returns_the_pareto_set(tmp_path):
     spec = seed_spec('["min_cost", "min_latency"]', trials=256, batch=64, storage="journal")
     table = run_search(spec, tmp_path)
     got = rows(table)
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "search.journal")))
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(tmp_path / "search.journal")))
     study = optuna.load_study(study_name=got[0]["study_name"], storage=storage)
     best = {(t.params["batch_size"], t.params["replicas"]) for t in study.best_trials}
     assert {(r["batch_size"], r["replicas"]) for r in got} == best

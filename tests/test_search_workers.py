@@ -53,7 +53,8 @@ def test_four_workers_share_one_budget_exactly(tmp_path, kind):
     owners = {t.user_attrs["sweep_owner"]["pid"] for t in trials}
     assert len(owners) >= 2  # the budget really was shared
     # the run publishes the answers from the finished study: it asks no new trial
-    run = subprocess.run(_cmd("run", str(grid), "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=600)
+    run = subprocess.run(_cmd("run", str(grid), "--out", str(out), "--quiet"), capture_output=True, text=True,
+                         timeout=600)
     assert run.returncode == 0, run.stderr
     assert len(_study(out, kind).trials) == 96 and len(params) == 96
     (answer,) = pq.read_table(out / "search.parquet").to_pylist()
@@ -66,12 +67,14 @@ def test_a_worker_killed_with_sigkill_leaves_the_study_resumable(tmp_path):
     worker = subprocess.Popen(_cmd("search", str(grid), "--out", str(out), "--quiet"))
     journal = out / "search.journal"
     for _ in range(1200):  # until it has told some trials
-        if journal.exists() and journal.read_bytes().count(b'"state": 1') + journal.read_bytes().count(b'"state":1') >= 8:
+        if (journal.exists()
+                and journal.read_bytes().count(b'"state": 1') + journal.read_bytes().count(b'"state":1') >= 8):
             break
         time.sleep(0.05)
     worker.send_signal(signal.SIGKILL)
     assert worker.wait(timeout=60) == -signal.SIGKILL
-    again = subprocess.run(_cmd("search", str(grid), "--out", str(out), "--quiet"), capture_output=True, text=True, timeout=900)
+    again = subprocess.run(_cmd("search", str(grid), "--out", str(out), "--quiet"), capture_output=True, text=True,
+                           timeout=900)
     assert again.returncode == 0, again.stderr
     trials = _study(out).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 96
@@ -98,9 +101,10 @@ def test_workers_opening_a_new_sqlite_file_at_once_do_not_collide(tmp_path):
     grid.write_text(GRID.replace("{storage}", "sqlite"))
     out.mkdir()
     at = time.time() + 8  # after every process has imported sweep
-    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, str(grid), str(out), str(at)], stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, str(grid), str(out), str(at)],
+                              stderr=subprocess.PIPE, text=True)
              for _ in range(6)]
     errors = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0] * 6, [next((x for x in reversed(e.splitlines()) if "Error" in x), e[-300:])
-                                                      for e in errors if e.strip()]
+    assert [p.returncode for p in procs] == [0] * 6, [
+        next((x for x in reversed(e.splitlines()) if "Error" in x), e[-300:]) for e in errors if e.strip()]
     assert optuna.get_all_study_summaries(f"sqlite:///{out / 'search.db'}") == []

@@ -12,4 +12,5 @@ from sweep.decide.pareto import knee_index, pareto_mask, pareto_mask_columns
 from sweep.decide.reduce import REASONS, reduce_chunk
 from sweep.decide.verdict import ACTIONS, Verdict, verdict
 
-__all__ = ["ACTIONS", "REASONS", "Verdict", "knee_index", "pareto_mask", "pareto_mask_columns", "reduce_chunk", "verdict"]
+__all__ = ["ACTIONS", "REASONS", "Verdict", "knee_index", "pareto_mask", "pareto_mask_columns", "reduce_chunk",
+           "verdict"]

@@ -50,28 +50,66 @@ ROW_FACTS: tuple[Column, ...] = (
 )
 
 SCHEDULE_HEAD: tuple[Column, ...] = (
-    Column("schedule_group_id", "int64", "-", "Schedule group: a scenario group without arrival_rps (the profile gives the rate), numbered in grid order."),
+    Column("schedule_group_id", "int64", "-",
+           "Schedule group: a scenario group without arrival_rps (the profile gives the rate), "
+           "numbered in grid order."),
 )
 
 SCHEDULE_BODY: tuple[Column, ...] = (
-    Column("hour", "int64", "h", "Hour of the profile's period: 0-23 for a day, 0-167 for a week (0 = Monday 00:00-01:00)."),
+    Column("hour", "int64", "h",
+           "Hour of the profile's period: 0-23 for a day, 0-167 for a week (0 = Monday 00:00-01:00)."),
     Column("day", "int64", "-", "hour // 24: 0 for a daily profile, 0 (Monday) to 6 for a weekly one."),
     Column("hour_of_day", "int64", "h", "hour % 24."),
-    Column("arrival_rps", "float64", "requests/s", "The hour's mean arrival rate, total for the fleet (the profile's value)."),
-    Column("replicas_required", "int64", "replicas", "The fewest replicas of the grid's replicas axis for which some configuration meets the SLO with rho <= rho_max at this hour's rate (replicas_min; docs/model.md, decisions); 0 in an hour without traffic; NULL when none does.", null_when="feasible"),
-    Column("replicas", "int64", "replicas", "The planned replicas for the hour: replicas_required, raised where the ramp or the warm-up cost makes that cheaper over the period (exact minimum); NULL on every hour when no plan exists.", null_when="schedule_ok"),
-    Column("replicas_started", "int64", "replicas", "Replicas started for this hour: max(0, replicas - replicas of the hour before, cyclically); NULL when no plan exists.", null_when="schedule_ok"),
-    Column("gpu_hours", "float64", "GPU-h", "(replicas + warmup_hours x replicas_started) x gpus_per_replica: the hour's serving plus the warm-up of the replicas it starts; NULL when no plan exists.", null_when="schedule_ok"),
-    Column("cost_usd", "float64", "USD", "gpu_hours x usd_per_gpu_hour; NULL when no plan exists.", null_when="schedule_ok"),
-    Column("feasible", "bool", "-", "Some replica count of the grid meets the SLO at this hour's rate (replicas_required is finite)."),
-    Column("schedule_ok", "bool", "-", "A plan exists for the whole period (every hour feasible and the ramp satisfiable). On every row of the group."),
-    Column("flat_replicas", "int64", "replicas", "The flat fleet: the fewest replicas meeting the SLO at every hour, run all period; NULL when none. On every row of the group.", null_when=NO_ANSWER),
-    Column("gpu_hours_per_day", "float64", "GPU-h/day", "The plan's GPU-hours over the period divided by its days (warm-up included); NULL when no plan exists.", null_when="schedule_ok"),
-    Column("cost_usd_per_day", "float64", "USD/day", "The plan's cost over the period divided by its days; NULL when no plan exists.", null_when="schedule_ok"),
-    Column("flat_gpu_hours_per_day", "float64", "GPU-h/day", "flat_replicas x gpus_per_replica x 24; NULL when there is no flat fleet.", null_when=NO_ANSWER),
-    Column("flat_cost_usd_per_day", "float64", "USD/day", "flat_replicas x gpus_per_replica x usd_per_gpu_hour x 24; NULL when there is no flat fleet.", null_when=NO_ANSWER),
-    Column("saving_usd_per_day", "float64", "USD/day", "flat_cost_usd_per_day - cost_usd_per_day; NULL when only the plan exists (no flat fleet to save on), 0 when neither does.", null_when=NO_ANSWER),
-    Column("saving_frac", "float64", "-", "saving_usd_per_day / flat_cost_usd_per_day (1 when only the plan exists, 0 when neither does or the flat fleet is free)."),
+    Column("arrival_rps", "float64", "requests/s",
+           "The hour's mean arrival rate, total for the fleet (the profile's value)."),
+    Column("replicas_required", "int64", "replicas",
+           "The fewest replicas of the grid's replicas axis for which some configuration meets the SLO with "
+           "rho <= rho_max at this hour's rate (replicas_min; docs/model.md, decisions); 0 in an hour without "
+           "traffic; NULL when none does.",
+           null_when="feasible"),
+    Column("replicas", "int64", "replicas",
+           "The planned replicas for the hour: replicas_required, raised where the ramp or the warm-up cost makes "
+           "that cheaper over the period (exact minimum); NULL on every hour when no plan exists.",
+           null_when="schedule_ok"),
+    Column("replicas_started", "int64", "replicas",
+           "Replicas started for this hour: max(0, replicas - replicas of the hour before, cyclically); "
+           "NULL when no plan exists.",
+           null_when="schedule_ok"),
+    Column("gpu_hours", "float64", "GPU-h",
+           "(replicas + warmup_hours x replicas_started) x gpus_per_replica: the hour's serving plus the warm-up "
+           "of the replicas it starts; NULL when no plan exists.",
+           null_when="schedule_ok"),
+    Column("cost_usd", "float64", "USD",
+           "gpu_hours x usd_per_gpu_hour; NULL when no plan exists.",
+           null_when="schedule_ok"),
+    Column("feasible", "bool", "-",
+           "Some replica count of the grid meets the SLO at this hour's rate (replicas_required is finite)."),
+    Column("schedule_ok", "bool", "-",
+           "A plan exists for the whole period (every hour feasible and the ramp satisfiable). "
+           "On every row of the group."),
+    Column("flat_replicas", "int64", "replicas",
+           "The flat fleet: the fewest replicas meeting the SLO at every hour, run all period; NULL when none. "
+           "On every row of the group.",
+           null_when=NO_ANSWER),
+    Column("gpu_hours_per_day", "float64", "GPU-h/day",
+           "The plan's GPU-hours over the period divided by its days (warm-up included); NULL when no plan exists.",
+           null_when="schedule_ok"),
+    Column("cost_usd_per_day", "float64", "USD/day",
+           "The plan's cost over the period divided by its days; NULL when no plan exists.",
+           null_when="schedule_ok"),
+    Column("flat_gpu_hours_per_day", "float64", "GPU-h/day",
+           "flat_replicas x gpus_per_replica x 24; NULL when there is no flat fleet.",
+           null_when=NO_ANSWER),
+    Column("flat_cost_usd_per_day", "float64", "USD/day",
+           "flat_replicas x gpus_per_replica x usd_per_gpu_hour x 24; NULL when there is no flat fleet.",
+           null_when=NO_ANSWER),
+    Column("saving_usd_per_day", "float64", "USD/day",
+           "flat_cost_usd_per_day - cost_usd_per_day; NULL when only the plan exists (no flat fleet to save on), "
+           "0 when neither does.",
+           null_when=NO_ANSWER),
+    Column("saving_frac", "float64", "-",
+           "saving_usd_per_day / flat_cost_usd_per_day (1 when only the plan exists, 0 when neither does "
+           "or the flat fleet is free)."),
 )
 
 
@@ -92,7 +130,8 @@ def row_fact_columns(model: ServingModel, point_columns: Sequence[Column]) -> tu
     present = {c.name: c for c in point_columns}
     keys = [k for k in group_keys(model) if k in present and k != "gpus_per_replica"]
     # in-memory dtypes: a private file, where +inf (an unlimited input) stays +inf
-    axes = [Column(k, "int64" if present[k].dtype == "dict" else present[k].memory_dtype, present[k].unit, present[k].doc)
+    axes = [Column(k, "int64" if present[k].dtype == "dict" else present[k].memory_dtype,
+                   present[k].unit, present[k].doc)
             for k in keys]
     return (*ROW_FACTS, *axes)
 

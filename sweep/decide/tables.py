@@ -17,7 +17,8 @@ from sweep.decide.verdict import ACTIONS
 from sweep.models.base import NO_ANSWER, SERVICE_SOURCES, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
 
 
-def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str], *, decisions: bool = True) -> dict[str, list[str]]:
+def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str], *,
+                 decisions: bool = True) -> dict[str, list[str]]:
     """The values of the dictionary-encoded columns the engine writes: the catalog names a
     grid uses and the point columns' fixed vocabularies, plus (`decisions`) those of
     optimum.parquet (`reason`, `method`; a search's answers carry their own `method`)."""
@@ -104,16 +105,26 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
     d, slo = model.decisions, slo_text(model.slo_checks)
     groups, rows = " and ".join(d.group_axes), ", ".join(("scenario group", *d.group_axes))
     return (
-        Column("group_id", "int64", "-", f"Scenario group: flat index over every axis except {groups} and the row axes."),
+        Column("group_id", "int64", "-",
+               f"Scenario group: flat index over every axis except {groups} and the row axes."),
         Column("row_id", "int64", "-", f"({rows}) row: point_id // points per row."),
         *(present[n] for n in model.row_constant if n in present),
         Column("n_points", "int64", "points", "Points in the row (the product of the row axes)."),
         Column("n_feasible", "int64", "points", "Feasible points in the row."),
         Column("n_frontier", "int64", "points", "Pareto points of the row (rows of frontier.parquet)."),
-        Column("reason", "dict", "-", f"ok, or the first constraint that left no feasible {d.cap}: out_of_memory | unstable | proxy_invalid (stable, but the latency estimate is unbounded) | slo_violated (no feasible point with {slo})."),
-        Column("replicas_min", "int64", size_unit(model), f"Per scenario group: the fewest {d.size} of the grid's {' x '.join(d.group_axes)} axis for which some {d.cap} has {slo} and {d.utilisation} <= rho_max; NULL when none does. On every row of the group.", null_when=NO_ANSWER),
+        Column("reason", "dict", "-",
+               f"ok, or the first constraint that left no feasible {d.cap}: out_of_memory | unstable | "
+               "proxy_invalid (stable, but the latency estimate is unbounded) | "
+               f"slo_violated (no feasible point with {slo})."),
+        Column("replicas_min", "int64", size_unit(model),
+               f"Per scenario group: the fewest {d.size} of the grid's {' x '.join(d.group_axes)} axis for which "
+               f"some {d.cap} has {slo} and {d.utilisation} <= rho_max; NULL when none does. "
+               "On every row of the group.",
+               null_when=NO_ANSWER),
         Column("is_replicas_min", "bool", "-", "This row is at replicas_min."),
-        Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); NULL when there is none.", null_when=NO_ANSWER),
+        Column("replicas_min_cost_usd_per_hour", "float64", "USD/h",
+               "cost_usd_per_hour at replicas_min (on every row of the group); NULL when there is none.",
+               null_when=NO_ANSWER),
         *(replicas_band_columns(d, slo, size_unit(model)) if "p_slo_breach" in present else ()),
         *answer_columns(model, point_columns),
         Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
@@ -129,14 +140,17 @@ def replicas_band_columns(d: Decisions, slo: str, unit: str = "replicas") -> tup
     """With `[uncertainty]`: the bands of replicas_min over the S scenarios."""
     return tuple(
         Column(f"replicas_min_p{q}", "int64", unit,
-               f"{q}th percentile over the [uncertainty] scenarios of the {d.size} each one needs: in each scenario, the "
-               f"fewest {d.size} of the grid's {' x '.join(d.group_axes)} axis for which some {d.cap} has {slo} and {d.utilisation} <= "
-               f"rho_max in that scenario (nearest rank); on every row of the group. NULL when more than {100 - q}% of "
-               f"the scenarios need more {d.size} than the axis offers.", WHEN_UNCERTAINTY, null_when=NO_ANSWER)
+               f"{q}th percentile over the [uncertainty] scenarios of the {d.size} each one needs: "
+               f"in each scenario, the fewest {d.size} of the grid's {' x '.join(d.group_axes)} axis for which "
+               f"some {d.cap} has {slo} and {d.utilisation} <= rho_max in that scenario (nearest rank); "
+               f"on every row of the group. NULL when more than {100 - q}% of "
+               f"the scenarios need more {d.size} than the axis offers.",
+               WHEN_UNCERTAINTY, null_when=NO_ANSWER)
         for q in REPLICAS_BANDS)
 
 
-def frontier_extra(d: Decisions | None = None, checks: tuple[tuple[str, str], ...] = _DEFAULT_CHECKS) -> tuple[Column, ...]:
+def frontier_extra(d: Decisions | None = None,
+                   checks: tuple[tuple[str, str], ...] = _DEFAULT_CHECKS) -> tuple[Column, ...]:
     """The columns frontier.parquet adds to a point's, worded in the model's objectives."""
     d = d or Decisions()
     if d.latency_sign > 0:
@@ -145,9 +159,11 @@ def frontier_extra(d: Decisions | None = None, checks: tuple[tuple[str, str], ..
         knee = f"largest {d.capacity}_norm + {d.latency}_norm over the frontier, each normalised to [0, 1]"
     return (
         Column("group_id", "int64", "-", "Scenario group (see optimum.parquet)."),
-        Column("row_id", "int64", "-", f"({', '.join(('scenario group', *d.group_axes))}) row this frontier belongs to."),
+        Column("row_id", "int64", "-",
+               f"({', '.join(('scenario group', *d.group_axes))}) row this frontier belongs to."),
         Column("is_knee", "bool", "-", f"The row's knee: {knee} (docs/model.md, decisions)."),
-        Column("is_slo_opt", "bool", "-", f"The row's SLO-optimal point: the most {d.capacity} with {slo_text(checks)}."),
+        Column("is_slo_opt", "bool", "-",
+               f"The row's SLO-optimal point: the most {d.capacity} with {slo_text(checks)}."),
     )
 
 

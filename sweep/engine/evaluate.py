@@ -278,7 +278,8 @@ def evaluate_values(
     return out
 
 
-def decode(idx: jax.Array, axes: Mapping[str, jax.Array], *, keys: tuple[str, ...], shape: tuple[int, ...]) -> dict[str, jax.Array]:
+def decode(idx: jax.Array, axes: Mapping[str, jax.Array], *,
+           keys: tuple[str, ...], shape: tuple[int, ...]) -> dict[str, jax.Array]:
     """Flat indices -> every axis's value (mixed radix, innermost axis fastest)."""
     v: dict[str, jax.Array] = {}
     stride = 1

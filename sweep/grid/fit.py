@@ -4,8 +4,10 @@ header names the shape.
 | shape | header | fits | module |
 |---|---|---|---|
 | service | `batch_size,latency_ms` | T_svc(B) = T_fixed + t_req B (dynamic serving) | `sweep.grid.profile` |
-| step | `n_tokens,n_ctx,step_ms` | T_step = t_fixed + t_token n_tok + t_ctx n_ctx (continuous) | `sweep.grid.step_fit` |
-| request | `concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms` | the same three coefficients | `sweep.grid.step_fit` |
+| step | `n_tokens,n_ctx,step_ms` | T_step = t_fixed + t_token n_tok + t_ctx n_ctx (continuous) | \
+`sweep.grid.step_fit` |
+| request | `concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms` | the same three coefficients | \
+`sweep.grid.step_fit` |
 
 A serving model's `profile_kind` says which it accepts: "service" (the dynamic batcher's
 models) or "step" (continuous serving: step or request).

@@ -173,7 +173,8 @@ def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: Ser
     if not isinstance(file, str) or not file.strip():
         shapes = " or ".join(",".join(SHAPES[s]) for s in KINDS[kind])
         raise GridError(source, "profile.file", file,
-                        f'must be a path (string) to a CSV ({shapes}) relative to the grid file, e.g. file = "{example}"')
+                        f'must be a path (string) to a CSV ({shapes}) relative to the grid file, '
+                        f'e.g. file = "{example}"')
     for key in (*FILLS[kind], "eta_bw", "eta_flops", "tokens_per_request"):
         if key in values:
             raise GridError(source, f"grid.{key}", values[key][0],
@@ -190,7 +191,8 @@ def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: Ser
 def _check_top_level(doc: Mapping[str, Any], source: str) -> None:
     for key in doc:
         if key not in TOP_LEVEL_KEYS:
-            raise GridError(source, key, doc[key], f"unknown top-level key; expected one of {', '.join(TOP_LEVEL_KEYS)}")
+            raise GridError(source, key, doc[key],
+                            f"unknown top-level key; expected one of {', '.join(TOP_LEVEL_KEYS)}")
     for key in ("options", "output", "catalog"):
         if key in doc and not isinstance(doc[key], Mapping):
             raise GridError(source, key, doc[key], f"must be a table, e.g. [{key}]")
@@ -251,7 +253,8 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
     lm = raw.get("latency_model", get_model(serving).name)
     if (serving, lm) not in REGISTRY:
         raise GridError(source, "options.latency_model", lm,
-                        f"must be one of {', '.join(latency_models(serving))}{did_you_mean(str(lm), latency_models(serving))}")
+                        f"must be one of {', '.join(latency_models(serving))}"
+                        f"{did_you_mean(str(lm), latency_models(serving))}")
     alloc = raw.get("kv_allocation", "contiguous")
     if alloc not in KV_ALLOCATIONS:
         raise GridError(source, "options.kv_allocation", alloc, f"must be one of {', '.join(KV_ALLOCATIONS)}")
@@ -277,7 +280,8 @@ def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOpti
     if not isinstance(raw, Mapping):
         raise GridError(source, "simulation", raw, "must be a table, e.g. [simulation] n_requests = 20000")
     rules = {
-        "n_requests": (1000, "an integer >= 1000 (arrivals per replication after the warm-up), e.g. n_requests = 20000"),
+        "n_requests": (1000, "an integer >= 1000 (arrivals per replication after the warm-up), "
+                             "e.g. n_requests = 20000"),
         "warmup": (0, "an integer >= 0 (arrivals discarded at the start), e.g. warmup = 2000"),
         "replications": (2, "an integer >= 2 (the confidence interval needs two), e.g. replications = 8"),
         "seed": (0, "an integer >= 0, e.g. seed = 0"),
@@ -287,14 +291,16 @@ def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOpti
         if k == "trace":
             continue
         if k not in rules:
-            raise GridError(source, f"simulation.{k}", v, f"unknown simulation setting{did_you_mean(k, [*rules, 'trace'])}")
+            raise GridError(source, f"simulation.{k}", v,
+                            f"unknown simulation setting{did_you_mean(k, [*rules, 'trace'])}")
         low, rule = rules[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise GridError(source, f"simulation.{k}", v, f"must be {rule}")
         values[k] = v
     sim = SimulationOptions(**values)
     if sim.n_requests > 5_000_000:
-        raise GridError(source, "simulation.n_requests", sim.n_requests, "must be <= 5,000,000 (memory per simulated scenario)")
+        raise GridError(source, "simulation.n_requests", sim.n_requests,
+                        "must be <= 5,000,000 (memory per simulated scenario)")
     if "trace" in raw:
         times = _read_trace(raw["trace"], source, sim.warmup)
         sim = SimulationOptions(**values, trace=str(raw["trace"]), trace_times=times)
@@ -305,7 +311,8 @@ def _read_trace(path_value: Any, source: str, warmup: int) -> tuple[float, ...]:
     """An arrival-time trace: one time in seconds per line (a header line and `#` comments
     allowed), sorted ascending, finite, >= 0, longer than the warm-up."""
     if not isinstance(path_value, str):
-        raise GridError(source, "simulation.trace", path_value, 'must be a path relative to the grid file, e.g. trace = "traces/monday.csv"')
+        raise GridError(source, "simulation.trace", path_value,
+                        'must be a path relative to the grid file, e.g. trace = "traces/monday.csv"')
     path = Path(source).parent / path_value
     try:
         lines = path.read_text().splitlines()
@@ -321,14 +328,17 @@ def _read_trace(path_value: Any, source: str, warmup: int) -> tuple[float, ...]:
         except ValueError:
             if not times and n == 1:
                 continue  # a header
-            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{text!r} is not a time in seconds") from None
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}",
+                            f"{text!r} is not a time in seconds") from None
         if not math.isfinite(t) or t < 0:
             raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{t} must be a finite time >= 0 s")
         if times and t < times[-1]:
-            raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{t} is earlier than the line before ({times[-1]}): the trace must be sorted")
+            raise GridError(source, "simulation.trace", f"{path_value}:{n}",
+                            f"{t} is earlier than the line before ({times[-1]}): the trace must be sorted")
         times.append(t)
     if len(times) <= warmup + 100:
-        raise GridError(source, "simulation.trace", path_value, f"has {len(times)} arrivals; needs more than warmup + 100 = {warmup + 100}")
+        raise GridError(source, "simulation.trace", path_value,
+                        f"has {len(times)} arrivals; needs more than warmup + 100 = {warmup + 100}")
     return tuple(times)
 
 
@@ -337,21 +347,26 @@ def _build_output(raw: Mapping[str, Any], model: ServingModel, source: str) -> O
     known = ("points", "columns", "partition_by", "row_group_rows")
     for k in raw:
         if k not in known:
-            raise GridError(source, f"output.{k}", raw[k], f"unknown output option{did_you_mean(k, known)}; expected one of {', '.join(known)}")
+            raise GridError(source, f"output.{k}", raw[k],
+                            f"unknown output option{did_you_mean(k, known)}; expected one of {', '.join(known)}")
     points = raw.get("points", "all")
     if points not in POINTS_MODES:
         raise GridError(source, "output.points", points, f"must be one of {', '.join(POINTS_MODES)}")
     columns = raw.get("columns", [])
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-        raise GridError(source, "output.columns", columns, 'must be a list of column names, e.g. columns = ["batch_size", "latency_ms"]')
+        raise GridError(source, "output.columns", columns,
+                        'must be a list of column names, e.g. columns = ["batch_size", "latency_ms"]')
     for c in columns:
         if c not in names:
-            raise GridError(source, "output.columns", c, f"is not a points column{did_you_mean(c, names)} (README: columns of points/)")
+            raise GridError(source, "output.columns", c,
+                            f"is not a points column{did_you_mean(c, names)} (README: columns of points/)")
     if "columns" in raw and not columns:
-        raise GridError(source, "output.columns", columns, 'must not be empty; omit it for every column, or use points = "none"')
+        raise GridError(source, "output.columns", columns,
+                        'must not be empty; omit it for every column, or use points = "none"')
     part = raw.get("partition_by", [])
     if not isinstance(part, list) or any(p not in PARTITION_KEYS for p in part) or len(set(part)) != len(part):
-        raise GridError(source, "output.partition_by", part, 'must be a list of distinct keys from "model", "gpu", e.g. partition_by = ["model", "gpu"]')
+        raise GridError(source, "output.partition_by", part,
+                        'must be a list of distinct keys from "model", "gpu", e.g. partition_by = ["model", "gpu"]')
     rg = raw.get("row_group_rows", 1 << 18)
     if isinstance(rg, bool) or not isinstance(rg, int) or rg < 1024:
         raise GridError(source, "output.row_group_rows", rg, "must be an integer >= 1024, e.g. row_group_rows = 262144")
@@ -367,7 +382,8 @@ def _resolve_catalog(raw: Mapping[str, Any], source: str, base: Catalog | None) 
     catalog = base if base is not None else load_catalog()
     for k in raw:
         if k not in ("models", "gpus"):
-            raise GridError(source, f"catalog.{k}", raw[k], "unknown catalog table; use [catalog.models.NAME] or [catalog.gpus.NAME]")
+            raise GridError(source, f"catalog.{k}", raw[k],
+                            "unknown catalog table; use [catalog.models.NAME] or [catalog.gpus.NAME]")
     models, gpus = raw.get("models", {}), raw.get("gpus", {})
     for k, t in (("models", models), ("gpus", gpus)):
         if not isinstance(t, Mapping) or not all(isinstance(v, Mapping) for v in t.values()):

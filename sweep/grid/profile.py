@@ -283,7 +283,8 @@ def parse_profile(text: str, source: str = "<profile>") -> tuple[list[tuple[str,
         rows.append((cells[ib], cells[iy]))
         numbers.append(line_no)
     if header is None:
-        raise _err(source, "row 1 (header)", "", "the file is empty; expected a header 'batch_size,latency_ms' and rows")
+        raise _err(source, "row 1 (header)", "",
+                   "the file is empty; expected a header 'batch_size,latency_ms' and rows")
     return rows, numbers
 
 

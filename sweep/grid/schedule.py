@@ -74,13 +74,16 @@ def parse_schedule(raw: Any, source: str) -> ScheduleSpec:
         raise GridError(source, "schedule", raw, f"must be a table, e.g. [schedule] {_EXAMPLE}")
     for k in raw:
         if k not in SCHEDULE_KEYS:
-            raise GridError(source, f"schedule.{k}", raw[k], f"unknown schedule key{did_you_mean(k, SCHEDULE_KEYS)}; expected one of {', '.join(SCHEDULE_KEYS)}")
+            raise GridError(source, f"schedule.{k}", raw[k],
+                            f"unknown schedule key{did_you_mean(k, SCHEDULE_KEYS)}; "
+                            f"expected one of {', '.join(SCHEDULE_KEYS)}")
     has_rates, has_trace = "hourly_rps" in raw, "trace" in raw
     if has_rates == has_trace:
         raise GridError(source, "schedule", "both" if has_rates else "neither",
                         f'needs exactly one of hourly_rps or trace, e.g. {_EXAMPLE} or trace = "traces/day.csv"')
     if "period" in raw and not has_trace:
-        raise GridError(source, "schedule.period", raw["period"], "applies to a trace only; hourly_rps gives the period by its length (24 or 168)")
+        raise GridError(source, "schedule.period", raw["period"],
+                        "applies to a trace only; hourly_rps gives the period by its length (24 or 168)")
     if has_rates:
         hourly = _hourly_rps(raw["hourly_rps"], source)
         label = "hourly_rps"
@@ -92,10 +95,14 @@ def parse_schedule(raw: Any, source: str) -> ScheduleSpec:
         label = str(raw["trace"])
     ramp = raw.get("ramp")
     if ramp is not None and (isinstance(ramp, bool) or not isinstance(ramp, int) or ramp < 1):
-        raise GridError(source, "schedule.ramp", ramp, "must be an integer >= 1 (most replicas added or removed from one hour to the next), e.g. ramp = 4")
+        raise GridError(source, "schedule.ramp", ramp,
+                        "must be an integer >= 1 (most replicas added or removed from one hour to the next), "
+                        "e.g. ramp = 4")
     warm = raw.get("warmup_hours", 0.0)
     if isinstance(warm, bool) or not isinstance(warm, (int, float)) or not (0.0 <= warm <= 24.0):
-        raise GridError(source, "schedule.warmup_hours", warm, "must be a number of hours in [0, 24] (a started replica is paid this long before it serves), e.g. warmup_hours = 0.25")
+        raise GridError(source, "schedule.warmup_hours", warm,
+                        "must be a number of hours in [0, 24] (a started replica is paid this long before it serves), "
+                        "e.g. warmup_hours = 0.25")
     rates = tuple(sorted({r for r in hourly if r > 0}))
     position = {r: i for i, r in enumerate(rates)}
     return ScheduleSpec(
@@ -127,25 +134,29 @@ def check_schedule_replicas(schedule: ScheduleSpec, model: ServingModel, values:
     coupled = schedule.ramp is not None or schedule.warmup_hours > 0
     if coupled and len(counts) > MAX_PLAN_COUNTS:
         raise GridError(source, f"grid.{key}", counts,
-                        f"has {len(counts)} values; a [schedule] with ramp or warmup_hours plans over at most {MAX_PLAN_COUNTS} "
-                        f"counts; use a coarser axis, e.g. {key} = {{start = 2, stop = 256, step = 2}}")
+                        f"has {len(counts)} values; a [schedule] with ramp or warmup_hours plans over at most "
+                        f"{MAX_PLAN_COUNTS} counts; use a coarser axis, "
+                        f"e.g. {key} = {{start = 2, stop = 256, step = 2}}")
 
 
 def _hourly_rps(raw: Any, source: str) -> tuple[float, ...]:
     key = "schedule.hourly_rps"
     if isinstance(raw, list) and raw and all(isinstance(day, list) for day in raw):
         if len(raw) != 7 or any(len(day) != 24 for day in raw):
-            raise GridError(source, key, f"{len(raw)} lists", "a week as lists needs 7 lists of 24 rates (Monday first)")
+            raise GridError(source, key, f"{len(raw)} lists",
+                            "a week as lists needs 7 lists of 24 rates (Monday first)")
         raw = [r for day in raw for r in day]
     if not isinstance(raw, list) or len(raw) not in PERIODS.values():
         got = f"has {len(raw)} values; " if isinstance(raw, list) else ""
         raise GridError(source, key, raw,
-                        f"{got}must be a list of 24 hourly rates (a day) or 168 (a week, Monday 00:00 first), e.g. {_EXAMPLE}")
+                        f"{got}must be a list of 24 hourly rates (a day) or 168 (a week, Monday 00:00 first), "
+                        f"e.g. {_EXAMPLE}")
     out = []
     for h, r in enumerate(raw):
         if (isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r)
                 or not (r == 0 or MIN_RPS <= r <= MAX_RPS)):
-            raise GridError(source, f"{key}[{h}]", r, f"must be a rate in requests/s, 0 (no traffic that hour) or in [{MIN_RPS:g}, {MAX_RPS:g}]")
+            raise GridError(source, f"{key}[{h}]", r,
+                            f"must be a rate in requests/s, 0 (no traffic that hour) or in [{MIN_RPS:g}, {MAX_RPS:g}]")
         out.append(float(r))
     _check_positive(out, source, key)
     return tuple(out)
@@ -160,7 +171,8 @@ def bin_trace(path_value: Any, source: str, hours: int) -> tuple[float, ...]:
     """A request trace -> the mean rate of each hour of a day (`hours` 24) or week (168)."""
     key = "schedule.trace"
     if not isinstance(path_value, str) or not path_value.strip():
-        raise GridError(source, key, path_value, 'must be a path (string) to a CSV relative to the grid file, e.g. trace = "traces/day.csv"')
+        raise GridError(source, key, path_value,
+                        'must be a path (string) to a CSV relative to the grid file, e.g. trace = "traces/day.csv"')
     path = Path(path_value)
     if not path.is_absolute():
         path = Path(source).parent / path
@@ -180,14 +192,17 @@ def bin_trace(path_value: Any, source: str, hours: int) -> tuple[float, ...]:
         except ValueError:
             if width is None and not counts:
                 continue  # a header line
-            raise GridError(source, key, f"{path_value}:{n}", f"{text!r} is not 'timestamp' or 'timestamp,requests' (numbers)") from None
+            raise GridError(source, key, f"{path_value}:{n}",
+                            f"{text!r} is not 'timestamp' or 'timestamp,requests' (numbers)") from None
         if len(values) not in (1, 2) or (width is not None and len(values) != width):
             raise GridError(source, key, f"{path_value}:{n}",
-                            f"has {len(values)} fields; every line is 'timestamp' (one request) or every line 'timestamp,requests'")
+                            f"has {len(values)} fields; "
+                            "every line is 'timestamp' (one request) or every line 'timestamp,requests'")
         width = len(values)
         t = values[0]
         if not math.isfinite(t) or t < 0:
-            raise GridError(source, key, f"{path_value}:{n}", f"timestamp {t} must be finite and >= 0 (seconds since the epoch or a midnight)")
+            raise GridError(source, key, f"{path_value}:{n}",
+                            f"timestamp {t} must be finite and >= 0 (seconds since the epoch or a midnight)")
         req = values[1] if width == 2 else 1.0
         if not math.isfinite(req) or req < 0:
             raise GridError(source, key, f"{path_value}:{n}", f"requests {req} must be finite and >= 0")
@@ -208,11 +223,12 @@ def bin_trace(path_value: Any, source: str, hours: int) -> tuple[float, ...]:
     missing = [h for h in range(hours) if seen[h] == 0]
     if missing:
         raise GridError(source, key, path_value,
-                        f"covers {last - first + 1} whole hours; a {'day' if hours == 24 else 'week'} profile needs every hour of the period "
-                        f"(hour {missing[0]} never occurs): give a longer trace")
+                        f"covers {last - first + 1} whole hours; a {'day' if hours == 24 else 'week'} profile needs "
+                        f"every hour of the period (hour {missing[0]} never occurs): give a longer trace")
     tiny = [h for h, r in enumerate(out) if 0 < r < MIN_RPS]
     if tiny:
-        raise GridError(source, key, path_value, f"hour {tiny[0]} averages {out[tiny[0]]:.3g} requests/s, below {MIN_RPS:g}; "
-                                                 "a trace this sparse says little about that hour: give a denser or shorter trace")
+        raise GridError(source, key, path_value,
+                        f"hour {tiny[0]} averages {out[tiny[0]]:.3g} requests/s, below {MIN_RPS:g}; "
+                        "a trace this sparse says little about that hour: give a denser or shorter trace")
     _check_positive(out, source, key)
     return tuple(out)

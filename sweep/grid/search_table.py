@@ -148,10 +148,12 @@ class SearchSpec:
 def parse_search(raw: Any, source: str, model: ServingModel) -> SearchSpec:
     """Validate a `[search]` table (shape, types, domains); catalog names come later."""
     if not isinstance(raw, Mapping):
-        raise GridError(source, "search", raw, "must be a table, e.g. [search] with objective, trials and [search.params]")
+        raise GridError(source, "search", raw,
+                        "must be a table, e.g. [search] with objective, trials and [search.params]")
     for k in raw:
         if k not in TABLE_KEYS:
-            raise GridError(source, f"search.{k}", raw[k], f"unknown search key{did_you_mean(k, TABLE_KEYS)}; expected one of {', '.join(TABLE_KEYS)}")
+            raise GridError(source, f"search.{k}", raw[k],
+                            f"unknown search key{did_you_mean(k, TABLE_KEYS)}; expected one of {', '.join(TABLE_KEYS)}")
     objectives = _objectives(raw.get("objective", DEFAULTS["objective"]), source, model)
     if "trials" not in raw:
         raise GridError(source, "search.trials", None, "is required: the trial budget per study, e.g. trials = 256")
@@ -165,9 +167,12 @@ def parse_search(raw: Any, source: str, model: ServingModel) -> SearchSpec:
     storage = _storage(raw.get("storage", DEFAULTS["storage"]), source)
     params_raw = raw.get("params")
     if params_raw is None:
-        raise GridError(source, "search.params", None, "is required: a [search.params] table naming the searched parameters, e.g. replicas = {low = 1, high = 64}")
+        raise GridError(source, "search.params", None,
+                        "is required: a [search.params] table naming the searched parameters, "
+                        "e.g. replicas = {low = 1, high = 64}")
     if not isinstance(params_raw, Mapping) or not params_raw:
-        raise GridError(source, "search.params", params_raw, "must be a non-empty table, e.g. [search.params] replicas = {low = 1, high = 64}")
+        raise GridError(source, "search.params", params_raw,
+                        "must be a non-empty table, e.g. [search.params] replicas = {low = 1, high = 64}")
     params = tuple(_param(k, v, source, model) for k, v in params_raw.items())
     return SearchSpec(source, objectives, trials, batch, seed, storage, params)
 
@@ -218,7 +223,9 @@ def _objectives(raw: Any, source: str, model: ServingModel) -> tuple[str, ...]:
         raise GridError(source, "search.objective", raw, f"must name at least one objective: {', '.join(OBJECTIVES)}")
     for o in items:
         if not isinstance(o, str) or o not in OBJECTIVES:
-            raise GridError(source, "search.objective", o, f"unknown objective{did_you_mean(str(o), OBJECTIVES)}; use one of {', '.join(OBJECTIVES)} or a list of them")
+            raise GridError(source, "search.objective", o,
+                            f"unknown objective{did_you_mean(str(o), OBJECTIVES)}; "
+                            f"use one of {', '.join(OBJECTIVES)} or a list of them")
     if len(set(items)) != len(items):
         raise GridError(source, "search.objective", raw, "lists an objective twice")
     return tuple(items)
@@ -236,11 +243,13 @@ def _storage(v: Any, source: str) -> str:
     if v in STORAGE_KINDS:
         return v
     if not _URL_RE.match(v):
-        raise GridError(source, "search.storage", _hide_password(v), 'must be "sqlite", "journal", "memory" or an RDB URL such as "postgresql://user@host/db"')
+        raise GridError(source, "search.storage", _hide_password(v),
+                        'must be "sqlite", "journal", "memory" or an RDB URL such as "postgresql://user@host/db"')
     if _has_password(v):
         raise GridError(source, "search.storage", _hide_password(v),
                         "carries a password, which the grid file would copy into the manifest and every Parquet file; "
-                        "leave it out (postgresql://user@host/db) and give it in the environment: PGPASSWORD or ~/.pgpass")
+                        "leave it out (postgresql://user@host/db) and give it in the environment: "
+                        "PGPASSWORD or ~/.pgpass")
     return v
 
 
@@ -271,14 +280,17 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
     where = f"search.params.{key}"
     keys = searchable(model)
     if key not in keys:
-        rule = f"unknown searched parameter{did_you_mean(key, keys)}; a search varies {', '.join(keys)} (fix every other key in [grid])"
+        rule = (f"unknown searched parameter{did_you_mean(key, keys)}; a search varies {', '.join(keys)} "
+                "(fix every other key in [grid])")
         raise GridError(source, where, raw, rule)
     param = model.param_by_key[key]
     if isinstance(raw, list):
         if not raw:
-            raise GridError(source, where, raw, f"an empty list searches nothing; give at least one value, e.g. {_example(model, key)}")
+            raise GridError(source, where, raw,
+                            f"an empty list searches nothing; give at least one value, e.g. {_example(model, key)}")
         if len(raw) > MAX_AXIS_VALUES:
-            raise GridError(source, where, raw[:32], f"gives {len(raw):,} values; a searched list holds at most {MAX_AXIS_VALUES:,}")
+            raise GridError(source, where, raw[:32],
+                            f"gives {len(raw):,} values; a searched list holds at most {MAX_AXIS_VALUES:,}")
         choices = tuple(check_value(param, v, source, where) for v in raw)
         if len(set(choices)) != len(choices):
             dup = next(c for c in choices if choices.count(c) > 1)
@@ -289,7 +301,8 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
             raise GridError(source, where, dict(raw), f"catalog names take a list, e.g. {_example(model, key)}")
         for k in raw:
             if k not in ("low", "high", "log"):
-                raise GridError(source, f"{where}.{k}", raw[k], "unknown range key; use {low, high} and optionally log = true")
+                raise GridError(source, f"{where}.{k}", raw[k],
+                                "unknown range key; use {low, high} and optionally log = true")
         for k in ("low", "high"):
             if k not in raw:
                 raise GridError(source, where, dict(raw), f"a range needs '{k}', e.g. {_example(model, key)}")
@@ -303,7 +316,9 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
         if log and low <= 0:
             raise GridError(source, f"{where}.low", low, "must be > 0 with log = true")
         return SearchParam(key, "int" if param.kind == "int" else "float", low=low, high=high, log=log)
-    raise GridError(source, where, raw, f"a searched parameter takes a list or a {{low, high}} range, e.g. {_example(model, key)}; a fixed value belongs in [grid]")
+    raise GridError(source, where, raw,
+                    f"a searched parameter takes a list or a {{low, high}} range, e.g. {_example(model, key)}; "
+                    "a fixed value belongs in [grid]")
 
 
 def _example(model: ServingModel, key: str) -> str:
@@ -335,7 +350,8 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
         while not d.exists() and d != d.parent:
             d = d.parent
         if not (d.is_dir() and os.access(d, os.W_OK)):
-            raise StorageError(search.source, "search.storage", search.storage, f"the output folder {out_dir} is not writable for {STORAGE_FILES[search.storage]}")
+            raise StorageError(search.source, "search.storage", search.storage,
+                               f"the output folder {out_dir} is not writable for {STORAGE_FILES[search.storage]}")
         return
     try:
         from sqlalchemy.engine import make_url
@@ -350,7 +366,8 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
         if db and db != ":memory:":
             parent = Path(db).resolve().parent
             if not parent.is_dir() or not os.access(parent, os.W_OK):
-                raise StorageError(search.source, "search.storage", shown, f"the folder {parent} does not exist or is not writable")
+                raise StorageError(search.source, "search.storage", shown,
+                                   f"the folder {parent} does not exist or is not writable")
         return
     host, port = url.host or "localhost", url.port or _DEFAULT_PORTS.get(backend)
     if port is not None and not (host.startswith("/") or url.query.get("host")):
@@ -358,17 +375,21 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
             socket.create_connection((host, int(port)), timeout=timeout_s).close()
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
-            raise StorageError(search.source, "search.storage", shown, f"cannot reach {host}:{port} ({reason}); start the database or fix the URL") from None
+            raise StorageError(search.source, "search.storage", shown,
+                               f"cannot reach {host}:{port} ({reason}); start the database or fix the URL") from None
     try:
         import sqlalchemy
 
-        connect_args = {"connect_timeout": int(max(1, timeout_s))} if backend in ("postgresql", "mysql", "mariadb") else {}
+        connect_args = ({"connect_timeout": int(max(1, timeout_s))} if backend in ("postgresql", "mysql", "mariadb")
+                        else {})
         engine = sqlalchemy.create_engine(url, connect_args=connect_args, poolclass=sqlalchemy.pool.NullPool)
         with engine.connect():
             pass
         engine.dispose()
     except ImportError as exc:
-        raise StorageError(search.source, "search.storage", shown, f"the database driver is not installed ({exc.name or exc}); for PostgreSQL: pip install 'sweep[cluster]'") from None
+        raise StorageError(search.source, "search.storage", shown,
+                           f"the database driver is not installed ({exc.name or exc}); "
+                           "for PostgreSQL: pip install 'sweep[cluster]'") from None
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(search.source, "search.storage", shown, f"cannot connect ({first[:160]})") from None

@@ -13,7 +13,8 @@ Two shapes of measurement fit the three coefficients, each with its standard err
   `bench_serving`, GenAI-Perf/AIPerf), header `concurrency,prompt_tokens,output_tokens,
   ttft_ms,tpot_ms`: one row a closed-loop run at that concurrency with those mean lengths,
   its mean TTFT and mean TPOT (ITL). A blank `ttft_ms` or `tpot_ms` cell (or a header
-  without one of the two columns) drops that equation. Each measured mean is the step time of the steps it spans (`closed_loop_steps`):
+  without one of the two columns) drops that equation. Each measured mean is the step time of the \
+steps it spans (`closed_loop_steps`):
 
       TPOT = T_step(n_tok = 1 + d_tok, n_ctx = P + O/2 + d_ctx)
       TTFT = T_step(n_tok = P + d_tok, n_ctx = P + d_ctx)
@@ -221,8 +222,8 @@ def _solve(shape: str, x: np.ndarray, y: np.ndarray, w: np.ndarray, labels: tupl
         raise _err(source, "fit t_fixed_ms + t_token_ms", float(coef[0] + coef[1]),
                    "a step would take no time: are the times all 0?")
     return StepFit(shape, float(coef[0]), float(coef[1]), float(coef[2]), (float(ses[0]), float(ses[1]), float(ses[2])),
-                   tuple(pinned), {k: z_pinned[k] for k in pinned}, float(r2), n, n_rows, labels, tuple(float(v) for v in y),
-                   tuple(float(v) for v in fitted), source,
+                   tuple(pinned), {k: z_pinned[k] for k in pinned}, float(r2), n, n_rows, labels,
+                   tuple(float(v) for v in y), tuple(float(v) for v in fitted), source,
                    tuple((float(r[0]), float(r[1]), float(r[2])) for r in cov3))
 
 
@@ -264,7 +265,8 @@ def read_header(text: str) -> tuple[list[str], int] | None:
     return None
 
 
-def parse_table(text: str, source: str, columns: Sequence[str], *, optional: Sequence[str] = ()) -> tuple[list[dict[str, str]], list[int]]:
+def parse_table(text: str, source: str, columns: Sequence[str], *,
+                optional: Sequence[str] = ()) -> tuple[list[dict[str, str]], list[int]]:
     """CSV text -> one dict of cells per row (the named columns only) and the line numbers.
     Columns in `optional` may be blank in a row (but must be in the header)."""
     header: list[str] | None = None
@@ -319,7 +321,8 @@ def parse_steps(text: str, source: str = "<profile>") -> StepFit:
     vals = []
     for r, line in zip(rows, numbers):
         vals.append((
-            _number(r["n_tokens"], source, f"row {line}, column n_tokens", 0, N_TOKENS_MAX, integer=True, unit="tokens"),
+            _number(r["n_tokens"], source, f"row {line}, column n_tokens", 0, N_TOKENS_MAX,
+                    integer=True, unit="tokens"),
             _number(r["n_ctx"], source, f"row {line}, column n_ctx", 0, N_CTX_MAX, integer=True, unit="tokens"),
             _number(r["step_ms"], source, f"row {line}, column step_ms", TIME.lo, TIME.hi, unit="ms"),
         ))
@@ -342,7 +345,8 @@ def parse_requests(text: str, source: str = "<profile>") -> StepFit:
         if math.isnan(row[3]) and math.isnan(row[4]):
             raise _err(source, f"{at}s ttft_ms and tpot_ms", "", "are both blank; a row needs at least one measurement")
         if row[2] < 2 and not math.isnan(row[4]):
-            raise _err(source, f"{at} tpot_ms", r["tpot_ms"], "a request of one output token has no TPOT; leave it blank")
+            raise _err(source, f"{at} tpot_ms", r["tpot_ms"],
+                       "a request of one output token has no TPOT; leave it blank")
         vals.append(row)
     return fit_requests(vals, source=source, row_numbers=numbers)
 

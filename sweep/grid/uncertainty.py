@@ -85,7 +85,8 @@ def parse_uncertainty(raw: Any, model: ServingModel, fit: Mapping[str, Any] | No
     for k, v in raw.items():
         where = f"uncertainty.{k}"
         if k not in known:
-            raise GridError(source, where, v, f"unknown uncertainty key{did_you_mean(k, known)}; expected one of {', '.join(known)}")
+            raise GridError(source, where, v,
+                            f"unknown uncertainty key{did_you_mean(k, known)}; expected one of {', '.join(known)}")
         if k == "samples":
             if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= MAX_SAMPLES:
                 raise GridError(source, where, v, f"must be an integer in [2, {MAX_SAMPLES}], e.g. samples = 64")
@@ -127,20 +128,24 @@ def _dist(key: str, v: Any, source: str) -> Dist:
     if kind == "uniform":
         for f in fields:
             if f not in v:
-                raise GridError(source, f"{where}.{f}", None, "is required (a multiple of the grid value), e.g. low = 0.8, high = 1.2")
+                raise GridError(source, f"{where}.{f}", None,
+                                "is required (a multiple of the grid value), e.g. low = 0.8, high = 1.2")
             if not _num(v[f]) or v[f] < 0:
-                raise GridError(source, f"{where}.{f}", v[f], "must be a finite number >= 0 (a multiple of the grid value)")
+                raise GridError(source, f"{where}.{f}", v[f],
+                                "must be a finite number >= 0 (a multiple of the grid value)")
         if v["low"] > v["high"]:
             raise GridError(source, f"{where}.low", v["low"], f"must be <= high ({v['high']})")
         return Dist(key, kind, float(v["low"]), float(v["high"]))
     mean = v.get("mean", 1.0)
     if not _num(mean) or mean <= 0:
-        raise GridError(source, f"{where}.mean", mean, "must be a finite number > 0 (a multiple of the grid value; default 1)")
+        raise GridError(source, f"{where}.mean", mean,
+                        "must be a finite number > 0 (a multiple of the grid value; default 1)")
     if "sd" not in v:
         raise GridError(source, f"{where}.sd", None, "is required (relative to the grid value), e.g. sd = 0.2")
     sd = v["sd"]
     if not _num(sd) or not 0 <= sd <= MAX_SD:
-        raise GridError(source, f"{where}.sd", sd, f"must be a number in [0, {MAX_SD:g}] (relative to the grid value: 0.2 = 20 %)")
+        raise GridError(source, f"{where}.sd", sd,
+                        f"must be a number in [0, {MAX_SD:g}] (relative to the grid value: 0.2 = 20 %)")
     return Dist(key, kind, float(mean), float(sd))
 
 
@@ -158,11 +163,13 @@ def _profile(v: Any, model: ServingModel, fit: Mapping[str, Any] | None,
     if not cov_flag:
         return (), ()
     if fit is None:
-        raise GridError(source, f"{where}.covariance", True, 'needs a [profile] file = "..." to fit (its covariance is sampled)')
+        raise GridError(source, f"{where}.covariance", True,
+                        'needs a [profile] file = "..." to fit (its covariance is sampled)')
     cov = fit.get("cov_ms2")
     if not cov:
         raise GridError(source, f"{where}.covariance", True,
-                        f"the fit of {fit.get('file', 'the profile')} has no covariance (too few rows: no residual degree of freedom)")
+                        f"the fit of {fit.get('file', 'the profile')} has no covariance "
+                        "(too few rows: no residual degree of freedom)")
     c = np.asarray(cov, dtype=np.float64)
     # a symmetric square root that tolerates a singular (e.g. pinned) covariance
     w, u = np.linalg.eigh((c + c.T) / 2)
@@ -182,5 +189,6 @@ def parse_sensitivity(raw: Any, model: ServingModel, source: str) -> bool:
         raise GridError(source, "sensitivity.enabled", enabled, "must be true or false")
     if enabled and model.needs_host_pass:
         raise GridError(source, "sensitivity", "latency_model = " + model.name,
-                        "needs an analytic latency model (derivatives run through the jitted kernel, not the simulator)")
+                        "needs an analytic latency model "
+                        "(derivatives run through the jitted kernel, not the simulator)")
     return enabled

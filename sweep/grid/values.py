@@ -113,10 +113,12 @@ def _range_size(param: Param, table: Mapping[str, Any], source: str) -> int:
     allowed = {"start", "stop", "num", "scale", "step"}
     for k in table:
         if k not in allowed:
-            raise GridError(source, f"{where}.{k}", table[k], "unknown range key; use {start, stop, num, scale} or {start, stop, step}")
+            raise GridError(source, f"{where}.{k}", table[k],
+                            "unknown range key; use {start, stop, num, scale} or {start, stop, step}")
     for k in ("start", "stop"):
         if k not in table:
-            raise GridError(source, where, dict(table), f"a range table needs '{k}', e.g. {{start = 1, stop = 64, num = 7, scale = \"log\"}}")
+            raise GridError(source, where, dict(table),
+                            f"a range table needs '{k}', e.g. {{start = 1, stop = 64, num = 7, scale = \"log\"}}")
         x = table[k]
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
             raise GridError(source, f"{where}.{k}", x, "must be a finite number")
@@ -166,7 +168,8 @@ def expand_range(param: Param, table: Mapping[str, Any], source: str) -> list[An
     start, stop = table["start"], table["stop"]
     if "step" in table:
         step = table["step"]
-        return [start + i * step for i in range(n)] if param.kind == "int" else [float(start + i * step) for i in range(n)]
+        return ([start + i * step for i in range(n)] if param.kind == "int"
+                else [float(start + i * step) for i in range(n)])
     if table.get("scale", "linear") == "log":
         xs = np.geomspace(start, stop, n)
     else:

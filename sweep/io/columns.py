@@ -81,9 +81,11 @@ def _null_by_model(serving: str) -> dict[str, str]:
 def reference(table: str, model: ServingModel | None = None) -> str:
     model = model or get_model()
     if table == "points":
-        return markdown_table(all_point_columns(model.serving), _only_with(model.serving), _null_by_model(model.serving))
+        return markdown_table(all_point_columns(model.serving), _only_with(model.serving),
+                              _null_by_model(model.serving))
     if table == "optimum":
-        return markdown_table(optimum_columns(model, all_point_columns(model.serving)), nulls=_null_by_model(model.serving))
+        return markdown_table(optimum_columns(model, all_point_columns(model.serving)),
+                              nulls=_null_by_model(model.serving))
     if table == "frontier":
         return markdown_table(frontier_extra(model.decisions, model.slo_checks))
     if table == "schedule":
@@ -92,7 +94,8 @@ def reference(table: str, model: ServingModel | None = None) -> str:
         from sweep.search.study import SEARCH_META_FIRST, SEARCH_META_LAST
 
         return markdown_table(SEARCH_META_FIRST + SEARCH_META_LAST)
-    raise SystemExit(f"usage: python -m sweep.io.columns points|optimum|frontier|schedule|search [serving/latency_model]; not {table!r}")
+    raise SystemExit("usage: python -m sweep.io.columns points|optimum|frontier|schedule|search "
+                     f"[serving/latency_model]; not {table!r}")
 
 
 _MARKED = re.compile(r"(<!-- columns:([a-z]+(?::[a-z]+)?) -->\n)(.*?)(<!-- /columns:\2 -->)", re.S)
@@ -117,7 +120,8 @@ def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
     import io
 
     model = model or get_model()
-    columns = {"points": all_point_columns(model.serving), "frontier": frontier_extra(model.decisions, model.slo_checks),
+    columns = {"points": all_point_columns(model.serving),
+               "frontier": frontier_extra(model.decisions, model.slo_checks),
                "optimum": optimum_columns(model, all_point_columns(model.serving)),
                "schedule": schedule_columns(model, all_point_columns(model.serving))}
     if table == "search":
@@ -125,7 +129,8 @@ def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
 
         columns["search"] = SEARCH_META_FIRST + SEARCH_META_LAST
     if table not in columns:
-        raise SystemExit(f"usage: python -m sweep.io.columns --csv points|optimum|frontier|schedule|search [SERVING]; not {table!r}")
+        raise SystemExit("usage: python -m sweep.io.columns --csv points|optimum|frontier|schedule|search "
+                         f"[SERVING]; not {table!r}")
     nulls = _null_by_model(model.serving)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -139,7 +144,8 @@ def csv_dictionary(table: str, model: ServingModel | None = None) -> str:
 if __name__ == "__main__":  # pragma: no cover - docs helper
     if sys.argv[1:2] == ["--csv"]:
         serving = sys.argv[3] if len(sys.argv) > 3 else None
-        sys.stdout.write(csv_dictionary(sys.argv[2] if len(sys.argv) > 2 else "points", get_model(serving) if serving else None))
+        sys.stdout.write(csv_dictionary(sys.argv[2] if len(sys.argv) > 2 else "points",
+                                        get_model(serving) if serving else None))
     elif sys.argv[1:2] in (["--fill"], ["--readme"]):
         for path in map(Path, sys.argv[2:]):
             path.write_text(fill_markdown(path.read_text()))

@@ -64,7 +64,8 @@ class FolderLock:
         self._file = f
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self._file is not None:
             fcntl.flock(self._file, fcntl.LOCK_UN)
             self._file.close()

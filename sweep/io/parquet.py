@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 
 from sweep.models.base import MAX_EXACT_INT, Column
 
-_ARROW = {"float64": pa.float64(), "int64": pa.int64(), "bool": pa.bool_(), "dict": pa.dictionary(pa.int32(), pa.string())}
+_ARROW = {"float64": pa.float64(), "int64": pa.int64(), "bool": pa.bool_(),
+          "dict": pa.dictionary(pa.int32(), pa.string())}
 COMPRESSION = "zstd"
 
 
@@ -53,7 +54,8 @@ def record_batch(
     for field in schema:
         data = arrays[field.name]
         if pa.types.is_dictionary(field.type):
-            cols.append(pa.DictionaryArray.from_arrays(pa.array(data, pa.int32()), pa.array(dictionaries[field.name], pa.string())))
+            cols.append(pa.DictionaryArray.from_arrays(pa.array(data, pa.int32()),
+                                                       pa.array(dictionaries[field.name], pa.string())))
         elif field.nullable and np.asarray(data).dtype.kind == "f":
             cols.append(_nullable(np.asarray(data), field.type))
         else:

@@ -167,7 +167,8 @@ class Staging:
             return None, None
         try:
             marker = json.loads(path.read_text())
-            if not isinstance(marker, dict) or marker.get("digest") != _marker_digest(marker) or marker.get("segment") != k:
+            if (not isinstance(marker, dict) or marker.get("digest") != _marker_digest(marker)
+                    or marker.get("segment") != k):
                 return None, f"its seal {path.name} is not one sweep wrote (edited or garbage)"
             for rel, record in marker["files"].items():
                 problem = check_file(self.path, rel, record)

@@ -105,7 +105,8 @@ class ClusterOptions:
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
         except OSError as exc:
-            raise OutputError(f"--scheduler {self.scheduler}: cannot reach the Dask scheduler ({exc.strerror or type(exc).__name__}); "
+            raise OutputError(f"--scheduler {self.scheduler}: cannot reach the Dask scheduler "
+                              f"({exc.strerror or type(exc).__name__}); "
                               "start it (dask scheduler) or fix the address") from None
 
 
@@ -220,7 +221,8 @@ class DaskExecutor(Executor):
         compilations = 0
         with connect(self.options) as client:
             self.info["workers"] = len(client.nthreads())
-            futures = {client.submit(segment_task, job, k, begin, end, key=f"sweep-{run.run_key}-{session}-{k:05d}"): (k, begin, end)
+            futures = {client.submit(segment_task, job, k, begin, end,
+                                     key=f"sweep-{run.run_key}-{session}-{k:05d}"): (k, begin, end)
                        for k, begin, end in todo}
             try:
                 for future in _distributed().as_completed(list(futures), loop=client.loop):
@@ -229,7 +231,8 @@ class DaskExecutor(Executor):
                         result = future.result()
                     except Exception as exc:
                         if "CancelledError" in type(exc).__name__:
-                            raise OutputError(f"segment {k + 1} of {n_seg}: its task was cancelled on the cluster; rerun to resume") from None
+                            raise OutputError(f"segment {k + 1} of {n_seg}: its task was cancelled on the cluster; "
+                                              "rerun to resume") from None
                         if type(exc).__name__ == "KilledWorker":
                             raise ResourceError(f"segment {k + 1} of {n_seg}: every worker that ran it died ({exc}); "
                                                 "rerun the same command to resume (a worker's memory limit?)") from None
@@ -282,7 +285,8 @@ def segment_task(job: dict[str, Any], k: int, begin: int, end: int) -> dict[str,
     attempt folder; return its statistics and its files' records (never seals)."""
     where = f"{socket.gethostname()}:{os.getpid()}"
     if job["version"] != __version__:
-        raise OutputError(f"worker {where} runs sweep {__version__}, the client {job['version']}: install the same version everywhere")
+        raise OutputError(f"worker {where} runs sweep {__version__}, the client {job['version']}: "
+                          "install the same version everywhere")
     folder = Path(job["folder"])
     if not folder.is_dir():
         raise OutputError(f"worker {where} cannot see {folder}: a cluster run needs the output folder on a file system "

@@ -53,8 +53,9 @@ def plan_memory(spec: GridSpec, limit_mb: int) -> MemoryPlan:
     least_writer = WRITER_COPIES * MIN_ROW_GROUP * row_bytes if writes else 0
     floor_mb = int(fixed + (MIN_CHUNK * BYTES_PER_POINT + least_writer) / 1e6) + 1
     if limit_mb < floor_mb:
-        raise OutputError(f"--memory-limit {limit_mb}: this grid needs at least {floor_mb} MB (measured: {BASE_MB} MB for "
-                          f"Python, JAX and pyarrow, {spec.model.compile_mb} MB to compile the {spec.model.name} model, "
+        raise OutputError(f"--memory-limit {limit_mb}: this grid needs at least {floor_mb} MB "
+                          f"(measured: {BASE_MB} MB for Python, JAX and pyarrow, "
+                          f"{spec.model.compile_mb} MB to compile the {spec.model.name} model, "
                           f"and the smallest chunk{' and row groups' if writes else ''}); give at least {floor_mb}")
     avail = (limit_mb - fixed) * 1e6
     row_group: int | None = None

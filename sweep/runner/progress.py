@@ -66,7 +66,8 @@ class ProgressReporter:
 
             self._bar = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]} points/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                TextColumn("{task.fields[rate]} points/s"), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(),
                 console=Console(file=self.stream), transient=False,
             )
             self._bar.start()

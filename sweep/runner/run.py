@@ -163,7 +163,8 @@ def run_grid(
         segment_points = executor.segment_points(spec, evaluator.chunk_size)
     seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
     if spec.schedule is not None and shard.count > 1:
-        raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; run it without --shard")
+        raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; "
+                          "run it without --shard")
     key = [spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]
     if spec.schedule is not None:  # a trace file's hours are not in the grid's text
         key.append(list(spec.schedule.hourly_rps))
@@ -244,8 +245,10 @@ class _Run:
         w0 = time.perf_counter()
         final = self.staging.final
         self._verify(n_seg)
-        concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)], final / "optimum.parquet", self.opt_schema)
-        concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)], final / "frontier.parquet", self.front_schema)
+        concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)],
+                       final / "optimum.parquet", self.opt_schema)
+        concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)],
+                       final / "frontier.parquet", self.front_schema)
         if self.spec.schedule is not None:
             self._schedule(n_seg)
         self.timings["write"] += time.perf_counter() - w0
@@ -279,7 +282,8 @@ class _Run:
             if seal is None:
                 self.staging.drop_segment(k, f"seg-{k:05d}-")
                 raise DamagedError(f"{self.staging.out_dir}: segment {k + 1} of {n_seg} was damaged while the run "
-                                   f"went on ({problem or 'its seal is gone'}); nothing was published; rerun to compute it again")
+                                   f"went on ({problem or 'its seal is gone'}); nothing was published; "
+                                   "rerun to compute it again")
             for rel, record in seal["files"].items():
                 if rel.startswith("final/"):
                     self.records[rel.removeprefix("final/")] = record
@@ -292,8 +296,9 @@ class _Run:
         facts = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in w.facts_schema.names}
         keys = [a.key for a in spec.axes if a.key not in spec.model.decisions.decision_axes]
         axis_names = [n for n in w.facts_schema.names[len(ROW_FACTS):] if n in w.sched_schema.names]
-        table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys], arrival_pos=keys.index("arrival_rps"),
-                               hourly_rps=sched.hourly_rps, rate_index=sched.rate_index, ramp=sched.ramp,
+        table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys],
+                               arrival_pos=keys.index("arrival_rps"), hourly_rps=sched.hourly_rps,
+                               rate_index=sched.rate_index, ramp=sched.ramp,
                                warmup_hours=sched.warmup_hours, axis_names=axis_names)
         writer = DatasetWriter(self.staging.final, w.sched_schema, single_file=SCHEDULE_FILE)
         writer.write(record_batch(table, w.sched_schema, w.dictionaries))
@@ -318,13 +323,15 @@ class _Run:
         spec, ev = self.spec, self.ev
         total = time.perf_counter() - self.t0
         final = self.staging.final
-        points = sorted(str(p.relative_to(final)) for p in (final / "points").rglob("*.parquet")) if (final / "points").exists() else []
+        points = (sorted(str(p.relative_to(final)) for p in (final / "points").rglob("*.parquet"))
+                  if (final / "points").exists() else [])
         n = self.stop - self.start
         return {
             **{k: v for k, v in self.meta.items() if k != "grid_toml"},
             "run_key": self.run_key,
             "grid": {"file": spec.source, "sha256": spec.sha256, "toml": spec.text},
-            "jax": {"version": jax.__version__, "backend": jax.default_backend(), "x64": bool(jax.config.read("jax_enable_x64"))},
+            "jax": {"version": jax.__version__, "backend": jax.default_backend(),
+                    "x64": bool(jax.config.read("jax_enable_x64"))},
             "python": platform.python_version(),
             "axes": {a.key: len(a) for a in spec.axes},
             "slo_checks": [list(check) for check in spec.model.slo_checks],

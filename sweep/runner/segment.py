@@ -108,9 +108,11 @@ class SegmentWriter:
             stats["feasible"] += int(data["feasible"].sum())
             if self.keep_rows:
                 kept.append(data)
-            opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size, self.rows_per_group),
+            opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size,
+                                                  self.rows_per_group),
                                      self.opt_schema, self.dictionaries))
-            front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.rows_per_group), self.front_schema, self.dictionaries))
+            front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.rows_per_group),
+                                       self.front_schema, self.dictionaries))
             if facts_w is not None:
                 facts = row_facts(data, chunk.rows, self.ev.row_size, self.ev.group_size, self.facts_schema.names,
                                   self.spec.model.decisions.size)
@@ -147,7 +149,8 @@ class SegmentWriter:
             w.close()
         _release_memory()
         self.timings["write"] += time.perf_counter() - w0
-        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w, *extra) for path, rows in w.written.items()]
+        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w, *extra)
+                 for path, rows in w.written.items()]
         return {
             "points_written": sum(w.rows for w in point_writers.values()),
             "optimum": opt_w.rows,
@@ -181,8 +184,8 @@ class SegmentWriter:
         if folder not in writers:
             points = root / "final" / "points"
             path = points / folder if folder else points
-            writers[folder] = DatasetWriter(path, self.point_schema, row_group_rows=self.spec.output.row_group_rows, prefix=prefix,
-                                            encoders=POINT_ENCODERS)
+            writers[folder] = DatasetWriter(path, self.point_schema, row_group_rows=self.spec.output.row_group_rows,
+                                            prefix=prefix, encoders=POINT_ENCODERS)
         return writers[folder]
 
 

@@ -35,7 +35,8 @@ def _shard_manifest(folder: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
         _ = manifest["shard"]["index"], manifest["shard"]["count"], manifest["grid"]["sha256"], manifest["rows"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise OutputError(f"{path}: not a shard manifest sweep wrote ({type(exc).__name__}); rerun the shard with --force") from None
+        raise OutputError(f"{path}: not a shard manifest sweep wrote ({type(exc).__name__}); "
+                          "rerun the shard with --force") from None
     if not isinstance(manifest.get("checksums"), dict):
         raise OutputError(f"{path}: the shard has no file checksums (written by an older sweep); rerun it with --force")
     for rel, record in manifest["checksums"].items():
@@ -49,22 +50,26 @@ def merge_shards(out_dir: str | Path, *, wait: bool = False) -> dict[str, Any]:
     out_dir = Path(out_dir)
     folders = sorted((out_dir / "shards").glob("*-of-*")) if (out_dir / "shards").is_dir() else []
     if not folders:
-        raise OutputError(f"{out_dir}: no shards/ folder with finished shards; run `sweep run GRID --out {out_dir} --shard i/n` first")
+        raise OutputError(f"{out_dir}: no shards/ folder with finished shards; "
+                          f"run `sweep run GRID --out {out_dir} --shard i/n` first")
     with FolderLock(out_dir, what="sweep merge", wait=wait):
         manifests = [_shard_manifest(f) for f in folders]
         counts = sorted({m["shard"]["count"] for m in manifests})
         if len(counts) > 1:
-            raise OutputError(f"{out_dir}/shards: shards of different splits ({', '.join(f'n = {c}' for c in counts)}); "
+            raise OutputError(f"{out_dir}/shards: shards of different splits "
+                              f"({', '.join(f'n = {c}' for c in counts)}); "
                               "keep the folders of one --shard i/n split only")
         first = manifests[0]
         count = counts[0]
         indices = sorted(m["shard"]["index"] for m in manifests)
         if indices != list(range(1, count + 1)):
             missing = sorted(set(range(1, count + 1)) - set(indices))
-            raise OutputError(f"{out_dir}/shards: shards {missing} of {count} are missing; run them with --shard i/{count}")
+            raise OutputError(f"{out_dir}/shards: shards {missing} of {count} are missing; "
+                              f"run them with --shard i/{count}")
         for m in manifests:
             if m["grid"]["sha256"] != first["grid"]["sha256"] or m["sweep_version"] != first["sweep_version"]:
-                raise OutputError(f"{out_dir}/shards: shard {m['shard']['index']} ran another grid or sweep version; rerun it")
+                raise OutputError(f"{out_dir}/shards: shard {m['shard']['index']} "
+                                  "ran another grid or sweep version; rerun it")
         ordered = sorted(zip(manifests, folders), key=lambda mf: mf[0]["shard"]["index"])
         staging = Staging(out_dir, "merge-" + first["grid"]["sha256"][:12])
         staging.discard()
@@ -89,14 +94,17 @@ def merge_shards(out_dir: str | Path, *, wait: bool = False) -> dict[str, Any]:
                 checksums[name] = m["checksums"][rel]
         for name in ("optimum.parquet", "frontier.parquet"):
             checksums[name] = file_record(final / name)
-        rows = {key: sum(m["rows"][key] for m in manifests) for key in ("points_written", "optimum", "frontier", "feasible")}
+        rows = {key: sum(m["rows"][key] for m in manifests)
+                for key in ("points_written", "optimum", "frontier", "feasible")}
         actions: dict[str, int] = {}
         for m in manifests:
             for k, v in m["rows"]["actions"].items():
                 actions[k] = actions.get(k, 0) + v
         manifest = {
-            **{k: v for k, v in first.items() if k not in ("shard", "rows", "files", "chunks", "timings_s", "run_key", "checksums")},
-            "rows": {"grid_points": first["rows"]["grid_points"], "points_mode": first["rows"]["points_mode"], **rows, "actions": actions},
+            **{k: v for k, v in first.items()
+               if k not in ("shard", "rows", "files", "chunks", "timings_s", "run_key", "checksums")},
+            "rows": {"grid_points": first["rows"]["grid_points"], "points_mode": first["rows"]["points_mode"],
+                     **rows, "actions": actions},
             "files": {"points": sorted(points), "optimum": "optimum.parquet", "frontier": "frontier.parquet"},
             "checksums": dict(sorted(checksums.items())),
             "shards": {"count": count, "folders": [str(f.relative_to(out_dir)) for _, f in ordered],

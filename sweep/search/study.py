@@ -86,25 +86,47 @@ _BIG = 1e6  # constraint value standing in for +inf / NaN violations
 
 #: Columns of search.parquet before and after the point columns of the answer.
 SEARCH_META_FIRST: tuple[Column, ...] = (
-    Column("study_name", "dict", "-", "The Optuna study: GRID/key=value,.../DIGEST (one per combination of the unsearched list axes)."),
+    Column("study_name", "dict", "-",
+           "The Optuna study: GRID/key=value,.../DIGEST (one per combination of the unsearched list axes)."),
     Column("method", "dict", "-", "How the answer was found: optuna."),
-    Column("objective", "dict", "-", "The objective(s), joined by +: dynamic serving min_cost, max_capacity, min_latency; continuous serving min_cost, min_cost_per_mtok, max_tok_s_per_gpu, max_tok_s_per_user, min_ttft, min_tpot."),
-    Column("objective_value", "float64", "-", "The first objective's value at this answer, in the unit of the column it optimises (min_cost: cost_usd_per_hour, max_capacity: fleet_capacity_rps, min_latency: latency_ms; continuous serving: cost_usd_per_mtok, tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms); NULL where that is unbounded (an answer that does not meet the constraints).", null_when="meets_constraints"),
-    Column("rank", "int64", "-", "0 for a single objective; the answer's position in the Pareto set (sorted by the first objective) otherwise."),
-    Column("meets_constraints", "bool", "-", "The answer meets every constraint: SLO, stability, rho <= rho_max, memory."),
-    Column("reason", "dict", "-", "Empty, or why no answer meets every constraint (the least-violating trial is shown)."),
+    Column("objective", "dict", "-",
+           "The objective(s), joined by +: dynamic serving min_cost, max_capacity, min_latency; continuous serving "
+           "min_cost, min_cost_per_mtok, max_tok_s_per_gpu, max_tok_s_per_user, min_ttft, min_tpot."),
+    Column("objective_value", "float64", "-",
+           "The first objective's value at this answer, in the unit of the column it optimises "
+           "(min_cost: cost_usd_per_hour, max_capacity: fleet_capacity_rps, min_latency: latency_ms; "
+           "continuous serving: cost_usd_per_mtok, tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms); "
+           "NULL where that is unbounded (an answer that does not meet the constraints).",
+           null_when="meets_constraints"),
+    Column("rank", "int64", "-",
+           "0 for a single objective; the answer's position in the Pareto set (sorted by the first objective) "
+           "otherwise."),
+    Column("meets_constraints", "bool", "-",
+           "The answer meets every constraint: SLO, stability, rho <= rho_max, memory."),
+    Column("reason", "dict", "-",
+           "Empty, or why no answer meets every constraint (the least-violating trial is shown)."),
 )
 SEARCH_META_LAST: tuple[Column, ...] = (
     Column("trial_number", "int64", "-", "The Optuna trial this answer is."),
     Column("trials", "int64", "trials", "COMPLETE trials in the study."),
     Column("feasible_trials", "int64", "trials", "Trials that meet every constraint."),
-    Column("enumerable", "bool", "-", "Every searched parameter is categorical or integer and the space has at most 2,000,000 combinations: the exact optimum was computed."),
-    Column("space_size", "float64", "points", "Combinations in the searched space (NULL with a float range: uncountable).", null_when="enumerable"),
+    Column("enumerable", "bool", "-",
+           "Every searched parameter is categorical or integer and the space has at most 2,000,000 combinations: "
+           "the exact optimum was computed."),
+    Column("space_size", "float64", "points",
+           "Combinations in the searched space (NULL with a float range: uncountable).",
+           null_when="enumerable"),
     Column("exact_points", "int64", "points", "Combinations evaluated by the exact check (0 when not enumerable)."),
     Column("exact_feasible", "int64", "points", "Feasible combinations among them."),
-    Column("exact_value", "float64", "-", "The exact optimum of the first objective, in its unit (NULL when nothing is feasible or the space is not enumerable).", null_when="no answer, enumerable"),
+    Column("exact_value", "float64", "-",
+           "The exact optimum of the first objective, in its unit "
+           "(NULL when nothing is feasible or the space is not enumerable).",
+           null_when="no answer, enumerable"),
     Column("exact_point", "dict", "-", "The exact optimum's searched values, key=value,..."),
-    Column("gap_rel", "float64", "-", "Relative gap of this answer to the exact front (0 = found it; NULL when not enumerable, or when this answer misses the constraints but a feasible point exists).", null_when="enumerable, meets_constraints"),
+    Column("gap_rel", "float64", "-",
+           "Relative gap of this answer to the exact front (0 = found it; NULL when not enumerable, "
+           "or when this answer misses the constraints but a feasible point exists).",
+           null_when="enumerable, meets_constraints"),
     Column("found_exact", "bool", "-", "gap_rel within 1e-9."),
     Column("front_coverage", "float64", "-", "Share of the exact Pareto front found (multi-objective), else 1 or 0."),
     Column("seed", "int64", "-", "The sampler's seed."),
@@ -223,17 +245,19 @@ class Owner:
     orphan on any host; elsewhere only the processes of this host can be checked."""
 
     def __init__(self, storage: Any = None) -> None:
-        self.attr: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid()),
-                                     "session": uuid.uuid4().hex}
+        self.attr: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
+                                     "start": _start_ticks(os.getpid()), "session": uuid.uuid4().hex}
         self._conn: Any = None
         self._engine: Any = None
         engine = getattr(storage, "engine", None)
         if engine is not None and engine.dialect.name == "postgresql":
             import sqlalchemy
 
-            self._engine = sqlalchemy.create_engine(engine.url, poolclass=sqlalchemy.pool.NullPool, connect_args=PG_CONNECT)
+            self._engine = sqlalchemy.create_engine(engine.url, poolclass=sqlalchemy.pool.NullPool,
+                                                    connect_args=PG_CONNECT)
             self._conn = self._engine.connect()
-            self._conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": pg_key("sweep-owner/" + self.attr["session"])})
+            self._conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"),
+                               {"k": pg_key("sweep-owner/" + self.attr["session"])})
             self._conn.commit()  # a session-level lock outlives the transaction that took it
             self.attr["liveness"] = "postgresql"
 
@@ -256,7 +280,8 @@ class Owner:
             self._conn.execute(text("SELECT 1"))
             self._conn.commit()
         except Exception:
-            raise StorageError("search", "search.storage", "postgresql", "this worker lost its connection to the database, "
+            raise StorageError("search", "search.storage", "postgresql",
+                               "this worker lost its connection to the database, "
                                "so other workers may take its trials over; rerun it to continue the study") from None
 
     def orphaned(self, attr: Any) -> bool:
@@ -523,7 +548,8 @@ def reduced_keys(model: ServingModel) -> tuple[str, ...]:
     """The columns objectives and constraints read (the exact pass keeps only these)."""
     keys = [c for c, _ in model.objectives.values()]
     keys += [k for check in model.slo_checks for k in check]
-    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max", model.decisions.cap, "mem_ok"]
+    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max",
+             model.decisions.cap, "mem_ok"]
     keys += ["b_mem_max"] if any(c.name == "b_mem_max" for c in model.columns) else []
     return tuple(dict.fromkeys(keys))
 
@@ -718,7 +744,8 @@ def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvalua
         owner.check()
         with budget:
             trials = study.get_trials(deepcopy=False)
-            orphans = [t for t in trials if t.state == TrialState.RUNNING and owner.orphaned(t.user_attrs.get(OWNER_ATTR))]
+            orphans = [t for t in trials
+                       if t.state == TrialState.RUNNING and owner.orphaned(t.user_attrs.get(OWNER_ATTR))]
             if orphans:
                 round_id, size = _round_of(trials, orphans[0])
                 if round_id is None:  # a round of its own
@@ -801,7 +828,8 @@ def _tell(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator,
     stats.trials_run += len(trials)
 
 
-def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats) -> dict[str, Any]:
+def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator,
+             stats: StudyStats) -> dict[str, Any]:
     """The study's answer trials re-evaluated (every output column), with a reason."""
     search = plan.search
     complete = _complete(study)
@@ -816,7 +844,8 @@ def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluat
     else:
         # No feasible trial: show the least-violating one, as a planner's hint.
         chosen = [min(complete, key=lambda t: (sum(max(v, 0.0) for v in t.constraints.values()), t.number))]
-        reason = f"no trial of {len(complete)} meets every constraint (slo, stable, rho <= rho_max, memory); least-violating trial shown"
+        reason = (f"no trial of {len(complete)} meets every constraint (slo, stable, rho <= rho_max, memory); "
+                  "least-violating trial shown")
     seen, unique = set(), []
     for t in chosen:  # the same point asked twice is one answer
         key = tuple(_fmt(t.params[k]) for k in search.keys)
@@ -865,7 +894,8 @@ def exact_solution(plan: _Plan, scenario: dict[str, Any], stats: StudyStats | No
         n = min(chunk, total - start)
         out = {k: a[:n] for k, a in out.items()}
         _, ok = constraint_values(out, plan.spec.model)
-        f = minimisation_form(objective_matrix(out, search.objectives, plan.spec.model), search.objectives, plan.spec.model)
+        f = minimisation_form(objective_matrix(out, search.objectives, plan.spec.model), search.objectives,
+                              plan.spec.model)
         keep_f.append(f[ok])
         keep_x.append(idx[:n][ok])
     f = np.concatenate(keep_f) if keep_f else np.zeros((0, len(search.objectives)))
@@ -934,7 +964,8 @@ def _gap(found: np.ndarray, front: np.ndarray) -> tuple[float, int]:
 # --------------------------------------------------------------------------- rows and table
 
 
-def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any],
+          exact: dict[str, Any] | None) -> list[dict[str, Any]]:
     search = plan.search
     objectives = search.objectives
     out = ans["out"]
@@ -972,7 +1003,8 @@ def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact
                        exact_feasible=0, gap_rel=0.0 if not ans["meets"][i] else math.inf,
                        found_exact=not bool(ans["meets"][i]), front_coverage=1.0)
             if not ans["meets"][i]:
-                row["reason"] = f"no point of the {exact['points']} combinations meets every constraint (exact check); " + ans["reason"]
+                row["reason"] = (f"no point of the {exact['points']} combinations meets every constraint "
+                                 "(exact check); " + ans["reason"])
         elif not ans["meets"][i]:
             j = 0
             row.update(exact_value=float(primary_sign * exact["front"][j, 0]),
@@ -1007,7 +1039,8 @@ def _result(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> Sear
         elif c.dtype == "dict":
             data[c.name] = np.asarray(col, dtype=np.int32)
         else:
-            data[c.name] = np.asarray(col, dtype={"float64": np.float64, "int64": np.int64, "bool": np.bool_}[c.memory_dtype])
+            data[c.name] = np.asarray(col, dtype={"float64": np.float64, "int64": np.int64,
+                                                  "bool": np.bool_}[c.memory_dtype])
     meta = {
         "grid_name": plan.spec.name,
         "grid_file": plan.spec.source,
