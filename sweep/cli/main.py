@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
                               "and the per-point table of a small selection",
                  ["sweep show runs/seed",
                   "sweep show runs/fleet model=llama-3.1-70b gpu=h100-sxm --top 25",
-                  "sweep show runs/fleet arrival_rps=400 seq_len=8192"])
+                  "sweep show runs/fleet arrival_rps=400 replicas=4"])
     sh.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")
     sh.add_argument("filters", nargs="*", metavar="KEY=VALUE",
                     help="keep the scenarios whose column KEY equals VALUE (a name or a number; inf = NULL)")

@@ -161,8 +161,8 @@ def _cell_text(cell: Cell, rows: Mapping[str, np.ndarray], i: int) -> str:
 
 
 def slos_text(rows: Mapping[str, Any], checks: Sequence[tuple[str, str]]) -> str:
-    """The SLOs a grid sets, e.g. `ttft_p_ms <= 1500 ms, tpot_p_ms <= 60 ms` (an SLO of inf
-    is none)."""
+    """The SLOs a grid sets (`checks`: the model's (latency, SLO column) pairs), e.g.
+    `<latency> <= 1500 ms, <another latency> <= 60, 80 ms` (an SLO of inf is none)."""
     parts = []
     for lat, slo in checks:
         if slo not in rows:
