@@ -52,6 +52,7 @@ import numpy as np
 
 from sweep.catalog import Catalog, Gpu, Model, packaged_catalog
 from sweep.errors import CatalogError, ProfileError
+from sweep.errors import profile_error as _err
 from sweep.models.base import Domain
 from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
 from sweep.models.shared import roofline as rl
@@ -70,13 +71,6 @@ BATCH = DOMAINS["batch_size"]
 TOKENS = Domain(0, DOMAINS["seq_len"].hi, "tokens")
 OUTPUT_TOKENS = Domain(0, 1e6, "tokens")
 MEASURED_MS = Domain(MIN_T_SVC_MS, DOMAINS["t_fixed_ms"].hi, "ms")
-
-
-def _err(source: str, where: str, value: object, rule: str) -> ProfileError:
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return ProfileError(f"{source}: {where} = {text}: {rule}")
 
 
 @dataclass(frozen=True)

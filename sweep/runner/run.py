@@ -33,9 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sweep._version import __version__
-from sweep.decide.reduce import REASONS
 from sweep.decide.schedule import ROW_FACTS, row_fact_columns, row_facts, schedule_columns, schedule_table
-from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
+from sweep.decide.tables import dictionaries, frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Chunk, Evaluator
 from sweep.errors import OutputError, ResourceError
@@ -43,7 +42,6 @@ from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
 from sweep.io.staging import DamagedError, Staging, file_record, recover
-from sweep.models.base import SERVICE_SOURCES
 from sweep.runner.memory import plan_memory
 
 if TYPE_CHECKING:
@@ -248,15 +246,8 @@ class SegmentWriter:
                                 "warmup_hours": sched.warmup_hours}
             self.facts_schema = arrow_schema(row_fact_columns(spec.model, every), {})
             self.sched_schema = arrow_schema(schedule_columns(spec.model, every), meta)
-        self.dictionaries = {
-            "model": [m.name for m in spec.models],
-            "gpu": [g.name for g in spec.gpus],
-            "action": list(ACTIONS),
-            "service_source": list(SERVICE_SOURCES),
-            "reason": list(REASONS),
-            "method": ["exact"],
-        }
-        self.n_replicas = len(spec.axis("replicas"))
+        self.dictionaries = dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus])
+        self.rows_per_group = spec.rows_per_group
         self.keep_rows = spec.n_points <= SUMMARY_ROWS
         self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}
 
@@ -299,11 +290,12 @@ class SegmentWriter:
             stats["feasible"] += int(data["feasible"].sum())
             if self.keep_rows:
                 kept.append(data)
-            opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size, self.n_replicas),
+            opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size, self.rows_per_group),
                                      self.opt_schema, self.dictionaries))
-            front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
+            front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.rows_per_group), self.front_schema, self.dictionaries))
             if facts_w is not None:
-                facts = row_facts(data, chunk.rows, self.ev.row_size, self.ev.group_size, self.facts_schema.names)
+                facts = row_facts(data, chunk.rows, self.ev.row_size, self.ev.group_size, self.facts_schema.names,
+                                  self.spec.model.decisions.size)
                 facts_w.write(record_batch(facts, self.facts_schema, {}))
             timed("write", w0)
 
@@ -497,7 +489,7 @@ class _Run:
         assert sched is not None
         tables = [pq.read_table(self.staging.path / "schedule-facts" / f"{k:05d}.parquet") for k in range(n_seg)]
         facts = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in w.facts_schema.names}
-        keys = [a.key for a in spec.axes if a.key not in ("replicas", *spec.model.row_axes)]
+        keys = [a.key for a in spec.axes if a.key not in spec.model.decisions.decision_axes]
         axis_names = [n for n in w.facts_schema.names[len(ROW_FACTS):] if n in w.sched_schema.names]
         table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys], arrival_pos=keys.index("arrival_rps"),
                                hourly_rps=sched.hourly_rps, rate_index=sched.rate_index, ramp=sched.ramp,
@@ -553,7 +545,8 @@ class _Run:
                        "row_group_rows": spec.output.row_group_rows},
             "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet",
                       **({"schedule": SCHEDULE_FILE} if spec.schedule is not None else {})},
-            "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes), "group_axis": "replicas"},
+            "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes),
+                          "group_axes": list(spec.model.group_axes), "size": spec.model.decisions.size},
             "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
                        "resumed_segments": resumed,
                        "compilations": ev.compile_count() if self.compilations is None else self.compilations},
