@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sweep.models.continuous.slos import SLOS
 from sweep.models.views import (
     AgainstLoad,
     Answers,
@@ -54,7 +55,7 @@ VIEWS = Views(
         Axis("batch_size", symbol="N", title="cap N on running sequences (batch_size)", short="cap N (batch_size)",
              hover="N", noun="cap on running sequences", engine="max_num_seqs"),
     ),
-    checks=(Check("ttft_p_ms", "TTFT"), Check("tpot_p_ms", "TPOT"), Check("e2e_p_ms", "E2E")),
+    checks=tuple(Check(latency, name) for name, latency, _ in SLOS),
     point_table=PointTable(
         title="per point (times in ms; N = cap on running sequences, M = tokens per step)",
         cells=(Cell("N", "batch_size", fmt="{:.0f}"), Cell("M", "max_batched_tokens", fmt="{:.0f}"),
