@@ -17,17 +17,19 @@ from sweep.decide.verdict import ACTIONS
 from sweep.models.base import NO_ANSWER, SERVICE_SOURCES, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
 
 
-def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str]) -> dict[str, list[str]]:
-    """The values of every dictionary-encoded column the engine writes (points, optimum,
-    frontier, search answers): the catalog names a grid uses and the fixed vocabularies."""
-    return {
+def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str], *, decisions: bool = True) -> dict[str, list[str]]:
+    """The values of the dictionary-encoded columns the engine writes: the catalog names a
+    grid uses and the point columns' fixed vocabularies, plus (`decisions`) those of
+    optimum.parquet (`reason`, `method`; a search's answers carry their own `method`)."""
+    out = {
         "model": list(model_names),
         "gpu": list(gpu_names),
         "action": list(ACTIONS),
         "service_source": list(SERVICE_SOURCES),
-        "reason": list(REASONS),
-        "method": ["exact"],
     }
+    if decisions:
+        out.update({"reason": list(REASONS), "method": ["exact"]})
+    return out
 
 
 #: The answers of optimum.parquet: (prefix, what it is, for the dynamic batcher). Each gets

@@ -995,7 +995,8 @@ def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact
 def _result(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> SearchResult:
     """The answers as declared columns: string columns as dictionary codes."""
     columns = (*SEARCH_META_FIRST, *plan.columns, *SEARCH_META_LAST)
-    dictionaries = table_dictionaries([m.name for m in plan.spec.models], [g.name for g in plan.gpus])
+    dictionaries = table_dictionaries([m.name for m in plan.spec.models], [g.name for g in plan.gpus],
+                                      decisions=False)
     data: dict[str, np.ndarray] = {}
     for c in columns:
         col = [r[c.name] for r in rows]
