@@ -3,13 +3,14 @@ what `sweep show RUN_DIR` prints.
 
 Everything is read from the run's files (`manifest.json`, `optimum.parquet`,
 `search.parquet`, `points/`), through the serving model's declarations (its decision axes,
-answer fields and SLO checks), so a new serving model's runs print the same way. Reads are
+answer fields, SLO checks and `views`: the SLO latencies' short names, what `inf` means on a
+knob), so a new serving model's runs print the same way. Reads are
 bounded: `optimum.parquet` with a few projected columns, `points/` only when the selection
 is small.
 
 - **Decisions**, per scenario group (top N, cheapest first): at `replicas_min`, the fewest
-  replicas for which some batch meets the SLO with rho <= rho_max, the chosen batch and window
-  there, the latency that was checked against the SLO (its latency model and percentile
+  replicas for which some configuration meets the SLO with rho <= rho_max, the cap and knobs
+  chosen there, the latency that was checked against the SLO (its latency model and percentile
   named), and the fleet's cost. Groups with no such configuration are counted with their
   reasons.
 - **Search answers** (`[search]`): each study's best trials with their searched values,

@@ -34,7 +34,7 @@ class Axis:
     ("full batch"), `inf_text` in prose ("full batches") and `legend_inf` in a legend ("full
     batches (window inf)"); `value` writes a finite value in prose and legends ("window {:g}
     ms"); `noun` names it in prose ("batching window"). `engine` is the serving engine's name
-    for it (vLLM's `max_num_seqs`), if any."""
+    for it (vLLM's `max_num_seqs`), if any: the report's per-point table shows it on hover."""
 
     key: str
     symbol: str = ""

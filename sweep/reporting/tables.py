@@ -135,6 +135,13 @@ def _cell_html(cell: Cell, p: Mapping[str, np.ndarray], i: int) -> str:
     return f"<td class='l'>{esc(text)}</td>" if cell.left else f"<td>{esc(text)}</td>"
 
 
+LEFT = " class='l'"
+
+
+def _title(text: str) -> str:
+    return f" title='{esc(text)}'" if text else ""
+
+
 def _varies(v: np.ndarray) -> bool:
     return len(np.unique(np.where(np.isfinite(v), v, -1))) > 1
 
@@ -171,8 +178,9 @@ def point_table(r: dict[str, Any], pts: dict[str, np.ndarray], source: str, mode
             keep = np.arange(n) < SEED_TABLE_ROWS
             note = f"the first {SEED_TABLE_ROWS} of {n} points"
     cells = [c for c in table.cells if c.column in p and (not c.varies or _varies(p[c.column]))]
-    head = "".join(f"<th class='l'>{esc(h)}</th>" if c.left else f"<th>{esc(h)}</th>"
-                   for c in cells for h in [c.header.format(q=qlabel)])
+    engine = {a: model.views.axis(a).engine for a in d.row_axes}  # a knob's name in the serving engine: a tooltip
+    head = "".join(f"<th{LEFT if c.left else ''}{_title(engine.get(c.column, ''))}>{esc(c.header.format(q=qlabel))}</th>"
+                   for c in cells)
     head += "<th class='l'>action</th>" if "action" in p else ""
     body = []
     for i in np.flatnonzero(keep):
