@@ -3,13 +3,14 @@ what `sweep show RUN_DIR` prints.
 
 Everything is read from the run's files (`manifest.json`, `optimum.parquet`,
 `search.parquet`, `points/`), through the serving model's declarations (its decision axes,
-answer fields and SLO checks), so a new serving model's runs print the same way. Reads are
+answer fields, SLO checks and `views`: the SLO latencies' short names, what `inf` means on a
+knob), so a new serving model's runs print the same way. Reads are
 bounded: `optimum.parquet` with a few projected columns, `points/` only when the selection
 is small.
 
 - **Decisions**, per scenario group (top N, cheapest first): at `replicas_min`, the fewest
-  replicas for which some batch meets the SLO with rho <= rho_max, the chosen batch and window
-  there, the latency that was checked against the SLO (its latency model and percentile
+  replicas for which some configuration meets the SLO with rho <= rho_max, the cap and knobs
+  chosen there, the latency that was checked against the SLO (its latency model and percentile
   named), and the fleet's cost. Groups with no such configuration are counted with their
   reasons.
 - **Search answers** (`[search]`): each study's best trials with their searched values,
@@ -68,7 +69,11 @@ class RunFolder:
             hint = " (it has shards: `sweep merge` them first, or show one of them)" if (path / "shards").is_dir() else ""
             raise ShowError(f"{path}: not a finished run: no manifest.json{hint}; `sweep run GRID --out {path}` makes one")
         manifest = json.loads(manifest_path.read_text())
-        model = get_model(manifest.get("serving", "dynamic"), manifest.get("latency_model"))
+        serving, latency_model = manifest.get("serving"), manifest.get("latency_model")
+        try:  # a manifest older than serving modes is the default mode's
+            model = get_model(serving, latency_model) if serving else get_model(latency_model=latency_model)
+        except KeyError as exc:
+            raise ShowError(f"{path}: {exc.args[0]} (is the serving model registered?)") from None
         return cls(path, manifest, model, dict(filters or {}))
 
     # ------------------------------------------------------------------ facts
@@ -78,9 +83,14 @@ class RunFolder:
         return str(self.manifest.get("latency_model", self.model.name))
 
     @property
+    def latency_name(self) -> str:
+        """The latency model as labels name it (`batcher model`)."""
+        return self.model.views.latency_name(self.latency_model)
+
+    @property
     def varying(self) -> list[str]:
         """Scenario axes with more than one value (the decision axes excluded)."""
-        skip = {*self.model.row_axes, "replicas"}
+        skip = {*self.model.row_axes, *self.model.group_axes}
         return [k for k, n in self.manifest.get("axes", {}).items() if n > 1 and k not in skip]
 
     def grid_doc(self) -> dict[str, Any]:
@@ -202,22 +212,16 @@ def fmt(x: Any, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def latency_label(latency_model: str, percentile: Any) -> str:
-    """The latency the SLO was checked against, named: `P99 gaussian`, `P99.9 simulated`."""
+def latency_label(name: str, percentile: Any) -> str:
+    """The latency the SLO was checked against, named (`name`: the latency model as labels
+    name it, `Views.latency_name`): `P99 gaussian`, `P99.9 simulated`, `P(q) batcher model`."""
     if isinstance(percentile, int | float):
         q: list[float] = [float(percentile)]
     else:
         q = sorted({float(v) for v in ([] if percentile is None else percentile) if math.isfinite(float(v))})
-    name = {"batcher": "batcher model", "simulated": "simulated"}.get(latency_model, latency_model)
     if len(q) == 1:
         return f"P{100 * q[0]:g} {name}"
     return f"P(q) {name}"
-
-
-#: Short names of the latencies an SLO checks, for table headers.
-CHECK_NAMES = {"ttft_p_ms": "TTFT", "tpot_p_ms": "TPOT", "e2e_p_ms": "E2E"}
-#: What the grid's inf means for a decision knob.
-KNOB_INF = {"batch_window_ms": "full batch", "max_batched_tokens": "no budget"}
 
 
 def _field(model: ServingModel, source: str) -> str | None:
@@ -236,30 +240,32 @@ def _scenario_cell(value: Any) -> str:
 
 @dataclass(frozen=True)
 class AnswerView:
-    """How a model's answers read in a table: the cap, the knob, each SLO check (its latency
-    answer field and SLO column), and the frontier objective the checks do not cover."""
+    """How a model's answers read in a table (from its declarations and `views`): the cap,
+    the knobs, each SLO check (its latency answer field and SLO column), and the frontier
+    objective the checks do not cover."""
 
-    cap: str  # answer suffix of the cap ("" for the batch itself)
-    knob: tuple[str, str, str] | None  # (answer suffix, point column, dtype) of the second row axis
+    cap: str  # answer suffix of the cap ("" for the cap itself)
+    cap_column: str  # the cap's point column (the table's first header)
+    knobs: tuple[tuple[str, str, str, str], ...]  # (answer suffix, point column, dtype, what inf means) per knob
     checks: tuple[tuple[str, str, str], ...]  # (name, answer suffix, SLO column)
-    extra: tuple[str, str] | None  # (point column, answer suffix): tok_s_per_user in continuous serving
+    extra: tuple[str, str] | None  # (point column, answer suffix): the frontier's second objective when no SLO checks it
 
     @classmethod
     def of(cls, model: ServingModel) -> AnswerView:
-        d = model.decisions
-        knob = next(((sfx, src, dtype) for sfx, src, dtype, _ in d.answer_fields if src in d.knobs and sfx), None)
-        checks = tuple((CHECK_NAMES.get(lat, lat), sfx, slo) for lat, slo in model.slo_checks
+        d, views = model.decisions, model.views
+        fields = {src: (sfx, dtype) for sfx, src, dtype, _ in d.answer_fields}
+        knobs = tuple((fields[k][0], k, fields[k][1], views.axis(k).inf) for k in d.knobs if k in fields and fields[k][0])
+        checks = tuple((views.check_name(lat), sfx, slo) for lat, slo in model.slo_checks
                        if (sfx := _field(model, lat)) is not None)
         checked = {lat for lat, _ in model.slo_checks}
         extra_sfx = _field(model, d.latency) if d.latency not in checked else None
-        return cls(_field(model, d.cap) or "", knob, checks,
+        return cls(_field(model, d.cap) or "", d.cap, knobs, checks,
                    (d.latency, extra_sfx) if extra_sfx is not None else None)
 
     def columns(self, prefix: str) -> list[str]:
         """The optimum.parquet columns of answer `prefix` this view reads."""
         out = [answer_name(prefix, self.cap), *(answer_name(prefix, sfx) for _, sfx, _ in self.checks)]
-        if self.knob is not None:
-            out.append(answer_name(prefix, self.knob[0]))
+        out += [answer_name(prefix, knob[0]) for knob in self.knobs]
         if self.extra is not None:
             out.append(answer_name(prefix, self.extra[1]))
         return out
@@ -272,10 +278,8 @@ class AnswerView:
         keep = [c for c in self.checks if any(math.isfinite(float(rows[c[2]][i])) for i in picks)]
         return keep or list(self.checks[:1])
 
-    def headers(self, model: ServingModel, label: str, checks: Sequence[tuple[str, str, str]]) -> list[str]:
-        heads = [model.decisions.cap]
-        if self.knob is not None:
-            heads.append(self.knob[1])
+    def headers(self, label: str, checks: Sequence[tuple[str, str, str]]) -> list[str]:
+        heads = [self.cap_column, *(knob[1] for knob in self.knobs)]
         q = label.split(" ")[0]
         for name, _, _ in checks:
             heads += [f"{label} ms", "SLO ms"] if len(self.checks) == 1 else [f"{name} {q} ms", f"{name} SLO ms"]
@@ -287,14 +291,14 @@ class AnswerView:
               checks: Sequence[tuple[str, str, str]]) -> list[str]:
         batch = rows[answer_name(prefix, self.cap)][i]
         out = [fmt(batch, 0)]
-        if self.knob is not None:
-            v = float(rows[answer_name(prefix, self.knob[0])][i])
+        for sfx, _, dtype, inf in self.knobs:
+            v = float(rows[answer_name(prefix, sfx)][i])
             if math.isinf(float(batch)):
                 out.append("-")
             elif math.isinf(v):
-                out.append(KNOB_INF.get(self.knob[1], "inf"))
+                out.append(inf)
             else:
-                out.append(fmt(v, 0) if self.knob[2] == "int64" else fmt(v, 1))
+                out.append(fmt(v, 0) if dtype == "int64" else fmt(v, 1))
         for _, sfx, slo in checks:
             out += [fmt(rows[answer_name(prefix, sfx)][i]), fmt(rows[slo][i])]
         if self.extra is not None:
@@ -324,13 +328,13 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     order = np.flatnonzero(at_min)
     order = order[np.lexsort((rows["group_id"][order], rows[cost][order]))]
     shown = order[:top]
-    label = latency_label(run.latency_model, rows.get("percentile"))
+    label = latency_label(run.latency_name, rows.get("percentile"))
     slo = "the SLO" if len(view.checks) == 1 else "every SLO"
     title = (f"decisions per scenario group, cheapest first: the fewest replicas meeting {slo} "
              f"(checked against {label}) with {d.utilisation} <= rho_max")
     checks = view.active(rows, shown)
     t = Table(title=title, title_justify="left")
-    for name in (*run.varying, "replicas", *view.headers(model, label, checks), "USD/h"):
+    for name in (*run.varying, "replicas", *view.headers(label, checks), "USD/h"):
         t.add_column(name, justify="right")
     for i in shown:
         cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
@@ -370,7 +374,7 @@ def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], pick
     checks = view.active(rows, picks)
     t = Table(title=f"without an answer, at the most replicas: the {d.cap} with the lowest {d.mean_latency} "
                     "(b_latency_opt)", title_justify="left")
-    for name in (*run.varying, "replicas", "reason", *view.headers(run.model, label, checks), "USD/h"):
+    for name in (*run.varying, "replicas", "reason", *view.headers(label, checks), "USD/h"):
         t.add_column(name, justify="right")
     for i in picks:
         cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
@@ -393,11 +397,12 @@ def print_search(run: RunFolder, console: Console, top: int = TOP) -> None:
     meta = json.loads((table.schema.metadata or {}).get(b"sweep", b"{}")).get("search", {})
     searched = [k for k in meta.get("searched", []) if k in table.column_names]
     rows = to_host(table)
-    label = latency_label(run.latency_model, rows.get("percentile"))
+    label = latency_label(run.latency_name, rows.get("percentile"))
     q = label.split(" ")[0]
     order = np.lexsort((rows["rank"], rows["study_name"]))
     # each SLO check the answers carry (a point column and its SLO), those some answer sets
-    checks = [(CHECK_NAMES.get(lat, lat), lat, slo) for lat, slo in run.model.slo_checks if lat in rows and slo in rows]
+    views = run.model.views
+    checks = [(views.check_name(lat), lat, slo) for lat, slo in run.model.slo_checks if lat in rows and slo in rows]
     checks = [c for c in checks if any(math.isfinite(float(rows[c[2]][i])) for i in order[:top])] or checks[:1]
     heads = [h for name, _, _ in checks for h in ((f"{label} ms", "SLO ms") if len(run.model.slo_checks) == 1
                                                    else (f"{name} {q} ms", f"{name} SLO ms"))]
@@ -413,7 +418,7 @@ def print_search(run: RunFolder, console: Console, top: int = TOP) -> None:
         for k in searched:
             v = rows[k][i]
             unlimited = k in run.model.decisions.knobs and not isinstance(v, str) and math.isinf(float(v))
-            cells.append(KNOB_INF.get(k, "inf") if unlimited else escape(_scenario_cell(v)))
+            cells.append(views.axis(k).inf if unlimited else escape(_scenario_cell(v)))
         cells += [c for _, lat, slo in checks for c in (fmt(rows[lat][i]), fmt(rows[slo][i]))]
         cells += [fmt(rows["cost_usd_per_hour"][i], 2),
                   "yes" if rows["meets_constraints"][i] else escape(str(rows["reason"][i]) or "no"), gap]

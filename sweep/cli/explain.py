@@ -1,4 +1,5 @@
-"""`sweep explain`: one point's derivation in the terminal (`sweep.api.explain`)."""
+"""`sweep explain`: one point's derivation in the terminal (`sweep.api.explain`), its headline
+and docs page from the serving model's views (`Views.explain`)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,29 @@ from rich.table import Table
 
 from sweep.api import Explanation
 from sweep.cli.summary import make_console
+from sweep.models import ServingModel, get_model
 
-#: Inputs named in the headline, when the point has them.
-HEADLINE = ("model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "batch_size", "batch_window_ms",
-            "max_batched_tokens", "seq_len", "prompt_tokens", "output_tokens", "slo_ms", "ttft_slo_ms", "tpot_slo_ms",
-            "percentile")
-#: The latencies an SLO checks, by serving mode's column names.
-CHECKED = ("latency_ms", "ttft_p_ms", "tpot_p_ms", "e2e_p_ms")
+#: Inputs named in the headline of a model whose views name none.
+GENERIC_HEADLINE = ("model", "gpu", "gpus_per_replica", "arrival_rps")
+
+
+def _model(e: Explanation) -> ServingModel | None:
+    serving, _, name = e.model.partition("/")
+    try:
+        return get_model(serving, name or None)
+    except KeyError:
+        return None
 
 
 def print_explanation(e: Explanation, console: Console | None = None) -> None:
     console = make_console(console)
-    inputs = ", ".join(f"{k} = {_value(e.row[k])}" for k in HEADLINE if k in e.row
-                       and not (k.endswith("slo_ms") and _value(e.row[k]) == "inf"))
+    model = _model(e)
+    checks = model.slo_checks if model is not None else ()
+    slos = {slo for _, slo in checks}
+    headline = ((model.views.explain.headline or (*GENERIC_HEADLINE, *model.group_axes, *model.row_axes))
+                if model is not None else GENERIC_HEADLINE)
+    inputs = ", ".join(f"{k} = {_value(e.row[k])}" for k in headline if k in e.row
+                       and not (k in slos and _value(e.row[k]) == "inf"))  # an SLO of inf is none
     console.print(f"[bold]{escape(e.grid)}[/bold], point_id {e.point_id} ({escape(e.model)}): {escape(inputs)}")
     if e.steps is None:
         console.print(f"the serving model {e.model} has no step-by-step derivation yet; its columns:", markup=False)
@@ -37,10 +48,11 @@ def print_explanation(e: Explanation, console: Console | None = None) -> None:
         for formula, numbers, result in step.lines:
             t.add_row(escape(formula), escape(numbers), escape(result))
         console.print(t)
-    checked = ", ".join(f"{k} = {_value(e.row[k])} ms" for k in CHECKED if k in e.row)
-    docs = "docs/continuous.md" if "ttft_p_ms" in e.row else "docs/model.md"
-    console.print(f"checked against the SLOs: {checked}; action {e.row.get('action')}; formulas and references: {docs}",
-                  markup=False)
+    units = {c.name: c.unit for c in model.columns} if model is not None else {}
+    checked = ", ".join(f"{k} = {_value(e.row[k])} {units.get(k, 'ms')}" for k, _ in checks if k in e.row)
+    docs = model.views.explain.docs if model is not None else ""
+    console.print(f"checked against the SLOs: {checked}; action {e.row.get('action')}"
+                  + (f"; formulas and references: {docs}" if docs else ""), markup=False)
 
 
 def _value(v: object) -> str:

@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
                               "and the per-point table of a small selection",
                  ["sweep show runs/gpt3",
                   "sweep show runs/fleet model=llama-3.1-70b gpu=h100-sxm --top 25",
-                  "sweep show runs/fleet arrival_rps=400 seq_len=8192"])
+                  "sweep show runs/fleet arrival_rps=400 replicas=4"])
     sh.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")
     sh.add_argument("filters", nargs="*", metavar="KEY=VALUE",
                     help="keep the scenarios whose column KEY equals VALUE (a name or a number; inf = NULL)")
@@ -153,7 +153,7 @@ def _parser() -> argparse.ArgumentParser:
                                  "decomposition, the percentile, KV memory, the action",
                  ["sweep explain grids/seed-gpt3.toml --point 2",
                   "sweep explain grids/seed-gpt3.toml batch_size=16",
-                  "sweep explain grids/example.toml model=llama-3.1-70b batch_size=32 batch_window_ms=10"])
+                  "sweep explain grids/example.toml model=llama-3.1-70b batch_size=32 replicas=2"])
     ex.add_argument("grid", type=Path, help="grid file (TOML)")
     ex.add_argument("filters", nargs="*", metavar="KEY=VALUE",
                     help="choose the point by its axis values (the first match in grid order)")

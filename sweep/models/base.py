@@ -13,7 +13,9 @@ A serving model is one module that declares
   vmaps it, adds the columns that echo grid keys, the ids and the verdicts;
 * optionally a **host pass** (`HostPass`, e.g. the simulator), run on the evaluated columns
   of a chunk before the verdicts and decisions;
-* the **decision columns** (`Decisions`): which columns the exact reductions read.
+* the **decision columns** (`Decisions`): which columns the exact reductions read;
+* its **views** (`sweep.models.views.Views`): how its results read in the terminal and the
+  report.
 
 `sweep.models` keeps the registry that maps `[options]` names to models.
 """
@@ -31,6 +33,7 @@ from jax import Array
 
 from sweep.catalog import Gpu, Model
 from sweep.models.shared.roofline import ETA_BW, ETA_FLOPS, PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
+from sweep.models.views import Views
 
 if TYPE_CHECKING:  # the grid layer builds specs from models; models only read them
     from sweep.grid.spec import GridSpec
@@ -470,6 +473,8 @@ class ServingModel(abc.ABC):
     #: `None` removing a key. Each one is a compilation; together they should reach every
     #: static branch of `point` (given and roofline times, contiguous and paged KV, ...).
     contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = ({},)
+    #: How its results read in the terminal and the report (`sweep.models.views`).
+    views: ClassVar[Views] = Views()
 
     # -- declarations -----------------------------------------------------------------
 

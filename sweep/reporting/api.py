@@ -11,7 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from sweep.reporting.data import ReportError, Run, Sample
+from sweep.models import SERVING_MODES, ServingModel, get_model
+from sweep.models.views import AgainstLoad, AgainstSimulator, CapLines, Frontier, KvBudget, Scatter, Utilisation
+from sweep.models.views import Figure as ViewFigure
+from sweep.reporting.data import ReportError, Run, Sample, answer_column
 
 EXTRA_HINT = "pip install 'sweep[report]'"
 
@@ -79,102 +82,118 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         models = sorted({str(m) for m in run.row_index()["model"]})
         gpus = sorted({str(g) for g in run.row_index()["gpu"]})
         gpu_colour = F.colour_map(gpus)
-        labels = T.scenario_labels(rows, run.varying)
+        labels = T.scenario_labels(rows, run.varying, run.model)
         ids = [f"r{int(r['row_id'])}" for r in rows]
-        figs: list[F.Figure] = []
         html_maps: dict[str, dict[str, str]] = {"table": {}, "answers": {}}
 
-        # ---- per scenario: the seed table, latency, utilisation, KV budget
-        latency = F.Figure("latency", "Latency against batch size",
-                           "The SLO's estimate (latency_ms) per batching window, the SLO, the knee and the SLO "
-                           "optimum of the frontier; shaded: unstable and out-of-memory batch sizes.", per="scenario")
-        util = F.Figure("utilisation", "Utilisation against batch size",
-                        "The proxy's rho = lambda E[S] / E[B] per window, with the operating thresholds of "
-                        "the seed's Table 1.", per="scenario")
-        kv = F.Figure("kv-budget", "KV budget of one replica",
-                      "HBM per replica: the weights, the KV-cache reservation at the batch sizes that matter, and "
-                      "what stays free (usable HBM = weights + free_gb).", per="scenario")
-        continuous = run.serving == "continuous"
-        if continuous:
-            latency.title, latency.caption = ("TTFT and TPOT against the cap",
-                                              "TTFT and TPOT at the grid's percentile against the cap on running "
-                                              "sequences, one line per token budget, each SLO dashed, the knee and "
-                                              "the SLO optimum of the frontier; caps where the engine cannot keep up "
-                                              "or out of memory marked along the top.")
-            util.title, util.caption = ("Load against the cap",
-                                        "rho = lambda / capacity_rps per token budget, with the operating "
-                                        "thresholds rho_max and rho_min.")
-            kv.caption = ("HBM per replica: the weights, the KV cache reserved on average at the answers' points "
-                          "(kv_util x C), and the rest of the KV capacity C.")
-        lat_col = "ttft_p_ms" if continuous else "latency_ms"
-        have_detail = detail.shown > 0 and lat_col in detail.cols and "batch_size" in detail.cols
-        brange = ((float(np.nanmin(detail.cols["batch_size"])), float(np.nanmax(detail.cols["batch_size"])))
+        model, views = run.model, run.views
+        cap = model.decisions.cap
+        specs = _figure_specs(model)
+        by_id: dict[str, F.Figure] = {f.id: F.Figure(f.id, f.title, f.caption, per=_per(f)) for f in specs
+                                      if views.figure(f.id) is not None}
+
+        # ---- per scenario: the answers, the table, the figures the model declares per scenario row
+        scenario_specs = [f for f in views.figures if f.per == "scenario"]
+        lines = next((f for f in scenario_specs if isinstance(f, CapLines)), None)
+        line_col = lines.panels[0].column if lines is not None and lines.panels else ""
+        have_detail = detail.shown > 0 and line_col in detail.cols and cap in detail.cols
+        brange = ((float(np.nanmin(detail.cols[cap])), float(np.nanmax(detail.cols[cap])))
                   if have_detail else (1.0, 1.0))
         for r, sid in zip(rows, ids):
             m = detail.cols["row_id"] == r["row_id"] if have_detail else None
             pts = {k: v[m] for k, v in detail.cols.items()} if m is not None else None
-            html_maps["answers"][sid] = T.cb_answers_html(r) if continuous else T.answers_html(r)
-            if pts is not None and len(pts["batch_size"]):
-                latency.figs[sid] = F.cb_latency_figure(r, pts, brange) if continuous else F.latency_figure(r, pts, brange)
-                if "rho" in pts:
-                    util.figs[sid] = F.utilisation_figure(r, pts, brange)
-                html_maps["table"][sid] = (T.cb_table(r, pts, detail.source) if continuous
-                                           else T.seed_table(r, pts, detail.source))
+            html_maps["answers"][sid] = T.answers_html(r, model)
+            if pts is not None and len(pts[cap]):
+                for f in scenario_specs:
+                    if isinstance(f, CapLines):
+                        by_id[f.id].figs[sid] = F.cap_lines_figure(f, model, r, pts, brange)
+                    elif isinstance(f, Utilisation) and model.decisions.utilisation in pts:
+                        by_id[f.id].figs[sid] = F.utilisation_figure(f, model, r, pts, brange)
+                html_maps["table"][sid] = T.point_table(r, pts, detail.source, model)
             else:
-                if have_detail and not continuous:
-                    latency.figs[sid] = F.latency_figure(r, {k: v[:0] for k, v in detail.cols.items()}, brange,
-                                                         f"no feasible point in {detail.source} for this row "
-                                                         f"(reason: {r.get('reason')})")
+                if have_detail and lines is not None:
+                    by_id[lines.id].figs[sid] = F.cap_lines_figure(
+                        lines, model, r, {k: v[:0] for k, v in detail.cols.items()}, brange,
+                        f"no feasible point in {detail.source} for this row (reason: {r.get('reason')})")
                 html_maps["table"][sid] = (f"<p class='note'>No points of this scenario row in {detail.source} "
                                            f"(reason: {r.get('reason')}).</p>")
-            kfig = F.cb_kv_figure(r, pts) if continuous else F.kv_figure(r, pts)
-            if kfig is not None:
-                kv.figs[sid] = kfig
+            for f in scenario_specs:
+                if isinstance(f, KvBudget):
+                    kfig = F.kv_figure(f, model, r, pts)
+                    if kfig is not None:
+                        by_id[f.id].figs[sid] = kfig
         html_maps["explain"] = _explanations(run, rows, ids, T)
-        latency.notes = util.notes = list(detail.notes)
-        if not rows:
-            latency.note = util.note = kv.note = "optimum.parquet has no rows"
-        elif not have_detail:
-            latency.note = util.note = ("no per-batch latency columns in points/ or frontier.parquet "
-                                        f"({run.serving} serving)")
-        if rows and not kv.figs:
-            kv.note = "optimum.parquet lacks weights_gb or free_gb" + ("" if continuous else " or kv_gb_per_req")
-        figs += [latency, util]
+        for f in scenario_specs:
+            fig = by_id[f.id]
+            if isinstance(f, KvBudget):
+                if not rows:
+                    fig.note = "optimum.parquet has no rows"
+                elif not fig.figs:
+                    fig.note = "optimum.parquet lacks " + " or ".join(f.row_columns())
+                continue
+            fig.notes = list(detail.notes)
+            if not rows:
+                fig.note = "optimum.parquet has no rows"
+            elif not have_detail:
+                fig.note = f"no per-batch latency columns in points/ or frontier.parquet ({run.serving} serving)"
 
         # ---- action map: per configuration
+        knobs = " and ".join(views.axis(k).noun or k for k in model.decisions.knobs)
         action = F.Figure("action-map", "Action map",
-                          "The seed's operating rule at each arrival rate and batch size for the selected scenario's "
-                          "configuration (its model, GPU, GPUs per replica, context and replicas), one panel per "
-                          "batching window.", per="config")
+                          f"The seed's operating rule at each arrival rate and {views.axis(cap).noun or cap} for the "
+                          "selected scenario's configuration (its model, GPU, GPUs per replica, context and replicas)"
+                          + (f", one panel per {knobs}." if knobs else "."), per="config")
         if rows:
             cells = run.action_cells(scen.cols)
             if cells.shown:
                 for key in dict.fromkeys(r["_config"] for r in rows):
                     m = cells.cols["config"] == key
                     if m.any():
-                        action.figs[key] = F.action_figure({k: v[m] for k, v in cells.cols.items()})
+                        action.figs[key] = F.action_figure({k: v[m] for k, v in cells.cols.items()}, model)
                 action.notes = cells.notes
             else:
                 action.note = cells.notes[0] if cells.notes else "no points"
-        figs.append(action)
 
-        # ---- across scenarios: frontier, plan, simulator, continuous
-        fx, fy = run.frontier_axes()
-        frontier = F.Figure("frontier", "Pareto frontiers",
-                            ("Each scenario row's frontier over the batcher's knobs: capacity per replica up, "
-                             "latency down" if fx == "capacity_rps" else
-                             "Each row's frontier: tok/s per GPU up, tok/s per user up (continuous batching)")
-                            + "; the knee (star) and the SLO optimum (diamond) of every row. One colour per GPU; "
-                              "hover for the scenario.")
-        fr = run.frontier()
-        if fr.shown:
-            frontier.fig = F.frontier_figure(fr.cols, fx, fy, gpu_colour)
-            frontier.notes = fr.notes or [f"all {fr.shown:,} frontier points of {fr.rows_total:,} rows"]
-        else:
-            frontier.note = (fr.notes[0] if fr.notes else "frontier.parquet is empty: no scenario row has a "
-                             "feasible point")
-        figs.append(frontier)
-        figs.append(kv)
+        # ---- across scenarios: the model's run figures, the replica plan, the schedule
+        for f in views.figures:
+            if f.per == "scenario":
+                continue
+            fig = by_id[f.id]
+            if isinstance(f, Frontier):
+                fr = run.frontier()
+                if fr.shown:
+                    fig.fig = F.frontier_figure(fr.cols, f, model, gpu_colour)
+                    fig.notes = fr.notes or [f"all {fr.shown:,} frontier points of {fr.rows_total:,} rows"]
+                else:
+                    fig.note = (fr.notes[0] if fr.notes else "frontier.parquet is empty: no scenario row has a "
+                                "feasible point")
+            elif isinstance(f, AgainstSimulator):
+                sim = run.simulated(f)
+                if sim.shown:
+                    sf = F.sim_figure(sim.cols, f, model)
+                    if sf is not None:
+                        fig.fig = sf
+                        fig.notes = sim.notes
+                    else:
+                        fig.note = "no simulated point has a finite simulated latency"
+                else:
+                    fig.note = sim.notes[0]
+            elif isinstance(f, Scatter | AgainstLoad):
+                wanted = ("model", "gpu", "arrival_rps", "replicas", "stable", "percentile", *model.row_axes,
+                          *(f.config if isinstance(f, AgainstLoad) else ()),
+                          *((f.x,) if isinstance(f, AgainstLoad) else ()))
+                sample = run.sampled(f.columns(), wanted)
+                if sample.shown:
+                    fig.fig = (F.scatter_figure(sample.cols, f, model, gpu_colour) if isinstance(f, Scatter)
+                               else F.load_figure(sample.cols, f, model, gpu_colour))
+                    fig.notes = sample.notes
+                    if fig.fig is None:
+                        fig.note = ("no stable point with finite values" if isinstance(f, Scatter)
+                                    else "no load column")
+                else:
+                    fig.note = sample.notes[0]
+            else:
+                fig.note = f"this report draws no figure of kind {type(f).__name__}"
 
         plan_fig = F.Figure("replica-plan", "Replica plan and cost",
                             "For every scenario group, the fewest replicas of the grid's replicas axis that meet the "
@@ -183,7 +202,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         plan = run.replica_plan()
         plan_table = ""
         if plan.shown:
-            pf = F.plan_figure(plan.cols, gpu_colour)
+            pf = F.plan_figure(plan.cols, model, gpu_colour)
             n_none = int(np.sum(~np.isfinite(plan.cols["replicas_min_cost_usd_per_hour"])))
             if pf is not None:
                 plan_fig.fig = pf
@@ -193,10 +212,10 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
             if n_none:
                 plan_fig.notes.append(f"{n_none:,} of {plan.shown:,} scenario groups meet the SLO at no replica "
                                       "count of the grid (not drawn; listed in optimum.parquet with a reason)")
-            plan_table = T.plan_table(plan.cols, run.varying)
+            plan_table = T.plan_table(plan.cols, run.varying, model)
         else:
             plan_fig.note = plan.notes[0] if plan.notes else "no rows"
-        figs.append(plan_fig)
+        sched_fig = None
         sched = run.schedule()
         if sched is not None:  # the grid had a [schedule]
             sched_fig = F.Figure("schedule", "Replica schedule",
@@ -208,46 +227,21 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
             sched_fig.notes = list(sched.notes)
             if sched_fig.fig is None:
                 sched_fig.note = "schedule.parquet has no rows"
-            figs.append(sched_fig)
         search = run.search()
-        search_table = T.search_table(search.cols) if search.shown else ""
+        search_table = T.search_table(search.cols, model) if search.shown else ""
 
-        simfig = F.Figure("proxy-sim", "Proxy against simulator",
-                          "The analytic estimates against the simulator's measurements of the same points: the "
-                          "percentile (with the simulator's 95% half-width) and the mean; on y = x they agree.")
-        sim = run.simulated()
-        if sim.shown:
-            sf = F.sim_figure(sim.cols)
-            if sf is not None:
-                simfig.fig = sf
-                simfig.notes = sim.notes
-            else:
-                simfig.note = "no simulated point has a finite simulated latency"
-        else:
-            simfig.note = sim.notes[0]
-        figs.append(simfig)
-
-        thr = F.Figure("throughput", "Throughput per GPU against throughput per user",
-                       "Continuous batching: every stable point; up and to the right is better.")
-        ttl = F.Figure("ttft-tpot", "TTFT and TPOT against load",
-                       "Continuous batching: time to first token and time per output token at the grid's "
-                       "percentile against the load per replica, one line per configuration; gaps are unstable.")
-        if run.serving == "continuous":
-            cont = run.continuous()
-            if cont.shown:
-                thr.fig = F.throughput_figure(cont.cols, gpu_colour)
-                ttl.fig = F.ttft_tpot_figure(cont.cols, gpu_colour)
-                thr.notes = ttl.notes = cont.notes
-                if thr.fig is None:
-                    thr.note = "no stable point with finite throughput"
-                if ttl.fig is None:
-                    ttl.note = "no load column (lambda_per_replica_rps or arrival_rps)"
-            else:
-                thr.note = ttl.note = cont.notes[0]
-        else:
-            thr.note = ttl.note = (f"this run uses {run.serving} batching (serving = \"{run.serving}\"); these "
-                                   "figures are for continuous batching (serving = \"continuous\")")
-        figs += [thr, ttl]
+        # ---- the order of the page: per scenario, the action map, frontiers, the plan, the rest; a
+        # figure another serving mode draws says so, not drawn
+        for f in specs:
+            if f.id not in by_id:
+                modes = [s for s in SERVING_MODES if get_model(s).views.figure(f.id) is not None]
+                by_id[f.id] = F.Figure(f.id, f.title, f.caption, per=_per(f), note=(
+                    f"this run uses {run.serving} batching (serving = \"{run.serving}\"); these figures are for "
+                    + " or ".join(f"{s} batching (serving = \"{s}\")" for s in modes)))
+        figs = [by_id[f.id] for f in specs if f.per == "scenario"] + [action]
+        figs += [by_id[f.id] for f in specs if isinstance(f, Frontier)] + [plan_fig]
+        figs += [sched_fig] if sched_fig is not None else []
+        figs += [by_id[f.id] for f in specs if f.per != "scenario" and not isinstance(f, Frontier)]
 
         # ---- the document
         plotly_text, plotly_version = plotly_js()
@@ -267,7 +261,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         generated = datetime.now(UTC).isoformat(timespec="seconds")
         header = T.header_html(run, scen)
         controls = T.controls_html(models, gpus, bool(rows), scen)
-        body = T.body_html(figs, plan_table, search_table, scen)
+        body = T.body_html(figs, plan_table, search_table, scen, run.model)
         footer = (f"Generated {H.esc(generated)} by sweep report from {H.esc(run.path)}. Figures drawn with "
                   f"plotly.js {H.esc(plotly_version)}, inlined: this file needs no network.")
         text = H.document(title=f"sweep report: {run.name}", header=header, controls=controls, body=body,
@@ -285,25 +279,38 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         run.close()
 
 
-#: The point a scenario's derivation shows: the first answer the row has.
-EXPLAIN_ANSWERS = (("b_max_slo", "the largest batch meeting the SLO"), ("knee", "the frontier's knee"),
-                   ("b_latency_opt", "the lowest mean latency"))
+#: The answers whose point a scenario's derivation shows: the first the row has.
+EXPLAIN_ANSWERS = ("b_max_slo", "knee", "b_latency_opt")
+
+
+def _per(f: ViewFigure) -> str:
+    """The report's picker key of a declared figure: "scenario", or "" (one for the run)."""
+    return "scenario" if f.per == "scenario" else ""
+
+
+def _figure_specs(model: ServingModel) -> list[ViewFigure]:
+    """The figures of the run's model, then those only other registered serving modes
+    declare (listed, not drawn), each id once, in the registry's order."""
+    seen: dict[str, ViewFigure] = {f.id: f for f in model.views.figures}
+    for serving in SERVING_MODES:
+        for f in get_model(serving).views.figures:
+            seen.setdefault(f.id, f)
+    order = {fid: i for i, fid in enumerate(dict.fromkeys(
+        f.id for s in (model.serving, *SERVING_MODES) for f in get_model(s).views.figures))}
+    return sorted(seen.values(), key=lambda f: order.get(f.id, len(order)))
 
 
 def _explanations(run: Run, rows: list[dict[str, Any]], ids: list[str], T: Any) -> dict[str, str]:
     """Per scenario row: the derivation of its chosen point (`ServingModel.derivation`)."""
-    from sweep.models import get_model
-
-    try:
-        model = get_model(run.serving, run.manifest.get("latency_model"))
-    except KeyError:
-        return {}
+    model = run.model
+    what = {card.prefix: card.what for card in model.views.answers.cards}
     chosen: dict[str, tuple[int, str]] = {}
     for r, sid in zip(rows, ids):
-        for prefix, what in EXPLAIN_ANSWERS:
-            pid = r.get(f"{prefix}_point_id")
+        for prefix in EXPLAIN_ANSWERS:
+            name = answer_column(model, prefix, "point_id")
+            pid = r.get(name) if name else None
             if pid is not None and math.isfinite(float(pid)) and float(pid) >= 0:
-                chosen[sid] = (int(pid), f"{prefix}: {what}")
+                chosen[sid] = (int(pid), f"{prefix}: {what.get(prefix) or prefix}")
                 break
     if not chosen:
         return {}

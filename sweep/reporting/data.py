@@ -24,7 +24,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sweep.decide.tables import answer_name
 from sweep.errors import SweepError
+from sweep.models import SERVING_MODES, ServingModel, get_model
+from sweep.models.views import AgainstSimulator, Frontier, Views
 
 #: Scenario rows whose per-batch figures and tables are embedded (the picker lists them).
 MAX_SCENARIOS = 128
@@ -36,17 +39,12 @@ FRONTIER_BUDGET = 100_000
 SIM_BUDGET = 20_000
 #: Cells of the action maps, all scenarios together.
 ACTION_CELLS = 60_000
-#: Points of each continuous-serving figure.
-CONTINUOUS_BUDGET = 50_000
+#: Points of each figure drawn over every point of the run (a scatter, lines against load).
+POINTS_BUDGET = 50_000
 #: Lines of the replica-plan figure.
 PLAN_BUDGET = 60_000
 #: Schedule groups drawn in the schedule figure (one line set each).
 SCHEDULE_GROUPS = 6
-
-#: Axes that vary within a row (the batcher's knobs); everything else names a scenario.
-DEFAULT_ROW_AXES = ("batch_window_ms", "batch_size")
-#: Columns of continuous serving (docs/continuous.md) the continuous figures draw.
-CONTINUOUS_COLUMNS = ("tok_s_per_gpu", "tok_s_per_user", "ttft_p_ms", "tpot_p_ms")
 
 
 class ReportError(SweepError):
@@ -151,25 +149,33 @@ class Run:
             self.points_cols |= {p.split("=", 1)[0] for p in rel if "=" in p}
         search = self.path / "search.parquet"
         self.search_path = search if search.exists() else None
+        self.model: ServingModel = self._model()
+        self.views: Views = self.model.views
+        self.serving = self.model.serving
         decisions = self.manifest.get("decisions") or {}
-        self.row_axes = tuple(decisions.get("row_axes") or DEFAULT_ROW_AXES)
+        self.row_axes = tuple(decisions.get("row_axes") or self.model.row_axes)
         axes = self.manifest.get("axes") or {}
         self.axis_sizes: dict[str, int] = {k: int(v) for k, v in axes.items()}
         self.varying = [k for k, n in self.axis_sizes.items() if n > 1 and k not in self.row_axes
                         and k in self.optimum_cols]
-        self.serving = self._serving()
 
     # ------------------------------------------------------------------ basics
 
-    def _serving(self) -> str:
+    def _model(self) -> ServingModel:
+        """The serving model of the run: the manifest's, else (a manifest older than serving
+        modes) the first registered mode whose decision columns the files have."""
         m = self.manifest
         mode = m.get("serving") or (m.get("options") or {}).get("serving")
         if isinstance(mode, dict):
             mode = mode.get("mode")
-        if mode:
-            return str(mode)
-        have = self.points_cols | self.frontier_cols
-        return "continuous" if all(c in have for c in CONTINUOUS_COLUMNS) else "dynamic"
+        if not mode:
+            have = self.points_cols | self.frontier_cols
+            mode = next((s for s in SERVING_MODES if {(d := get_model(s).decisions).capacity, d.latency} <= have),
+                        SERVING_MODES[0])
+        try:
+            return get_model(str(mode), m.get("latency_model"))
+        except KeyError as exc:
+            raise ReportError(f"{self.path}: {exc.args[0]} (is the serving model registered?)") from None
 
     @property
     def name(self) -> str:
@@ -248,25 +254,29 @@ class Run:
 
     # ------------------------------------------------------------------ per-batch detail
 
-    DETAIL = ("point_id", "row_id", "batch_size", "batch_window_ms", "max_batched_tokens", "t_svc_ms", "capacity_rps",
-              "rho", "stable", "proxy_ok", "mean_batch", "e_wait_ms", "e_batch_ms", "e_svc_ms", "e_resp_ms",
-              "p_gauss_ms", "p_exp_ms", "latency_ms", "slo_ok", "little_l", "in_service", "in_queue",
-              "kv_gb_at_cap", "mem_ok", "feasible", "action", "batcher_rho", "batcher_p_ms", "sim_utilization",
-              "sim_p_ms", "sim_mean_ms",
-              # continuous serving
-              "mean_running", "step_mean_ms", "ttft_p_ms", "tpot_p_ms", "e2e_p_ms", "tok_s_per_gpu", "tok_s_per_user",
-              "kv_util", "sim_ttft_p_ms", "sim_tpot_p_ms")
+    def detail_columns(self) -> list[str]:
+        """What the per-scenario tables and figures read: the row axes, the generic verdicts,
+        the model's report table and its per-scenario figures' columns."""
+        v = self.views
+        cols = ["point_id", "row_id", *self.row_axes, self.model.decisions.utilisation, "stable", "mem_ok", "feasible",
+                "slo_ok", "action"]
+        if v.report_table is not None:
+            cols += v.report_table.columns()
+        for f in v.figures:
+            if f.per == "scenario":
+                cols += f.columns()
+        return list(dict.fromkeys(cols))
 
     def detail(self, scen: Columns) -> Sample:
         """Every point of the chosen rows: from points/, or else the rows' frontier points."""
         row_ids = scen["row_id"].astype(np.int64)
         n_points = scen["n_points"].astype(np.int64) if "n_points" in scen else None
         notes: list[str] = []
-        if self.points_src is not None and "batch_size" in self.points_cols and n_points is not None \
+        if self.points_src is not None and self.model.decisions.cap in self.points_cols and n_points is not None \
                 and "point_id" in self.points_cols:
             lo, hi = row_ids * n_points, row_ids * n_points + n_points - 1
             ranges = " OR ".join(f"point_id BETWEEN {a} AND {b}" for a, b in zip(lo, hi))
-            sel = self._select([c for c in self.DETAIL if c != "row_id"], self.points_cols)
+            sel = self._select([c for c in self.detail_columns() if c != "row_id"], self.points_cols)
             cols = self.query(f"SELECT {sel} FROM {self.points_src} WHERE {ranges} ORDER BY point_id")
             order = np.argsort(lo)
             starts = np.searchsorted(lo[order], cols["point_id"], side="right") - 1
@@ -275,7 +285,7 @@ class Run:
             if self.manifest.get("rows", {}).get("points_mode") == "feasible":
                 notes.append("points/ holds the feasible points only ([output] points = \"feasible\")")
         else:
-            sel = self._select(self.DETAIL, self.frontier_cols)
+            sel = self._select(self.detail_columns(), self.frontier_cols)
             cols = self.query(f"SELECT {sel} FROM {self.frontier_src} WHERE row_id IN "
                               f"(SELECT unnest(?::BIGINT[])) ORDER BY point_id", [row_ids.tolist()])
             source = "frontier.parquet"
@@ -297,9 +307,10 @@ class Run:
     def action_cells(self, scen: Columns) -> Sample:
         """Points of the chosen scenarios' configurations across every arrival rate
         (points/ only: actions of infeasible points are not in the reduced outputs)."""
-        need = {"batch_size", "action", "point_id"}
+        cap = self.model.decisions.cap
+        need = {cap, "action", "point_id"}
         if self.points_src is None or not need <= self.points_cols or "arrival_rps" not in self.optimum_cols:
-            return Sample({}, 0, 0, notes=["needs points/ with batch_size and action; this run has "
+            return Sample({}, 0, 0, notes=[f"needs points/ with {cap} and action; this run has "
                                            + ("none" if self.points_src is None else "other columns")])
         idx = self.row_index()
         config_axes = [a for a in self.varying if a not in ("arrival_rps",)]
@@ -326,8 +337,9 @@ class Run:
                          f"({ACTION_CELLS:,}-cell budget)")
         lo, hi = rows * n_points, rows * n_points + n_points - 1
         ranges = " OR ".join(f"point_id BETWEEN {a} AND {b}" for a, b in zip(lo, hi))
-        sel = self._select(("point_id", "arrival_rps", "lambda_per_replica_rps", "batch_size", "batch_window_ms",
-                            "max_batched_tokens", "action", "latency_ms", "ttft_p_ms", "rho", "capacity_rps"),
+        first = self.model.slo_checks[:1]
+        sel = self._select(list(dict.fromkeys(("point_id", "arrival_rps", *self.row_axes, "action",
+                                               *(lat for lat, _ in first), self.model.decisions.utilisation))),
                            self.points_cols)
         cols = self.query(f"SELECT {sel} FROM {self.points_src} WHERE {ranges} ORDER BY point_id")
         order = np.argsort(lo)
@@ -343,11 +355,12 @@ class Run:
     # ------------------------------------------------------------------ frontier
 
     def frontier_axes(self) -> tuple[str, str]:
-        """(x, y) of the frontier: capacity against latency, or for continuous serving
-        throughput per user against throughput per GPU (continuous serving)."""
-        if self.serving == "continuous":
-            return "tok_s_per_user", "tok_s_per_gpu"
-        return "capacity_rps", "latency_ms"
+        """(x, y) of the frontier figure (`Views` `Frontier`), else the decisions' objectives."""
+        f = next((f for f in self.views.figures if isinstance(f, Frontier)), None)
+        if f is not None:
+            return f.x, f.y
+        d = self.model.decisions
+        return d.capacity, d.latency
 
     def frontier(self, budget: int = FRONTIER_BUDGET) -> Sample:
         x, y = self.frontier_axes()
@@ -358,9 +371,9 @@ class Run:
         total = int(np.nansum(sizes)) if sizes is not None else int(
             self.scalar(f"SELECT count(*) FROM {self.frontier_src}"))
         n_rows = int(np.sum(sizes > 0)) if sizes is not None else 0
-        cols = ("row_id", "point_id", "model", "gpu", x, y, "batch_size", "batch_window_ms", "max_batched_tokens",
-                "is_knee", "is_slo_opt", "arrival_rps", "replicas", "gpus_per_replica", "seq_len", "slo_ms",
-                "latency_ms", "capacity_rps")
+        slo = next((f.slo for f in self.views.figures if isinstance(f, Frontier) and f.slo), None)
+        cols = ("row_id", "point_id", "model", "gpu", x, y, *self.row_axes, "is_knee", "is_slo_opt", "arrival_rps",
+                "replicas", "gpus_per_replica", *((slo,) if slo else ()))
         sel = self._select(list(dict.fromkeys(cols)), self.frontier_cols)
         notes = []
         if total <= budget or sizes is None:
@@ -377,10 +390,15 @@ class Run:
 
     # ------------------------------------------------------------------ replica plan
 
-    PLAN = ("group_id", "row_id", "model", "gpu", "gpus_per_replica", "seq_len", "mean_seq_len", "arrival_rps",
-            "replicas", "slo_ms", "replicas_min", "is_replicas_min", "replicas_min_batch", "replicas_min_window_ms",
-            "replicas_min_latency_ms", "replicas_min_capacity_rps", "replicas_min_rho",
-            "replicas_min_cost_usd_per_hour", "cost_usd_per_hour", "reason")
+    def plan_columns(self) -> list[str]:
+        """The replica plan's columns: the group, its configuration and workload, and the
+        answer at replicas_min of each of the plan's cells (`Views.plan`)."""
+        plan = self.views.plan
+        answers = [answer_column(self.model, "replicas_min", c.column) for c in plan.cells]
+        return list(dict.fromkeys(("group_id", "row_id", "model", "gpu", "gpus_per_replica", *plan.workload,
+                                   "arrival_rps", "replicas", "replicas_min", "is_replicas_min",
+                                   *(a for a in answers if a), "replicas_min_cost_usd_per_hour", "cost_usd_per_hour",
+                                   "reason")))
 
     def replica_plan(self) -> Sample:
         """One row per scenario group: its fewest replicas and their cost (the rows at
@@ -388,7 +406,7 @@ class Run:
         need = {"replicas_min", "replicas_min_cost_usd_per_hour", "group_id"}
         if not need <= self.optimum_cols:
             return Sample({}, 0, 0, notes=["optimum.parquet has no replicas_min columns"])
-        sel = self._select(self.PLAN, self.optimum_cols)
+        sel = self._select(self.plan_columns(), self.optimum_cols)
         flag = "is_replicas_min" if "is_replicas_min" in self.optimum_cols else "true"
         total = int(self.scalar(f"SELECT count(DISTINCT group_id) FROM {self.optimum_src}"))
         cols = self.query(
@@ -417,31 +435,30 @@ class Run:
             return Sample({}, 0, 0)
         have = set(pq.read_schema(self.search_path).names)
         wanted = ("study_name", "objective", "rank", "meets_constraints", "reason", "model", "gpu",
-                  "gpus_per_replica", "replicas", "batch_size", "batch_window_ms", "arrival_rps", "latency_ms",
-                  "cost_usd_per_hour", "fleet_capacity_rps", "trials", "feasible_trials", "enumerable",
-                  "exact_value", "gap_rel", "found_exact")
+                  "gpus_per_replica", "replicas", *self.row_axes, "arrival_rps", *(lat for lat, _ in self.model.slo_checks),
+                  "cost_usd_per_hour", "trials", "feasible_trials", "enumerable", "exact_value", "gap_rel",
+                  "found_exact")
         src = f"read_parquet({_sql_str(str(self.search_path))})"
         cols = self.query(f"SELECT {self._select(wanted, have)} FROM {src} ORDER BY study_name, rank LIMIT 200")
         return Sample(cols, len(cols.get("study_name", [])), len(cols.get("study_name", [])))
 
     # ------------------------------------------------------------------ simulator
 
-    SIM = ("point_id", "model", "gpu", "arrival_rps", "replicas", "batch_size", "batch_window_ms", "rho", "stable",
-           "e_resp_ms", "p_gauss_ms", "p_exp_ms", "latency_ms", "batcher_e_resp_ms", "batcher_p_ms", "sim_mean_ms",
-           "sim_p_ms", "sim_p_hw_ms", "proxy_rel_err", "percentile")
-
-    def simulated(self, budget: int = SIM_BUDGET) -> Sample:
-        src, have, where = self._with(("sim_mean_ms", "sim_p_ms", "e_resp_ms"))
+    def simulated(self, spec: AgainstSimulator, budget: int = SIM_BUDGET) -> Sample:
+        """The points an analytic-against-simulated figure draws (a repeatable sample above
+        `budget`), from points/ or else frontier.parquet."""
+        src, have, where = self._with(spec.needs)
         if src is None:
-            return Sample({}, 0, 0, notes=[("this run did not simulate (no sim_* columns): add a [simulation] "
-                                            "table or latency_model = \"simulated\"")])
+            return Sample({}, 0, 0, notes=[spec.missing])
         total = int(self.scalar(f"SELECT count(*) FROM {src}"))
         sample = f" USING SAMPLE reservoir({budget} ROWS) REPEATABLE (7)" if total > budget else ""
-        cols = self.query(f"SELECT {self._select(self.SIM, have)} FROM {src}{sample}")
+        wanted = ("point_id", "model", "gpu", "arrival_rps", "replicas", *self.row_axes, "stable", *spec.columns(),
+                  "percentile")
+        cols = self.query(f"SELECT {self._select(list(dict.fromkeys(wanted)), have)} FROM {src}{sample}")
         notes = [] if not sample else [f"a repeatable sample of {budget:,} of {total:,} simulated points"]
         if where == "frontier.parquet":
             notes.append("from frontier.parquet (this run wrote no points/): feasible Pareto points only")
-        return Sample(cols, len(cols["sim_mean_ms"]), total, source=where, notes=notes)
+        return Sample(cols, len(cols["point_id"]), total, source=where, notes=notes)
 
     def _with(self, needed: tuple[str, ...]) -> tuple[str | None, set[str], str]:
         if self.points_src is not None and set(needed) <= self.points_cols:
@@ -450,25 +467,30 @@ class Run:
             return self.frontier_src, self.frontier_cols, "frontier.parquet"
         return None, set(), ""
 
-    # ------------------------------------------------------------------ continuous serving
+    # ------------------------------------------------------------------ every point
 
-    CONT = ("point_id", "model", "gpu", "gpus_per_replica", "seq_len", "prompt_tokens", "output_tokens",
-            "arrival_rps", "lambda_per_replica_rps", "replicas", "batch_size", "max_batched_tokens", "stable",
-            "tok_s_per_gpu", "tok_s_per_user", "ttft_mean_ms", "ttft_p_ms", "tpot_mean_ms", "tpot_p_ms",
-            "ttft_slo_ms", "tpot_slo_ms", "percentile", "action")
-
-    def continuous(self, budget: int = CONTINUOUS_BUDGET) -> Sample:
-        src, have, where = self._with(CONTINUOUS_COLUMNS)
+    def sampled(self, needs: Sequence[str], wanted: Sequence[str], budget: int = POINTS_BUDGET) -> Sample:
+        """Points with every `needs` column (a repeatable sample above `budget`), their
+        `wanted` columns, from points/ or else frontier.parquet."""
+        src, have, where = self._with(tuple(needs))
         if src is None:
-            return Sample({}, 0, 0, notes=[("needs the continuous-serving columns "
-                                            "(tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms)")])
+            return Sample({}, 0, 0, notes=[f"needs the columns {', '.join(needs)}"])
         total = int(self.scalar(f"SELECT count(*) FROM {src}"))
         sample = f" USING SAMPLE reservoir({budget} ROWS) REPEATABLE (7)" if total > budget else ""
-        cols = self.query(f"SELECT {self._select(self.CONT, have)} FROM {src}{sample}")
+        cols = self.query(f"SELECT {self._select(list(dict.fromkeys((*needs, *wanted))), have)} FROM {src}{sample}")
         notes = [] if not sample else [f"a repeatable sample of {budget:,} of {total:,} points"]
         if where == "frontier.parquet":
             notes.append("from frontier.parquet (this run wrote no points/): Pareto points only")
-        return Sample(cols, len(cols["tok_s_per_gpu"]), total, source=where, notes=notes)
+        return Sample(cols, len(cols[needs[0]]), total, source=where, notes=notes)
+
+
+def answer_column(model: ServingModel, prefix: str, column: str) -> str | None:
+    """The optimum.parquet column of answer `prefix` that carries point column `column`
+    (`Decisions.answer_fields`), or None when the answers do not carry it."""
+    for suffix, source, *_ in model.decisions.answer_fields:
+        if source == column:
+            return answer_name(prefix, suffix)
+    return None
 
 
 def by_pair(cols: Columns) -> list[tuple[str, str, np.ndarray]]:

@@ -6,11 +6,15 @@ belong to one model and GPU carry `meta = {"model": ..., "gpu": ...}`; the page'
 show and hide them. Arrays may stay numpy arrays here; `html.dumps` encodes large ones as
 Plotly typed arrays (`{"dtype", "bdata"}`) and turns +inf and NULL (NaN) into gaps.
 
+The figures are the few generic kinds of `sweep.models.views` (lines against the cap,
+utilisation against the cap, the KV budget, frontiers, analytic against simulated, a
+scatter, lines against load) plus the action map, the replica plan and the schedule; each
+reads the serving model's declarations for its columns, names and axes.
+
 Unbounded values (+inf today, NULL tomorrow) are never drawn as numbers: a latency with no
-finite value is a marker on the top edge labelled as such, and a region of batch sizes
-that is unstable or out of memory is shaded from the row's own figures in
-optimum.parquet (`b_min_stable_int`, `b_mem_max`), so the shading is right even when the
-run kept no points.
+finite value is a marker on the top edge labelled as such, and a region of caps that is
+unstable or out of memory is shaded from the row's own columns in optimum.parquet (the
+model's `Regions`), so the shading is right even when the run kept no points.
 """
 
 from __future__ import annotations
@@ -21,10 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from sweep.reporting.data import Columns, by_pair, row_keys, unbounded
+from sweep.decide.verdict import ACTIONS
+from sweep.models import ServingModel
+from sweep.models.views import (
+    AgainstLoad,
+    AgainstSimulator,
+    CapLines,
+    Frontier,
+    KvBudget,
+    Regions,
+    Scatter,
+    Utilisation,
+)
+from sweep.reporting.data import Columns, answer_column, by_pair, row_keys, unbounded
 
-#: The seed's operating rules in order (sweep.kernels.ACTIONS; a test keeps them equal).
-ACTIONS = ("out_of_memory", "unstable", "slo_violated", "near_saturation", "overprovisioned", "ok")
 ACTION_COLOURS = {
     "out_of_memory": "#7b3294",
     "unstable": "#c62828",
@@ -44,13 +58,22 @@ ACTION_LABELS = {
 #: Qualitative palette (Tableau 10), one colour per GPU.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
            "#9c755f", "#bab0ac")
-WINDOW_DASH = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 UNSTABLE_FILL = "rgba(198, 40, 40, 0.10)"
 OOM_FILL = "rgba(123, 50, 148, 0.12)"
+#: Colours of the utilisation figure's thresholds, by role.
+THRESHOLD_COLOURS = {"upper": "#f2a900", "target": "#2e7d32", "lower": "#64b5f6"}
+#: Markers of the analytic-against-simulated figure, by series style.
+SIM_STYLES = (("circle", "#4e79a7"), ("x", "#f28e2b"), ("square", "#59a14f"), ("diamond", "#e15759"),
+              ("triangle-down", "#b07aa1"))
+#: Lines of a series, by its position (the utilisation figure's series).
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 #: Above this many points a scatter uses WebGL (scattergl); below, SVG (prints sharply).
 GL_THRESHOLD = 5000
+#: Hover labels of the generic columns (a row axis is named by its `Axis.hover`).
+HOVER_NAMES = {"arrival_rps": "arrival req/s", "replicas": "replicas", "gpus_per_replica": "GPUs/replica"}
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+
 
 
 @dataclass
@@ -101,10 +124,9 @@ def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     return a
 
 
-def batch_axis(bmin: float, bmax: float, continuous: bool = False) -> dict[str, Any]:
-    """Batch sizes (continuous serving: the cap on running sequences) on a log axis with
-    powers of two as ticks (linear when the range is short)."""
-    title = "cap N on running sequences (batch_size)" if continuous else "batch size B (requests)"
+def batch_axis(bmin: float, bmax: float, title: str) -> dict[str, Any]:
+    """The cap (a batch size, a cap on running sequences) on a log axis with powers of two
+    as ticks (linear when the range is short)."""
     if bmax / max(bmin, 1.0) <= 8:
         return axis(title)
     ticks = [2 ** k for k in range(18) if bmin / 2 <= 2 ** k <= bmax * 2]
@@ -141,21 +163,6 @@ def fmt(x: Any, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-#: The decision knob a row varies besides the cap: the window (dynamic), the token budget
-#: (continuous serving); the figures draw one line per value.
-KNOBS = ("batch_window_ms", "max_batched_tokens")
-
-
-def window_label(w: float, knob: str = "batch_window_ms") -> str:
-    if knob == "max_batched_tokens":
-        return "no token budget (inf)" if unbounded(w) else f"budget {w:g} tokens"
-    return "full batches (window inf)" if unbounded(w) else f"window {w:g} ms"
-
-
-def _knob(cols: Columns) -> str:
-    return next((k for k in KNOBS if k in cols), "batch_window_ms")
-
-
 def _log_ratio(values: np.ndarray) -> float:
     v = values[finite(values) & (values > 0)]
     return float(v.max() / v.min()) if len(v) else 1.0
@@ -174,177 +181,269 @@ def _band(x0: float, x1: float, name: str, colour: str, hover: str) -> dict[str,
             "hoverinfo": "text", "text": hover, "hoveron": "fills"}
 
 
-def _regions(row: dict[str, Any], bmin: float, bmax: float) -> list[dict[str, Any]]:
-    """Unstable (B < b_min_stable_int) and out-of-memory (B > b_mem_max) bands."""
-    out = []
-    lo, hi = bmin / 1.25, bmax * 1.25
-    stable_from = row.get("b_min_stable_int")
-    if "b_min_stable_int" not in row:  # continuous serving: no B_min; its points carry `stable`
-        pass
-    elif unbounded(stable_from):
-        out.append(_band(lo, hi, "unstable (no batch keeps up)", UNSTABLE_FILL,
-                         "unstable at every batch size: lambda >= B / T_svc(B)"))
-    elif stable_from is not None and stable_from > bmin:
-        out.append(_band(lo, _between(stable_from), f"unstable (B < {stable_from:g})", UNSTABLE_FILL,
-                         f"unstable: B < b_min_stable_int = {stable_from:g}"))
-    mem = row.get("b_mem_max")
-    if row.get("weights_fit") is False or (mem is not None and not unbounded(mem) and mem <= 0):
-        out.append(_band(lo, hi, "out of memory (weights do not fit)", OOM_FILL, "the weights do not fit in HBM"))
-    elif mem is not None and not unbounded(mem) and mem < bmax:
-        out.append(_band(_between(mem + 1), hi, f"out of memory (B > {mem:g})", OOM_FILL,
-                         f"out of memory: B > b_mem_max = {mem:g}"))
-    return out
-
-
-def _answer(row: dict[str, Any], prefix: str, column: str = "latency_ms") -> tuple[float, float] | None:
-    """(batch, value) of an answer of optimum.parquet, or None when there is none
-    (batch 0 or NULL, or an unbounded value)."""
-    b = row.get(prefix if prefix != "replicas_min" else "replicas_min_batch")
-    v = row.get(f"{prefix}_{column}")
-    if b is None or unbounded(b) or b <= 0 or v is None or unbounded(v):
-        return None
-    return float(b), float(v)
-
-
-def _top_markers(x: np.ndarray, name: str, hover: str) -> dict[str, Any]:
-    return {"type": "scatter", "x": x, "y": np.full(len(x), 0.97), "yaxis": "y9", "mode": "markers",
-            "name": name, "marker": {"symbol": "triangle-up", "size": 9, "color": "#c62828"},
-            "hovertemplate": f"B %{{x}}: {hover}<extra></extra>"}
 
 
 def _y9() -> dict[str, Any]:
     return {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True}
 
 
+def _qlabel(q: Any) -> str:
+    return f"P{100 * q:g}" if q is not None and not unbounded(q) else "P(q)"
+
+
+def _knobs(model: ServingModel, cols: Columns) -> list[str]:
+    """The row axes outside the cap that the columns have (one line or panel per value)."""
+    return [k for k in model.decisions.knobs if k in cols]
+
+
+def _combos(cols: Columns, knobs: list[str]) -> list[tuple[float, ...]]:
+    """The knobs' value combinations, sorted (NULL, NaN here, is the grid's inf)."""
+    if not knobs:
+        return [()]
+    values = zip(*(cols[k].tolist() for k in knobs))
+    return sorted({tuple(float(v) if math.isfinite(v) else math.inf for v in combo) for combo in values})
+
+
+def _combo_mask(cols: Columns, knobs: list[str], combo: tuple[float, ...], n: int) -> np.ndarray:
+    m = np.ones(n, bool)
+    for k, w in zip(knobs, combo):
+        v = cols[k]
+        m &= ~finite(v) if math.isinf(w) else v == w
+    return m
+
+
+def _combo_label(model: ServingModel, knobs: list[str], combo: tuple[float, ...]) -> str:
+    """A combination of knob values in a legend: `window 5 ms`, `no token budget (inf)`."""
+    return ", ".join(model.views.axis(k).legend(w) for k, w in zip(knobs, combo))
+
+
+def _regions(row: dict[str, Any], bmin: float, bmax: float, regions: Regions, symbol: str) -> list[dict[str, Any]]:
+    """Unstable (cap below `stable_from`) and out-of-memory (cap above `memory_to`, or the
+    weights do not fit) bands, from the row's own columns."""
+    out = []
+    lo, hi = bmin / 1.25, bmax * 1.25
+    if regions.stable_from and regions.stable_from in row:
+        stable_from = row.get(regions.stable_from)
+        if unbounded(stable_from):
+            out.append(_band(lo, hi, regions.none_stable, UNSTABLE_FILL, regions.none_stable_hover))
+        elif stable_from is not None and stable_from > bmin:
+            out.append(_band(lo, _between(stable_from), f"unstable ({symbol} < {stable_from:g})", UNSTABLE_FILL,
+                             f"unstable: {symbol} < {regions.stable_from} = {stable_from:g}"))
+    mem = row.get(regions.memory_to) if regions.memory_to else None
+    if row.get("weights_fit") is False or (mem is not None and not unbounded(mem) and mem <= 0):
+        out.append(_band(lo, hi, "out of memory (weights do not fit)", OOM_FILL, "the weights do not fit in HBM"))
+    elif mem is not None and not unbounded(mem) and mem < bmax:
+        out.append(_band(_between(mem + 1), hi, f"out of memory ({symbol} > {mem:g})", OOM_FILL,
+                         f"out of memory: {symbol} > {regions.memory_to} = {mem:g}"))
+    return out
+
+
+def _answer(model: ServingModel, row: dict[str, Any], prefix: str, column: str) -> tuple[float, float] | None:
+    """(cap, value of `column`) of an answer of optimum.parquet, or None when there is none
+    (cap 0 or NULL, or an unbounded value)."""
+    b = row.get(answer_column(model, prefix, model.decisions.cap) or prefix)
+    name = answer_column(model, prefix, column)
+    v = row.get(name) if name else None
+    if b is None or unbounded(b) or b <= 0 or v is None or unbounded(v):
+        return None
+    return float(b), float(v)
+
+
+def _top_markers(x: np.ndarray, name: str, hover: str, symbol: str) -> dict[str, Any]:
+    return {"type": "scatter", "x": x, "y": np.full(len(x), 0.97), "yaxis": "y9", "mode": "markers",
+            "name": name, "marker": {"symbol": "triangle-up", "size": 9, "color": "#c62828"},
+            "hovertemplate": f"{symbol} %{{x}}: {hover}<extra></extra>"}
+
+
+def _cap_range(pts: Columns, cap: str, brange: tuple[float, float]) -> tuple[float, float]:
+    b = pts[cap]
+    return (min(float(np.nanmin(b)), brange[0]), max(float(np.nanmax(b)), brange[1])) if len(b) else brange
+
+
 # --------------------------------------------------------------------------- per scenario
 
 
-def latency_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float] = (1.0, 1.0),
-                   empty: str = "") -> dict[str, Any]:
-    """Latency against batch size for one scenario row: one line per window, the SLO,
-    the knee and the SLO optimum, and the unstable and out-of-memory regions (over
-    `brange` when the row has no points; `empty` then says why)."""
-    b = pts["batch_size"]
-    windows = _windows(pts) if len(b) else []
-    q = row.get("percentile", 0.99)
-    qlabel = f"P{100 * q:g}" if not unbounded(q) else "latency"
-    traces: list[dict[str, Any]] = []
-    bmin, bmax = (min(float(np.nanmin(b)), brange[0]), max(float(np.nanmax(b)), brange[1])) if len(b) else brange
-    traces += _regions(row, bmin, bmax)
-    lat = pts["latency_ms"]
-    for i, w in enumerate(windows):
-        m = _window_mask(pts, w)
-        order = np.argsort(b[m])
-        custom = np.stack([pts.get("e_resp_ms", lat)[m][order], pts.get("rho", lat)[m][order]], axis=1)
-        traces.append({
-            "type": "scatter", "mode": "lines+markers", "x": b[m][order], "y": lat[m][order],
-            "name": f"{qlabel} estimate, {window_label(w)}" if len(windows) > 1 else f"{qlabel} estimate (latency_ms)",
-            "line": {"color": PALETTE[i % len(PALETTE)], "dash": "solid", "width": 2},
-            "marker": {"size": 6}, "customdata": custom, "connectgaps": False,
-            "hovertemplate": "B %{x}<br>latency %{y:,.1f} ms<br>E[T] %{customdata[0]:,.1f} ms"
-                             "<br>rho %{customdata[1]:.1%}<extra>" + window_label(w) + "</extra>",
-        })
-        if len(windows) == 1 and "e_resp_ms" in pts:
-            traces.append({"type": "scatter", "mode": "lines", "x": b[m][order], "y": pts["e_resp_ms"][m][order],
-                           "name": "mean E[T]", "line": {"color": "#777", "dash": "dot", "width": 1.5},
-                           "hovertemplate": "B %{x}<br>E[T] %{y:,.1f} ms<extra></extra>"})
-    inf = ~finite(lat) & (pts["stable"] if "stable" in pts else np.ones(len(lat), bool))
-    if inf.any():
-        traces.append(_top_markers(np.unique(b[inf]), "latency unbounded (proxy rho >= 1)",
-                                   "stable, but the latency estimate is unbounded"))
-    slo = row.get("slo_ms")
-    if slo is not None and not unbounded(slo):
-        traces.append({"type": "scatter", "mode": "lines", "x": [bmin / 1.25, bmax * 1.25], "y": [slo, slo],
-                       "name": f"SLO {qlabel} {slo:g} ms", "line": {"color": "#222", "dash": "dash", "width": 1.5},
-                       "hovertemplate": f"SLO {slo:g} ms<extra></extra>"})
-    traces += _answer_markers(row, "latency_ms")
-    ratio = _log_ratio(np.concatenate([lat[finite(lat)], [slo] if slo and not unbounded(slo) else []]))
-    ylog = ratio > 30
-    yaxis = axis(f"latency_ms ({qlabel}, ms)", log=ylog)
-    if slo is not None and not unbounded(slo):
-        rng = capped_range(lat, 20 * slo, ylog)
-        if rng is not None:
-            yaxis["range"] = rng
-    layout = base_layout(440, xaxis=batch_axis(bmin, bmax), yaxis=yaxis, yaxis9=_y9())
+def cap_lines_figure(spec: CapLines, model: ServingModel, row: dict[str, Any], pts: Columns,
+                     brange: tuple[float, float] = (1.0, 1.0), empty: str = "") -> dict[str, Any]:
+    """Kind `CapLines` for one scenario row: each panel's column against the cap, one line
+    per knob value, its SLO, the knee and the SLO optimum, the shaded regions and the caps
+    marked along the top (over `brange` when the row has no points; `empty` then says why)."""
+    cap = model.decisions.cap
+    sym = model.views.axis(cap).symbol
+    b = pts[cap]
+    knobs = _knobs(model, pts)
+    combos = _combos(pts, knobs) if len(b) else []
+    qlabel = _qlabel(row.get("percentile", 0.99))
+    bmin, bmax = _cap_range(pts, cap, brange)
+    traces: list[dict[str, Any]] = _regions(row, bmin, bmax, spec.regions, sym) if spec.regions else []
+    multi = len(spec.panels) > 1
+    layout_y: dict[str, Any] = {}
+    n_panels = len(spec.panels)
+    gap = 0.12
+    height = (1 - gap * (n_panels - 1)) / max(n_panels, 1)
+    for n, panel in enumerate(spec.panels):
+        yaxis = "y" if n == 0 else f"y{n + 1}"
+        name = panel.name.format(q=qlabel)
+        y = pts.get(panel.column, np.full(len(b), np.nan))
+        on = {"yaxis": yaxis} if multi else {}
+        for i, combo in enumerate(combos):
+            m = _combo_mask(pts, knobs, combo, len(b))
+            order = np.argsort(b[m])
+            legend = _combo_label(model, knobs, combo)
+            label = (f"{name}{panel.alone}" if len(combos) == 1 and panel.alone else
+                     f"{name}, {legend}" if legend else name)
+            trace: dict[str, Any] = {
+                "type": "scatter", "mode": "lines+markers", "x": b[m][order], "y": y[m][order], **on, "name": label,
+                "line": {"color": PALETTE[i % len(PALETTE)], "dash": "solid" if n == 0 else "dot", "width": 2},
+                "marker": {"size": 6}, "connectgaps": False,
+                "hovertemplate": f"{sym} %{{x}}<br>{name} %{{y:,.1f}} ms"
+                                 + "".join(f"<br>{h[0]} %{{customdata[{j}]:{h[2]}}}{h[3]}" for j, h in enumerate(panel.hover))
+                                 + f"<extra>{legend}</extra>",
+            }
+            if multi:
+                trace["legendgroup"] = f"w{i}"
+            if panel.hover:
+                trace["customdata"] = np.stack([pts.get(h[1], y)[m][order] for h in panel.hover], axis=1)
+            traces.append(trace)
+            if len(combos) == 1 and panel.mean is not None and panel.mean[0] in pts:
+                traces.append({"type": "scatter", "mode": "lines", "x": b[m][order], "y": pts[panel.mean[0]][m][order],
+                               **on, "name": panel.mean[1], "line": {"color": "#777", "dash": "dot", "width": 1.5},
+                               "hovertemplate": f"{sym} %{{x}}<br>{panel.mean[1]} %{{y:,.1f}} ms<extra></extra>"})
+        if not multi:  # one panel: its caps of unbounded latency before its SLO
+            traces += _marks(spec, pts, cap, sym)
+        slo = row.get(panel.slo) if panel.slo else None
+        has_slo = slo is not None and not unbounded(slo)
+        if has_slo:
+            slo_name = panel.slo_name.format(q=qlabel, slo=slo)
+            traces.append({"type": "scatter", "mode": "lines", "x": [bmin / 1.25, bmax * 1.25], "y": [slo, slo], **on,
+                           "name": slo_name, "line": {"color": "#222", "dash": "dash", "width": 1.5},
+                           "hovertemplate": f"{slo_name}<extra></extra>"})
+        for prefix, label, symbol, colour in (("knee", "knee", "star", "#111"),
+                                              ("slo_opt", "SLO optimum", "diamond", "#2e7d32")):
+            ans = _answer(model, row, prefix, panel.column)
+            if ans is None:
+                continue
+            mark: dict[str, Any] = {
+                "type": "scatter", "mode": "markers", "x": [ans[0]], "y": [ans[1]], **on,
+                "name": f"{label} ({sym} = {ans[0]:g})",
+                "marker": {"symbol": symbol, "size": 14 if multi else 15, "color": colour,
+                           "line": {"color": "#fff", "width": 1}},
+                "hovertemplate": f"{label}: {sym} %{{x}}, {name} %{{y:,.3g}}<extra></extra>"}
+            if multi:
+                mark.update(legendgroup=prefix, showlegend=n == 0)
+            traces.append(mark)
+        values = y[finite(y)]
+        ratio = _log_ratio(np.concatenate([values, [slo] if has_slo and panel.cap_at_slo else []]))
+        ylog = ratio > 30
+        ax = axis(panel.axis.format(q=qlabel), log=ylog)
+        if has_slo and panel.cap_at_slo:
+            rng = capped_range(y, panel.cap_at_slo * float(slo or 0.0), ylog)
+            if rng is not None:
+                ax["range"] = rng
+        if multi:
+            top = 1 - n * (height + gap)
+            ax.update(domain=[round(max(top - height, 0.0), 6), round(top, 6)], anchor="x")
+        layout_y["yaxis" if n == 0 else f"yaxis{n + 1}"] = ax
+    if multi:
+        traces += _marks(spec, pts, cap, sym)
+    xaxis = batch_axis(bmin, bmax, model.views.axis(cap).title)
+    if multi:
+        xaxis["anchor"] = f"y{n_panels}"
+    layout = base_layout(440 + 100 * (n_panels - 1), xaxis=xaxis, **layout_y, yaxis9=_y9())
     if empty:
         layout["annotations"] = [{"xref": "paper", "yref": "paper", "x": 0.5, "y": 0.55, "showarrow": False,
                                   "text": empty, "font": {"size": 13, "color": "#555"}, "bgcolor": "#fff"}]
     return {"data": traces, "layout": layout}
 
 
-def _answer_markers(row: dict[str, Any], column: str, scale: float = 1.0) -> list[dict[str, Any]]:
-    marks = []
-    for prefix, name, symbol, colour in (("knee", "knee", "star", "#111"),
-                                         ("slo_opt", "SLO optimum", "diamond", "#2e7d32")):
-        ans = _answer(row, prefix, column)
-        if ans is None:
-            continue
-        bx, val = ans
-        marks.append({"type": "scatter", "mode": "markers", "x": [bx], "y": [val * scale], "name": f"{name} (B = {bx:g})",
-                      "marker": {"symbol": symbol, "size": 15, "color": colour, "line": {"color": "#fff", "width": 1}},
-                      "hovertemplate": f"{name}: B %{{x}}, %{{y:,.3g}}<extra></extra>"})
-    return marks
+def _marks(spec: CapLines, pts: Columns, cap: str, sym: str) -> list[dict[str, Any]]:
+    """The caps `spec.marks` mark along the top of a `CapLines` figure."""
+    b = pts[cap]
+    if not len(b):
+        return []
+    first = pts.get(spec.panels[0].column) if spec.panels else None
+    out = []
+    for mk in spec.marks:
+        on_top = np.ones(len(b), bool)
+        for c in mk.true:
+            if c in pts:
+                on_top &= pts[c].astype(bool)
+        if mk.false:
+            on_top &= ~pts[mk.false].astype(bool) if mk.false in pts else False
+        if mk.unbounded:
+            on_top &= ~finite(first) if first is not None else False
+        if on_top.any():
+            out.append(_top_markers(np.unique(b[on_top]), mk.name, mk.hover, sym))
+    return out
 
 
-def utilisation_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float] = (math.inf, -math.inf)
-                       ) -> dict[str, Any]:
-    """Utilisation against batch size: the proxy's rho per window (and the batcher
-    model's or the simulator's where the run has them), with rho_target, rho_max, rho_min."""
-    b = pts["batch_size"]
-    bmin, bmax = min(float(np.nanmin(b)), brange[0]), max(float(np.nanmax(b)), brange[1])
-    traces: list[dict[str, Any]] = _regions(row, bmin, bmax)
-    windows = _windows(pts)
+def utilisation_figure(spec: Utilisation, model: ServingModel, row: dict[str, Any], pts: Columns,
+                       brange: tuple[float, float] = (math.inf, -math.inf)) -> dict[str, Any]:
+    """Kind `Utilisation`: each series per knob value against the cap, with the operating
+    thresholds and the shaded regions."""
+    cap = model.decisions.cap
+    sym = model.views.axis(cap).symbol
+    b = pts[cap]
+    bmin, bmax = _cap_range(pts, cap, brange)
+    traces: list[dict[str, Any]] = _regions(row, bmin, bmax, spec.regions, sym) if spec.regions else []
+    knobs = _knobs(model, pts)
+    combos = _combos(pts, knobs)
     rho_all = []
-    knob = _knob(pts)
-    rho_name = "rho (load / capacity)" if knob == "max_batched_tokens" else "rho (proxy)"
-    for name, col, dash in ((rho_name, "rho", "solid"), ("batcher model rho", "batcher_rho", "dash"),
-                            ("simulated utilisation", "sim_utilization", "dot")):
+    for (name, col), dash in zip(spec.series, DASHES):
         if col not in pts:
             continue
-        for i, w in enumerate(windows):
-            m = _window_mask(pts, w)
+        for i, combo in enumerate(combos):
+            m = _combo_mask(pts, knobs, combo, len(b))
             order = np.argsort(b[m])
             y = pts[col][m][order]
             rho_all.append(y[finite(y)])
-            label = f"{name}, {window_label(w, knob)}" if len(windows) > 1 else name
+            legend = _combo_label(model, knobs, combo)
+            label = f"{name}, {legend}" if len(combos) > 1 else name
             traces.append({"type": "scatter", "mode": "lines+markers", "x": b[m][order], "y": y, "name": label,
                            "line": {"color": PALETTE[i % len(PALETTE)], "dash": dash, "width": 2},
                            "marker": {"size": 5},
-                           "hovertemplate": f"B %{{x}}<br>{name} %{{y:.1%}}<extra>{window_label(w, knob)}</extra>"})
-    for key, label, colour in (("rho_max", "rho_max (near saturation above)", "#f2a900"),
-                               ("rho_target", "rho_target", "#2e7d32"),
-                               ("rho_min", "rho_min (overprovisioned below)", "#64b5f6")):
-        v = row.get(key)
+                           "hovertemplate": f"{sym} %{{x}}<br>{name} %{{y:.1%}}<extra>{legend}</extra>"})
+    for t in spec.thresholds:
+        v = row.get(t.column)
         if v is None or unbounded(v):
             continue
         traces.append({"type": "scatter", "mode": "lines", "x": [bmin / 1.25, bmax * 1.25], "y": [v, v],
-                       "name": f"{label} {v:.0%}", "line": {"color": colour, "dash": "dash", "width": 1.2},
-                       "hovertemplate": f"{key} {v:.0%}<extra></extra>"})
+                       "name": f"{t.label} {v:.0%}",
+                       "line": {"color": THRESHOLD_COLOURS[t.role], "dash": "dash", "width": 1.2},
+                       "hovertemplate": f"{t.column} {v:.0%}<extra></extra>"})
     top = max([1.05] + [float(np.max(r)) * 1.05 for r in rho_all if len(r)])
-    layout = base_layout(400, xaxis=batch_axis(bmin, bmax, knob == "max_batched_tokens"),
+    layout = base_layout(400, xaxis=batch_axis(bmin, bmax, model.views.axis(cap).title),
                          yaxis=axis("utilisation", tickformat=".0%", range=[0, min(top, 2.0)]), yaxis9=_y9())
     return {"data": traces, "layout": layout}
 
 
-def kv_figure(row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | None:
-    """The KV budget of one replica: weights, the KV reservation at the batch sizes that
-    matter (the answers, B = 1 and the memory limit), and what stays free."""
-    weights, free, per_req = row.get("weights_gb"), row.get("free_gb"), row.get("kv_gb_per_req")
+def kv_figure(spec: KvBudget, model: ServingModel, row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | None:
+    """Kind `KvBudget` for one scenario row's replica: the weights, the KV cache (the
+    reservation at the caps that matter, or the share reserved at the answers' points) and
+    what stays free."""
+    if spec.per_request:
+        return _kv_reservation(spec, model, row, pts)
+    return _kv_share(spec, model, row, pts)
+
+
+def _kv_reservation(spec: KvBudget, model: ServingModel, row: dict[str, Any], pts: Columns | None
+                    ) -> dict[str, Any] | None:
+    weights, free, per_req = row.get("weights_gb"), row.get("free_gb"), row.get(spec.per_request)
     if weights is None or free is None or per_req is None or unbounded(weights) or unbounded(free):
         return None
+    cap = model.decisions.cap
+    sym = model.views.axis(cap).symbol
     usable = weights + free
-    marks: list[tuple[str, float]] = [("B = 1", 1.0)]
-    for prefix, label in (("b_max_slo", "largest batch under the SLO"), ("slo_opt", "SLO optimum"),
-                          ("knee", "knee")):
-        b = row.get(prefix)
+    marks: list[tuple[str, float]] = [(f"{sym} = 1", 1.0)]
+    for prefix, label in spec.marks:
+        b = row.get(answer_column(model, prefix, cap) or prefix)
         if b is not None and not unbounded(b) and b > 0:
-            marks.append((f"{label}, B = {b:g}", float(b)))
-    mem = row.get("b_mem_max")
+            marks.append((f"{label}, {sym} = {b:g}", float(b)))
+    mem = row.get(spec.limit) if spec.limit else None
     if mem is not None and not unbounded(mem) and mem > 0:
-        marks.append((f"memory limit, B = {mem:g} (b_mem_max)", float(mem)))
-    if pts is not None and "batch_size" in pts and len(pts["batch_size"]):
-        marks.append((f"largest batch in the grid, B = {np.nanmax(pts['batch_size']):g}",
-                      float(np.nanmax(pts["batch_size"]))))
+        marks.append((f"memory limit, {sym} = {mem:g} ({spec.limit})", float(mem)))
+    if pts is not None and cap in pts and len(pts[cap]):
+        marks.append((f"{spec.largest}, {sym} = {np.nanmax(pts[cap]):g}", float(np.nanmax(pts[cap]))))
     seen: dict[float, str] = {}
     for label, b in marks:
         seen[b] = seen[b] + "; " + label.split(",")[0] if b in seen else label
@@ -378,81 +477,21 @@ def kv_figure(row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | None
     return {"data": traces, "layout": layout}
 
 
-def cb_latency_figure(row: dict[str, Any], pts: Columns, brange: tuple[float, float] = (1.0, 1.0)) -> dict[str, Any]:
-    """Continuous serving, one scenario row: TTFT (top) and TPOT (bottom) at the grid's
-    percentile against the cap, one line per token budget, each SLO as a dashed line, the
-    knee and the SLO optimum marked; caps where the engine cannot keep up or the memory
-    does not suffice are marked along the top (their latencies are unbounded)."""
-    b = pts["batch_size"]
-    q = row.get("percentile", 0.99)
-    qlabel = f"P{100 * q:g}" if not unbounded(q) else "P(q)"
-    bmin, bmax = (min(float(np.nanmin(b)), brange[0]), max(float(np.nanmax(b)), brange[1])) if len(b) else brange
-    traces: list[dict[str, Any]] = []
-    budgets = _windows(pts) if len(b) else []
-    for panel, (name, col, slo_key, yaxis) in enumerate((("TTFT", "ttft_p_ms", "ttft_slo_ms", "y"),
-                                                        ("TPOT", "tpot_p_ms", "tpot_slo_ms", "y2"))):
-        if col not in pts:
-            continue
-        for i, w in enumerate(budgets):
-            m = _window_mask(pts, w)
-            order = np.argsort(b[m])
-            traces.append({
-                "type": "scatter", "mode": "lines+markers", "x": b[m][order], "y": pts[col][m][order], "yaxis": yaxis,
-                "name": f"{name} {qlabel}, {window_label(w, 'max_batched_tokens')}",
-                "legendgroup": f"w{i}", "line": {"color": PALETTE[i % len(PALETTE)], "width": 2,
-                                                 "dash": "solid" if panel == 0 else "dot"},
-                "marker": {"size": 6}, "connectgaps": False,
-                "hovertemplate": f"N %{{x}}<br>{name} {qlabel} %{{y:,.1f}} ms<extra>{window_label(w, 'max_batched_tokens')}</extra>",
-            })
-        slo = row.get(slo_key)
-        if slo is not None and not unbounded(slo):
-            traces.append({"type": "scatter", "mode": "lines", "x": [bmin / 1.25, bmax * 1.25], "y": [slo, slo],
-                           "yaxis": yaxis, "name": f"{name} SLO {slo:g} ms",
-                           "line": {"color": "#222", "dash": "dash", "width": 1.5},
-                           "hovertemplate": f"{name} SLO {slo:g} ms<extra></extra>"})
-        for prefix, label, symbol, colour in (("knee", "knee", "star", "#111"), ("slo_opt", "SLO optimum", "diamond", "#2e7d32")):
-            ans = _answer(row, prefix, col)
-            if ans is not None:
-                traces.append({"type": "scatter", "mode": "markers", "x": [ans[0]], "y": [ans[1]], "yaxis": yaxis,
-                               "name": f"{label} (N = {ans[0]:g})", "legendgroup": prefix, "showlegend": panel == 0,
-                               "marker": {"symbol": symbol, "size": 14, "color": colour, "line": {"color": "#fff", "width": 1}},
-                               "hovertemplate": f"{label}: N %{{x}}, {name} %{{y:,.3g}} ms<extra></extra>"})
-    if len(b):
-        stable = pts["stable"].astype(bool) if "stable" in pts else np.ones(len(b), bool)
-        mem = pts["mem_ok"].astype(bool) if "mem_ok" in pts else np.ones(len(b), bool)
-        if (~mem).any():
-            traces.append(_top_markers(np.unique(b[~mem]), "out of memory (latency unbounded)",
-                                       "the weights or a mean request's reservation do not fit"))
-        if (mem & ~stable).any():
-            traces.append(_top_markers(np.unique(b[mem & ~stable]), "unstable (latency unbounded)",
-                                       "the load exceeds the capacity at this cap and budget"))
-    ttft = pts.get("ttft_p_ms", np.array([]))
-    tpot = pts.get("tpot_p_ms", np.array([]))
-    layout = base_layout(
-        540, xaxis={**batch_axis(bmin, bmax, True), "anchor": "y2"},
-        yaxis={**axis(f"TTFT {qlabel} (ms)", log=_log_ratio(ttft) > 30), "domain": [0.56, 1.0], "anchor": "x"},
-        yaxis2={**axis(f"TPOT {qlabel} (ms)", log=_log_ratio(tpot) > 30), "domain": [0.0, 0.44], "anchor": "x"},
-        yaxis9=_y9())
-    return {"data": traces, "layout": layout}
-
-
-def cb_kv_figure(row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | None:
-    """Continuous serving, one scenario row's replica: the weights, the KV capacity C (what
-    is free for the cache) and, at the answers' points, the KV cache reserved on average
-    (kv_util x C)."""
+def _kv_share(spec: KvBudget, model: ServingModel, row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | None:
     weights, free = row.get("weights_gb"), row.get("free_gb")
     if weights is None or free is None or unbounded(weights) or unbounded(free):
         return None
+    sym = model.views.axis(model.decisions.cap).symbol
     labels, used = [], []
-    if pts is not None and "kv_util" in pts and "point_id" in pts:
-        for prefix, label in (("b_max_slo", "largest cap under the SLOs"), ("slo_opt", "SLO optimum"), ("knee", "knee")):
-            pid = row.get(f"{prefix}_point_id")
+    if pts is not None and spec.share in pts and "point_id" in pts:
+        for prefix, label in spec.marks:
+            pid = row.get(answer_column(model, prefix, "point_id") or f"{prefix}_point_id")
             if pid is None or unbounded(pid):
                 continue
             m = pts["point_id"] == pid
             if m.any():
-                labels.append(f"{label}, N = {row.get(prefix):g}")
-                used.append(float(pts["kv_util"][m][0]) * max(free, 0.0))
+                labels.append(f"{label}, {sym} = {row.get(answer_column(model, prefix, model.decisions.cap) or prefix):g}")
+                used.append(float(pts[spec.share][m][0]) * max(free, 0.0))
     if not labels:
         labels, used = ["this replica"], [0.0]
     used_arr = np.array(used)
@@ -469,24 +508,29 @@ def cb_kv_figure(row: dict[str, Any], pts: Columns | None) -> dict[str, Any] | N
         traces.append({"type": "bar", "orientation": "h", "y": labels, "x": np.full(len(labels), -free),
                        "name": "weights beyond usable HBM", "marker": {"color": OOM_FILL.replace("0.12", "0.6")},
                        "hovertemplate": "%{x:,.1f} GB beyond usable HBM<extra></extra>"})
+    annotations = []
+    if spec.capacity:
+        annotations.append({"xref": "paper", "yref": "paper", "x": 1, "y": 1, "yanchor": "bottom", "showarrow": False,
+                            "font": {"size": 11}, "text": f"KV capacity C = {fmt(row.get(spec.capacity), 0)} tokens"})
     layout = base_layout(120 + 46 * len(labels), barmode="stack", xaxis=axis("GB per replica (1 GB = 1e9 bytes)"),
                          yaxis={"automargin": True, "autorange": "reversed"},
-                         margin={"l": 20, "r": 20, "t": 40, "b": 50},
-                         annotations=[{"xref": "paper", "yref": "paper", "x": 1, "y": 1, "yanchor": "bottom",
-                                       "showarrow": False, "font": {"size": 11},
-                                       "text": f"KV capacity C = {fmt(row.get('kv_capacity_tokens'), 0)} tokens"}])
+                         margin={"l": 20, "r": 20, "t": 40, "b": 50}, annotations=annotations)
     layout["legend"]["y"] = 1.10
     return {"data": traces, "layout": layout}
 
 
-def action_figure(cells: Columns) -> dict[str, Any]:
-    """Action map of one configuration: arrival rate x batch size, coloured by action,
-    one panel per batching window."""
-    windows = _windows(cells)
-    knob = _knob(cells)
-    lat_name = "latency" if "latency_ms" in cells else "TTFT"
-    n = len(windows)
-    batches = np.unique(cells["batch_size"][finite(cells["batch_size"])])
+def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
+    """Action map of one configuration: arrival rate x cap, coloured by action, one panel
+    per knob value; the hover names the first SLO latency and the utilisation."""
+    cap = model.decisions.cap
+    cap_axis = model.views.axis(cap)
+    knobs = _knobs(model, cells)
+    combos = _combos(cells, knobs)
+    lat_col = model.slo_checks[0][0] if model.slo_checks else ""
+    lat_name = model.views.check_name(lat_col)
+    util = model.decisions.utilisation
+    n = len(combos)
+    batches = np.unique(cells[cap][finite(cells[cap])])
     rates = np.unique(cells["arrival_rps"][finite(cells["arrival_rps"])])
     code = {a: i for i, a in enumerate(ACTIONS)}
     scale = []
@@ -498,29 +542,29 @@ def action_figure(cells: Columns) -> dict[str, Any]:
     width = (1 - gap * (n - 1)) / n
     bi = {float(v): j for j, v in enumerate(batches)}
     ri = {float(v): j for j, v in enumerate(rates)}
-    for k, w in enumerate(windows):
-        m = _window_mask(cells, w)
+    for k, combo in enumerate(combos):
+        m = _combo_mask(cells, knobs, combo, len(cells[cap]))
+        legend = _combo_label(model, knobs, combo)
         z = np.full((len(rates), len(batches)), np.nan)
         text = np.full((len(rates), len(batches)), "", dtype=object)
-        for bb, rr, act, lat, rho in zip(cells["batch_size"][m], cells["arrival_rps"][m], cells["action"][m],
-                                         cells.get("latency_ms", cells.get("ttft_p_ms", cells["batch_size"]))[m],
-                                         cells.get("rho", cells["batch_size"])[m]):
+        for bb, rr, act, lat, rho in zip(cells[cap][m], cells["arrival_rps"][m], cells["action"][m],
+                                         cells.get(lat_col, cells[cap])[m], cells.get(util, cells[cap])[m]):
             i, j = ri[float(rr)], bi[float(bb)]
             z[i, j] = code.get(act, np.nan) + 0.5
-            text[i, j] = f"{ACTION_LABELS.get(act, act)}<br>{lat_name} {fmt(lat)} ms<br>rho {fmt(100 * rho)}%"
+            text[i, j] = f"{ACTION_LABELS.get(act, act)}<br>{lat_name} {fmt(lat)} ms<br>{util} {fmt(100 * rho)}%"
         suffix = "" if k == 0 else str(k + 1)
         traces.append({
             "type": "heatmap", "x": [f"{v:g}" for v in batches], "y": [f"{v:g}" for v in rates], "z": z.tolist(),
             "text": text.tolist(), "zmin": 0, "zmax": len(ACTIONS), "colorscale": scale, "showscale": False,
             "xgap": 1, "ygap": 1, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
-            "hovertemplate": "arrival %{y} req/s, B %{x}<br>%{text}<extra>" + window_label(w, knob) + "</extra>",
+            "hovertemplate": f"arrival %{{y}} req/s, {cap_axis.symbol} %{{x}}<br>%{{text}}<extra>{legend}</extra>",
         })
-        layout[f"xaxis{suffix}"] = axis("cap N (batch_size)" if knob == "max_batched_tokens" else "batch size B", type="category", domain=[k * (width + gap), k * (width + gap) + width],
+        layout[f"xaxis{suffix}"] = axis(cap_axis.short, type="category", domain=[k * (width + gap), k * (width + gap) + width],
                                         anchor=f"y{suffix}", showgrid=False)
         layout[f"yaxis{suffix}"] = axis("arrival rate (req/s, fleet)" if k == 0 else "", type="category",
                                         anchor=f"x{suffix}", showgrid=False, showticklabels=k == 0)
         layout.setdefault("annotations", []).append(
-            {"text": window_label(w, knob), "xref": "paper", "yref": "paper", "x": k * (width + gap) + width / 2,
+            {"text": legend, "xref": "paper", "yref": "paper", "x": k * (width + gap) + width / 2,
              "y": 1.0, "yanchor": "bottom", "showarrow": False, "font": {"size": 12}})
     present = {a for a in cells["action"]}
     for a in ACTIONS:
@@ -533,24 +577,15 @@ def action_figure(cells: Columns) -> dict[str, Any]:
     return {"data": traces, "layout": layout}
 
 
-def _windows(cols: Columns) -> list[float]:
-    """The values of the row's second knob (window or token budget); NULL (NaN) is inf."""
-    knob = _knob(cols)
-    if knob not in cols:
-        return [math.inf]
-    w = cols[knob]
-    return sorted({float(v) if math.isfinite(v) else math.inf for v in w.tolist()})
-
-
-def _window_mask(cols: Columns, w: float) -> np.ndarray:
-    knob = _knob(cols)
-    if knob not in cols:
-        return np.ones(len(cols["batch_size"]), bool)
-    v = cols[knob]
-    return ~finite(v) if math.isinf(w) else v == w
-
-
 # --------------------------------------------------------------------------- across scenarios
+
+
+def _hover_columns(model: ServingModel, cols: Columns, extra: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(column, hover label) of the cap, the knobs and `extra`, those `cols` has."""
+    d = model.decisions
+    names = [(k, model.views.axis(k).hover) for k in (d.cap, *d.knobs)]
+    names += [(c, HOVER_NAMES.get(c, c)) for c in extra]
+    return [(c, label) for c, label in names if c in cols]
 
 
 def _gaps(x: np.ndarray, y: np.ndarray, key: np.ndarray, *extra: np.ndarray) -> list[np.ndarray]:
@@ -565,31 +600,32 @@ def _gaps(x: np.ndarray, y: np.ndarray, key: np.ndarray, *extra: np.ndarray) -> 
     return out
 
 
-def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) -> dict[str, Any]:
-    """Pareto frontiers of the scenario rows (capacity up, latency down; continuous
-    serving: throughput per user up, per GPU up), one colour per GPU, knee and SLO
-    optimum marked. WebGL above GL_THRESHOLD points."""
+
+def frontier_figure(front: Columns, spec: Frontier, model: ServingModel, gpu_colour: dict[str, str]) -> dict[str, Any]:
+    """Kind `Frontier`: the Pareto frontiers of the scenario rows (`spec.x` against
+    `spec.y`), one colour per GPU, knee and SLO optimum marked. WebGL above GL_THRESHOLD
+    points."""
+    x, y = spec.x, spec.y
     n = len(front["row_id"])
     kind = "scattergl" if n > GL_THRESHOLD else "scatter"
     traces: list[dict[str, Any]] = []
     pairs = by_pair(front)
     shown_gpu: set[str] = set()
-    hover_cols = [c for c in ("batch_size", "batch_window_ms", "arrival_rps", "replicas", "gpus_per_replica")
-                  if c in front]
-    xlabel, ylabel = _frontier_labels(x, y)
+    hover = _hover_columns(model, front, ("arrival_rps", "replicas", "gpus_per_replica"))
+    xlabel, ylabel = spec.x_title or x, spec.y_title or y
     template = (f"{xlabel.split(' (')[0]} %{{x:,.4g}}<br>{ylabel.split(' (')[0]} %{{y:,.4g}}"
-                + "".join(f"<br>{_HOVER_NAMES[c]} %{{customdata[{i}]:,.4g}}" for i, c in enumerate(hover_cols)))
-    for model, gpu, m in pairs:
-        cols = _gaps(front[x][m], front[y][m], front["row_id"][m], *(front[c][m] for c in hover_cols))
+                + "".join(f"<br>{label} %{{customdata[{i}]:,.4g}}" for i, (_, label) in enumerate(hover)))
+    for model_name, gpu, m in pairs:
+        cols = _gaps(front[x][m], front[y][m], front["row_id"][m], *(front[c][m] for c, _ in hover))
         colour = gpu_colour.get(gpu, "#444")
         traces.append({
             "type": kind, "mode": "lines+markers", "x": cols[0], "y": cols[1],
-            "customdata": np.stack(cols[2:], axis=1) if hover_cols else None,
+            "customdata": np.stack(cols[2:], axis=1) if hover else None,
             "name": gpu, "legendgroup": gpu, "showlegend": gpu not in shown_gpu, "connectgaps": False,
             "legendrank": 100 + sorted(gpu_colour).index(gpu) if gpu in gpu_colour else 1000,
             "line": {"color": colour, "width": 1}, "marker": {"color": colour, "size": 3 if kind == "scattergl" else 5},
-            "opacity": 0.75, "meta": {"model": model, "gpu": gpu},
-            "hovertemplate": template + f"<extra>{model} on {gpu}</extra>",
+            "opacity": 0.75, "meta": {"model": model_name, "gpu": gpu},
+            "hovertemplate": template + f"<extra>{model_name} on {gpu}</extra>",
         })
         shown_gpu.add(gpu)
     for flag, name, symbol, colour in (("is_knee", "knee", "star", "#111"),
@@ -599,17 +635,17 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
         first = True
         many = int(front[flag].sum()) > 200  # thousands of rows: small marks, or they hide the curves
         size, outline = (5, 0) if many else (11, 1)
-        for model, gpu, members in pairs:
+        for model_name, gpu, members in pairs:
             m = members[front[flag][members]]
             if not len(m):
                 continue
             traces.append({"type": kind, "mode": "markers", "x": front[x][m], "y": front[y][m], "name": name,
-                           "legendgroup": name, "showlegend": first, "meta": {"model": model, "gpu": gpu},
+                           "legendgroup": name, "showlegend": first, "meta": {"model": model_name, "gpu": gpu},
                            "marker": {"symbol": symbol, "size": size, "color": colour, "opacity": 0.8 if many else 1,
                                       "line": {"color": "#fff", "width": outline}},
-                           "hovertemplate": f"{name}<br>%{{x:,.4g}}, %{{y:,.4g}}<extra>{model} on {gpu}</extra>"})
+                           "hovertemplate": f"{name}<br>%{{x:,.4g}}, %{{y:,.4g}}<extra>{model_name} on {gpu}</extra>"})
             first = False
-    slos = np.unique(front["slo_ms"][finite(front["slo_ms"])]) if "slo_ms" in front and y == "latency_ms" else np.zeros(0)
+    slos = np.unique(front[spec.slo][finite(front[spec.slo])]) if spec.slo and spec.slo in front else np.zeros(0)
     ylog = _log_ratio(front[y]) > 30
     yaxis = axis(ylabel, log=ylog)
     if len(slos):
@@ -627,48 +663,42 @@ def frontier_figure(front: Columns, x: str, y: str, gpu_colour: dict[str, str]) 
     return {"data": traces, "layout": layout}
 
 
-_HOVER_NAMES = {"batch_size": "B", "batch_window_ms": "window ms", "arrival_rps": "arrival req/s",
-                "replicas": "replicas", "gpus_per_replica": "GPUs/replica", "max_batched_tokens": "token budget"}
-
-
-def _frontier_labels(x: str, y: str) -> tuple[str, str]:
-    names = {"capacity_rps": "capacity per replica (req/s)", "latency_ms": "latency_ms (ms, the SLO's estimate)",
-             "tok_s_per_user": "tok/s per user", "tok_s_per_gpu": "tok/s per GPU"}
-    return names.get(x, x), names.get(y, y)
-
-
-def plan_figure(plan: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
+def plan_figure(plan: Columns, model: ServingModel, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
     """The cheapest fleet meeting the SLO: replicas_min's cost against the arrival rate,
-    one line per configuration (model, GPU, GPUs per replica, context...)."""
+    one line per configuration (model, GPU, GPUs per replica, the model's workload columns)."""
     cost = plan["replicas_min_cost_usd_per_hour"]
     ok = finite(cost) & finite(plan.get("replicas_min", cost))
     if not ok.any():
         return None
+    view = model.views.plan
     p = {k: v[ok] for k, v in plan.items()}
-    config_cols = [c for c in ("model", "gpu", "gpus_per_replica", "seq_len", "mean_seq_len", "slo_ms") if c in p]
+    config_cols = [c for c in ("model", "gpu", "gpus_per_replica", *view.workload) if c in p]
     key = row_keys(p, config_cols)
     order = np.lexsort([p.get("arrival_rps", p["group_id"]), key])
     p = {k: v[order] for k, v in p.items()}
     key = key[order]
     traces: list[dict[str, Any]] = []
     shown: set[str] = set()
-    hover = [c for c in ("replicas_min", "replicas_min_batch", "replicas_min_window_ms", "replicas_min_latency_ms",
-                         "gpus_per_replica", "seq_len") if c in p]
-    labels = {"replicas_min": "replicas", "replicas_min_batch": "batch", "replicas_min_window_ms": "window ms",
-              "replicas_min_latency_ms": "latency ms", "gpus_per_replica": "GPUs/replica", "seq_len": "S_max"}
+    labels = {"replicas_min": "replicas", "gpus_per_replica": "GPUs/replica", **dict(view.shown)}
+    for cell in view.cells:
+        name = answer_column(model, "replicas_min", cell.column)
+        if name:
+            labels[name] = cell.header
+    hover = [c for c in ("replicas_min", *(answer_column(model, "replicas_min", cell.column) for cell in view.cells),
+                         "gpus_per_replica", *(c for c, _ in view.shown)) if c and c in p]
     template = ("arrival %{x:,.4g} req/s<br>cost %{y:$,.2f}/h"
                 + "".join(f"<br>{labels[c]} %{{customdata[{i}]:,.4g}}" for i, c in enumerate(hover)))
     x = p.get("arrival_rps", p["group_id"])
     single = len(np.unique(x)) == 1
     kind = "scattergl" if len(x) > GL_THRESHOLD else "scatter"
-    for model, gpu, m in by_pair(p):
+    for model_name, gpu, m in by_pair(p):
         cols = _gaps(x[m], p["replicas_min_cost_usd_per_hour"][m], key[m], *(p[c][m] for c in hover))
         colour = gpu_colour.get(gpu, "#444")
         traces.append({"type": kind, "mode": "markers" if single else "lines+markers", "x": cols[0], "y": cols[1],
                        "customdata": np.stack(cols[2:], axis=1), "name": gpu, "legendgroup": gpu,
-                       "showlegend": gpu not in shown, "connectgaps": False, "meta": {"model": model, "gpu": gpu},
+                       "showlegend": gpu not in shown, "connectgaps": False, "meta": {"model": model_name, "gpu": gpu},
                        "line": {"color": colour, "width": 1.2}, "marker": {"color": colour, "size": 6 if single else 4},
-                       "hovertemplate": template + f"<extra>{model} on {gpu}</extra>"})
+                       "hovertemplate": template + f"<extra>{model_name} on {gpu}</extra>"})
         shown.add(gpu)
     layout = base_layout(460, xaxis=axis("arrival rate (req/s, fleet)", log=_log_ratio(x) > 20),
                          yaxis=axis("fleet cost at replicas_min (USD/h)", log=_log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20,
@@ -730,40 +760,39 @@ def schedule_figure(sched: Columns) -> dict[str, Any] | None:
     return {"data": traces, "layout": layout}
 
 
-def sim_figure(sim: Columns) -> dict[str, Any] | None:
-    """The proxy (and the batcher model) against the simulator: estimated percentile and
-    mean against the simulated ones, with y = x. Unbounded estimates are markers on the
-    top edge."""
+
+def sim_figure(sim: Columns, spec: AgainstSimulator, model: ServingModel) -> dict[str, Any] | None:
+    """Kind `AgainstSimulator`: each series' analytic estimate against the simulated value of
+    the same points (the percentile panel with the simulator's half-width, the mean panel),
+    with y = x. Unbounded estimates are markers on the top edge."""
     traces: list[dict[str, Any]] = []
     q = sim.get("percentile")
-    qv = float(q[0]) if q is not None and len(q) else 0.99
-    ql = f"P{100 * qv:g}"
+    ql = _qlabel(float(q[0]) if q is not None and len(q) else 0.99)
     pairs = sorted(set(zip(sim["model"].tolist(), sim["gpu"].tolist())))
-    series = [("p_gauss_ms", "sim_p_ms", f"{ql} gaussian proxy", "circle", "#4e79a7", "x", "y"),
-              ("p_exp_ms", "sim_p_ms", f"{ql} exponential proxy", "x", "#f28e2b", "x", "y"),
-              ("batcher_p_ms", "sim_p_ms", f"{ql} batcher model", "square", "#59a14f", "x", "y"),
-              ("e_resp_ms", "sim_mean_ms", "mean E[T] proxy", "circle", "#4e79a7", "x2", "y2"),
-              ("batcher_e_resp_ms", "sim_mean_ms", "mean, batcher model", "square", "#59a14f", "x2", "y2")]
-    lims: dict[str, list[float]] = {"x": [], "x2": []}
-    n_inf = 0
-    for est, ref, name, symbol, colour, xa, ya in series:
+    where = _hover_columns(model, sim, ("arrival_rps",))
+    custom = ", ".join(f"{label} %{{customdata[{i}]}}" if c != "arrival_rps" else f"%{{customdata[{i}]:,.4g}} req/s"
+                       for i, (c, label) in enumerate(where))
+    lims: dict[str, list[np.ndarray]] = {"x": [], "x2": []}
+    for k, s in enumerate(spec.series):
+        est, ref = s.estimate, s.simulated
         if est not in sim or ref not in sim:
             continue
+        name = s.name.format(q=ql)
+        symbol, colour = SIM_STYLES[s.style % len(SIM_STYLES)]
+        xa, ya = ("x", "y") if s.panel == 0 else ("x2", "y2")
         first = True
-        for model, gpu in pairs:
-            m = (sim["model"] == model) & (sim["gpu"] == gpu) & finite(sim[ref])
+        for model_name, gpu in pairs:
+            m = (sim["model"] == model_name) & (sim["gpu"] == gpu) & finite(sim[ref])
             ok = m & finite(sim[est])
-            err = sim["sim_p_hw_ms"][ok] if ref == "sim_p_ms" and "sim_p_hw_ms" in sim else None
+            err = sim[spec.half_width][ok] if s.panel == 0 and spec.half_width in sim else None
             trace = {"type": "scatter", "mode": "markers", "x": sim[ref][ok], "y": sim[est][ok], "name": name,
                      "legendgroup": name, "showlegend": first, "xaxis": xa, "yaxis": ya,
-                     "meta": {"model": model, "gpu": gpu},
+                     "meta": {"model": model_name, "gpu": gpu},
                      "marker": {"symbol": symbol, "size": 6, "color": colour, "opacity": 0.75,
                                 "line": {"width": 0.5, "color": "#fff"} if symbol != "x" else {"width": 0}},
-                     "customdata": np.stack([sim["batch_size"][ok], sim["batch_window_ms"][ok],
-                                             sim["arrival_rps"][ok]], axis=1),
-                     "hovertemplate": "simulated %{x:,.1f} ms<br>" + name + " %{y:,.1f} ms<br>B %{customdata[0]}, "
-                                      "window %{customdata[1]} ms, %{customdata[2]:,.4g} req/s"
-                                      f"<extra>{model} on {gpu}</extra>"}
+                     "customdata": np.stack([sim[c][ok] for c, _ in where], axis=1) if where else None,
+                     "hovertemplate": "simulated %{x:,.1f} ms<br>" + name + f" %{{y:,.1f}} ms<br>{custom}"
+                                      f"<extra>{model_name} on {gpu}</extra>"}
             if err is not None:
                 trace["error_x"] = {"type": "data", "array": err, "visible": True, "thickness": 1, "width": 0,
                                     "color": "#999"}
@@ -771,20 +800,19 @@ def sim_figure(sim: Columns) -> dict[str, Any] | None:
             lims[xa].append(sim[ref][ok])
             lims[xa].append(sim[est][ok])
             bad = m & ~finite(sim[est])
-            n_inf += int(bad.sum())
             if bad.any():
                 traces.append({"type": "scatter", "mode": "markers", "x": sim[ref][bad],
                                "y": np.full(int(bad.sum()), 0.97), "xaxis": xa, "yaxis": "y9" if ya == "y" else "y8",
-                               "name": "estimate unbounded (proxy rho >= 1)", "legendgroup": "inf",
-                               "showlegend": first and est == "p_gauss_ms", "meta": {"model": model, "gpu": gpu},
+                               "name": spec.unbounded, "legendgroup": "inf",
+                               "showlegend": first and k == 0, "meta": {"model": model_name, "gpu": gpu},
                                "marker": {"symbol": "triangle-up", "size": 9, "color": "#c62828"},
-                               "hovertemplate": f"simulated %{{x:,.1f}} ms; {name} unbounded<extra>{model} on {gpu}</extra>"})
+                               "hovertemplate": f"simulated %{{x:,.1f}} ms; {name} unbounded<extra>{model_name} on {gpu}</extra>"})
             first = False
     if not traces:
         return None
     layout = base_layout(460, grid=None)
-    for xa, ya, dom, title in (("x", "y", [0, 0.46], f"{ql}: estimate against simulated"),
-                               ("x2", "y2", [0.54, 1], "mean: estimate against simulated")):
+    for xa, ya, dom, title in (("x", "y", [0, 0.46], spec.panels[0].format(q=ql)),
+                               ("x2", "y2", [0.54, 1], spec.panels[1].format(q=ql))):
         v = np.concatenate(lims[xa]) if lims[xa] else np.array([1.0, 10.0])
         v = v[finite(v) & (v > 0)]
         lo, hi = (float(v.min()) / 1.2, float(v.max()) * 1.2) if len(v) else (1.0, 10.0)
@@ -806,80 +834,87 @@ def sim_figure(sim: Columns) -> dict[str, Any] | None:
     return {"data": traces, "layout": layout}
 
 
-def throughput_figure(cont: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
-    """Continuous serving: throughput per GPU against throughput per user, every
-    stable point, one colour per GPU."""
-    ok = finite(cont["tok_s_per_gpu"]) & finite(cont["tok_s_per_user"])
-    if "stable" in cont:
-        ok &= cont["stable"]
+def scatter_figure(cols: Columns, spec: Scatter, model: ServingModel, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
+    """Kind `Scatter`: `spec.x` against `spec.y` at every stable point, one colour per GPU."""
+    ok = finite(cols[spec.x]) & finite(cols[spec.y])
+    if "stable" in cols:
+        ok &= cols["stable"]
     if not ok.any():
         return None
     kind = "scattergl" if ok.sum() > GL_THRESHOLD else "scatter"
     traces = []
     shown: set[str] = set()
-    hover = [c for c in ("batch_size", "max_batched_tokens", "arrival_rps", "replicas") if c in cont]
-    template = ("tok/s per user %{x:,.4g}<br>tok/s per GPU %{y:,.4g}"
-                + "".join(f"<br>{_HOVER_NAMES.get(c, c)} %{{customdata[{i}]:,.4g}}" for i, c in enumerate(hover)))
-    for model, gpu in sorted(set(zip(cont["model"][ok].tolist(), cont["gpu"][ok].tolist()))):
-        m = ok & (cont["model"] == model) & (cont["gpu"] == gpu)
+    hover = _hover_columns(model, cols, ("arrival_rps", "replicas"))
+    xname, yname = (spec.x_title or spec.x).split(" (")[0], (spec.y_title or spec.y).split(" (")[0]
+    template = (f"{xname} %{{x:,.4g}}<br>{yname} %{{y:,.4g}}"
+                + "".join(f"<br>{label} %{{customdata[{i}]:,.4g}}" for i, (_, label) in enumerate(hover)))
+    for model_name, gpu in sorted(set(zip(cols["model"][ok].tolist(), cols["gpu"][ok].tolist()))):
+        m = ok & (cols["model"] == model_name) & (cols["gpu"] == gpu)
         colour = gpu_colour.get(gpu, "#444")
-        traces.append({"type": kind, "mode": "markers", "x": cont["tok_s_per_user"][m], "y": cont["tok_s_per_gpu"][m],
-                       "customdata": np.stack([cont[c][m] for c in hover], axis=1), "name": gpu, "legendgroup": gpu,
-                       "showlegend": gpu not in shown, "meta": {"model": model, "gpu": gpu},
+        traces.append({"type": kind, "mode": "markers", "x": cols[spec.x][m], "y": cols[spec.y][m],
+                       "customdata": np.stack([cols[c][m] for c, _ in hover], axis=1) if hover else None,
+                       "name": gpu, "legendgroup": gpu,
+                       "showlegend": gpu not in shown, "meta": {"model": model_name, "gpu": gpu},
                        "marker": {"color": colour, "size": 6, "opacity": 0.8},
-                       "hovertemplate": template + f"<extra>{model} on {gpu}</extra>"})
+                       "hovertemplate": template + f"<extra>{model_name} on {gpu}</extra>"})
         shown.add(gpu)
-    layout = base_layout(460, xaxis=axis("tok/s per user (1000 / tpot_mean_ms)"), yaxis=axis("tok/s per GPU"))
+    layout = base_layout(460, xaxis=axis(spec.x_title or spec.x), yaxis=axis(spec.y_title or spec.y))
     return {"data": traces, "layout": layout}
 
 
-def ttft_tpot_figure(cont: Columns, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
-    """Continuous serving: TTFT and TPOT at the grid's percentile against the
+def load_figure(cols: Columns, spec: AgainstLoad, model: ServingModel, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
+    """Kind `AgainstLoad`: each panel's latency at the grid's percentile against the
     per-replica load, one line per configuration; unstable points are gaps."""
-    x_col = "lambda_per_replica_rps" if "lambda_per_replica_rps" in cont else "arrival_rps"
-    if x_col not in cont:
+    x_col = spec.x if spec.x in cols else "arrival_rps"
+    if x_col not in cols:
         return None
-    config = [c for c in ("model", "gpu", "gpus_per_replica", "seq_len", "prompt_tokens", "output_tokens",
-                          "batch_size", "max_batched_tokens", "replicas") if c in cont]
-    key = row_keys(cont, config)
-    order = np.lexsort([cont[x_col], key])
-    c = {k: v[order] for k, v in cont.items()}
+    config = [c for c in spec.config if c in cols]
+    key = row_keys(cols, config)
+    order = np.lexsort([cols[x_col], key])
+    c = {k: v[order] for k, v in cols.items()}
     key = key[order]
     stable = c["stable"] if "stable" in c else np.ones(len(key), bool)
+    extra = [k for k, _ in _hover_columns(model, c, ())]
+    cap_name = model.views.axis(model.decisions.cap).symbol
+    panels = spec.panels
+    gap = 0.08
+    width = (1 - gap * (len(panels) - 1)) / max(len(panels), 1)
     traces = []
     shown: set[str] = set()
-    for model, gpu in sorted(set(zip(c["model"].tolist(), c["gpu"].tolist()))):
-        m = (c["model"] == model) & (c["gpu"] == gpu)
+    for model_name, gpu in sorted(set(zip(c["model"].tolist(), c["gpu"].tolist()))):
+        m = (c["model"] == model_name) & (c["gpu"] == gpu)
         colour = gpu_colour.get(gpu, "#444")
-        for col, ya, name, dash in (("ttft_p_ms", "y", "TTFT", "solid"), ("tpot_p_ms", "y2", "TPOT", "solid")):
+        for n, (col, name, _) in enumerate(panels):
             if col not in c:
                 continue
+            suffix = "" if n == 0 else str(n + 1)
             y = np.where(stable[m], c[col][m], np.nan)
-            extra = [c[k][m] for k in ("batch_size", "max_batched_tokens") if k in c]
-            cols = _gaps(c[x_col][m], y, key[m], *extra)
-            traces.append({"type": "scatter", "mode": "lines+markers", "x": cols[0], "y": cols[1], "xaxis": "x" if ya == "y" else "x2",
-                           "yaxis": ya, "name": gpu, "legendgroup": gpu, "showlegend": gpu not in shown,
-                           "connectgaps": False, "meta": {"model": model, "gpu": gpu},
-                           "customdata": np.stack(cols[2:], axis=1) if extra else None,
-                           "line": {"color": colour, "width": 1.2, "dash": dash}, "marker": {"size": 4, "color": colour},
+            parts = _gaps(c[x_col][m], y, key[m], *(c[k][m] for k in extra))
+            traces.append({"type": "scatter", "mode": "lines+markers", "x": parts[0], "y": parts[1],
+                           "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "name": gpu, "legendgroup": gpu,
+                           "showlegend": gpu not in shown, "connectgaps": False,
+                           "meta": {"model": model_name, "gpu": gpu},
+                           "customdata": np.stack(parts[2:], axis=1) if extra else None,
+                           "line": {"color": colour, "width": 1.2, "dash": "solid"}, "marker": {"size": 4, "color": colour},
                            "hovertemplate": f"load %{{x:,.4g}} req/s per replica<br>{name} %{{y:,.1f}} ms"
-                                            + ("<br>B %{customdata[0]}" if extra else "")
-                                            + f"<extra>{model} on {gpu}</extra>"})
+                                            + (f"<br>{cap_name} %{{customdata[0]}}" if extra else "")
+                                            + f"<extra>{model_name} on {gpu}</extra>"})
             shown.add(gpu)
     q = c.get("percentile")
     ql = f"P{100 * float(q[0]):g}" if q is not None and len(q) else "percentile"
-    layout = base_layout(
-        440, xaxis=axis("load (req/s per replica)", domain=[0, 0.46], anchor="y"),
-        yaxis=axis(f"TTFT {ql} (ms)", anchor="x"),
-        xaxis2=axis("load (req/s per replica)", domain=[0.54, 1], anchor="y2"),
-        yaxis2=axis(f"TPOT {ql} (ms)", anchor="x2"))
+    axes: dict[str, Any] = {}
     shapes = []
-    for col, ya, xa in (("ttft_slo_ms", "y", "x"), ("tpot_slo_ms", "y2", "x2")):
-        if col in c:
-            v = c[col][finite(c[col])]
+    for n, (_, name, slo) in enumerate(panels):
+        suffix = "" if n == 0 else str(n + 1)
+        axes[f"xaxis{suffix}"] = axis("load (req/s per replica)", domain=[n * (width + gap), n * (width + gap) + width],
+                                      anchor=f"y{suffix}")
+        axes[f"yaxis{suffix}"] = axis(f"{name} {ql} (ms)", anchor=f"x{suffix}")
+        if slo and slo in c:
+            v = c[slo][finite(c[slo])]
             if len(v) and np.all(v == v[0]):
-                shapes.append({"type": "line", "xref": f"{xa} domain", "x0": 0, "x1": 1, "yref": ya, "y0": v[0],
-                               "y1": v[0], "line": {"color": "#222", "dash": "dash", "width": 1.2}})
+                shapes.append({"type": "line", "xref": f"x{suffix} domain", "x0": 0, "x1": 1, "yref": f"y{suffix}",
+                               "y0": v[0], "y1": v[0], "line": {"color": "#222", "dash": "dash", "width": 1.2}})
+    layout = base_layout(440, **axes)
     if shapes:
         layout["shapes"] = shapes
     return {"data": traces, "layout": layout}

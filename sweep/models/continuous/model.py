@@ -53,8 +53,10 @@ from sweep.models.base import (
 )
 from sweep.models.continuous.analytic import cb_point, cb_state
 from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
+from sweep.models.continuous.views import VIEWS
 from sweep.models.shared import columns as shared
 from sweep.models.shared import roofline as rl
+from sweep.models.views import Views
 
 if TYPE_CHECKING:
     from sweep.grid.spec import GridSpec, SimulationOptions
@@ -267,6 +269,7 @@ class ContinuousModel(ServingModel):
     decisions: ClassVar[Decisions] = DECISIONS
     row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = SLO_CHECKS
+    views: ClassVar[Views] = VIEWS
     objectives: ClassVar[dict[str, tuple[str, str]]] = {
         "min_cost": ("cost_usd_per_hour", "minimize"),
         "min_cost_per_mtok": ("cost_usd_per_mtok", "minimize"),

@@ -36,10 +36,12 @@ from sweep.models.dynamic.batch_sim import never_fills
 from sweep.models.dynamic.batching import batch_moments
 from sweep.models.dynamic.queue import b_min, b_min_stable_int, b_min_target_int, queue_proxy
 from sweep.models.dynamic.simulation import Simulation
+from sweep.models.dynamic.views import VIEWS
 from sweep.models.shared import columns as shared
 from sweep.models.shared import roofline as rl
 from sweep.models.shared.memory import kv_memory
 from sweep.models.shared.service import service_time
+from sweep.models.views import Views
 
 if TYPE_CHECKING:
     from sweep.grid.spec import GridSpec
@@ -264,6 +266,7 @@ class DynamicModel(ServingModel):
         "queue_capacity", "service_cv",
     )
     row_constant: ClassVar[tuple[str, ...]] = ROW_CONSTANT
+    views: ClassVar[Views] = VIEWS
     objectives: ClassVar[dict[str, tuple[str, str]]] = {
         "min_cost": ("cost_usd_per_hour", "minimize"),
         "max_capacity": ("fleet_capacity_rps", "maximize"),

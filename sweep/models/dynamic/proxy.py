@@ -12,10 +12,14 @@ from typing import ClassVar
 from jax import Array
 
 from sweep.models.dynamic.model import DynamicModel, Estimates
+from sweep.models.dynamic.views import PROXY_VIEWS
+from sweep.models.views import Views
 
 
 class GaussianProxy(DynamicModel):
     name: ClassVar[str] = "gaussian"
+    #: the checked latency is p_gauss_ms, already in the per-point table
+    views: ClassVar[Views] = PROXY_VIEWS
 
     def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
         return e.p_gauss, e.rho, {}
@@ -23,6 +27,7 @@ class GaussianProxy(DynamicModel):
 
 class ExponentialProxy(DynamicModel):
     name: ClassVar[str] = "exponential"
+    views: ClassVar[Views] = PROXY_VIEWS
 
     def estimate(self, e: Estimates) -> tuple[Array, Array, dict[str, Array]]:
         return e.p_exp, e.rho, {}

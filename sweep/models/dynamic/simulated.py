@@ -9,6 +9,8 @@ from typing import ClassVar
 from sweep.models.base import Column
 from sweep.models.dynamic.model import latency_nulls
 from sweep.models.dynamic.proxy import GaussianProxy
+from sweep.models.dynamic.views import VIEWS
+from sweep.models.views import Views
 
 
 class SimulatedModel(GaussianProxy):
@@ -17,5 +19,7 @@ class SimulatedModel(GaussianProxy):
 
     name: ClassVar[str] = "simulated"
     needs_host_pass: ClassVar[bool] = True
+    #: the per-point table shows the simulated percentile beside both proxy estimates
+    views: ClassVar[Views] = VIEWS
     #: latency_ms is the simulated percentile: unbounded where the backlog grew.
     columns: ClassVar[tuple[Column, ...]] = latency_nulls(GaussianProxy.columns, "sim_steady")
