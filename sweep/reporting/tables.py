@@ -25,7 +25,7 @@ from sweep.reporting.figures import (
 )
 from sweep.reporting.html import checkboxes, esc, facts
 
-#: Rows of a seed table before it is thinned to powers of two and the answers.
+#: Rows of a per-point table before it is thinned to powers of two and the answers.
 SEED_TABLE_ROWS = 80
 #: Rows of the replica-plan table.
 PLAN_TABLE_ROWS = 60
@@ -362,9 +362,9 @@ def body_html(figs: list[Figure], plan_table: str, search_table: str, scen: Samp
     notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in scen.notes)
     docs = model.views.explain.docs
     parts = [
-        ("<section class='block long' id='sec-scenario'><h2>Scenario: answers and the seed's table</h2>"
+        ("<section class='block long' id='sec-scenario'><h2>Scenario: answers and every point</h2>"
         "<p class='caption'>The decisions of optimum.parquet for the selected scenario row, and every point of it "
-        "as in the seed's worked example.</p>"
+        "with the columns its serving mode declares.</p>"
         f"{notes}<div data-scenario-html='answers'></div><div data-scenario-html='table'></div></section>"),
         ("<section class='block long' id='sec-explain'><h2>How the answer was derived</h2>"
          "<p class='caption'>The chosen point of the selected scenario row (b_max_slo, else the knee, else the lowest "

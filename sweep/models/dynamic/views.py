@@ -142,8 +142,8 @@ VIEWS = Views(
                  marks=(Mark("latency unbounded (proxy rho >= 1)", "stable, but the latency estimate is unbounded",
                              true=("stable",), unbounded=True),)),
         Utilisation("utilisation", "Utilisation against batch size",
-                    "The proxy's rho = lambda E[S] / E[B] per window, with the operating thresholds of the seed's "
-                    "Table 1.",
+                    "The proxy's rho = lambda E[S] / E[B] per window, with the operating thresholds of the operating "
+                    "rules (docs/model.md, decisions).",
                     series=(("rho (proxy)", "rho"), ("batcher model rho", "batcher_rho"),
                             ("simulated utilisation", "sim_utilization")),
                     thresholds=(Threshold("rho_max", "rho_max (near saturation above)", "upper"),
