@@ -52,7 +52,8 @@ WHEN_TEXT = {
     WHEN_SIMULATION: "the grid simulates (latency_model = simulated, or a [simulation] table)",
     WHEN_UNCERTAINTY: "the grid has an [uncertainty] table (docs/uncertainty.md)",
     WHEN_SENSITIVITY: "the grid has a [sensitivity] table (docs/uncertainty.md)",
-    WHEN_SENSITIVITY_COEF: "the grid has a [sensitivity] table and its service times are given or fitted (not roofline)",
+    WHEN_SENSITIVITY_COEF: "the grid has a [sensitivity] table and its service times are given or fitted "
+                           "(not roofline)",
 }
 #: Conditions the engine computes after the model's per-point function (sweep.engine.plan).
 PLANNING_WHEN: tuple[str, ...] = (WHEN_UNCERTAINTY, WHEN_SENSITIVITY, WHEN_SENSITIVITY_COEF)
@@ -164,7 +165,8 @@ class Column:
     when: str = ""
     null_when: str = ""
 
-    def present(self, *, roofline: bool, simulation: bool, uncertainty: bool = False, sensitivity: bool = False) -> bool:
+    def present(self, *, roofline: bool, simulation: bool, uncertainty: bool = False,
+                sensitivity: bool = False) -> bool:
         return (not self.when or (self.when == WHEN_ROOFLINE and roofline)
                 or (self.when == WHEN_SIMULATION and simulation)
                 or (self.when == WHEN_UNCERTAINTY and uncertainty)
@@ -198,10 +200,15 @@ class Column:
 
 
 #: Columns every model declares (the engine fills `point_id`; `sweep.decide.verdict` the rest).
-POINT_ID = Column("point_id", "int64", "-", "Flat index of the point in the grid (row-major over the axes in canonical order); stable across runs of the same grid file.")
+POINT_ID = Column("point_id", "int64", "-",
+                  "Flat index of the point in the grid (row-major over the axes in canonical order); "
+                  "stable across runs of the same grid file.")
 SLO_OK = Column("slo_ok", "bool", "-", "latency_ms <= slo_ms (an unbounded latency fails).")
-FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and latency_ms bounded (not NULL): considered by every decision.")
-ACTION = Column("action", "dict", "-", "The operating rule, first match wins (docs/model.md, decisions): out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
+FEASIBLE = Column("feasible", "bool", "-",
+                  "stable and mem_ok and latency_ms bounded (not NULL): considered by every decision.")
+ACTION = Column("action", "dict", "-",
+                "The operating rule, first match wins (docs/model.md, decisions): "
+                "out_of_memory | unstable | slo_violated | near_saturation | overprovisioned | ok.")
 #: Output keys the engine and the verdict add to a model's own (not computed by `point`).
 ENGINE_KEYS: tuple[str, ...] = ("point_id", "slo_ok", "feasible", "action")
 
@@ -216,23 +223,27 @@ def planning_columns(slo_checks: tuple[tuple[str, str], ...], coefficient_keys: 
     """The `[uncertainty]` and `[sensitivity]` columns of a model with these SLO checks and
     inputs (docs/uncertainty.md); `units` gives each input's unit."""
     cols = [Column("p_slo_breach", "float64", "-",
-                   "Share of the [uncertainty] samples that miss the SLO (some SLO latency above its SLO, or unstable).",
+                   "Share of the [uncertainty] samples that miss the SLO "
+                   "(some SLO latency above its SLO, or unstable).",
                    WHEN_UNCERTAINTY)]
     for lat, _ in slo_checks:
         for q in (5, 50, 95):
             cols.append(Column(f"{band_stem(lat)}_p{q}_ms", "float64", "ms",
-                               f"{q}th percentile over the [uncertainty] samples of {lat}; NULL where that share of samples is unstable.",
+                               f"{q}th percentile over the [uncertainty] samples of {lat}; "
+                               "NULL where that share of samples is unstable.",
                                WHEN_UNCERTAINTY, null_when=UNBOUNDED))
     for key in ("arrival_rps", *coefficient_keys, *length_keys):
         when = WHEN_SENSITIVITY_COEF if key in coefficient_keys else WHEN_SENSITIVITY
         for lat, _ in slo_checks:
             cols.append(Column(f"d_{band_stem(lat)}_d_{key}", "float64", f"ms per {units[key]}",
-                               f"Derivative of {lat} with respect to {key} (jax autodiff at the point; NULL where {lat} is unbounded).",
+                               f"Derivative of {lat} with respect to {key} "
+                               f"(jax autodiff at the point; NULL where {lat} is unbounded).",
                                when, null_when=UNBOUNDED))
     cols.append(Column("headroom_rps", "float64", "requests/s",
-                       "Largest arrival rate per replica up to which the point keeps meeting its SLO, from its own rate up "
-                       "(bisection on the model; the answer evaluated and met); 0 where it misses at its own rate.", WHEN_SENSITIVITY,
-                       null_when=UNBOUNDED))
+                       "Largest arrival rate per replica up to which the point keeps meeting its SLO, "
+                       "from its own rate up (bisection on the model; the answer evaluated and met); "
+                       "0 where it misses at its own rate.",
+                       WHEN_SENSITIVITY, null_when=UNBOUNDED))
     return tuple(cols)
 
 
@@ -503,7 +514,8 @@ class ServingModel(abc.ABC):
 
     # -- validation -------------------------------------------------------------------
 
-    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
+             source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         """Fill defaults after the per-value checks; returns the values and facts about
         them the model needs later (its static options). Default: plain defaults."""
         out = dict(values)
@@ -512,7 +524,8 @@ class ServingModel(abc.ABC):
                 out[p.key] = [p.default]
         return out, {}
 
-    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
+    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str],
+              source: str) -> None:
         """Cross-field rules over every combination of the axes (`values` maps each key to
         the values it can take; `where(key)` names the key for the message). Default: none."""
         return None

@@ -51,8 +51,9 @@ def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]
 
     args = (_f(row, "lambda_per_replica_rps"), _f(row, "prompt_tokens"), _f(row, "prompt_cv", 0.0),
             _f(row, "output_tokens"), _f(row, "output_cv", 0.0), _f(row, "batch_size"), _f(row, "max_batched_tokens"),
-            _f(row, "kv_capacity_tokens"), block_tokens, _f(row, "t_step_fixed_ms") * 1e-3, _f(row, "t_token_ms") * 1e-3,
-            _f(row, "t_ctx_ms") * 1e-3, _f(row, "service_cv", 0.0), _f(row, "percentile", 0.99))
+            _f(row, "kv_capacity_tokens"), block_tokens, _f(row, "t_step_fixed_ms") * 1e-3,
+            _f(row, "t_token_ms") * 1e-3, _f(row, "t_ctx_ms") * 1e-3, _f(row, "service_cv", 0.0),
+            _f(row, "percentile", 0.99))
     out = jax.jit(cb_point)(*args)
     return {k: float(v) for k, v in out.items()}
 
@@ -113,7 +114,8 @@ def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: 
     out["tok_s_per_user"] = 1e3 / tpot if math.isfinite(tpot) and tpot > 0 else 0.0
     out["output_tok_s"] = lam * o1
     cost_h = _f(row, "cost_usd_per_hour")
-    out["cost_usd_per_mtok"] = cost_h / (lam * o1 * _f(row, "replicas", 1.0)) / 3600.0 * 1e6 if row.get("stable") else INF
+    out["cost_usd_per_mtok"] = (cost_h / (lam * o1 * _f(row, "replicas", 1.0)) / 3600.0 * 1e6 if row.get("stable")
+                                else INF)
     return out
 
 
@@ -140,7 +142,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         lines += [
             ("a lone request's decode step (1 token, P + O/2 cached) on the refined roofline "
              "(max(memory, compute) + collectives + overhead; docs/roofline.md)",
-             f"g = {g:g}, eta_bw {_f(row, 'eta_bw'):g}, eta_flops {_f(row, 'eta_flops'):g}, context {num(rf['ctx'])} tokens",
+             f"g = {g:g}, eta_bw {_f(row, 'eta_bw'):g}, eta_flops {_f(row, 'eta_flops'):g}, "
+             f"context {num(rf['ctx'])} tokens",
              num(rf["t_dec"] * 1e3, "ms")),
             ("its prefill step: a chunk of min(P, M) prompt tokens", f"chunk = {num(rf['chunk'])} tokens",
              num(rf["t_pre"] * 1e3, "ms")),
@@ -180,7 +183,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
             ("KV bytes per token = KV elements per token x bytes per element",
              f"{num(figures['kv_elems_per_token'])} x {_f(row, 'kv_bytes_per_elem', 2.0):g}", num(kv_tok, "bytes")),
             ("C = floor(free / KV bytes per token)" + (f", in whole blocks of {block:g}" if paged else ""),
-             f"floor({num(max(free, 0.0) / 1e9)} GB / {num(kv_tok)} bytes)", num(row.get("kv_capacity_tokens"), "tokens")),
+             f"floor({num(max(free, 0.0) / 1e9)} GB / {num(kv_tok)} bytes)",
+             num(row.get("kv_capacity_tokens"), "tokens")),
         ]
     else:
         lines.append(("C, the KV capacity of one replica (free HBM / KV bytes per token)",
@@ -189,7 +193,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     lines.append(("a request reserves r = ceil((P + O) / block) block tokens at admission (no preemption)",
                   f"ceil(({num(p1)} + {num(o1)}) / {block:g}) x {block:g}", num(r["reservation"], "tokens")))
     lines.append(("mem_ok: the weights fit and a mean request's reservation fits in C",
-                  f"free {num(row.get('free_gb'))} GB, r = {num(r['reservation'])} <= C = {num(row.get('kv_capacity_tokens'))}",
+                  f"free {num(row.get('free_gb'))} GB, "
+                  f"r = {num(r['reservation'])} <= C = {num(row.get('kv_capacity_tokens'))}",
                   "yes" if row.get("mem_ok") else "no: out_of_memory"))
     if parts:
         lines.append(("sequences that can run: c = min(N, reservations that fit in C)",
@@ -239,7 +244,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
             ("tok_s_per_user = 1000 / TPOT", f"1000 / {num(tpot_a)}", num(1e3 / tpot_a, "tokens/s")),
             (f"TPOT at q = {_f(row, 'percentile', 0.99):g} (a gamma law over the request's O - 1 steps)", "",
              num(parts["tpot_p"] * 1e3, "ms")),
-            ("E2E = TTFT + (O - 1) TPOT", f"{num(ttft_a)} + ({num(o1)} - 1) x {num(tpot_a)}", num(r["e2e_mean_ms"], "ms")),
+            ("E2E = TTFT + (O - 1) TPOT", f"{num(ttft_a)} + ({num(o1)} - 1) x {num(tpot_a)}",
+             num(r["e2e_mean_ms"], "ms")),
             (f"E2E at q = {_f(row, 'percentile', 0.99):g}", "output length, TTFT and TPOT excesses in quadrature",
              num(parts["e2e_p"] * 1e3, "ms")),
         )))
@@ -253,13 +259,16 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
               f"{num(row.get('replicas'))} x {g:g} x {num(figures['usd_per_gpu_hour']) if figures else '...'}",
               num(row.get("cost_usd_per_hour"), "USD/h")),
              ("cost_usd_per_mtok = cost per hour / (output tokens/s x replicas x 3600) x 1e6",
-              f"{num(row.get('cost_usd_per_hour'))} / ({num(row.get('output_tok_s'))} x {num(row.get('replicas'))} x 3600) x 1e6"
-              if row.get("stable") else "unbounded: the engine cannot keep up", num(row.get("cost_usd_per_mtok"), "USD"))]
+              f"{num(row.get('cost_usd_per_hour'))} / ({num(row.get('output_tok_s'))} x "
+              f"{num(row.get('replicas'))} x 3600) x 1e6"
+              if row.get("stable") else "unbounded: the engine cannot keep up",
+              num(row.get("cost_usd_per_mtok"), "USD"))]
     steps.append(Step("Throughput and cost", SECTION["analytic"], tuple(lines)))
 
     # 7. SLOs and action
     lines = []
-    checked = "simulated" if row.get("sim_steady") is not None and "sim_ttft_p_ms" in row and _sim_decides(row) else "analytic"
+    checked = ("simulated" if row.get("sim_steady") is not None and "sim_ttft_p_ms" in row and _sim_decides(row)
+               else "analytic")
     for name, lat, slo in SLOS:
         limit = _f(row, slo)
         if not math.isfinite(limit):
@@ -282,8 +291,10 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         steps.append(Step("The simulator", SECTION["simulator"], (
             ("steady: no replication's last-quarter mean TTFT above twice its first quarter's", "",
              "yes" if row.get("sim_steady") else "no: simulated latencies unbounded"),
-            ("simulated TTFT mean / at q", "", f"{num(row.get('sim_ttft_mean_ms'))} / {num(row.get('sim_ttft_p_ms'))} ms"),
-            ("simulated TPOT mean / at q", "", f"{num(row.get('sim_tpot_mean_ms'))} / {num(row.get('sim_tpot_p_ms'))} ms"),
+            ("simulated TTFT mean / at q", "",
+             f"{num(row.get('sim_ttft_mean_ms'))} / {num(row.get('sim_ttft_p_ms'))} ms"),
+            ("simulated TPOT mean / at q", "",
+             f"{num(row.get('sim_tpot_mean_ms'))} / {num(row.get('sim_tpot_p_ms'))} ms"),
             ("analytic against simulated mean: ttft_rel_err, tpot_rel_err", "",
              f"{num(row.get('ttft_rel_err'))}, {num(row.get('tpot_rel_err'))}"),
         )))

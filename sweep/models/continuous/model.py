@@ -102,7 +102,8 @@ PARAMS: tuple[Param, ...] = (
     # default: the GPU entry's calibrated value (sweep calibrate), else SPEC 13's 0.7 / 0.6
     Param("eta_bw", "float", None, DOMAINS["eta_bw"], example="eta_bw = 0.7"),
     Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
-    Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
+    Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"],
+          example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp8"'),
     Param("ttft_slo_ms", "float", math.inf, DOMAINS["ttft_slo_ms"], example="ttft_slo_ms = 2000"),
     Param("tpot_slo_ms", "float", math.inf, DOMAINS["tpot_slo_ms"], example="tpot_slo_ms = 50"),
@@ -127,8 +128,11 @@ ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops")
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
 #: The verdicts in continuous serving's terms (`sweep.decide.verdict` computes them).
-SLO_OK = Column("slo_ok", "bool", "-", "Every SLO the grid sets holds at `percentile`: ttft_p_ms <= ttft_slo_ms, tpot_p_ms <= tpot_slo_ms, e2e_p_ms <= slo_ms (an absent SLO holds; an unbounded latency fails).")
-FEASIBLE = Column("feasible", "bool", "-", "stable and mem_ok and TTFT, TPOT and E2E at `percentile` bounded: considered by every decision.")
+SLO_OK = Column("slo_ok", "bool", "-",
+                "Every SLO the grid sets holds at `percentile`: ttft_p_ms <= ttft_slo_ms, tpot_p_ms <= tpot_slo_ms, "
+                "e2e_p_ms <= slo_ms (an absent SLO holds; an unbounded latency fails).")
+FEASIBLE = Column("feasible", "bool", "-",
+                  "stable and mem_ok and TTFT, TPOT and E2E at `percentile` bounded: considered by every decision.")
 
 COLUMNS: tuple[Column, ...] = (
     base.POINT_ID,
@@ -143,61 +147,110 @@ COLUMNS: tuple[Column, ...] = (
     Column("output_tokens", "float64", "tokens", "Mean output length O (lognormal, rounded, at least 1)."),
     Column("output_cv", "float64", "-", "Coefficient of variation of the output length."),
     Column("batch_size", "int64", "sequences", "The cap N on running sequences (vLLM max_num_seqs)."),
-    Column("max_batched_tokens", "int64", "tokens", "The token budget M of one step (max_num_batched_tokens); NULL (the grid's inf) = no budget: a whole prompt in one step.", null_when=UNLIMITED),
-    Column("t_step_fixed_ms", "float64", "ms", "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx. Roofline: the line through a lone request's decode step and its prefill chunk min(prompt_tokens, max_batched_tokens), so it varies with max_batched_tokens; optimum.parquet repeats the row's first point's."),
+    Column("max_batched_tokens", "int64", "tokens",
+           "The token budget M of one step (max_num_batched_tokens); NULL (the grid's inf) = no budget: "
+           "a whole prompt in one step.",
+           null_when=UNLIMITED),
+    Column("t_step_fixed_ms", "float64", "ms",
+           "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx. "
+           "Roofline: the line through a lone request's decode step and its prefill chunk "
+           "min(prompt_tokens, max_batched_tokens), so it varies with max_batched_tokens; "
+           "optimum.parquet repeats the row's first point's."),
     Column("t_token_ms", "float64", "ms", "Time per new token in a step (roofline: see t_step_fixed_ms)."),
-    Column("t_ctx_ms", "float64", "ms", "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
+    Column("t_ctx_ms", "float64", "ms",
+           "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
     Column("service_source", "dict", "-", "Where the step-time coefficients came from: given | fitted | roofline."),
     shared.ETA_BW,
     shared.ETA_FLOPS,
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
     shared.KV_BYTES_PER_ELEM,
-    Column("ttft_slo_ms", "float64", "ms", "TTFT SLO at `percentile`; NULL (the grid's inf, the default) = no TTFT SLO.", null_when=UNLIMITED),
-    Column("tpot_slo_ms", "float64", "ms", "TPOT SLO at `percentile`; NULL (the grid's inf, the default) = no TPOT SLO.", null_when=UNLIMITED),
-    Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile`; NULL (the grid's inf, the default) = no end-to-end SLO.", null_when=UNLIMITED),
+    Column("ttft_slo_ms", "float64", "ms",
+           "TTFT SLO at `percentile`; NULL (the grid's inf, the default) = no TTFT SLO.",
+           null_when=UNLIMITED),
+    Column("tpot_slo_ms", "float64", "ms",
+           "TPOT SLO at `percentile`; NULL (the grid's inf, the default) = no TPOT SLO.",
+           null_when=UNLIMITED),
+    Column("slo_ms", "float64", "ms",
+           "End-to-end latency SLO at `percentile`; NULL (the grid's inf, the default) = no end-to-end SLO.",
+           null_when=UNLIMITED),
     Column("percentile", "float64", "-", "Percentile q of the SLOs."),
     Column("rho_max", "float64", "-", "Near-saturation threshold on rho (action, replicas_min)."),
     Column("rho_min", "float64", "-", "Over-provisioning threshold on rho (action)."),
-    Column("queue_capacity", "int64", "requests", "Waiting requests before arrivals are dropped (simulator); NULL (the grid's inf) = unbounded.", null_when=UNLIMITED),
+    Column("queue_capacity", "int64", "requests",
+           "Waiting requests before arrivals are dropped (simulator); NULL (the grid's inf) = unbounded.",
+           null_when=UNLIMITED),
     Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative per-step noise."),
-    Column("kv_capacity_tokens", "float64", "tokens", "KV capacity C: free HBM / KV bytes per token (paged: whole blocks)."),
+    Column("kv_capacity_tokens", "float64", "tokens",
+           "KV capacity C: free HBM / KV bytes per token (paged: whole blocks)."),
     shared.WEIGHTS_GB,
     shared.FREE_GB,
     shared.WEIGHTS_FIT,
-    Column("mem_ok", "bool", "-", "The weights fit and a mean request's reservation (P + O tokens, paged: in blocks) fits in C."),
-    Column("capacity_rps", "float64", "requests/s", "The largest sustainable per-replica arrival rate at this cap and budget (the analytic model's)."),
-    Column("rho", "float64", "-", "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules); NULL where the weights or a mean request do not fit (no capacity).", null_when="mem_ok"),
+    Column("mem_ok", "bool", "-",
+           "The weights fit and a mean request's reservation (P + O tokens, paged: in blocks) fits in C."),
+    Column("capacity_rps", "float64", "requests/s",
+           "The largest sustainable per-replica arrival rate at this cap and budget (the analytic model's)."),
+    Column("rho", "float64", "-",
+           "Load: lambda_per_replica_rps / capacity_rps (drives the operating rules); "
+           "NULL where the weights or a mean request do not fit (no capacity).",
+           null_when="mem_ok"),
     Column("stable", "bool", "-", "The load is sustainable at the cap and the KV capacity (rho < 1)."),
     Column("mean_running", "float64", "sequences", "Mean running sequences (admitted, not finished)."),
     Column("step_mean_ms", "float64", "ms", "Mean step time; NULL (unbounded) where not stable.", null_when="stable"),
-    Column("ttft_mean_ms", "float64", "ms", "Mean time to first token; NULL (unbounded) where not stable.", null_when="stable"),
-    Column("ttft_p_ms", "float64", "ms", "TTFT at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
-    Column("tpot_mean_ms", "float64", "ms", "Mean time per output token after the first; NULL (unbounded) where not stable.", null_when="stable"),
-    Column("tpot_p_ms", "float64", "ms", "TPOT at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
-    Column("e2e_mean_ms", "float64", "ms", "Mean end-to-end latency (arrival to last token); NULL (unbounded) where not stable.", null_when="stable"),
+    Column("ttft_mean_ms", "float64", "ms",
+           "Mean time to first token; NULL (unbounded) where not stable.",
+           null_when="stable"),
+    Column("ttft_p_ms", "float64", "ms",
+           "TTFT at `percentile`; NULL (unbounded) where not stable.",
+           null_when="stable"),
+    Column("tpot_mean_ms", "float64", "ms",
+           "Mean time per output token after the first; NULL (unbounded) where not stable.",
+           null_when="stable"),
+    Column("tpot_p_ms", "float64", "ms",
+           "TPOT at `percentile`; NULL (unbounded) where not stable.",
+           null_when="stable"),
+    Column("e2e_mean_ms", "float64", "ms",
+           "Mean end-to-end latency (arrival to last token); NULL (unbounded) where not stable.",
+           null_when="stable"),
     Column("e2e_p_ms", "float64", "ms", "E2E at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
-    Column("output_tok_s", "float64", "tokens/s", "Output tokens per second of one replica: lambda x O when stable, capacity_rps x O when saturated."),
-    Column("tok_s_per_gpu", "float64", "tokens/s", "Output tokens/s per GPU this cap and budget sustain: capacity_rps x output_tokens / gpus_per_replica (the frontier's throughput axis, as capacity_rps is in dynamic serving)."),
-    Column("tok_s_per_user", "float64", "tokens/s", "1000 / tpot_mean_ms: the speed one user sees (0 where not stable: the limit of 1000 / an unbounded TPOT)."),
+    Column("output_tok_s", "float64", "tokens/s",
+           "Output tokens per second of one replica: lambda x O when stable, capacity_rps x O when saturated."),
+    Column("tok_s_per_gpu", "float64", "tokens/s",
+           "Output tokens/s per GPU this cap and budget sustain: capacity_rps x output_tokens / gpus_per_replica "
+           "(the frontier's throughput axis, as capacity_rps is in dynamic serving)."),
+    Column("tok_s_per_user", "float64", "tokens/s",
+           "1000 / tpot_mean_ms: the speed one user sees (0 where not stable: the limit of 1000 / an unbounded TPOT)."),
     Column("kv_util", "float64", "-", "Time-average share of C reserved by running sequences."),
     SLO_OK,
     FEASIBLE,
     base.ACTION,
     shared.COST_USD_PER_HOUR,
-    Column("cost_usd_per_mtok", "float64", "USD", "Cost per million output tokens at this load: cost_usd_per_hour / (output_tok_s x replicas x 3600) x 1e6; NULL (unbounded) where not stable.", null_when="stable"),
+    Column("cost_usd_per_mtok", "float64", "USD",
+           "Cost per million output tokens at this load: cost_usd_per_hour / (output_tok_s x replicas x 3600) x 1e6; "
+           "NULL (unbounded) where not stable.",
+           null_when="stable"),
     # ---- the simulator (a [simulation] table, or latency_model = simulated)
-    *(Column(f"sim_{m}_{k}_ms", "float64", "ms", f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; NULL (unbounded) where not steady.", _S, "sim_steady")
+    *(Column(f"sim_{m}_{k}_ms", "float64", "ms",
+             f"Simulated {what} {m.upper()}{' (95% half-width across replications)' if hw else ''}; "
+             "NULL (unbounded) where not steady.", _S, "sim_steady")
       for m in ("ttft", "tpot", "e2e") for k, what, hw in (("mean", "mean", False), ("mean_hw", "mean", True),
                                                             ("p", "percentile", False), ("p_hw", "percentile", True))),
     Column("sim_mean_running", "float64", "sequences", "Simulated mean running sequences.", _S),
     Column("sim_step_mean_ms", "float64", "ms", "Simulated mean step time.", _S),
     Column("sim_output_tok_s", "float64", "tokens/s", "Simulated output tokens per second of one replica.", _S),
     Column("sim_kv_util", "float64", "-", "Simulated time-average share of C reserved.", _S),
-    Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped (full queue, or a reservation larger than C).", _S),
-    Column("sim_preempt", "float64", "-", "Simulated preemptions per request (0 under this scheduler: it never preempts).", _S),
-    Column("sim_steady", "bool", "-", "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); where false the sim_* latencies are unbounded (NULL).", _S),
-    Column("ttft_rel_err", "float64", "-", "(analytic mean TTFT - sim_ttft_mean_ms) / sim_ttft_mean_ms; NULL where either is unbounded.", _S, "stable, sim_steady"),
-    Column("tpot_rel_err", "float64", "-", "(analytic mean TPOT - sim_tpot_mean_ms) / sim_tpot_mean_ms; NULL where either is unbounded.", _S, "stable, sim_steady"),
+    Column("sim_drop_rate", "float64", "-",
+           "Simulated share of arrivals dropped (full queue, or a reservation larger than C).", _S),
+    Column("sim_preempt", "float64", "-",
+           "Simulated preemptions per request (0 under this scheduler: it never preempts).", _S),
+    Column("sim_steady", "bool", "-",
+           "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); "
+           "where false the sim_* latencies are unbounded (NULL).", _S),
+    Column("ttft_rel_err", "float64", "-",
+           "(analytic mean TTFT - sim_ttft_mean_ms) / sim_ttft_mean_ms; NULL where either is unbounded.",
+           _S, "stable, sim_steady"),
+    Column("tpot_rel_err", "float64", "-",
+           "(analytic mean TPOT - sim_tpot_mean_ms) / sim_tpot_mean_ms; NULL where either is unbounded.",
+           _S, "stable, sim_steady"),
 )
 
 ROW_CONSTANT: tuple[str, ...] = (
@@ -230,7 +283,8 @@ DECISIONS = Decisions(
 )
 
 
-def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_tokens: Array | float, *, paged: bool) -> Array:
+def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_tokens: Array | float, *,
+                       paged: bool) -> Array:
     """C = floor(free HBM / KV bytes per token), in whole blocks when paged; 0 where the
     weights do not fit."""
     tokens = jnp.floor(jnp.maximum(free_bytes, 0.0) / kv_bytes_per_token)
@@ -291,7 +345,8 @@ class ContinuousModel(ServingModel):
 
     # -- validation -----------------------------------------------------------------------
 
-    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
+             source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         for key in REQUIRED:
             if key not in values:
                 raise GridError(source, where(key), None, f"is required, e.g. {self.param_by_key[key].example}")
@@ -299,7 +354,8 @@ class ContinuousModel(ServingModel):
         if given and len(given) != len(STEP_KEYS):
             missing = [k for k in STEP_KEYS if k not in values]
             raise GridError(source, where(missing[0]), None,
-                            "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none (roofline estimate from the catalogs)")
+                            "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none "
+                            "(roofline estimate from the catalogs)")
         if given:
             for key in ROOFLINE_KEYS:
                 if key in values:
@@ -307,14 +363,16 @@ class ContinuousModel(ServingModel):
                                     "roofline input given, but the step-time coefficients are given too; drop one")
         if not any(k in values for k in SLO_KEYS):
             raise GridError(source, where("ttft_slo_ms"), None,
-                            "continuous serving needs at least one SLO: ttft_slo_ms, tpot_slo_ms or slo_ms (end to end)")
+                            "continuous serving needs at least one SLO: ttft_slo_ms, tpot_slo_ms or slo_ms "
+                            "(end to end)")
         out = dict(values)
         for p in self.params:
             if p.key not in out and p.default is not None and not (given and p.key in ROOFLINE_KEYS):
                 out[p.key] = [p.default]
         return out, {"service_source": "given" if given else "roofline"}
 
-    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
+    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str],
+              source: str) -> None:
         if max(values["rho_min"]) >= min(values["rho_max"]):
             raise GridError(source, where("rho_min"), max(values["rho_min"]),
                             f"must be < rho_max for every combination (smallest rho_max is {min(values['rho_max'])})")
@@ -323,7 +381,8 @@ class ContinuousModel(ServingModel):
                             f"must be >= {where('batch_size')} {max(values['batch_size'])} for every combination: "
                             "a step must fit one decode token per running sequence")
         if "t_fixed_ms" in values and min(values["t_fixed_ms"]) == 0 and min(values["t_token_ms"]) == 0:
-            raise GridError(source, where("t_token_ms"), 0.0, "t_fixed_ms and t_token_ms are both 0: a step would take no time")
+            raise GridError(source, where("t_token_ms"), 0.0,
+                            "t_fixed_ms and t_token_ms are both 0: a step would take no time")
 
     # -- evaluation -------------------------------------------------------------------------
 
@@ -388,7 +447,8 @@ class ContinuousModel(ServingModel):
         out_tok = jnp.where(stable, r["output_tok_s"],
                             jnp.where(mem_ok, jnp.minimum(lam, r["capacity_rps"]) * x["output_tokens"], 0.0))
         cost_h = x["replicas"] * gpus * x["usd_per_gpu_hour"]
-        per_mtok = jnp.where(stable & (out_tok > 0), cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
+        per_mtok = jnp.where(stable & (out_tok > 0),
+                             cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
         return {
             "lambda_per_replica_rps": lam,
             "t_step_fixed_ms": tf * MS,
@@ -431,7 +491,8 @@ class ContinuousModel(ServingModel):
     def host_pass(self, spec: GridSpec) -> HostPass | None:
         if spec.simulation is None:
             return None
-        return ContinuousSimulation(spec.simulation, decides=self.needs_host_pass, paged=spec.options.kv_allocation == "paged",
+        return ContinuousSimulation(spec.simulation, decides=self.needs_host_pass,
+                                    paged=spec.options.kv_allocation == "paged",
                                     block_tokens=float(spec.options.block_tokens))
 
 
@@ -508,5 +569,6 @@ class ContinuousSimulation(HostPass):
             out["kv_util"] = sim["kv_util"]
             rate = out["output_tok_s"] * cols["replicas"]
             ok = steady & (rate > 0)
-            out["cost_usd_per_mtok"] = np.where(ok, cols["cost_usd_per_hour"] / np.where(ok, rate, 1.0) / 3600.0 * 1e6, np.inf)
+            out["cost_usd_per_mtok"] = np.where(ok, cols["cost_usd_per_hour"] / np.where(ok, rate, 1.0) / 3600.0 * 1e6,
+                                                np.inf)
         return out

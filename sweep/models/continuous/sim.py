@@ -506,7 +506,8 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         g0, g1, g2 = ln, ln * (ln - 1.0) * 0.5, (ln - 1.0) * ln * (2.0 * ln - 1.0) / 6.0
         m0 = jnp.ones(n_lanes, f64)
         f_last = alpha * (ln - 1.0) + beta * ((ln - 1.0) * (ln - 2.0) * 0.5)
-        ends = s["nzb"][lane[:, None], jnp.clip(i0[:, None] + n_run[:, None] - 1 + jnp.arange(2, dtype=i32)[None, :], 0, block)]
+        ends = s["nzb"][lane[:, None],
+                        jnp.clip(i0[:, None] + n_run[:, None] - 1 + jnp.arange(2, dtype=i32)[None, :], 0, block)]
         i0f = i0.astype(f64)
         e0 = ends[:, 1, 0] - base[:, 0]
         e1 = (ends[:, 1, 1] - base[:, 1]) - i0f * e0

@@ -94,10 +94,12 @@ VIEWS = Views(
                  "TTFT and TPOT at the grid's percentile against the cap on running sequences, one line per token "
                  "budget, each SLO dashed, the knee and the SLO optimum of the frontier; caps where the engine cannot "
                  "keep up or out of memory marked along the top.",
-                 panels=(Panel("ttft_p_ms", "TTFT {q}", "TTFT {q} (ms)", slo="ttft_slo_ms", slo_name="TTFT SLO {slo:g} ms"),
-                         Panel("tpot_p_ms", "TPOT {q}", "TPOT {q} (ms)", slo="tpot_slo_ms", slo_name="TPOT SLO {slo:g} ms")),
-                 marks=(Mark("out of memory (latency unbounded)", "the weights or a mean request's reservation do not fit",
-                             false="mem_ok"),
+                 panels=(Panel("ttft_p_ms", "TTFT {q}", "TTFT {q} (ms)", slo="ttft_slo_ms",
+                               slo_name="TTFT SLO {slo:g} ms"),
+                         Panel("tpot_p_ms", "TPOT {q}", "TPOT {q} (ms)", slo="tpot_slo_ms",
+                               slo_name="TPOT SLO {slo:g} ms")),
+                 marks=(Mark("out of memory (latency unbounded)",
+                             "the weights or a mean request's reservation do not fit", false="mem_ok"),
                         Mark("unstable (latency unbounded)", "the load exceeds the capacity at this cap and budget",
                              true=("mem_ok",), false="stable"))),
         Utilisation("utilisation", "Load against the cap",

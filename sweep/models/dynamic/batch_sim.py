@@ -502,7 +502,8 @@ def _chunk(seed, scen_idx, p, trace, *, n, warmup, reps, max_workers, use_trace)
 def never_fills(t_max_s: ArrayLike, queue_capacity: ArrayLike, b_max: ArrayLike) -> np.ndarray:
     """True where a batch can never fill: no window (T_max = inf) and fewer waiting places
     (K) than the batch needs. Such a grid is rejected at validation (SPEC 7)."""
-    return np.isinf(np.asarray(t_max_s, dtype=np.float64)) & (np.asarray(queue_capacity) < np.round(np.asarray(b_max, dtype=np.float64)))
+    return (np.isinf(np.asarray(t_max_s, dtype=np.float64))
+            & (np.asarray(queue_capacity) < np.round(np.asarray(b_max, dtype=np.float64))))
 
 
 def _pow2(x: int) -> int:
@@ -613,7 +614,8 @@ def simulate(
                               "a batch never fills")
 
     if s == 0:
-        return {k: np.empty(0, dtype=bool if k == "steady" else np.float64) for k in (*_STAT_NAMES, "p_hw_s", "mean_hw_s")}
+        return {k: np.empty(0, dtype=bool if k == "steady" else np.float64)
+                for k in (*_STAT_NAMES, "p_hw_s", "mean_hw_s")}
     ids = np.arange(s, dtype=np.int64) if scenario_ids is None else np.asarray(scenario_ids, np.int64).reshape(s)
     c_need = int(np.max(np.round(p["workers"])))
     c_max = _pow2(c_need) if max_workers is None else int(max_workers)

@@ -333,10 +333,16 @@ class BatcherModel(DynamicModel):
 
     name: ClassVar[str] = "batcher"
     columns: ClassVar[tuple[Column, ...]] = latency_nulls(BASE_COLUMNS, "stable") + (
-        Column("batcher_e_resp_ms", "float64", "ms", "E[T] of the greedy-batcher model (docs/model.md, the batcher model).", null_when="stable"),
-        Column("batcher_p_ms", "float64", "ms", "Its percentile estimate at `percentile` (latency_ms with latency_model = batcher).", null_when="stable"),
-        Column("batcher_mean_batch", "float64", "requests", "Its mean batch size: the fixed point between load and batch size."),
-        Column("batcher_rho", "float64", "-", "Its utilisation lambda T_svc(b*) / b* (drives the operating rules with latency_model = batcher)."),
+        Column("batcher_e_resp_ms", "float64", "ms",
+               "E[T] of the greedy-batcher model (docs/model.md, the batcher model).",
+               null_when="stable"),
+        Column("batcher_p_ms", "float64", "ms",
+               "Its percentile estimate at `percentile` (latency_ms with latency_model = batcher).",
+               null_when="stable"),
+        Column("batcher_mean_batch", "float64", "requests",
+               "Its mean batch size: the fixed point between load and batch size."),
+        Column("batcher_rho", "float64", "-",
+               "Its utilisation lambda T_svc(b*) / b* (drives the operating rules with latency_model = batcher)."),
     ) + SIM_COLUMNS + PLAN_COLUMNS
 
     #: Measured: compiling it peaks 340 MB above compiling the window proxy (18 unrolled

@@ -134,12 +134,14 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         lines += [
             ("T_step(1): one request's forward pass on the refined roofline (max(memory, compute) + "
              "collectives + overhead; docs/roofline.md)",
-             f"g = {num(row.get('gpus_per_replica'))}, eta_bw {_f(row, 'eta_bw'):g}, eta_flops {_f(row, 'eta_flops'):g}, "
+             f"g = {num(row.get('gpus_per_replica'))}, eta_bw {_f(row, 'eta_bw'):g}, "
+             f"eta_flops {_f(row, 'eta_flops'):g}, "
              f"{num(row.get('tokens_per_request'))} new tokens, {num(row.get('mean_seq_len'))} cached",
              num(sec["t1"] * 1e3, "ms")),
             (f"T_step({num(sec['hi'])}): a pass of this point's batch", "", num(sec["th"] * 1e3, "ms")),
             ("t_req = (T_step(B) - T_step(1)) / (B - 1): the secant through both",
-             f"({num(sec['th'] * 1e3)} - {num(sec['t1'] * 1e3)}) / ({num(sec['hi'])} - 1)", num(sec["t_req"] * 1e3, "ms")),
+             f"({num(sec['th'] * 1e3)} - {num(sec['t1'] * 1e3)}) / ({num(sec['hi'])} - 1)",
+             num(sec["t_req"] * 1e3, "ms")),
             ("T_fixed = T_step(1) - t_req", f"{num(sec['t1'] * 1e3)} - {num(sec['t_req'] * 1e3)}",
              num(sec["t_fixed"] * 1e3, "ms")),
         ]
@@ -147,7 +149,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         lines.append(("T_fixed, t_req", f"{source} ({'roofline from the catalogs' if source == 'roofline' else 'the grid' if source == 'given' else 'a profile fit'})",
                       f"{num(t_fixed, 'ms')}, {num(t_req, 'ms')}"))
     lines += [("T_svc(B) = T_fixed + t_req B", f"{num(t_fixed)} + {num(t_req)} x {num(b)}", num(r["t_svc_ms"], "ms")),
-              ("capacity = B / T_svc(B)", f"{num(b)} / {num(r['t_svc_ms'] * 1e-3)} s", num(r["capacity_rps"], "requests/s"))]
+              ("capacity = B / T_svc(B)", f"{num(b)} / {num(r['t_svc_ms'] * 1e-3)} s",
+               num(r["capacity_rps"], "requests/s"))]
     steps.append(Step("Service time", SECTION["service"], tuple(lines)))
 
     # 2. stability and B_min
@@ -156,7 +159,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
               "yes" if r["stable"] else "no: the batcher cannot keep up"),
              ("B_min(1) = lambda T_fixed / (1 - lambda t_req)",
               f"{num(lam)} x {num(t_fixed * 1e-3)} / (1 - {num(lam)} x {num(t_req * 1e-3)})",
-              f"{num(r['b_min_stable'], 'requests')} -> smallest stable integer batch {num(row.get('b_min_stable_int'))}"),
+              f"{num(r['b_min_stable'], 'requests')} -> "
+              f"smallest stable integer batch {num(row.get('b_min_stable_int'))}"),
              (f"B_min(rho_target) = lambda T_fixed / (rho_target - lambda t_req), rho_target = {num(rt)}",
               f"{num(lam)} x {num(t_fixed * 1e-3)} / ({num(rt)} - {num(lam * t_req * 1e-3)})",
               f"{num(r['b_min_rho_target'], 'requests')} -> {num(row.get('b_min_rho_target_int'))}")]
@@ -165,10 +169,12 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     # 3. the batch
     if math.isinf(window):
         lines = [("full batches (no window): E[B] = B", "", num(b, "requests")),
-                 ("E[T_batch] = (B - 1) / (2 lambda)", f"({num(b)} - 1) / (2 x {num(lam)})", num(r["e_batch_ms"], "ms"))]
+                 ("E[T_batch] = (B - 1) / (2 lambda)", f"({num(b)} - 1) / (2 x {num(lam)})",
+                  num(r["e_batch_ms"], "ms"))]
     else:
         mu = lam * window * 1e-3
-        lines = [("mu = lambda T_max (followers expected in the window)", f"{num(lam)} x {num(window * 1e-3)} s", num(mu)),
+        lines = [("mu = lambda T_max (followers expected in the window)", f"{num(lam)} x {num(window * 1e-3)} s",
+                  num(mu)),
                  ("E[B] = sum_{n<k} (n+1) P(N=n) + B_max P(N>=k), k = B_max - 1",
                   "closed form through the incomplete gamma P(k, mu)", num(row.get("mean_batch"), "requests")),
                  ("E[T_batch] (request-weighted: timeouts and full batches)", "closed form through P(k, mu)",
@@ -179,15 +185,18 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     eb = _f(row, "mean_batch")
     rho = _f(row, "rho")
     lines = [("lambda_b = lambda / E[B]; rho = lambda_b E[S]", f"{num(lam)} / {num(eb)} x E[S]",
-              f"rho = {num(rho)} ({'proxy valid' if row.get('proxy_ok') else 'rho >= 1: the proxy cannot bound the wait'})")]
+              f"rho = {num(rho)} "
+              f"({'proxy valid' if row.get('proxy_ok') else 'rho >= 1: the proxy cannot bound the wait'})")]
     if math.isinf(window):
         lines.append(("E[W] = lambda_b E[S^2] / (2 (1 - rho)), E[S^2] = T_svc^2 (1 + cv^2)",
-                      f"{num(lam / b)} x {num(r['t_svc_ms'] * 1e-3)}^2 x {num(1 + _f(row, 'service_cv', 0.0) ** 2)} / (2 x (1 - {num(rho)}))",
+                      f"{num(lam / b)} x {num(r['t_svc_ms'] * 1e-3)}^2 x {num(1 + _f(row, 'service_cv', 0.0) ** 2)} "
+                      f"/ (2 x (1 - {num(rho)}))",
                       num(row.get("e_wait_ms"), "ms")))
     else:
-        lines.append(("E[W] = lambda_b E[S^2] / (2 (1 - rho)) (Pollaczek-Khinchine)", "E[S^2] over the window's batch sizes",
-                      num(row.get("e_wait_ms"), "ms")))
-    lines += [("E[T_svc] = T_fixed + t_req E[B^2] / E[B]", "request-weighted service time", num(row.get("e_svc_ms"), "ms")),
+        lines.append(("E[W] = lambda_b E[S^2] / (2 (1 - rho)) (Pollaczek-Khinchine)",
+                      "E[S^2] over the window's batch sizes", num(row.get("e_wait_ms"), "ms")))
+    lines += [("E[T_svc] = T_fixed + t_req E[B^2] / E[B]", "request-weighted service time",
+               num(row.get("e_svc_ms"), "ms")),
               ("E[T] = E[W] + E[T_batch] + E[T_svc]",
                f"{num(row.get('e_wait_ms'))} + {num(row.get('e_batch_ms'))} + {num(row.get('e_svc_ms'))}",
                num(r["e_resp_ms"], "ms"))]
@@ -196,7 +205,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     # 5. the percentile
     z = NormalDist().inv_cdf(q)
     lines = [("sigma_T = sqrt(Var W + Var T_batch + Var T_svc)", "", num(row.get("sd_resp_ms"), "ms")),
-             (f"gaussian: E[T] + z_q sigma_T, z_q = {num(z, digits=5)}", f"{num(r['e_resp_ms'])} + {num(z, digits=5)} x {num(row.get('sd_resp_ms'))}",
+             (f"gaussian: E[T] + z_q sigma_T, z_q = {num(z, digits=5)}",
+              f"{num(r['e_resp_ms'])} + {num(z, digits=5)} x {num(row.get('sd_resp_ms'))}",
               num(r["p_gauss_ms"], "ms")),
              (f"exponential: -ln(1 - q) E[T], -ln(1 - q) = {num(-math.log1p(-q), digits=5)}",
               f"{num(-math.log1p(-q), digits=5)} x {num(r['e_resp_ms'])}", num(r["p_exp_ms"], "ms"))]
@@ -216,7 +226,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
 
     # 6. Little's law
     lines = [("L = lambda E[T]", f"{num(lam)} x {num(r['e_resp_ms'] * 1e-3)} s", num(r["little_l"], "requests")),
-             ("in service = lambda E[T_svc]", f"{num(lam)} x {num(_f(row, 'e_svc_ms') * 1e-3)} s", num(r["in_service"], "requests")),
+             ("in service = lambda E[T_svc]", f"{num(lam)} x {num(_f(row, 'e_svc_ms') * 1e-3)} s",
+              num(r["in_service"], "requests")),
              ("waiting or accumulating = L - in service", "", num(r["in_queue"], "requests"))]
     steps.append(Step("Little's law", SECTION["sizing"], tuple(lines)))
 
@@ -229,7 +240,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     lines = []
     if figures:
         kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem")
-        lines.append(("KV bytes per token = n_layers x d_kv x kv_bytes_per_elem", "from the model catalog", num(kv_tok, "B")))
+        lines.append(("KV bytes per token = n_layers x d_kv x kv_bytes_per_elem", "from the model catalog",
+                      num(kv_tok, "B")))
         lines.append((f"KV per request = bytes per token x S_alloc ({'paged' if paged else 'contiguous'})",
                       f"{num(kv_tok)} x {num(s_alloc)}", num(row.get("kv_gb_per_req"), "GB")))
     else:
@@ -237,7 +249,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
                       f"S_alloc = {num(s_alloc)} tokens", num(row.get("kv_gb_per_req"), "GB")))
     lines += [("weights = n_params x weight_bytes_per_param", "", num(row.get("weights_gb"), "GB")),
               ("free = g x hbm x (1 - reserve) - weights", "", num(row.get("free_gb"), "GB")),
-              ("b_mem_max = floor(free / KV per request)", f"floor({num(row.get('free_gb'))} / {num(row.get('kv_gb_per_req'))})",
+              ("b_mem_max = floor(free / KV per request)",
+               f"floor({num(row.get('free_gb'))} / {num(row.get('kv_gb_per_req'))})",
                num(row.get("b_mem_max"), "requests")),
               ("mem_ok: weights fit and B <= b_mem_max", f"{num(b)} <= {num(row.get('b_mem_max'))}",
                "yes" if row.get("mem_ok") else "no")]

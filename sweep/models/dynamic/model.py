@@ -101,7 +101,8 @@ PARAMS: tuple[Param, ...] = (
     Param("eta_bw", "float", None, DOMAINS["eta_bw"], example="eta_bw = 0.7"),
     Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
     Param("tokens_per_request", "float", 1.0, DOMAINS["tokens_per_request"], example="tokens_per_request = 1"),
-    Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"], example='weight_bytes_per_param = "fp8"'),
+    Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"],
+          example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp16"'),
     Param("slo_ms", "float", None, DOMAINS["slo_ms"], example="slo_ms = 200.0"),
     Param("percentile", "float", 0.99, DOMAINS["percentile"], example="percentile = 0.99"),
@@ -123,7 +124,8 @@ PARAMS: tuple[Param, ...] = (
 #: block is at most one longest sequence (seq_len's bound); the reserve is a share of HBM.
 OPTION_PARAMS: dict[str, Param] = {
     "block_tokens": Param("block_tokens", "int", 16, Domain(1, 1e8, "tokens"), example="block_tokens = 16"),
-    "reserve_fraction": Param("reserve_fraction", "float", 0.0, Domain(0, 1, hi_open=True), example="reserve_fraction = 0.1"),
+    "reserve_fraction": Param("reserve_fraction", "float", 0.0, Domain(0, 1, hi_open=True),
+                              example="reserve_fraction = 0.1"),
 }
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
@@ -142,14 +144,23 @@ BASE_COLUMNS: tuple[Column, ...] = (
     shared.GPU,
     shared.GPUS_PER_REPLICA,
     Column("seq_len", "int64", "tokens", "S_max: sequence length a request may reach (contiguous KV reservation)."),
-    Column("mean_seq_len", "float64", "tokens", "S_mean: mean sequence length (paged KV reservation; roofline KV read)."),
+    Column("mean_seq_len", "float64", "tokens",
+           "S_mean: mean sequence length (paged KV reservation; roofline KV read)."),
     shared.ARRIVAL_RPS,
     shared.REPLICAS,
-    Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
+    Column("lambda_per_replica_rps", "float64", "requests/s",
+           "Per-replica arrival rate lambda = arrival_rps / replicas; all queueing uses it."),
     Column("batch_size", "int64", "requests", "B, the batch cap B_max when a window is set."),
-    Column("batch_window_ms", "float64", "ms", "Batching window T_max; NULL (the grid's inf) = no window: the full-batch regime, every batch waits for batch_size requests.", null_when=UNLIMITED),
-    Column("t_fixed_ms", "float64", "ms", "T_fixed of T_svc(B) = T_fixed + t_req B (docs/model.md, service time). Roofline: the secant of the step time through B = 1 and this point's batch_size, so it varies with batch_size; optimum.parquet repeats the row's first point's."),
-    Column("t_req_ms", "float64", "ms", "t_req, marginal service time per request in a batch (roofline: see t_fixed_ms)."),
+    Column("batch_window_ms", "float64", "ms",
+           "Batching window T_max; NULL (the grid's inf) = no window: the full-batch regime, "
+           "every batch waits for batch_size requests.",
+           null_when=UNLIMITED),
+    Column("t_fixed_ms", "float64", "ms",
+           "T_fixed of T_svc(B) = T_fixed + t_req B (docs/model.md, service time). Roofline: "
+           "the secant of the step time through B = 1 and this point's batch_size, so it varies with batch_size; "
+           "optimum.parquet repeats the row's first point's."),
+    Column("t_req_ms", "float64", "ms",
+           "t_req, marginal service time per request in a batch (roofline: see t_fixed_ms)."),
     Column("service_source", "dict", "-", "Where T_fixed and t_req came from: given | fitted | roofline."),
     shared.ETA_BW,
     shared.ETA_FLOPS,
@@ -162,32 +173,59 @@ BASE_COLUMNS: tuple[Column, ...] = (
     Column("rho_max", "float64", "-", "Near-saturation threshold (action, replicas_min)."),
     Column("rho_min", "float64", "-", "Over-provisioning threshold (action)."),
     Column("workers", "int64", "workers", "Workers sharing one queue per replica (simulator; analytic models use 1)."),
-    Column("queue_capacity", "int64", "requests", "K, waiting-request capacity (simulator); NULL (the grid's inf) = unbounded.", null_when=UNLIMITED),
-    Column("service_cv", "float64", "-", "Coefficient of variation of multiplicative service-time noise (enters the proxy's E[S^2], E[S^3])."),
+    Column("queue_capacity", "int64", "requests",
+           "K, waiting-request capacity (simulator); NULL (the grid's inf) = unbounded.",
+           null_when=UNLIMITED),
+    Column("service_cv", "float64", "-",
+           "Coefficient of variation of multiplicative service-time noise (enters the proxy's E[S^2], E[S^3])."),
     # ---- service and queue
     Column("t_svc_ms", "float64", "ms", "T_svc(B) at the batch cap."),
     Column("capacity_rps", "float64", "requests/s", "Per-replica capacity B / T_svc(B)."),
     Column("fleet_capacity_rps", "float64", "requests/s", "replicas x capacity_rps."),
     Column("rho", "float64", "-", "Proxy utilisation lambda_b E[S] = lambda E[S] / E[B]."),
-    Column("proxy_ok", "bool", "-", "rho < 1: the M/G/1 proxy's own validity; where false its waits, E[T], sigma_T and percentiles are unbounded (NULL)."),
+    Column("proxy_ok", "bool", "-",
+           "rho < 1: the M/G/1 proxy's own validity; where false its waits, E[T], "
+           "sigma_T and percentiles are unbounded (NULL)."),
     Column("stable", "bool", "-", "lambda < B / T_svc(B): the batcher can keep up at all."),
     Column("mean_batch", "float64", "requests", "E[B], mean actual batch size per batch (= B for full batches)."),
-    Column("e_wait_ms", "float64", "ms", "E[W], queue wait before the batch starts (Pollaczek-Khinchine).", null_when="proxy_ok"),
+    Column("e_wait_ms", "float64", "ms",
+           "E[W], queue wait before the batch starts (Pollaczek-Khinchine).",
+           null_when="proxy_ok"),
     Column("e_batch_ms", "float64", "ms", "E[T_batch], request-weighted accumulation delay in the batcher."),
     Column("e_svc_ms", "float64", "ms", "E[T_svc], request-weighted service time."),
     Column("e_resp_ms", "float64", "ms", "E[T] = E[W] + E[T_batch] + E[T_svc].", null_when="proxy_ok"),
-    Column("sd_resp_ms", "float64", "ms", "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed).", null_when="proxy_ok"),
+    Column("sd_resp_ms", "float64", "ms",
+           "sigma_T, sqrt(Var W + Var T_batch + Var T_svc) (independence assumed).",
+           null_when="proxy_ok"),
     Column("p_gauss_ms", "float64", "ms", "Gaussian percentile estimate E[T] + z_q sigma_T.", null_when="proxy_ok"),
     Column("p_exp_ms", "float64", "ms", "Exponential percentile estimate -ln(1-q) E[T].", null_when="proxy_ok"),
-    Column("latency_ms", "float64", "ms", "The estimate the SLO is checked against ([options] latency_model): p_gauss_ms, p_exp_ms, batcher_p_ms or sim_p_ms.", null_when="proxy_ok"),
+    Column("latency_ms", "float64", "ms",
+           "The estimate the SLO is checked against ([options] latency_model): p_gauss_ms, p_exp_ms, "
+           "batcher_p_ms or sim_p_ms.",
+           null_when="proxy_ok"),
     base.SLO_OK,
-    Column("little_l", "float64", "requests", "Little's law L = lambda E[T], requests in the replica (a count of requests).", null_when="proxy_ok"),
+    Column("little_l", "float64", "requests",
+           "Little's law L = lambda E[T], requests in the replica (a count of requests).",
+           null_when="proxy_ok"),
     Column("in_service", "float64", "requests", "lambda E[T_svc], requests being served (= B rho for full batches)."),
-    Column("in_queue", "float64", "requests", "L - in_service, requests waiting or accumulating.", null_when="proxy_ok"),
-    Column("b_min_stable", "float64", "requests", "B_min(1) = lambda T_fixed / (1 - lambda t_req) (docs/model.md, sizing); NULL where no batch is stable (lambda t_req >= 1).", null_when=NO_ANSWER),
-    Column("b_min_stable_int", "int64", "requests", "Smallest integer batch that is strictly stable; NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
-    Column("b_min_rho_target", "float64", "requests", "B_min(rho_target) = lambda T_fixed / (rho_target - lambda t_req) (docs/model.md, sizing); NULL where no batch reaches it (lambda t_req >= rho_target).", null_when=NO_ANSWER),
-    Column("b_min_rho_target_int", "int64", "requests", "Smallest integer batch with rho <= rho_target (the GPT-3 worked example: 7.14 -> 8); NULL where there is none (or it exceeds 2^53).", null_when=NO_ANSWER),
+    Column("in_queue", "float64", "requests",
+           "L - in_service, requests waiting or accumulating.",
+           null_when="proxy_ok"),
+    Column("b_min_stable", "float64", "requests",
+           "B_min(1) = lambda T_fixed / (1 - lambda t_req) (docs/model.md, sizing); "
+           "NULL where no batch is stable (lambda t_req >= 1).",
+           null_when=NO_ANSWER),
+    Column("b_min_stable_int", "int64", "requests",
+           "Smallest integer batch that is strictly stable; NULL where there is none (or it exceeds 2^53).",
+           null_when=NO_ANSWER),
+    Column("b_min_rho_target", "float64", "requests",
+           "B_min(rho_target) = lambda T_fixed / (rho_target - lambda t_req) (docs/model.md, sizing); "
+           "NULL where no batch reaches it (lambda t_req >= rho_target).",
+           null_when=NO_ANSWER),
+    Column("b_min_rho_target_int", "int64", "requests",
+           "Smallest integer batch with rho <= rho_target (the GPT-3 worked example: 7.14 -> 8); "
+           "NULL where there is none (or it exceeds 2^53).",
+           null_when=NO_ANSWER),
     # ---- memory
     Column("kv_gb_per_req", "float64", "GB", "KV reservation per request under the allocation (1 GB = 1e9 bytes)."),
     Column("kv_gb_at_cap", "float64", "GB", "KV reservation for a full batch: kv_gb_per_req x batch_size."),
@@ -215,13 +253,21 @@ SIM_COLUMNS: tuple[Column, ...] = (
     Column("sim_p90_ms", "float64", "ms", "Simulated P90 latency.", _S, "sim_steady"),
     Column("sim_p99_ms", "float64", "ms", "Simulated P99 latency.", _S, "sim_steady"),
     Column("sim_p999_ms", "float64", "ms", "Simulated P99.9 latency.", _S, "sim_steady"),
-    Column("sim_p_ms", "float64", "ms", "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).", _S, "sim_steady"),
-    Column("sim_p_hw_ms", "float64", "ms", "95% half-width of sim_p_ms across replications (Student t).", _S, "sim_steady"),
+    Column("sim_p_ms", "float64", "ms",
+           "Simulated latency at the grid's `percentile` (latency_ms with latency_model = simulated).",
+           _S, "sim_steady"),
+    Column("sim_p_hw_ms", "float64", "ms",
+           "95% half-width of sim_p_ms across replications (Student t).", _S, "sim_steady"),
     Column("sim_mean_batch", "float64", "requests", "Simulated mean batch size per dispatched batch.", _S),
     Column("sim_utilization", "float64", "-", "Simulated busy time / (workers x simulated span).", _S),
-    Column("sim_drop_rate", "float64", "-", "Simulated share of arrivals dropped at a full queue (queue_capacity).", _S),
-    Column("sim_steady", "bool", "-", "No replication's backlog grew: the last quarter of measured requests waited on average at most twice as long as the first. Where false every sim_* latency is unbounded (NULL).", _S),
-    Column("proxy_rel_err", "float64", "-", "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; NULL where either is unbounded.", _S, "proxy_ok, sim_steady"),
+    Column("sim_drop_rate", "float64", "-",
+           "Simulated share of arrivals dropped at a full queue (queue_capacity).", _S),
+    Column("sim_steady", "bool", "-",
+           "No replication's backlog grew: the last quarter of measured requests waited on average "
+           "at most twice as long as the first. Where false every sim_* latency is unbounded (NULL).", _S),
+    Column("proxy_rel_err", "float64", "-",
+           "(e_resp_ms - sim_mean_ms) / sim_mean_ms: how far the proxy's E[T] is from the simulated mean; "
+           "NULL where either is unbounded.", _S, "proxy_ok, sim_steady"),
 )
 
 #: Point columns constant within a (scenario group, replicas) row; optimum.parquet repeats them.
@@ -292,7 +338,8 @@ class DynamicModel(ServingModel):
 
     # -- validation -------------------------------------------------------------------
 
-    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
+             source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         """Required keys present; the service-time source decided; defaults filled."""
         for key in REQUIRED:
             if key not in values:
@@ -315,7 +362,8 @@ class DynamicModel(ServingModel):
         return out, {"service_source": "given" if has_fixed else "roofline",
                      "mean_follows_seq_len": "mean_seq_len" not in out}
 
-    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
+    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str],
+              source: str) -> None:
         """Rules that involve several keys; every combination of the axes must be valid."""
         if "mean_seq_len" in values and max(values["mean_seq_len"]) > min(values["seq_len"]):
             raise GridError(source, where("mean_seq_len"), max(values["mean_seq_len"]),
@@ -325,15 +373,17 @@ class DynamicModel(ServingModel):
                             f"must be < rho_max for every combination (smallest rho_max is {min(values['rho_max'])})")
         if "t_fixed_ms" in values and min(values["t_fixed_ms"]) + min(values["t_req_ms"]) < MIN_T_SVC_MS:
             raise GridError(source, where("t_req_ms"), min(values["t_req_ms"]),
-                            f"t_fixed_ms + t_req_ms (T_svc of one request) must be >= {MIN_T_SVC_MS:g} ms (1 ns) for every "
-                            f"combination; the smallest t_fixed_ms is {min(values['t_fixed_ms']):g}")
+                            f"t_fixed_ms + t_req_ms (T_svc of one request) must be >= {MIN_T_SVC_MS:g} ms (1 ns) "
+                            f"for every combination; the smallest t_fixed_ms is {min(values['t_fixed_ms']):g}")
         windows = values["batch_window_ms"]
         if any(math.isfinite(w) for w in windows) and max(values["batch_size"]) > MAX_WINDOWED_BATCH:
             raise GridError(source, where("batch_size"), max(values["batch_size"]),
-                            f"must be <= {MAX_WINDOWED_BATCH} with a finite batch_window_ms (the windowed closed forms are validated up to there)")
+                            f"must be <= {MAX_WINDOWED_BATCH} with a finite batch_window_ms "
+                            "(the windowed closed forms are validated up to there)")
         if max(values["workers"]) > 1 and not self.needs_host_pass:
             raise GridError(source, where("workers"), max(values["workers"]),
-                            f'the analytic latency_model "{self.name}" has one worker per replica; use workers = 1 or latency_model = "simulated"')
+                            f'the analytic latency_model "{self.name}" has one worker per replica; '
+                            'use workers = 1 or latency_model = "simulated"')
         finite_k = [k for k in values["queue_capacity"] if math.isfinite(k)]
         if finite_k and never_fills(max(windows), min(finite_k), max(values["batch_size"])):
             raise GridError(source, where("queue_capacity"), min(finite_k),

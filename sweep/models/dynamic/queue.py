@@ -30,7 +30,8 @@ class Queue(NamedTuple):
     capacity: Array  # B_max / T_svc(B_max), 1/s
 
 
-def queue_proxy(lam: Array, b_max: Array, t_fixed: Array, t_req: Array, service_cv: Array, bm: BatchMoments, *, exact_full: bool) -> Queue:
+def queue_proxy(lam: Array, b_max: Array, t_fixed: Array, t_req: Array, service_cv: Array, bm: BatchMoments, *,
+                exact_full: bool) -> Queue:
     """M/G/1 batch proxy (SPEC 3): batches are Poisson super-requests at lam / E[B].
 
     Service S = T_svc(B_actual) X with X lognormal noise of mean 1 and CV `service_cv`

@@ -56,7 +56,8 @@ class Simulation(HostPass):
                        scenario_ids=cols["point_id"][:n], memory_budget_bytes=o.memory_budget_bytes)
         pad = np.minimum(np.arange(len(cols["point_id"])), n - 1)
         sim = {k: np.asarray(v)[pad] for k, v in sim.items()}
-        out: dict[str, np.ndarray] = {f"sim_{key}_ms": sim[f"{key}_s"] * MS for key in ("mean", "p50", "p90", "p99", "p999", "p")}
+        out: dict[str, np.ndarray] = {f"sim_{key}_ms": sim[f"{key}_s"] * MS
+                                      for key in ("mean", "p50", "p90", "p99", "p999", "p")}
         out["sim_p_hw_ms"] = sim["p_hw_s"] * MS
         out["sim_mean_batch"] = sim["mean_batch"]
         out["sim_utilization"] = sim["utilization"]
