@@ -66,8 +66,10 @@ class RunFolder:
         path = Path(path)
         manifest_path = path / "manifest.json"
         if not manifest_path.exists():
-            hint = " (it has shards: `sweep merge` them first, or show one of them)" if (path / "shards").is_dir() else ""
-            raise ShowError(f"{path}: not a finished run: no manifest.json{hint}; `sweep run GRID --out {path}` makes one")
+            hint = (" (it has shards: `sweep merge` them first, or show one of them)" if (path / "shards").is_dir()
+                    else "")
+            raise ShowError(f"{path}: not a finished run: no manifest.json{hint}; "
+                            f"`sweep run GRID --out {path}` makes one")
         manifest = json.loads(manifest_path.read_text())
         serving, latency_model = manifest.get("serving"), manifest.get("latency_model")
         try:  # a manifest older than serving modes is the default mode's
@@ -189,7 +191,8 @@ def to_host(table: pa.Table) -> dict[str, np.ndarray]:
         elif pa.types.is_integer(t) and col.null_count == 0:
             out[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
         elif pa.types.is_integer(t) or pa.types.is_floating(t):
-            out[name] = np.asarray(col.cast(pa.float64()).fill_null(math.inf).to_numpy(zero_copy_only=False), dtype=np.float64)
+            out[name] = np.asarray(col.cast(pa.float64()).fill_null(math.inf).to_numpy(zero_copy_only=False),
+                                   dtype=np.float64)
         else:
             out[name] = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
     return out
@@ -248,13 +251,15 @@ class AnswerView:
     cap_column: str  # the cap's point column (the table's first header)
     knobs: tuple[tuple[str, str, str, str], ...]  # (answer suffix, point column, dtype, what inf means) per knob
     checks: tuple[tuple[str, str, str], ...]  # (name, answer suffix, SLO column)
-    extra: tuple[str, str] | None  # (point column, answer suffix): the frontier's second objective when no SLO checks it
+    # (point column, answer suffix): the frontier's second objective when no SLO checks it
+    extra: tuple[str, str] | None
 
     @classmethod
     def of(cls, model: ServingModel) -> AnswerView:
         d, views = model.decisions, model.views
         fields = {src: (sfx, dtype) for sfx, src, dtype, _ in d.answer_fields}
-        knobs = tuple((fields[k][0], k, fields[k][1], views.axis(k).inf) for k in d.knobs if k in fields and fields[k][0])
+        knobs = tuple((fields[k][0], k, fields[k][1], views.axis(k).inf)
+                      for k in d.knobs if k in fields and fields[k][0])
         checks = tuple((views.check_name(lat), sfx, slo) for lat, slo in model.slo_checks
                        if (sfx := _field(model, lat)) is not None)
         checked = {lat for lat, _ in model.slo_checks}
@@ -319,7 +324,8 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
               *run.varying]
     table = run.optimum(wanted)
     if table.num_rows == 0:
-        console.print("decisions: no optimum row matches the filters" if run.filters else "decisions: optimum.parquet is empty")
+        console.print("decisions: no optimum row matches the filters" if run.filters
+                      else "decisions: optimum.parquet is empty")
         return
     rows = to_host(table)
     at_min = rows["is_replicas_min"]
@@ -406,13 +412,15 @@ def print_search(run: RunFolder, console: Console, top: int = TOP) -> None:
     checks = [c for c in checks if any(math.isfinite(float(rows[c[2]][i])) for i in order[:top])] or checks[:1]
     heads = [h for name, _, _ in checks for h in ((f"{label} ms", "SLO ms") if len(run.model.slo_checks) == 1
                                                    else (f"{name} {q} ms", f"{name} SLO ms"))]
-    t = Table(title=f"search: each study's best trials (search.parquet; latency checked: {label})", title_justify="left")
+    t = Table(title=f"search: each study's best trials (search.parquet; latency checked: {label})",
+              title_justify="left")
     for name in ("study", "objective", "value", *searched, *heads, "USD/h", "meets", "gap"):
         t.add_column(name, justify="left" if name in ("study", "objective", "meets") else "right")
     for i in order[:top]:
         study = str(rows["study_name"][i]).split("/")
         scenario = study[1] if len(study) > 2 else "-"
-        gap = "n/a" if not rows["enumerable"][i] else ("exact" if rows["found_exact"][i] else f"{100 * float(rows['gap_rel'][i]):.1f}%")
+        gap = ("n/a" if not rows["enumerable"][i]
+               else "exact" if rows["found_exact"][i] else f"{100 * float(rows['gap_rel'][i]):.1f}%")
         value = float(rows["objective_value"][i])
         cells = [escape(scenario), str(rows["objective"][i]), f"{value:g}" if math.isfinite(value) else "-"]
         for k in searched:

@@ -41,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, one line already printed)
         return int(exc.code or 0) if isinstance(exc.code, int) or exc.code is None else EXIT_INPUT
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread() else None
+    previous = (signal.signal(signal.SIGTERM, _on_sigterm) if threading.current_thread() is threading.main_thread()
+                else None)
     try:
         return int(args.handler(args) or EXIT_OK)
     except ResourceError as exc:
@@ -76,7 +77,8 @@ def epilog(examples: Sequence[str], exits: str = EXITS_READ) -> str:
     return "examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + exits
 
 
-def command(sub: Any, name: str, help: str, examples: Sequence[str], exits: str = EXITS_READ) -> argparse.ArgumentParser:
+def command(sub: Any, name: str, help: str, examples: Sequence[str],
+            exits: str = EXITS_READ) -> argparse.ArgumentParser:
     """A sub-command whose --help ends with examples and exit codes, and whose argument errors
     are one line and exit 2."""
     p = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".", epilog=epilog(examples, exits),
@@ -106,10 +108,12 @@ def _parser() -> argparse.ArgumentParser:
                  "sweep run grids/fleet-nightly.toml --out runs/fleet --progress log --log-interval 30",
                  "sweep run grids/fleet-nightly.toml --out runs/fleet --shard 3/16   # then: sweep merge runs/fleet",
                  "sweep run grids/example.toml --out runs/example --memory-limit 800 --top 20",
-                 "sweep run grids/fleet-nightly.toml --out /shared/runs/fleet --scheduler tcp://head:8786   # Dask"], EXITS_RUN)
+                 "sweep run grids/fleet-nightly.toml --out /shared/runs/fleet --scheduler tcp://head:8786   # Dask"],
+                EXITS_RUN)
     r.add_argument("grid", type=Path, help="grid file (TOML), see grids/example.toml")
     r.add_argument("--out", type=Path, required=True, help="output folder")
-    r.add_argument("--chunk-size", type=int_at_least_one, default=None, help="points per evaluation chunk (bounds memory; default 65536)")
+    r.add_argument("--chunk-size", type=int_at_least_one, default=None,
+                   help="points per evaluation chunk (bounds memory; default 65536)")
     r.add_argument("--memory-limit", type=int_at_least_one, default=None, metavar="MB",
                    help="keep the run near MB megabytes of memory (sets the chunk and row-group sizes; a limit below "
                         "the least the grid needs is refused with that least, exit 2)")
@@ -163,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
     ex.set_defaults(handler=_cmd_explain)
     pl = command(sub, "plan", "a grid with [schedule]: run it and print the replica schedule (schedule.parquet)",
                  ["sweep plan grids/diurnal.toml --out runs/diurnal",
-                  "sweep plan grids/diurnal.toml --out runs/diurnal --quiet   # then: duckdb on runs/diurnal/schedule.parquet"],
+                  "sweep plan grids/diurnal.toml --out runs/diurnal --quiet   "
+                  "# then: duckdb on runs/diurnal/schedule.parquet"],
                  EXITS_RUN)
     pl.add_argument("grid", type=Path, help="grid file with a [schedule] table, see grids/diurnal.toml")
     pl.add_argument("--out", type=Path, required=True, help="output folder")
@@ -252,12 +257,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
     if grid.schedule is None:
         raise GridError(grid.source, "schedule", None,
-                        "sweep plan needs a [schedule] table, e.g. [schedule] hourly_rps = [24 rates]; use sweep run for a plain grid")
+                        "sweep plan needs a [schedule] table, e.g. [schedule] hourly_rps = [24 rates]; "
+                        "use sweep run for a plain grid")
     enable_compile_cache(compile_cache_dir())
     result = run_grid(grid, args.out, force=args.force, wait=args.wait)
     if not args.quiet:
         s = grid.schedule
-        rules = ", ".join(x for x in (f"ramp {s.ramp}/h" if s.ramp else "", f"warm-up {s.warmup_hours:g} h" if s.warmup_hours else "") if x)
+        rules = ", ".join(x for x in (f"ramp {s.ramp}/h" if s.ramp else "",
+                                      f"warm-up {s.warmup_hours:g} h" if s.warmup_hours else "") if x)
         print(f"{grid.name}: {s.hours}-hour profile from {s.source}{f' ({rules})' if rules else ''}; "
               f"{grid.n_points:,} points evaluated; {result.out_dir / 'schedule.parquet'}")
         print_schedule(result.out_dir)
@@ -309,7 +316,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
     grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
     if grid.search is None:
-        raise GridError(grid.source, "search", None, "sweep search needs a [search] table; use sweep run for a plain grid")
+        raise GridError(grid.source, "search", None,
+                        "sweep search needs a [search] table; use sweep run for a plain grid")
     check_storage(grid.search, args.out)
     enable_compile_cache(compile_cache_dir())
     with FolderLock(args.out, what="sweep search", shared=True):
@@ -318,7 +326,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         for s in result.meta["studies"]:
             print(f"{s['name']}: {s['trials_run']} trials run by this worker")
         for r in result.records():
-            value = "unbounded" if r["objective_value"] is None else f"{r['objective_value']:g}"  # NULL: misses a constraint
+            # NULL: misses a constraint
+            value = "unbounded" if r["objective_value"] is None else f"{r['objective_value']:g}"
             print(f"{r['study_name']}: {r['objective']} = {value} at trial {r['trial_number']} "
                   f"({'meets every constraint' if r['meets_constraints'] else r['reason']})")
     return EXIT_OK

@@ -52,17 +52,20 @@ def print_summary(spec: GridSpec, result: RunResult, console: Console | None = N
             q = spec.axis("percentile").values if "percentile" in {a.key for a in spec.axes} else []
             shown = _table_columns(spec.model)
             varying = [a.key for a in spec.axes if len(a) > 1 and a.key not in shown]
-            point_table(rows, varying, q, spec.model, spec.model.views.latency_name(spec.options.latency_model), console)
+            point_table(rows, varying, q, spec.model, spec.model.views.latency_name(spec.options.latency_model),
+                        console)
     _answers(result.out_dir, console, top)
     counts = ", ".join(f"{a} {result.action_counts[a]:,}" for a in ACTIONS if result.action_counts.get(a))
     console.print(f"actions: {counts}")
 
 
-def _headline(name: str, m: dict[str, Any], feasible: int, out_dir: str, service_source: str, latency_model: str) -> str:
+def _headline(name: str, m: dict[str, Any], feasible: int, out_dir: str, service_source: str,
+              latency_model: str) -> str:
     rows = m["rows"]
     shard = m.get("shard", {})
     points = rows.get("shard_points", rows["grid_points"])
-    of = f" (shard {shard['index']} of {shard['count']} of a {rows['grid_points']:,}-point grid)" if shard.get("count", 1) > 1 else ""
+    of = (f" (shard {shard['index']} of {shard['count']} of a {rows['grid_points']:,}-point grid)"
+          if shard.get("count", 1) > 1 else "")
     t = m.get("timings_s", {})
     return (f"[bold]{escape(name)}[/bold]: {points:,} points{of}, {feasible:,} feasible, "
             f"{rows['points_written']:,} written to {escape(out_dir)}/points in {t.get('total', 0.0):.2f} s "
@@ -102,7 +105,8 @@ def show_run(run: RunFolder, console: Console | None = None, top: int = TOP) -> 
         q: Any = np.unique(host["percentile"]) if "percentile" in host else []
         table = _table_columns(run.model)
         shown = [k for k in (*run.model.group_axes, *run.model.row_axes) if k not in table]
-        varying = [k for k in run.varying if k in host] + [k for k in shown if k in host and len(np.unique(host[k])) > 1]
+        varying = ([k for k in run.varying if k in host]
+                   + [k for k in shown if k in host and len(np.unique(host[k])) > 1])
         point_table(host, varying, q, run.model, run.latency_name, console)
     print_answers(run, console, top)
     actions = rows.get("actions", {})

@@ -43,7 +43,8 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
 
     k = command(sub, "kv", "KV-cache memory and the largest batch that fits, one model on one GPU type",
                 ["sweep kv --model llama-3.1-70b --gpu h100-sxm --gpus 4 --seq-len 8192",
-                 "sweep kv --model llama-3.1-70b --gpu h100-sxm --gpus 4 --seq-len 8192 --mean-seq-len 2000 --kv-dtype fp8"])
+                 "sweep kv --model llama-3.1-70b --gpu h100-sxm --gpus 4 --seq-len 8192 --mean-seq-len 2000 "
+                 "--kv-dtype fp8"])
     k.add_argument("--model", required=True, help="model catalog name, e.g. llama-3.1-70b")
     k.add_argument("--gpu", required=True, help="GPU catalog name, e.g. h100-sxm")
     k.add_argument("--gpus", type=grid_value("gpus_per_replica"), default=1,
@@ -53,9 +54,11 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     k.add_argument("--mean-seq-len", type=grid_value("mean_seq_len"), default=None,
                    help=f"S_mean for the paged reservation, {_range('mean_seq_len')} (default: --seq-len)")
     k.add_argument("--kv-dtype", type=grid_value("kv_bytes_per_elem"), default=2.0,
-                   help=f"KV-cache dtype: fp16/bf16 (default), fp8, int8, int4, or bytes in {_range('kv_bytes_per_elem')}")
+                   help=f"KV-cache dtype: fp16/bf16 (default), fp8, int8, int4, "
+                        f"or bytes in {_range('kv_bytes_per_elem')}")
     k.add_argument("--weight-dtype", type=grid_value("weight_bytes_per_param"), default=2.0,
-                   help=f"weights dtype: bf16/fp16 (default), fp8, int8, int4, or bytes in {_range('weight_bytes_per_param')}")
+                   help=f"weights dtype: bf16/fp16 (default), fp8, int8, int4, "
+                        f"or bytes in {_range('weight_bytes_per_param')}")
     k.add_argument("--block-tokens", type=grid_value("block_tokens"), default=16,
                    help=f"paged block size, {_range('block_tokens')} (default 16)")
     k.add_argument("--reserve-fraction", type=grid_value("reserve_fraction"), default=0.0,
@@ -72,7 +75,8 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
 
     cal = command(sub, "calibrate", "fit the refined roofline's (docs/roofline.md) eta_bw, eta_flops and collective "
                                     "latency per (model, gpu, tensor parallel) to measured steps",
-                  ["sweep calibrate steps.csv", "sweep calibrate steps.csv --out my-catalog   # then: --catalog my-catalog"])
+                  ["sweep calibrate steps.csv",
+                   "sweep calibrate steps.csv --out my-catalog   # then: --catalog my-catalog"])
     cal.add_argument("profile", type=Path, help="CSV: model,gpu,tensor_parallel,phase,batch,prompt_tokens,"
                                                 "context_tokens,measured_ms (see sweep.grid.calibrate)")
     cal.add_argument("--out", type=Path, default=None, metavar="DIR",
@@ -249,7 +253,8 @@ def _print_step_fit(console: Any, path: Path, fit: Any) -> int:
         console.print(f"note: the unconstrained fit put {', '.join(bent)} standard errors below 0: the measurements "
                       "bend away from a linear step time (below the roofline's ridge extra tokens cost little); "
                       "the pinned fit is the closest linear one, its residuals above show what it misses")
-    console.print(escape("in a continuous grid: [profile] file = \"...\" (or t_fixed_ms, t_token_ms, t_ctx_ms in [grid])"))
+    console.print(escape("in a continuous grid: [profile] file = \"...\" "
+                         "(or t_fixed_ms, t_token_ms, t_ctx_ms in [grid])"))
     return 0
 
 
@@ -390,7 +395,8 @@ def _show_entry(console: Console, what: str, entry: Any, fields: tuple[str, ...]
             continue
         t.add_row(key, _value(value), escape(entry.source.get(key, "-")))
     if what == "model":
-        t.add_row("kv bytes/token (fp16)", f"{entry.kv_bytes_per_token(2.0):,.0f}", "derived: n_layers x kv elems x 2 B")
+        t.add_row("kv bytes/token (fp16)", f"{entry.kv_bytes_per_token(2.0):,.0f}",
+                  "derived: n_layers x kv elems x 2 B")
     console.print(t)
     if getattr(entry, "price_note", ""):
         console.print(f"price note: {entry.price_note}", markup=False)
