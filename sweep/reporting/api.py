@@ -140,7 +140,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
         # ---- action map: per configuration
         knobs = " and ".join(views.axis(k).noun or k for k in model.decisions.knobs)
         action = F.Figure("action-map", "Action map",
-                          f"The operating rule (the action column) at each arrival rate and {views.axis(cap).noun or cap} for the "
+                          "The operating rule (the action column) at each arrival rate and "
+                          f"{views.axis(cap).noun or cap} for the "
                           "selected scenario's configuration (its model, GPU, GPUs per replica, context and replicas)"
                           + (f", one panel per {knobs}." if knobs else "."), per="config")
         if rows:

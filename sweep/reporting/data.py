@@ -302,7 +302,8 @@ class Run:
         if not ids:
             return {}
         src = self.points_src if self.points_src is not None and "point_id" in self.points_cols else self.frontier_src
-        return self.query(f"SELECT * FROM {src} WHERE point_id IN (SELECT unnest(?::BIGINT[])) ORDER BY point_id", [ids])
+        return self.query(f"SELECT * FROM {src} WHERE point_id IN (SELECT unnest(?::BIGINT[])) ORDER BY point_id",
+                          [ids])
 
     def action_cells(self, scen: Columns) -> Sample:
         """Points of the chosen scenarios' configurations across every arrival rate
@@ -435,9 +436,9 @@ class Run:
             return Sample({}, 0, 0)
         have = set(pq.read_schema(self.search_path).names)
         wanted = ("study_name", "objective", "rank", "meets_constraints", "reason", "model", "gpu",
-                  "gpus_per_replica", "replicas", *self.row_axes, "arrival_rps", *(lat for lat, _ in self.model.slo_checks),
-                  "cost_usd_per_hour", "trials", "feasible_trials", "enumerable", "exact_value", "gap_rel",
-                  "found_exact")
+                  "gpus_per_replica", "replicas", *self.row_axes, "arrival_rps",
+                  *(lat for lat, _ in self.model.slo_checks), "cost_usd_per_hour", "trials", "feasible_trials",
+                  "enumerable", "exact_value", "gap_rel", "found_exact")
         src = f"read_parquet({_sql_str(str(self.search_path))})"
         cols = self.query(f"SELECT {self._select(wanted, have)} FROM {src} ORDER BY study_name, rank LIMIT 200")
         return Sample(cols, len(cols.get("study_name", [])), len(cols.get("study_name", [])))

@@ -297,7 +297,8 @@ def cap_lines_figure(spec: CapLines, model: ServingModel, row: dict[str, Any], p
                 "line": {"color": PALETTE[i % len(PALETTE)], "dash": "solid" if n == 0 else "dot", "width": 2},
                 "marker": {"size": 6}, "connectgaps": False,
                 "hovertemplate": f"{sym} %{{x}}<br>{name} %{{y:,.1f}} ms"
-                                 + "".join(f"<br>{h[0]} %{{customdata[{j}]:{h[2]}}}{h[3]}" for j, h in enumerate(panel.hover))
+                                 + "".join(f"<br>{h[0]} %{{customdata[{j}]:{h[2]}}}{h[3]}"
+                                           for j, h in enumerate(panel.hover))
                                  + f"<extra>{legend}</extra>",
             }
             if multi:
@@ -490,7 +491,8 @@ def _kv_share(spec: KvBudget, model: ServingModel, row: dict[str, Any], pts: Col
                 continue
             m = pts["point_id"] == pid
             if m.any():
-                labels.append(f"{label}, {sym} = {row.get(answer_column(model, prefix, model.decisions.cap) or prefix):g}")
+                labels.append(f"{label}, {sym} = "
+                              f"{row.get(answer_column(model, prefix, model.decisions.cap) or prefix):g}")
                 used.append(float(pts[spec.share][m][0]) * max(free, 0.0))
     if not labels:
         labels, used = ["this replica"], [0.0]
@@ -559,7 +561,8 @@ def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
             "xgap": 1, "ygap": 1, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
             "hovertemplate": f"arrival %{{y}} req/s, {cap_axis.symbol} %{{x}}<br>%{{text}}<extra>{legend}</extra>",
         })
-        layout[f"xaxis{suffix}"] = axis(cap_axis.short, type="category", domain=[k * (width + gap), k * (width + gap) + width],
+        layout[f"xaxis{suffix}"] = axis(cap_axis.short, type="category",
+                                        domain=[k * (width + gap), k * (width + gap) + width],
                                         anchor=f"y{suffix}", showgrid=False)
         layout[f"yaxis{suffix}"] = axis("arrival rate (req/s, fleet)" if k == 0 else "", type="category",
                                         anchor=f"x{suffix}", showgrid=False, showticklabels=k == 0)
@@ -701,8 +704,9 @@ def plan_figure(plan: Columns, model: ServingModel, gpu_colour: dict[str, str]) 
                        "hovertemplate": template + f"<extra>{model_name} on {gpu}</extra>"})
         shown.add(gpu)
     layout = base_layout(460, xaxis=axis("arrival rate (req/s, fleet)", log=_log_ratio(x) > 20),
-                         yaxis=axis("fleet cost at replicas_min (USD/h)", log=_log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20,
-                                    tickprefix="$", dtick=1 if _log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20 else None))
+                         yaxis=axis("fleet cost at replicas_min (USD/h)",
+                                    log=_log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20, tickprefix="$",
+                                    dtick=1 if _log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20 else None))
     return {"data": traces, "layout": layout}
 
 
@@ -752,7 +756,8 @@ def schedule_figure(sched: Columns) -> dict[str, Any] | None:
                            "name": f"flat fleet ({label}; plan saves {100 * saving:.0f}%)",
                            "line": {"color": colour, "width": 1.2, "dash": "dash"},
                            "hovertemplate": "flat fleet %{y} replicas<extra>" + label + "</extra>"})
-    layout = base_layout(460, xaxis=axis("hour" + (" of the week (0 = Monday 00:00)" if len(hours) > 24 else " of the day")),
+    layout = base_layout(460,
+                         xaxis=axis("hour" + (" of the week (0 = Monday 00:00)" if len(hours) > 24 else " of the day")),
                          yaxis=axis("replicas", rangemode="tozero"),
                          yaxis2=axis("arrival rate (req/s, fleet)", overlaying="y", side="right", rangemode="tozero",
                                      showgrid=False))
@@ -806,7 +811,8 @@ def sim_figure(sim: Columns, spec: AgainstSimulator, model: ServingModel) -> dic
                                "name": spec.unbounded, "legendgroup": "inf",
                                "showlegend": first and k == 0, "meta": {"model": model_name, "gpu": gpu},
                                "marker": {"symbol": "triangle-up", "size": 9, "color": "#c62828"},
-                               "hovertemplate": f"simulated %{{x:,.1f}} ms; {name} unbounded<extra>{model_name} on {gpu}</extra>"})
+                               "hovertemplate": f"simulated %{{x:,.1f}} ms; {name} unbounded"
+                                                f"<extra>{model_name} on {gpu}</extra>"})
             first = False
     if not traces:
         return None
@@ -834,7 +840,8 @@ def sim_figure(sim: Columns, spec: AgainstSimulator, model: ServingModel) -> dic
     return {"data": traces, "layout": layout}
 
 
-def scatter_figure(cols: Columns, spec: Scatter, model: ServingModel, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
+def scatter_figure(cols: Columns, spec: Scatter, model: ServingModel,
+                   gpu_colour: dict[str, str]) -> dict[str, Any] | None:
     """Kind `Scatter`: `spec.x` against `spec.y` at every stable point, one colour per GPU."""
     ok = finite(cols[spec.x]) & finite(cols[spec.y])
     if "stable" in cols:
@@ -862,7 +869,8 @@ def scatter_figure(cols: Columns, spec: Scatter, model: ServingModel, gpu_colour
     return {"data": traces, "layout": layout}
 
 
-def load_figure(cols: Columns, spec: AgainstLoad, model: ServingModel, gpu_colour: dict[str, str]) -> dict[str, Any] | None:
+def load_figure(cols: Columns, spec: AgainstLoad, model: ServingModel,
+                gpu_colour: dict[str, str]) -> dict[str, Any] | None:
     """Kind `AgainstLoad`: each panel's latency at the grid's percentile against the
     per-replica load, one line per configuration; unstable points are gaps."""
     x_col = spec.x if spec.x in cols else "arrival_rps"
@@ -895,7 +903,8 @@ def load_figure(cols: Columns, spec: AgainstLoad, model: ServingModel, gpu_colou
                            "showlegend": gpu not in shown, "connectgaps": False,
                            "meta": {"model": model_name, "gpu": gpu},
                            "customdata": np.stack(parts[2:], axis=1) if extra else None,
-                           "line": {"color": colour, "width": 1.2, "dash": "solid"}, "marker": {"size": 4, "color": colour},
+                           "line": {"color": colour, "width": 1.2, "dash": "solid"},
+                           "marker": {"size": 4, "color": colour},
                            "hovertemplate": f"load %{{x:,.4g}} req/s per replica<br>{name} %{{y:,.1f}} ms"
                                             + (f"<br>{cap_name} %{{customdata[0]}}" if extra else "")
                                             + f"<extra>{model_name} on {gpu}</extra>"})

@@ -179,7 +179,8 @@ def point_table(r: dict[str, Any], pts: dict[str, np.ndarray], source: str, mode
             note = f"the first {SEED_TABLE_ROWS} of {n} points"
     cells = [c for c in table.cells if c.column in p and (not c.varies or _varies(p[c.column]))]
     engine = {a: model.views.axis(a).engine for a in d.row_axes}  # a knob's name in the serving engine: a tooltip
-    head = "".join(f"<th{LEFT if c.left else ''}{_title(engine.get(c.column, ''))}>{esc(c.header.format(q=qlabel))}</th>"
+    head = "".join(f"<th{LEFT if c.left else ''}{_title(engine.get(c.column, ''))}>"
+                   f"{esc(c.header.format(q=qlabel))}</th>"
                    for c in cells)
     head += "<th class='l'>action</th>" if "action" in p else ""
     body = []
@@ -328,7 +329,8 @@ def header_html(run: Run, scen: Sample) -> str:
             break
     return (f"<header class='top'><h1>Capacity plan: {esc(run.name)}</h1>"
             + (f"<p class='desc'>{esc(description)}</p>" if description else "")
-            + facts(items) + (f"<p class='note'>Actions over every point: {esc(action_line)}</p>" if action_line else "")
+            + facts(items)
+            + (f"<p class='note'>Actions over every point: {esc(action_line)}</p>" if action_line else "")
             + "</header>")
 
 
