@@ -95,7 +95,8 @@ def example_grid(model: ServingModel) -> dict[str, Any]:
         try:
             line = tomllib.loads(p.example)
         except tomllib.TOMLDecodeError as exc:
-            raise ContractFailure(f"{_name(model)}: {p.key}'s example {p.example!r} is not a TOML line: {exc}") from None
+            raise ContractFailure(f"{_name(model)}: {p.key}'s example {p.example!r} "
+                                  f"is not a TOML line: {exc}") from None
         require(set(line) == {p.key}, f"{_name(model)}: {p.key}'s example {p.example!r} sets {sorted(line)}")
         grid[p.key] = line[p.key]
     return grid
@@ -294,7 +295,8 @@ def catalog_figures(points: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return figure_arrays([cat.model(str(m)) for m in points["model"]], [cat.gpu(str(g)) for g in points["gpu"]])
 
 
-def evaluate(variant: Variant, points: Mapping[str, np.ndarray], *, model: ServingModel | None = None) -> dict[str, np.ndarray]:
+def evaluate(variant: Variant, points: Mapping[str, np.ndarray], *,
+             model: ServingModel | None = None) -> dict[str, np.ndarray]:
     """Every column the grid computes at `points`, the verdicts and the private values
     (`sweep.engine.evaluate_points`), with the grid's static keywords; `model` stands in for
     the variant's own (a broken copy)."""
@@ -331,7 +333,8 @@ def check_columns(variant: Variant, out: Mapping[str, np.ndarray]) -> None:
             for flag in column.null_flags:
                 explained |= ~out[flag]
             require(explained[unbounded].all(),
-                    f"{variant}: {name} is inf with every flag of {column.null_when!r} true at {_first(unbounded & ~explained)}")
+                    f"{variant}: {name} is inf with every flag of {column.null_when!r} true "
+                    f"at {_first(unbounded & ~explained)}")
 
 
 def check_verdicts(variant: Variant, out: Mapping[str, np.ndarray]) -> None:
@@ -381,7 +384,8 @@ def check_monotone_in_load(model: ServingModel, rng: np.random.Generator, n: int
             step = np.diff(x, axis=0)
             down = step < -1e-9 * np.abs(x[:-1])
             up = step > 1e-9 * np.abs(x[:-1])
-        require(not down.any(), f"{variant}: {name} decreases with load at (step, point) {np.argwhere(down)[:3].tolist()}")
+        require(not down.any(),
+                f"{variant}: {name} decreases with load at (step, point) {np.argwhere(down)[:3].tolist()}")
         require(up.any(), f"{variant}: {name} never rises with load in the sample: the claim is untested")
 
 
