@@ -51,7 +51,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, imported sweep module) for every absolute import outside `if TYPE_CHECKING:` blocks."""
     out = []
     for node in _counted(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "sweep":
+        if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                and node.module.split(".")[0] == "sweep"):
             if node.module == "sweep":  # from sweep import x: x is a part of the package
                 out.extend((node.lineno, f"sweep.{a.name}") for a in node.names)
             else:

@@ -199,7 +199,8 @@ def test_a_continuous_run_answers_in_ttft_and_tpot(tmp_path, capsys):
     at = opt[opt.is_replicas_min].sort_values("replicas_min_cost_usd_per_hour")
     first = at.iloc[0]
     row = re.search(r"│ llama-3\.1-8b │\s+([0-9.]+) │\s+(\d+) │\s+(\d+) │\s+(\S+) │\s+([0-9.]+) │", decisions)
-    assert row and int(row.group(3)) == first.replicas_min_batch and row.group(4) == f"{first.replicas_min_max_batched_tokens:.0f}"
+    assert (row and int(row.group(3)) == first.replicas_min_batch
+            and row.group(4) == f"{first.replicas_min_max_batched_tokens:.0f}")
     assert float(row.group(5)) == pytest.approx(first.replicas_min_ttft_p_ms, abs=0.05)
     assert "no replica count of the grid meets every SLO" in decisions and "out_of_memory 2" in decisions
     assert "without an answer" not in decisions  # no feasible point to show there

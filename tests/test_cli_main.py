@@ -20,5 +20,6 @@ def test_bad_shard_and_output_options_exit_2(tmp_path, root, capsys):
 def test_summary_prints_the_seed_table(root, capsys, tmp_path):
     assert main(["run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
-    for fragment in ("54.0", "148.1", "67.5%", "56.1", "35.0", "145.1", "149.5", "229.6", "7.14 -> 8", "14.95", "5.80", "9.66 GB"):
+    for fragment in ("54.0", "148.1", "67.5%", "56.1", "35.0", "145.1", "149.5", "229.6", "7.14 -> 8", "14.95", "5.80",
+                     "9.66 GB"):
         assert fragment in out, fragment

@@ -37,7 +37,8 @@ def test_sigterm_exits_143_and_the_rerun_resumes(tmp_path):
     grid = tmp_path / "g.toml"
     grid.write_text(GRID)
     out = tmp_path / "o"
-    proc = subprocess.Popen(_cmd(grid, out, "--progress", "log", "--log-interval", "0.001"), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(_cmd(grid, out, "--progress", "log", "--log-interval", "0.001"), stderr=subprocess.PIPE,
+                            text=True)
     for line in proc.stderr:  # wait until the first segment (8,388,608 points) is sealed
         event = json.loads(line)
         if event["event"] == "progress" and event["done"] >= 8_388_608:

@@ -112,7 +112,8 @@ def test_the_command_line_lines_run(runs):
     cli = _duckdb_cli()
     if cli is None:
         pytest.skip("the duckdb program is not installed (pip install duckdb-cli, in the test extra)")
-    lines = [line for body in blocks(DOCS / "duckdb.md", "sh") for line in body.splitlines() if line.startswith("duckdb ")]
+    lines = [line for body in blocks(DOCS / "duckdb.md", "sh") for line in body.splitlines()
+             if line.startswith("duckdb ")]
     assert lines
     for line in lines:
         out = subprocess.run(line.replace("duckdb ", f"{cli} ", 1), shell=True, cwd=runs, capture_output=True,

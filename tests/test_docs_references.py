@@ -39,7 +39,8 @@ def _anchors(path: Path) -> set[str]:
     return {_slug(h) for h in re.findall(r"^#+ (.+)$", path.read_text(), re.M)}
 
 
-@pytest.mark.parametrize("doc", documents() + sorted((ROOT / "grids").glob("*.toml")), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("doc", documents() + sorted((ROOT / "grids").glob("*.toml")),
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_reference_outside_the_repository(doc):
     text = doc.read_text()
     hits = [m.group(0) for m in OUTSIDE.finditer(text)]
@@ -91,7 +92,8 @@ def _section(text: str, heading: str) -> str:
 
 def _shell_commands(section: str) -> list[str]:
     blocks = re.findall(r"```(?:bash|sh|shell|console)\n(.*?)```", section, re.S)
-    return [line for block in blocks for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [line for block in blocks for line in block.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
 
 
 def test_readme_is_a_front_door():
@@ -137,8 +139,9 @@ def test_the_docs_site_builds_strictly(tmp_path):
         import mkdocs  # noqa: F401
     except ImportError:
         pytest.skip("MkDocs is not installed (pip install -e '.[docs]'; .ci/docs builds the site in CI)")
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"),
-                          "--site-dir", str(tmp_path / "site")], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
+                          "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "WARNING" not in out.stderr, out.stderr
     assert (tmp_path / "site" / "index.html").exists()

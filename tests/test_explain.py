@@ -57,11 +57,12 @@ def test_recomputed_numbers_are_the_engines(cv):
     for i in range(len(table["point_id"])):
         row = {k: (math.inf if v[i] is None else v[i]) for k, v in table.items()}
         r = recompute(row)
-        for name in ("t_svc_ms", "capacity_rps", "rho", "mean_batch", "e_batch_ms", "e_wait_ms", "e_resp_ms", "sd_resp_ms",
-                     "p_gauss_ms", "p_exp_ms", "little_l", "in_service", "in_queue", "b_min_stable", "b_min_rho_target",
-                     "b_mem_max"):
+        for name in ("t_svc_ms", "capacity_rps", "rho", "mean_batch", "e_batch_ms", "e_wait_ms", "e_resp_ms",
+                     "sd_resp_ms", "p_gauss_ms", "p_exp_ms", "little_l", "in_service", "in_queue", "b_min_stable",
+                     "b_min_rho_target", "b_mem_max"):
             want, got = float(row[name]), r[name]
-            assert (math.isinf(want) and math.isinf(got)) or got == pytest.approx(want, rel=1e-9, abs=1e-12), (name, row)
+            assert ((math.isinf(want) and math.isinf(got))
+                    or got == pytest.approx(want, rel=1e-9, abs=1e-12)), (name, row)
         assert bool(r["stable"]) == row["stable"]
 
 
@@ -190,7 +191,8 @@ def test_roofline_lines_recompute_to_the_engines(serving):
     grid = {"model": ["llama-3.1-70b", "mixtral-8x7b"], "gpu": "h100-sxm", "gpus_per_replica": [1, 4],
             "weight_bytes_per_param": [1.0, 2.0], "batch_size": [1, 8, 64]}
     if serving == "dynamic":
-        doc = {"name": "r", "grid": {**grid, "arrival_rps": 5.0, "seq_len": 4096, "mean_seq_len": 1500, "slo_ms": 500.0}}
+        doc = {"name": "r", "grid": {**grid, "arrival_rps": 5.0, "seq_len": 4096, "mean_seq_len": 1500,
+                                     "slo_ms": 500.0}}
     else:
         doc = {"name": "r", "grid": {**grid, "arrival_rps": 1.0, "prompt_tokens": 1500, "output_tokens": 200,
                                      "max_batched_tokens": [512, math.inf], "tpot_slo_ms": 50.0},

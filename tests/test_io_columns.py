@@ -38,8 +38,8 @@ def test_fill_rewrites_every_file_it_is_given(root, tmp_path):
     for page in pages:
         page.write_text("before\n<!-- columns:frontier -->\nstale\n<!-- /columns:frontier -->\nafter\n")
     for flag in ("--fill", "--readme"):
-        out = subprocess.run([sys.executable, "-m", "sweep.io.columns", flag, *map(str, pages)], capture_output=True, text=True,
-                             cwd=root)
+        out = subprocess.run([sys.executable, "-m", "sweep.io.columns", flag, *map(str, pages)], capture_output=True,
+                             text=True, cwd=root)
         assert out.returncode == 0, out.stderr
         for page in pages:
             text = page.read_text()

@@ -26,7 +26,8 @@ COPY = "contract-copy"
 def copied() -> Iterator[ServingModel]:
     """dynamic/exponential registered again as serving mode "contract-copy" (its first grid only)."""
     original = get_model("dynamic", "exponential")
-    cls = type("ContractCopy", (type(original),), {"serving": COPY, "contract_variants": original.contract_variants[:1]})
+    cls = type("ContractCopy", (type(original),),
+               {"serving": COPY, "contract_variants": original.contract_variants[:1]})
     try:
         yield register(cls())
     finally:
@@ -48,7 +49,8 @@ def _passing(variant: contract.Variant) -> dict[str, np.ndarray]:
     """Outputs that pass every check: finite ones, half the points stable (and every flag with them)."""
     declared = {c.name: c for c in variant.model.columns}
     stable = np.arange(8) < 4
-    out = {name: np.ones(8, _DTYPES[declared[name].memory_dtype]) for name in (*variant.column_names, "slo_ok", "feasible", "action")}
+    out = {name: np.ones(8, _DTYPES[declared[name].memory_dtype])
+           for name in (*variant.column_names, "slo_ok", "feasible", "action")}
     for name, values in out.items():
         if values.dtype == np.bool_:
             out[name] = stable.copy()
@@ -88,7 +90,8 @@ def test_each_check_fails_on_outputs_that_break_it(how):
 
 
 def test_variants_merge_onto_the_examples_and_none_removes():
-    assert contract.merge({"a": 1, "t": {"x": 1, "y": 2}}, {"a": None, "t": {"y": None, "z": 3}}) == {"t": {"x": 1, "z": 3}}
+    assert (contract.merge({"a": 1, "t": {"x": 1, "y": 2}}, {"a": None, "t": {"y": None, "z": 3}})
+            == {"t": {"x": 1, "z": 3}})
     model = get_model("continuous", "analytic")
     given, roofline = contract.grid_documents(model)
     assert "eta_bw" not in given["grid"] and given["grid"]["t_fixed_ms"] == 12.0

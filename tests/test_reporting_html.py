@@ -163,7 +163,8 @@ def test_null_and_inf_read_alike(runs, tmp_path):
     src = runs("seed")
     nulled = tmp_path / "nulled"
     shutil.copytree(src, nulled)
-    for path in [nulled / "optimum.parquet", nulled / "frontier.parquet", *sorted((nulled / "points").glob("*.parquet"))]:
+    for path in [nulled / "optimum.parquet", nulled / "frontier.parquet",
+                 *sorted((nulled / "points").glob("*.parquet"))]:
         t = pq.read_table(path)
         cols = []
         for name, col in zip(t.column_names, t.columns):
@@ -243,7 +244,8 @@ def test_payload_is_bounded_on_a_large_frontier(runs, tmp_path):
 def test_continuous_run_draws_its_figures(runs, tmp_path):
     run_dir = runs("continuous")
     result = build_report(run_dir, out=tmp_path / "c.html")
-    assert {"throughput", "ttft-tpot", "frontier", "latency", "utilisation", "kv-budget", "action-map"} <= set(result.figures)
+    assert ({"throughput", "ttft-tpot", "frontier", "latency", "utilisation", "kv-budget", "action-map"}
+            <= set(result.figures))
     payload = _payload(result.path)
     # per scenario row: TTFT and TPOT against the cap are the points' own (NULL: a gap), the
     # SLOs are the grid's (500 and 40 ms), the table lists every point with its action
@@ -255,7 +257,8 @@ def test_continuous_run_draws_its_figures(runs, tmp_path):
         fig = lat[f"r{r['row_id']}"]
         rows = allpts[allpts.point_id // r["n_points"] == r["row_id"]].sort_values("batch_size")
         for col, axis in (("ttft_p_ms", "y"), ("tpot_p_ms", "y2")):
-            line = next(t for t in fig["data"] if t.get("yaxis") == axis and t["name"].startswith(("TTFT P99", "TPOT P99")))
+            line = next(t for t in fig["data"]
+                        if t.get("yaxis") == axis and t["name"].startswith(("TTFT P99", "TPOT P99")))
             np.testing.assert_allclose(_decode(line["y"]), rows[col].to_numpy(dtype=float))
         slos = {t["name"] for t in fig["data"] if " SLO " in t["name"]}
         assert slos == {"TTFT SLO 500 ms", "TPOT SLO 40 ms"}
