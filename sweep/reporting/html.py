@@ -133,7 +133,7 @@ footer { padding: 14px 28px; color: var(--muted); border-top: 1px solid var(--li
   .modebar-container { display: none !important; }
   footer { border: 0; padding: 8px 0 0; }
 }
-"""
+"""  # noqa: E501 (inline CSS: a rule on one line)
 
 
 CONTROLLER_JS = r"""

@@ -146,7 +146,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
              num(sec["t_fixed"] * 1e3, "ms")),
         ]
     else:
-        lines.append(("T_fixed, t_req", f"{source} ({'roofline from the catalogs' if source == 'roofline' else 'the grid' if source == 'given' else 'a profile fit'})",
+        lines.append(("T_fixed, t_req",
+                      f"{source} ({'roofline from the catalogs' if source == 'roofline' else 'the grid' if source == 'given' else 'a profile fit'})",  # noqa: E501
                       f"{num(t_fixed, 'ms')}, {num(t_req, 'ms')}"))
     lines += [("T_svc(B) = T_fixed + t_req B", f"{num(t_fixed)} + {num(t_req)} x {num(b)}", num(r["t_svc_ms"], "ms")),
               ("capacity = B / T_svc(B)", f"{num(b)} / {num(r['t_svc_ms'] * 1e-3)} s",
