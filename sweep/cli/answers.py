@@ -319,7 +319,7 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     model, d = run.model, run.model.decisions
     view = AnswerView.of(model)
     cost = "replicas_min_cost_usd_per_hour"
-    wanted = ["group_id", "replicas", "reason", "is_replicas_min", "replicas_min", cost, "percentile",
+    wanted = ["group_id", *d.group_axes, d.size, "reason", "is_replicas_min", "replicas_min", cost, "percentile",
               "cost_usd_per_hour", *view.slos(), *view.columns("replicas_min"), *view.columns("b_latency_opt"),
               *run.varying]
     table = run.optimum(wanted)
@@ -336,11 +336,11 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     shown = order[:top]
     label = latency_label(run.latency_name, rows.get("percentile"))
     slo = "the SLO" if len(view.checks) == 1 else "every SLO"
-    title = (f"decisions per scenario group, cheapest first: the fewest replicas meeting {slo} "
+    title = (f"decisions per scenario group, cheapest first: the fewest {d.size} meeting {slo} "
              f"(checked against {label}) with {d.utilisation} <= rho_max")
     checks = view.active(rows, shown)
     t = Table(title=title, title_justify="left")
-    for name in (*run.varying, "replicas", *view.headers(label, checks), "USD/h"):
+    for name in (*run.varying, d.size, *view.headers(label, checks), "USD/h"):
         t.add_column(name, justify="right")
     for i in shown:
         cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
@@ -354,16 +354,17 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
         console.print(f"... {with_answer - len(shown):,} more scenario groups with an answer (--top N shows more)")
     missing = np.setdiff1d(groups, found)
     if len(missing):
-        # Why: each such group's row at its largest replica count names the first constraint that failed.
+        # Why: each such group's row at its largest size (replicas) names the first constraint that failed.
         last: dict[int, int] = {}
         for i in np.flatnonzero(np.isin(rows["group_id"], missing)):
             g = int(rows["group_id"][i])
-            if g not in last or rows["replicas"][i] > rows["replicas"][last[g]]:
+            if g not in last or rows[d.size][i] > rows[d.size][last[g]]:
                 last[g] = int(i)
         reasons = Counter(str(rows["reason"][i]) for i in last.values())
         why = ", ".join(f"{r} {n:,}" for r, n in reasons.most_common())
-        console.print(f"{len(missing):,} of {len(groups):,} scenario groups: no replica count of the grid meets {slo} "
-                      f"with {d.utilisation} <= rho_max (at the most replicas: {why})")
+        words = run.model.views
+        console.print(f"{len(missing):,} of {len(groups):,} scenario groups: no {words.size_count} of the grid meets "
+                      f"{slo} with {d.utilisation} <= rho_max (at the {words.size_most}: {why})")
         room = top - len(shown)
         # the closest configuration where there is one: a feasible point that misses the SLO
         near = [i for i in last.values() if math.isfinite(float(rows[answer_name("b_latency_opt", view.cap)][i]))]
@@ -378,13 +379,14 @@ def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], pick
     first): why, and the point with the lowest mean latency (b_latency_opt)."""
     d = run.model.decisions
     checks = view.active(rows, picks)
-    t = Table(title=f"without an answer, at the most replicas: the {d.cap} with the lowest {d.mean_latency} "
-                    "(b_latency_opt)", title_justify="left")
-    for name in (*run.varying, "replicas", "reason", *view.headers(label, checks), "USD/h"):
+    t = Table(title=f"without an answer, at the {run.model.views.size_most}: the {d.cap} with the lowest "
+                    f"{d.mean_latency} (b_latency_opt)", title_justify="left")
+    for name in (*run.varying, *d.group_axes, "reason", *view.headers(label, checks), "USD/h"):
         t.add_column(name, justify="right")
     for i in picks:
         cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
-        cells += [fmt(rows["replicas"][i], 0), str(rows["reason"][i]), *view.cells(rows, i, "b_latency_opt", checks),
+        cells += [*(fmt(rows[g][i], 0) for g in d.group_axes), str(rows["reason"][i]),
+                  *view.cells(rows, i, "b_latency_opt", checks),
                   fmt(rows["cost_usd_per_hour"][i], 2)]
         t.add_row(*cells)
     console.print(t)

@@ -410,6 +410,9 @@ class Views:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: the mean latency b_latency_opt minimises, in words ("E[T]", "mean E2E")
     mean_name: str = "mean latency"
+    #: `Decisions.size` in prose: "no {size_count} of the grid meets ...", "at the {size_most}"
+    size_count: str = "replica count"
+    size_most: str = "most replicas"
 
     def axis(self, key: str) -> Axis:
         """How row axis `key` reads (its name throughout, if undeclared)."""
