@@ -25,8 +25,8 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np
 
-from sweep.models import cb_reference as ref
-from sweep.models import cb_sim
+from sweep.models.continuous import sim as cb_sim
+from sweep.testing import cb_reference as ref
 
 
 def scenario_grid(n: int, seed: int = 0) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ import _smoke
 import jax
 import numpy as np
 
-from sweep.models import batch_sim as sim
+from sweep.models.dynamic import batch_sim as sim
 from sweep.models.dynamic.batch_sim import (
     SimSettings,
     replication_draws,

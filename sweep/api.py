@@ -23,14 +23,12 @@ from typing import Any
 import pyarrow as pa
 
 from sweep.catalog import Catalog
-from sweep.decide.reduce import REASONS
-from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
-from sweep.decide.verdict import ACTIONS
+from sweep.decide.tables import dictionaries, frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, catalog_tables
 from sweep.errors import GridError, OutputError
 from sweep.grid import GridSpec, build, load
 from sweep.io.parquet import arrow_schema, record_batch
-from sweep.models.base import CATALOG_FIELDS, SERVICE_SOURCES, Step
+from sweep.models.base import CATALOG_FIELDS, Step
 from sweep.runner.run import RunResult, Shard, run_grid
 
 #: Points `evaluate` and `decide` hold in memory at most (about 1 KB each).
@@ -48,14 +46,7 @@ def grid_from_dict(doc: Mapping[str, Any], *, source: str = "<dict>", catalog: C
 
 
 def _dictionaries(spec: GridSpec) -> dict[str, list[str]]:
-    return {
-        "model": [m.name for m in spec.models],
-        "gpu": [g.name for g in spec.gpus],
-        "action": list(ACTIONS),
-        "service_source": list(SERVICE_SOURCES),
-        "reason": list(REASONS),
-        "method": ["exact"],
-    }
+    return dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus])
 
 
 def _check_size(spec: GridSpec) -> None:
@@ -83,11 +74,10 @@ def decide(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[pa.Table
     front_schema = arrow_schema(frontier_columns(every, spec.model), meta)
     names = _dictionaries(spec)
     ev = Evaluator(spec, chunk_size)
-    n_replicas = len(spec.axis("replicas"))
     opt, front = [], []
     for chunk in ev.iter_chunks():
-        opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, n_replicas), opt_schema, names))
-        front.append(record_batch(frontier_rows(chunk.columns, ev.row_size, n_replicas), front_schema, names))
+        opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, spec.rows_per_group), opt_schema, names))
+        front.append(record_batch(frontier_rows(chunk.columns, ev.row_size, spec.rows_per_group), front_schema, names))
     return pa.Table.from_batches(opt, schema=opt_schema), pa.Table.from_batches(front, schema=front_schema)
 
 

@@ -39,6 +39,15 @@ class ProfileError(SweepError):
     """A profiling file (batch_size, latency_ms rows) cannot be fitted."""
 
 
+def profile_error(source: str, where: str, value: object, rule: str) -> ProfileError:
+    """The one-line error of a profile or measurement file: `FILE: where = value: rule`, the
+    value's repr cut at 80 characters."""
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return ProfileError(f"{source}: {where} = {text}: {rule}")
+
+
 class SimulationError(SweepError, ValueError):
     """Simulator input is invalid (shape mismatch, out-of-domain parameter)."""
 

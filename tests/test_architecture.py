@@ -1,11 +1,12 @@
 """The dependency graph: every import, module level or inside a function, goes down the
 layers (README, "Architecture"), so there is no import cycle between layers and no
-function-local import hiding one. Imports under `if TYPE_CHECKING:` are annotations only and
-are not counted."""
+function-local import hiding one; within a layer, no two modules import each other, however
+indirectly. Imports under `if TYPE_CHECKING:` are annotations only and are not counted."""
 
 from __future__ import annotations
 
 import ast
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "sweep"
@@ -27,25 +28,29 @@ LAYERS: dict[str, int] = {
     "__init__": 11, "__main__": 11,
 }
 
-
 def _part(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, imported sweep module) for every import outside `if TYPE_CHECKING:` blocks."""
-    tree = ast.parse(path.read_text())
+def _counted(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, at any depth, except under `if TYPE_CHECKING:`
+    (or `if typing.TYPE_CHECKING:`)."""
     skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
             for sub in ast.walk(node):
                 skip.add(id(sub))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skip]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported sweep module) for every absolute import outside `if TYPE_CHECKING:` blocks."""
     out = []
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "sweep":
+    for node in _counted(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "sweep":
             if node.module == "sweep":  # from sweep import x: x is a part of the package
                 out.extend((node.lineno, f"sweep.{a.name}") for a in node.names)
             else:
@@ -53,6 +58,132 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Import):
             out.extend((node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "sweep")
     return out
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name, not `.__init__`)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _edges(module: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
+    """The sweep modules `module` imports (each with the first line that does): `import
+    sweep.a.b` -> the longest prefix that is a module; `from sweep.a import b` -> sweep.a.b
+    when that is a module or subpackage, else sweep.a; relative imports likewise."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+    def longest(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out: dict[str, int] = {}
+    for node in _counted(ast.parse(path.read_text())):
+        targets: list[str | None] = []
+        if isinstance(node, ast.Import):
+            targets = [longest(a.name) for a in node.names if a.name.split(".")[0] == "sweep"]
+        else:
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "sweep":
+                continue
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else longest(source) for a in node.names]
+        for target in targets:
+            if target is not None and target != module:
+                out.setdefault(target, node.lineno)
+    return out
+
+
+def import_graph(root: Path = ROOT) -> dict[str, dict[str, int]]:
+    """module -> {imported module: line}, over every module of the package at `root`."""
+    modules = _modules(root)
+    return {module: _edges(module, path, modules) for module, path in modules.items()}
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted: every
+    module of one imports every other, directly or through the others."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:  # iterative: no recursion limit on a long chain of imports
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        work = [(v, iter(sorted(graph.get(v, {}))))]
+        while work:
+            node, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, {})))))
+                    break
+                if w in on_stack:
+                    low[node] = min(low[node], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        component.append(w)
+                        if w == node:
+                            break
+                    if len(component) > 1:
+                        components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(components)
+
+
+def cycle_through(component: list[str], graph: dict[str, dict[str, int]]) -> list[str]:
+    """A shortest import path within a component from its first module back to itself
+    (breadth first)."""
+    members = set(component)
+    start = component[0]
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w not in members:
+                    continue
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if w not in previous:
+                    previous[w] = v
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"no cycle through {component}")  # a component always has one
+
+
+def shown(component: list[str], graph: dict[str, dict[str, int]]) -> str:
+    """One cycle of a component, each module with the line of its import of the next, and
+    the component's modules when the cycle does not pass through all of them."""
+    cycle = cycle_through(component, graph)
+    text = " -> ".join(f"{a} (line {graph[a][b]})" for a, b in pairwise(cycle)) + f" -> {cycle[-1]}"
+    return text if len(cycle) - 1 == len(component) else f"{text}  [cycles among {', '.join(component)}]"
 
 
 def test_every_import_goes_down_the_layers():
@@ -68,6 +199,47 @@ def test_every_import_goes_down_the_layers():
             if LAYERS[there] > LAYERS[here]:
                 problems.append(f"{path.relative_to(ROOT.parent)}:{line} ({here}) imports {target} ({there})")
     assert not problems, "imports that go up the layers:\n" + "\n".join(problems)
+
+
+def test_no_import_cycle_between_modules():
+    """Module level and inside functions alike: an import inside a function runs all the
+    same, only later; it hides a cycle, it does not remove it."""
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles (module (line of its import of the next) -> ...):\n" + "\n".join(
+        shown(c, graph) for c in found)
+
+
+def test_the_cycle_finder_finds_cycles():
+    """On a made-up graph: two cycles (one of three modules, one of two), a self-import and a
+    chain that is no cycle."""
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "d": 4}, "d": {"e": 5}, "e": {"d": 6},
+             "f": {"f": 7, "a": 8}, "g": {}}
+    assert cycles(graph) == [["a", "b", "c"], ["d", "e"]]
+    assert shown(["a", "b", "c"], graph) == "a (line 1) -> b (line 2) -> c (line 3) -> a"
+    graph["b"]["a"] = 9  # a shorter cycle inside the component: shown, with every member named
+    assert cycles(graph)[0] == ["a", "b", "c"]
+    assert shown(["a", "b", "c"], graph) == "a (line 1) -> b (line 9) -> a  [cycles among a, b, c]"
+
+
+def test_the_graph_resolves_every_kind_of_import(tmp_path):
+    """`from sweep.x import y` is the module sweep.x.y when there is one, else sweep.x;
+    relative imports resolve against the importing package; TYPE_CHECKING imports are not
+    counted."""
+    pkg = tmp_path / "sweep"
+    (pkg / "a").mkdir(parents=True)
+    files = {
+        "__init__.py": "from sweep.a import b\n",
+        "a/__init__.py": "from .b import thing\nfrom . import c\n",
+        "a/b.py": "import sweep.a.c.missing\ndef f():\n    from sweep.a.c import NAME\n",
+        "a/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sweep import a\nfrom ..a import b\n",
+    }
+    for rel, text in files.items():
+        (pkg / rel).write_text(text)
+    graph = import_graph(pkg)
+    assert graph == {"sweep": {"sweep.a.b": 1}, "sweep.a": {"sweep.a.b": 1, "sweep.a.c": 2},
+                     "sweep.a.b": {"sweep.a.c": 1}, "sweep.a.c": {"sweep.a.b": 4}}
+    assert cycles(graph) == [["sweep.a.b", "sweep.a.c"]]
 
 
 def test_every_part_has_a_layer_and_a_docstring():

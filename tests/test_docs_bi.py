@@ -1,4 +1,4 @@
-"""The BI how-tos (`docs/bi/`) and the README's nightly query, run against real run folders
+"""The BI how-tos (`docs/bi/`) and the nightly query of docs/cli.md, run against real run folders
 (issue 13, item 5): every `sql` block through DuckDB's Python API, every `sh` line through the
 `duckdb` command-line program, every `python` block (pandas, polars, DuckDB), and the Power BI
 and Superset definitions as far as they can be checked here (Superset's dataset SQL and
@@ -50,6 +50,20 @@ def blocks(path: Path, lang: str) -> list[str]:
     return [body for kind, body in BLOCK.findall(path.read_text()) if kind == lang]
 
 
+def pages_with(lang: str) -> list[str]:
+    """The how-tos that hold at least one `lang` block: each parametrised case runs code."""
+    return sorted(p.name for p in DOCS.glob("*.md") if blocks(p, lang))
+
+
+SQL_PAGES, PYTHON_PAGES = pages_with("sql"), pages_with("python")
+
+
+def test_the_code_block_tests_have_pages_to_run():
+    """The two parametrised tests below are not vacuous: each case is a page with code."""
+    assert SQL_PAGES and PYTHON_PAGES
+    assert "duckdb.md" in SQL_PAGES and {"pandas.md", "polars.md"} <= set(PYTHON_PAGES)
+
+
 def assert_clean(rows: list[tuple], where: str) -> None:
     for row in rows:
         for v in row:
@@ -65,20 +79,24 @@ def run_sql(sql: str, cwd: Path) -> list[tuple]:
         os.chdir(here)
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+@pytest.mark.parametrize("page", SQL_PAGES)
 def test_every_sql_block_runs_and_returns_no_nan(runs, page):
-    for sql in blocks(DOCS / page, "sql"):
+    sqls = blocks(DOCS / page, "sql")
+    assert sqls
+    for sql in sqls:
         rows = run_sql(sql, runs)
         assert rows, f"{page}: a query returned nothing:\n{sql}"
         assert_clean(rows, page)
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in DOCS.glob("*.md")))
+@pytest.mark.parametrize("page", PYTHON_PAGES)
 def test_every_python_block_runs(runs, page):
+    codes = blocks(DOCS / page, "python")
+    assert codes
     here = os.getcwd()
     os.chdir(runs)
     try:
-        for code in blocks(DOCS / page, "python"):
+        for code in codes:
             exec(compile(code, f"{page}", "exec"), {})
     finally:
         os.chdir(here)
@@ -106,9 +124,9 @@ def test_the_command_line_lines_run(runs):
 
 
 def test_the_nightly_query_returns_changes_and_no_nan(runs):
-    readme = (ROOT / "README.md").read_text()
-    nightly = next(sql for sql in (b for k, b in BLOCK.findall(readme) if k == "sql") if "WITH today AS" in sql)
-    assert nightly in (DOCS / "duckdb.md").read_text()  # the README and the how-to show the same query
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    nightly = next(sql for sql in (b for k, b in BLOCK.findall(cli) if k == "sql") if "WITH today AS" in sql)
+    assert nightly in (DOCS / "duckdb.md").read_text()  # docs/cli.md and the how-to show the same query
     rows = run_sql(nightly, runs)
     assert rows, "the two nightly runs differ: the query must list the changes"
     assert_clean(rows, "nightly query")

@@ -1,4 +1,4 @@
-"""The validated domain of every numeric [grid] key (README, "[grid]"): no output is NaN.
+"""The validated domain of every numeric [grid] key (docs/grid.md): no output is NaN.
 
 `sweep.models.dynamic.DOMAINS` bounds each key to a range a planner can mean. These tests
 are what the bounds were found with: over the whole box, every registered model
@@ -360,14 +360,22 @@ def test_a_grid_at_the_bounds_runs_without_nan(windowed):
                 assert np.isfinite(x).all(), name
 
 
-# --------------------------------------------------------------------------- the README
+# --------------------------------------------------------------------------- the docs
 
 
-def test_the_readme_documents_every_domain(root):
-    """README, "[grid]": each key's row names its range as the messages do."""
-    readme = (root / "README.md").read_text()
-    section = readme[readme.index("### `[grid]`"):readme.index("### `[simulation]`")]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+def _grid_page_rows(root, start: str, end: str) -> list[str]:
+    """The key rows of docs/grid.md between two of its headings."""
+    page = (root / "docs" / "grid.md").read_text()
+    section = page[page.index(f"\n## {start}\n"):page.index(f"\n## {end}\n")]
+    return [line for line in section.splitlines() if line.startswith("| `")]
+
+
+def test_the_grid_page_documents_every_domain(root):
+    """docs/grid.md, "`[grid]`: dynamic batching" and `[options]`: each key's row names its
+    range as the messages do."""
+    page = (root / "docs" / "grid.md").read_text()
+    rows = (_grid_page_rows(root, "`[grid]`: dynamic batching", "`[grid]`: continuous serving")
+            + _grid_page_rows(root, "`[options]`, `[output]`, `[catalog]`", "`[simulation]`"))
     params = [*NUMERIC, *OPTION_PARAMS.values()]
     for p in params:
         d = p.domain
@@ -377,7 +385,29 @@ def test_the_readme_documents_every_domain(root):
         row = next((r for r in rows if name in r.split(" | ")[0]), None)
         assert row is not None and box in row, (p.key, box, row)
     example = "grid.percentile = 1.5: must lie in [0.01, 0.999999], e.g. percentile = 0.99"
-    assert example in readme
+    assert example in page
     with pytest.raises(GridError) as info:
         check_value(BY_KEY["percentile"], 1.5, "bad.toml", "grid.percentile")
     assert str(info.value) == f"bad.toml: {example}"
+
+
+def test_the_grid_page_documents_every_continuous_key(root):
+    """docs/grid.md, "`[grid]`: continuous serving": a row for every key the continuous model
+    declares, with its default and its range as the messages write it."""
+    from sweep.models import get_model
+
+    rows = _grid_page_rows(root, "`[grid]`: continuous serving", "`[options]`, `[output]`, `[catalog]`")
+    params = get_model("continuous").params
+    for p in params:
+        row = next((r for r in rows if f"`{p.key}`" in r.split(" | ")[0]), None)
+        assert row is not None, p.key
+        default, rule = row.split(" | ")[1:3]
+        if p.domain is not None:
+            assert dataclasses.replace(p.domain, unit="").text(p.kind == "int") in rule, (p.key, row)
+        if p.default is None:  # required, or derived (the roofline's step times and efficiencies)
+            assert default in ("required", "roofline") or default.startswith("GPU entry"), (p.key, row)
+        elif p.default == math.inf:
+            assert default.startswith("`inf`"), (p.key, row)
+        else:
+            assert default == f"{p.default:g}", (p.key, row)
+    assert len(rows) == len(params), [r.split(" | ")[0] for r in rows]

@@ -21,7 +21,7 @@ from sweep.engine import evaluate as engine_evaluate
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
 from sweep.engine.plan import draws
 from sweep.errors import GridError
-from sweep.models import cb_analytic
+from sweep.models.continuous import analytic as cb_analytic
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -33,7 +33,7 @@ GOLDEN = ROOT / "tests" / "golden" / "digests.json"
 #: Their digests were written on another machine: on a Zen 4 (AVX-512) VM llm-fleet's TTFT/E2E
 #: last bits differ (they match with XLA_FLAGS=--xla_cpu_max_isa=AVX2) and fleet-nightly's
 #: frontier gains 682 near-tie rows of 3.34M, already at 89732af, the commit that wrote it
-#: (README, "Tests").
+#: (docs/testing.md).
 SLOW = {"fleet-nightly.toml", "search-fleet.toml", "llm-fleet.toml"}
 SORT_KEYS = {"points": ["point_id"], "frontier": ["point_id"], "optimum": ["row_id"],
              "search": ["study_name", "rank"], "schedule": ["schedule_group_id", "hour"]}

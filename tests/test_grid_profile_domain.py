@@ -1,7 +1,7 @@
 """Profiles over their whole domain: a finite fit or one `ProfileError` line, never NaN and
 never a NumPy warning (every warning is an error in this module).
 
-Rows lie in the grid's domains (README, "sweep fit"): batch sizes as `batch_size`, latencies
+Rows lie in the grid's domains (docs/catalog.md, `sweep fit`): batch sizes as `batch_size`, latencies
 as `t_fixed_ms`; a fit's T_fixed and t_req must lie in the `t_fixed_ms` / `t_req_ms` domains
 and add up to at least 1 ns. The audit's profile with latencies near 1e308 printed
 `T_fixed = nan ms` and wrote NaN to every output; it is now refused at its first row.

@@ -1,4 +1,4 @@
-"""The public output contract's NULL rule (README, "Outputs"): an unbounded or undefined value
+"""The public output contract's NULL rule (docs/outputs.md): an unbounded or undefined value
 is NULL in the files, with a flag that explains it; never +inf, -inf or NaN.
 
 The engine keeps +inf in memory; `sweep.io.parquet.record_batch` turns it into NULL in the
@@ -242,6 +242,6 @@ def test_the_python_api_gives_what_the_files_hold(runs):
 
 
 def test_no_answer_and_unlimited_words_are_documented(root):
-    readme = (root / "README.md").read_text()
+    doc = (root / "docs" / "outputs.md").read_text()
     for word in (NO_ANSWER, UNLIMITED):
-        assert NULL_WORDS[word] in readme
+        assert NULL_WORDS[word] in doc

@@ -20,7 +20,7 @@ from scipy.stats import t as student_t
 
 jax.config.update("jax_enable_x64", True)
 
-from sweep.models import batch_sim as sim  # noqa: E402
+from sweep.models.dynamic import batch_sim as sim  # noqa: E402
 from sweep.models.dynamic.batch_sim import (  # noqa: E402
     SimSettings,
     SimulationError,

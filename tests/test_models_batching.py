@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from sweep.models import batching
+from sweep.models.dynamic import batching
 
 
 @jax.jit

@@ -12,8 +12,7 @@ import pytest
 
 jax.config.update("jax_enable_x64", True)
 
-from sweep.models import cb_reference as ref  # noqa: E402
-from sweep.models import cb_sim  # noqa: E402
+from sweep.models.continuous import sim as cb_sim  # noqa: E402
 from sweep.models.continuous.sim import (  # noqa: E402
     CBSimSettings,
     CBSimulationError,
@@ -22,6 +21,7 @@ from sweep.models.continuous.sim import (  # noqa: E402
     simulate_requests,
     step_normals,
 )
+from sweep.testing import cb_reference as ref  # noqa: E402
 
 N_PAD = 64  # hand cases are padded to one length (one compiled shape)
 RECORD = 4096  # per-step records kept by every per-request call (one compiled shape)

@@ -1,13 +1,16 @@
 """Progress (issue 13, item 7): the runner reports after every chunk whatever the segment
 size, the log mode writes a line at least every --log-interval seconds (a heartbeat while a
 chunk computes), and rates count only the points this process computed (after a resume the
-sealed segments neither inflate the rate nor shorten the ETA)."""
+sealed segments neither inflate the rate nor shorten the ETA).
+
+The reporter's tests move its clock by hand and call its heartbeat themselves: no sleep,
+no line that depends on how fast the machine is."""
 
 from __future__ import annotations
 
 import io
 import json
-import time
+import threading
 
 import pytest
 
@@ -48,25 +51,59 @@ def test_a_resumed_run_rates_only_what_it_computed(tmp_path):
     assert calls[-1][0] == 16 and calls[-1][2] < 16  # done counts the resumed segments, computed does not
 
 
+class Clock:
+    """The reporter's clock, moved by hand: what a line says depends on the test alone."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_log_lines_name_resumed_points_and_rate_the_computed_ones():
-    buf = io.StringIO()
-    with ProgressReporter("g", "log", interval_s=1000.0, stream=buf) as p:
-        time.sleep(0.05)
+    buf, clock = io.StringIO(), Clock()
+    with ProgressReporter("g", "log", interval_s=1000.0, stream=buf, clock=clock, heartbeat=False) as p:
+        clock.now += 2.0
         p(900, 1000, 100)
         p(1000, 1000, 200)
-    line = [x for x in _lines(buf) if x["event"] == "progress"][-1]
+    lines = _lines(buf)
+    assert [x["event"] for x in lines] == ["start", "progress", "done"]  # the end, once; nothing before the interval
+    line = lines[1]
     assert line["resumed"] == 800 and line["done"] == 1000
-    assert line["points_per_s"] < 200 / 0.05  # 200 points over at least 50 ms, not 1000
+    assert line["points_per_s"] == 100.0  # the 200 points computed over 2 s, not the 1000 done
+    assert lines[-1]["elapsed_s"] == 2.0
 
 
 def test_a_heartbeat_every_interval_while_nothing_reports():
-    buf = io.StringIO()
-    with ProgressReporter("g", "log", interval_s=0.2, stream=buf) as p:
-        time.sleep(0.7)  # compiling: no report yet
-        p(10, 100, 10)
-        time.sleep(0.7)  # one long chunk
+    buf, clock = io.StringIO(), Clock()
+    with ProgressReporter("g", "log", interval_s=1.0, stream=buf, clock=clock, heartbeat=False) as p:
+        for _ in range(3):  # compiling: no report yet
+            clock.now += 1.0
+            p.beat()
+        p(10, 100, 10)  # within the interval of the last line: no line
+        clock.now += 0.5
+        p.beat()  # one long chunk: not yet an interval since the last line
+        for _ in range(2):
+            clock.now += 1.0
+            p.beat()
     events = _lines(buf)
-    beats = [e for e in events if e["event"] == "progress"]
-    assert len(beats) >= 4, events
-    assert any(e["done"] == 0 for e in beats) and any(e["done"] == 10 for e in beats)
-    assert events[0]["event"] == "start" and events[-1]["event"] == "done"
+    assert [(e["event"], e.get("done")) for e in events] == [
+        ("start", None), ("progress", 0), ("progress", 0), ("progress", 0), ("progress", 10), ("progress", 10), ("done", None)]
+    assert all(e["note"] == "compiling or computing the first chunk" and e["total"] is None for e in events[1:4])
+    assert events[4]["total"] == 100 and events[4]["pct"] == 10.0  # the last state, repeated
+    assert [e["points_per_s"] for e in events[4:6]] == [2.2, 1.8]  # 10 points over 4.5 s, then 5.5 s
+    assert events[-1]["elapsed_s"] == 5.5
+
+
+def test_the_heartbeat_thread_beats_until_the_reporter_closes(monkeypatch):
+    """The thread that calls `beat` in a run: started in log mode, stopped and joined on
+    exit; `heartbeat=False` starts none (the tests above drive `beat` themselves)."""
+    beaten = threading.Event()
+    monkeypatch.setattr(ProgressReporter, "beat", lambda self: beaten.set())
+    with ProgressReporter("g", "log", interval_s=0.001, stream=io.StringIO()) as p:
+        assert beaten.wait(timeout=60)
+        thread = p._heart
+    assert thread is not None and not thread.is_alive()
+    with ProgressReporter("g", "log", stream=io.StringIO(), heartbeat=False) as p:
+        assert p._heart is None

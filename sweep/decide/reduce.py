@@ -1,14 +1,16 @@
 """Exact decisions over the model's knobs (SPEC 6), in pure JAX.
 
-A *row* is one (scenario group, replicas) combination: the `K = n_knob x n_cap` points
-that differ only in the model's two row axes (for the dynamic batcher `batch_window_ms`
-and `batch_size`). A *group* is the `n_replicas` rows that differ only in `replicas`.
-Because these are the innermost axes of the grid (each model's `params` puts them last), a
-row is a contiguous block of K points and a group a contiguous block of `n_replicas` rows,
-so a chunk of whole groups reshapes to `(groups, n_replicas, K)` with no gathering.
+A *row* is the `K` points of one scenario that differ only in the model's row axes
+(`Decisions.row_axes`, any number of them, the cap innermost: for the dynamic batcher
+`batch_window_ms` and `batch_size`). A *group* is the `R` rows that differ only in the
+group axes (`Decisions.group_axes`: `replicas`, or one replicas axis per pool). Because
+these are the innermost axes of the grid (each model's `params` puts them last, the group
+axes just outside the row axes), a row is a contiguous block of K points and a group a
+contiguous block of R rows, so a chunk of whole groups reshapes to `(groups, R, K)` with
+no gathering.
 
 `reduce_row` is written for ONE row (arrays of shape (K,)) and `reduce_group` for one
-group's row results (shape (n_replicas,)); `reduce_chunk` vmaps them over a chunk. Every
+group's row results (shape (R,)); `reduce_chunk` vmaps them over a chunk. Every
 decision considers feasible points only (`sweep.decide.verdict`). Indices are positions
 inside the row (-1 where there is no answer).
 """
@@ -23,6 +25,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from sweep.decide.pareto import columns_sorted, knee_index, pareto_mask, pareto_mask_columns
+from sweep.decide.verdict import counts_for_replicas_min
 from sweep.models.base import Decisions
 
 INF = jnp.inf
@@ -68,7 +71,7 @@ def reduce_row(r: Row, frontier: Array) -> dict[str, Array]:
     b_max_slo, has_slo = _argbest(meets, r.batch, r.latency)
     lat_opt, has_feasible = _argbest(r.feasible, -r.e_resp, r.batch)
     slo_opt, _ = _argbest(meets, r.capacity, r.latency)
-    headroom = meets & (r.rho <= r.rho_max)
+    headroom = counts_for_replicas_min(r.feasible, r.slo_ok, r.rho, r.rho_max)
     rmin_pick, row_ok = _argbest(headroom, r.batch, r.latency)
     knee = knee_index(r.capacity, r.latency, frontier)
     reason = jnp.where(
@@ -90,28 +93,32 @@ def reduce_row(r: Row, frontier: Array) -> dict[str, Array]:
     }
 
 
-def reduce_group(replicas: Array, row_ok: Array) -> tuple[Array, Array]:
-    """replicas_min over one group's rows (shape (n_replicas,)): the fewest replicas for
-    which some batch meets the SLO with rho <= rho_max (+inf when none), and the mask of
-    the row at that count."""
-    rmin = jnp.min(jnp.where(row_ok, replicas, INF))
-    return rmin, row_ok & (replicas == rmin)
+def reduce_group(size: Array, cost: Array, row_ok: Array) -> tuple[Array, Array]:
+    """replicas_min over one group's rows (shape (R,)): the smallest `size` (the model's
+    `Decisions.size`: replicas, or every pool's GPUs) of a row in which some point meets the
+    SLO with rho <= rho_max (+inf when none), and the one-hot mask of that row. Rows tied
+    on size (two pools' splits of the same total) go to the lowest cost, then the first."""
+    smin = jnp.min(jnp.where(row_ok, size, INF))
+    tied = row_ok & (size == smin)
+    pick = jnp.argmin(jnp.where(tied, cost, INF))
+    return smin, tied & (jnp.arange(size.shape[0]) == pick)
 
 
-def replicas_bands(replicas: Array, ok: Array) -> dict[str, Array]:
-    """The bands of replicas_min over one group's scenarios: `replicas` (n_replicas,), `ok`
-    (n_replicas, K, S) the per-scenario rule of each point. In scenario s the group needs
-    the fewest replicas for which some point of that row meets the rule (+inf when none);
+def replicas_bands(size: Array, ok: Array) -> dict[str, Array]:
+    """The bands of replicas_min over one group's scenarios: `size` (R,) each row's size,
+    `ok` (R, K, S) the per-scenario rule of each point. In scenario s the group needs the
+    smallest size for which some point of that row meets the rule (+inf when none);
     the bands are the nearest-rank 5th/50th/95th percentiles of those S counts (the same
     rank rule as the latency bands, so an unmet share above 5 % gives +inf, never a blend)."""
-    row_ok = jnp.any(ok, axis=1)  # (n_replicas, S)
-    need = jnp.min(jnp.where(row_ok, replicas[:, None], INF), axis=0)  # (S,)
+    row_ok = jnp.any(ok, axis=1)  # (R, S)
+    need = jnp.min(jnp.where(row_ok, size[:, None], INF), axis=0)  # (S,)
     need = jnp.sort(need)
     s = need.shape[0]
     return {f"replicas_min_p{q}": need[round(q / 100.0 * (s - 1))] for q in REPLICAS_BANDS}
 
 
-def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap: int, n_replicas: int) -> dict[str, Array]:
+def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap: int,
+                 rows_per_group: int) -> dict[str, Array]:
     """SPEC 6 for every row and group of a chunk of whole groups (flat point columns).
 
     Returns `_rows` (per-row answers, shape (n_rows,)) and the per-point flags
@@ -136,7 +143,8 @@ def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap
     )
     # The frontier: O(K) when capacity depends on the cap column only (the usual case,
     # checked here), else the general sort-based mask. The branch is per chunk, outside
-    # vmap, so only one side runs.
+    # vmap, so only one side runs. The cap is the innermost row axis: a row is n_knob
+    # columns (every combination of the outer row axes) of n_cap points each.
     n_knob = row_size // n_cap
     cap3 = row.capacity.reshape(n_rows, n_knob, n_cap)
     frontier = jax.lax.cond(
@@ -147,17 +155,18 @@ def reduce_chunk(out: Mapping[str, Array], d: Decisions, *, row_size: int, n_cap
         lambda: jax.vmap(pareto_mask)(row.capacity, row.latency, row.feasible),
     )
     red = jax.vmap(reduce_row)(row, frontier)
-    replicas = as_rows(out["replicas"])[:, 0].astype(jnp.float64).reshape(-1, n_replicas)
-    rmin, is_rmin = jax.vmap(reduce_group)(replicas, red["replicas_ok"].reshape(-1, n_replicas))
+    size = as_rows(out[d.size])[:, 0].astype(jnp.float64).reshape(-1, rows_per_group)
+    cost = as_rows(out["cost_usd_per_hour"])[:, 0].reshape(-1, rows_per_group)
+    rmin, is_rmin = jax.vmap(reduce_group)(size, cost, red["replicas_ok"].reshape(-1, rows_per_group))
     pos = jnp.arange(row_size)[None, :]
     rows = dict(red)
-    rows["replicas_min"] = jnp.repeat(rmin, n_replicas)
+    rows["replicas_min"] = jnp.repeat(rmin, rows_per_group)
     rows["is_replicas_min"] = is_rmin.reshape(-1)
-    if RULES_BY_SAMPLE in out:  # [uncertainty]: the replicas each scenario needs
+    if RULES_BY_SAMPLE in out:  # [uncertainty]: the size each scenario needs
         by_sample = out[RULES_BY_SAMPLE]
-        ok = by_sample.reshape(-1, n_replicas, row_size, by_sample.shape[-1])
-        bands = jax.vmap(replicas_bands)(replicas, ok)
-        rows.update({k: jnp.repeat(v, n_replicas) for k, v in bands.items()})
+        ok = by_sample.reshape(-1, rows_per_group, row_size, by_sample.shape[-1])
+        bands = jax.vmap(replicas_bands)(size, ok)
+        rows.update({k: jnp.repeat(v, rows_per_group) for k, v in bands.items()})
     return {
         "_rows": rows,
         "on_frontier": frontier.reshape(-1),

@@ -77,7 +77,7 @@ SCHEDULE_BODY: tuple[Column, ...] = (
 
 def group_keys(model: ServingModel) -> tuple[str, ...]:
     """The parameters that name a schedule group, in grid order."""
-    skip = {"arrival_rps", "replicas", *model.row_axes}
+    skip = {"arrival_rps", *model.decisions.decision_axes}
     return tuple(p.key for p in model.params if p.key not in skip)
 
 
@@ -98,12 +98,13 @@ def row_fact_columns(model: ServingModel, point_columns: Sequence[Column]) -> tu
 
 
 def row_facts(cols: Mapping[str, np.ndarray], rows: Mapping[str, np.ndarray], row_size: int,
-              group_size: int, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """The per-row facts of one evaluated chunk (`cols` per point, `rows` per row)."""
+              group_size: int, names: Sequence[str], size: str) -> dict[str, np.ndarray]:
+    """The per-row facts of one evaluated chunk (`cols` per point, `rows` per row); `size`
+    is the model's `Decisions.size`, the count the plan chooses per hour."""
     starts = np.arange(len(rows["replicas_ok"])) * row_size
     out = {name: cols[name][starts] for name in names if name in cols}
     out["group_id"] = cols["point_id"][starts] // group_size
-    out["replicas"] = cols["replicas"][starts].astype(np.float64)
+    out["replicas"] = cols[size][starts].astype(np.float64)
     out["replicas_ok"] = rows["replicas_ok"].astype(bool)
     return out
 

@@ -8,12 +8,29 @@ columns into table rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from sweep.decide.reduce import REPLICAS_BANDS
-from sweep.models.base import NO_ANSWER, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
+from sweep.decide.reduce import REASONS, REPLICAS_BANDS
+from sweep.decide.verdict import ACTIONS
+from sweep.models.base import NO_ANSWER, SERVICE_SOURCES, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
+
+
+def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str], *, decisions: bool = True) -> dict[str, list[str]]:
+    """The values of the dictionary-encoded columns the engine writes: the catalog names a
+    grid uses and the point columns' fixed vocabularies, plus (`decisions`) those of
+    optimum.parquet (`reason`, `method`; a search's answers carry their own `method`)."""
+    out = {
+        "model": list(model_names),
+        "gpu": list(gpu_names),
+        "action": list(ACTIONS),
+        "service_source": list(SERVICE_SOURCES),
+    }
+    if decisions:
+        out.update({"reason": list(REASONS), "method": ["exact"]})
+    return out
+
 
 #: The answers of optimum.parquet: (prefix, what it is, for the dynamic batcher). Each gets
 #: the model's answer fields; `answer_texts` words them for any model.
@@ -87,34 +104,41 @@ def answer_columns(model: ServingModel, point_columns: tuple[Column, ...] = ()) 
 
 
 def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> tuple[Column, ...]:
-    """optimum.parquet: one row per (scenario group, replicas) (docs/model.md, decisions)."""
+    """optimum.parquet: one row per row: a scenario group and one value of every group axis
+    (docs/model.md, decisions)."""
     present = {c.name: c for c in point_columns}
     d, slo = model.decisions, slo_text(model.slo_checks)
+    groups, rows = " and ".join(d.group_axes), ", ".join(("scenario group", *d.group_axes))
     return (
-        Column("group_id", "int64", "-", "Scenario group: flat index over every axis except replicas and the row axes."),
-        Column("row_id", "int64", "-", "(scenario group, replicas) row: point_id // points per row."),
+        Column("group_id", "int64", "-", f"Scenario group: flat index over every axis except {groups} and the row axes."),
+        Column("row_id", "int64", "-", f"({rows}) row: point_id // points per row."),
         *(present[n] for n in model.row_constant if n in present),
         Column("n_points", "int64", "points", "Points in the row (the product of the row axes)."),
         Column("n_feasible", "int64", "points", "Feasible points in the row."),
         Column("n_frontier", "int64", "points", "Pareto points of the row (rows of frontier.parquet)."),
         Column("reason", "dict", "-", f"ok, or the first constraint that left no feasible {d.cap}: out_of_memory | unstable | proxy_invalid (stable, but the latency estimate is unbounded) | slo_violated (no feasible point with {slo})."),
-        Column("replicas_min", "int64", "replicas", f"Per scenario group: the fewest replicas of the grid's replicas axis for which some {d.cap} has {slo} and {d.utilisation} <= rho_max; NULL when none does. On every row of the group.", null_when=NO_ANSWER),
+        Column("replicas_min", "int64", size_unit(model), f"Per scenario group: the fewest {d.size} of the grid's {' x '.join(d.group_axes)} axis for which some {d.cap} has {slo} and {d.utilisation} <= rho_max; NULL when none does. On every row of the group.", null_when=NO_ANSWER),
         Column("is_replicas_min", "bool", "-", "This row is at replicas_min."),
         Column("replicas_min_cost_usd_per_hour", "float64", "USD/h", "cost_usd_per_hour at replicas_min (on every row of the group); NULL when there is none.", null_when=NO_ANSWER),
-        *(replicas_band_columns(d, slo) if "p_slo_breach" in present else ()),
+        *(replicas_band_columns(d, slo, size_unit(model)) if "p_slo_breach" in present else ()),
         *answer_columns(model, point_columns),
         Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
     )
 
 
-def replicas_band_columns(d: Decisions, slo: str) -> tuple[Column, ...]:
+def size_unit(model: ServingModel) -> str:
+    """The unit of the column replicas_min counts (`Decisions.size`)."""
+    return next((c.unit for c in model.columns if c.name == model.decisions.size), "-")
+
+
+def replicas_band_columns(d: Decisions, slo: str, unit: str = "replicas") -> tuple[Column, ...]:
     """With `[uncertainty]`: the bands of replicas_min over the S scenarios."""
     return tuple(
-        Column(f"replicas_min_p{q}", "int64", "replicas",
-               f"{q}th percentile over the [uncertainty] scenarios of the replicas each one needs: in each scenario, the "
-               f"fewest replicas of the grid's replicas axis for which some {d.cap} has {slo} and {d.utilisation} <= "
+        Column(f"replicas_min_p{q}", "int64", unit,
+               f"{q}th percentile over the [uncertainty] scenarios of the {d.size} each one needs: in each scenario, the "
+               f"fewest {d.size} of the grid's {' x '.join(d.group_axes)} axis for which some {d.cap} has {slo} and {d.utilisation} <= "
                f"rho_max in that scenario (nearest rank); on every row of the group. NULL when more than {100 - q}% of "
-               "the scenarios need more replicas than the axis offers.", WHEN_UNCERTAINTY, null_when=NO_ANSWER)
+               f"the scenarios need more {d.size} than the axis offers.", WHEN_UNCERTAINTY, null_when=NO_ANSWER)
         for q in REPLICAS_BANDS)
 
 
@@ -127,7 +151,7 @@ def frontier_extra(d: Decisions | None = None, checks: tuple[tuple[str, str], ..
         knee = f"largest {d.capacity}_norm + {d.latency}_norm over the frontier, each normalised to [0, 1]"
     return (
         Column("group_id", "int64", "-", "Scenario group (see optimum.parquet)."),
-        Column("row_id", "int64", "-", "(scenario group, replicas) row this frontier belongs to."),
+        Column("row_id", "int64", "-", f"({', '.join(('scenario group', *d.group_axes))}) row this frontier belongs to."),
         Column("is_knee", "bool", "-", f"The row's knee: {knee} (docs/model.md, decisions)."),
         Column("is_slo_opt", "bool", "-", f"The row's SLO-optimal point: the most {d.capacity} with {slo_text(checks)}."),
     )
@@ -144,13 +168,14 @@ def frontier_columns(point_columns: tuple[Column, ...], model: ServingModel | No
 
 
 def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapping[str, np.ndarray],
-                 row_size: int, n_replicas: int) -> dict[str, np.ndarray]:
-    """One row per (scenario group, replicas) row of a chunk (`cols` per point, `rows` per row)."""
+                 row_size: int, rows_per_group: int) -> dict[str, np.ndarray]:
+    """One row per row of a chunk (a scenario and one value of every group axis; `cols` per
+    point, `rows` per row)."""
     n_rows = len(rows["reason"])
     starts = np.arange(n_rows) * row_size
     pid = cols["point_id"][starts]
     out: dict[str, np.ndarray] = {
-        "group_id": pid // (row_size * n_replicas),
+        "group_id": pid // (row_size * rows_per_group),
         "row_id": pid // row_size,
     }
     for name in model.row_constant:
@@ -163,11 +188,11 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
     out["replicas_min"] = rows["replicas_min"]
     out["is_replicas_min"] = rows["is_replicas_min"]
     # The answer at replicas_min lives on one row of each group: broadcast it to the group.
-    is_min = rows["is_replicas_min"].reshape(-1, n_replicas)
-    min_row = np.argmax(is_min, axis=1) + np.arange(is_min.shape[0]) * n_replicas
+    is_min = rows["is_replicas_min"].reshape(-1, rows_per_group)
+    min_row = np.argmax(is_min, axis=1) + np.arange(is_min.shape[0]) * rows_per_group
     group_has = is_min.any(axis=1)
-    at_min_row = np.repeat(min_row, n_replicas)
-    has_min = np.repeat(group_has, n_replicas)
+    at_min_row = np.repeat(min_row, rows_per_group)
+    has_min = np.repeat(group_has, rows_per_group)
     cost = cols["cost_usd_per_hour"][starts]
     out["replicas_min_cost_usd_per_hour"] = np.where(has_min, cost[at_min_row], np.inf)
     for q in REPLICAS_BANDS:
@@ -191,10 +216,10 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
     return out
 
 
-def frontier_rows(cols: Mapping[str, np.ndarray], row_size: int, n_replicas: int) -> dict[str, np.ndarray]:
+def frontier_rows(cols: Mapping[str, np.ndarray], row_size: int, rows_per_group: int) -> dict[str, np.ndarray]:
     """Every Pareto point of a chunk's rows, with all point columns and the row's flags."""
     mask = cols["on_frontier"]
     out = {k: v[mask] for k, v in cols.items()}
-    out["group_id"] = out["point_id"] // (row_size * n_replicas)
+    out["group_id"] = out["point_id"] // (row_size * rows_per_group)
     out["row_id"] = out["point_id"] // row_size
     return out

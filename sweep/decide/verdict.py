@@ -11,8 +11,9 @@ its SLO, `+inf` included), near_saturation (rho > rho_max), overprovisioned
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 from jax import Array
@@ -27,6 +28,40 @@ ACTIONS: tuple[str, ...] = (
     "ok",
 )
 ACTION_CODE = {name: i for i, name in enumerate(ACTIONS)}
+
+
+# --------------------------------------------------------------------------- the rules
+# Each rule once, written with operators only so it reads NumPy arrays (the search's
+# constraints) and JAX arrays (the kernels, the reductions, [uncertainty]'s scenarios) alike.
+
+
+def slo_met(checks: Sequence[tuple[Any, Any]]) -> Any:
+    """Every latency <= its SLO (an unbounded latency fails; an SLO of +inf always holds).
+    `checks` = ((latency, slo), ...) in the same unit."""
+    ok: Any = True
+    for latency, slo in checks:
+        ok = ok & (latency <= slo)
+    return ok
+
+
+def bounded(latencies: Sequence[Any]) -> Any:
+    """Every latency finite (NaN counts as unbounded)."""
+    ok: Any = True
+    for latency in latencies:
+        ok = ok & (latency < math.inf)
+    return ok
+
+
+def counts_for_replicas_min(feasible: Any, slo_ok: Any, rho: Any, rho_max: Any) -> Any:
+    """A point `replicas_min` may choose: feasible, meeting every SLO, and its utilisation
+    within `rho_max` (docs/model.md, decisions)."""
+    return feasible & slo_ok & (rho <= rho_max)
+
+
+def within_risk(slo_ok: Any, p_slo_breach: Any, risk: float | None) -> Any:
+    """With `[uncertainty] risk`: the SLO holds only where the share of scenarios that miss
+    it is at most `risk`."""
+    return slo_ok if risk is None else slo_ok & (p_slo_breach <= risk)
 
 
 class Verdict(NamedTuple):
@@ -46,11 +81,9 @@ def verdict(
 ) -> Verdict:
     """The verdict for points whose SLO checks are `checks` = ((latency, slo), ...), in the
     same unit; `rho` is the utilisation the operating rules read."""
-    slo_ok = jnp.ones(jnp.shape(rho), dtype=bool)
-    finite = jnp.ones(jnp.shape(rho), dtype=bool)
-    for latency, slo in checks:
-        slo_ok = slo_ok & (latency <= slo)
-        finite = finite & jnp.isfinite(latency)
+    shape = jnp.shape(rho)
+    slo_ok = jnp.broadcast_to(slo_met(checks), shape)
+    finite = jnp.broadcast_to(bounded([latency for latency, _ in checks]), shape)
     code = jnp.full(jnp.shape(rho), ACTION_CODE["ok"], dtype=jnp.int32)
     code = jnp.where(rho < rho_min, ACTION_CODE["overprovisioned"], code)
     code = jnp.where(rho > rho_max, ACTION_CODE["near_saturation"], code)

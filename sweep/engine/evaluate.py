@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sweep.decide.reduce import RULES_BY_SAMPLE, reduce_chunk
-from sweep.decide.verdict import verdict
+from sweep.decide.verdict import verdict, within_risk
+from sweep.engine.plan import plan_values
 from sweep.grid.spec import GridSpec
 from sweep.models.base import (
     CATALOG_FIELDS,
@@ -52,7 +53,7 @@ class Chunk:
     start: int
     stop: int
     columns: dict[str, np.ndarray]  # per point, (stop - start,)
-    rows: dict[str, np.ndarray]  # per (group, replicas) row, (n_rows,); see sweep.decide.reduce
+    rows: dict[str, np.ndarray]  # per row (scenario, group-axis values), (n_rows,); see sweep.decide.reduce
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -89,8 +90,9 @@ class Evaluator:
         self._axes = axis_arrays(spec)
         self._tables = catalog_tables(spec)
         self.host_pass = self.model.host_pass(spec)
-        self._reduce_static = (("n_cap", len(spec.axis(self.model.decisions.cap))), ("n_replicas", len(spec.axis("replicas"))),
-                               ("row_size", self.row_size))
+        self.rows_per_group = spec.rows_per_group
+        self._reduce_static = (("n_cap", len(spec.axis(self.model.decisions.cap))),
+                               ("rows_per_group", self.rows_per_group), ("row_size", self.row_size))
         static = dict(
             model=self.model,
             static=tuple(sorted(self.model.static(spec).items())),
@@ -201,9 +203,7 @@ def _finish(out: dict[str, jax.Array], *, model: ServingModel, reduce: tuple[tup
     """After a host pass: the verdicts on the updated columns (with `[uncertainty]`'s `risk`,
     as `evaluate_values` applies it), then the decisions."""
     out = dict(out)
-    out.update(take_verdict(model, out))
-    if risk is not None:
-        out["slo_ok"] = out["slo_ok"] & (out["p_slo_breach"] <= risk)
+    out.update(take_verdict(model, out, risk))
     out.update(reduce_chunk(out, model.decisions, **dict(reduce)))
     out.pop(RULES_BY_SAMPLE, None)
     return out
@@ -212,14 +212,16 @@ def _finish(out: dict[str, jax.Array], *, model: ServingModel, reduce: tuple[tup
 # --------------------------------------------------------------------------- per point
 
 
-def take_verdict(model: ServingModel, out: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
-    """`slo_ok`, `feasible` and `action` of the evaluated columns (`sweep.decide.verdict`)."""
+def take_verdict(model: ServingModel, out: Mapping[str, jax.Array], risk: float | None = None) -> dict[str, jax.Array]:
+    """`slo_ok`, `feasible` and `action` of the evaluated columns (`sweep.decide.verdict`);
+    with `[uncertainty]`'s `risk`, `slo_ok` also needs `p_slo_breach <= risk`."""
     v = verdict(
         stable=out["stable"], mem_ok=out["mem_ok"],
         checks=[(out[lat], out[slo]) for lat, slo in model.slo_checks],
         rho=out["_rho_rules"], rho_max=out["rho_max"], rho_min=out["rho_min"],
     )
-    return {"slo_ok": v.slo_ok, "feasible": v.feasible, "action": v.action}
+    slo_ok = within_risk(v.slo_ok, out.get("p_slo_breach"), risk)
+    return {"slo_ok": slo_ok, "feasible": v.feasible, "action": v.action}
 
 
 def evaluate_values(
@@ -267,14 +269,12 @@ def evaluate_values(
         value = v[name] if name in echoed else computed[name]
         out[name] = value.astype(_CAST[declared[name].memory_dtype])
     out.update({k: val for k, val in computed.items() if k.startswith("_")})
-    out.update(take_verdict(model, out))
+    risk = None
     if plan is not None:
-        from sweep.engine.plan import plan_values
-
         unc, sens, roofline = plan
         out.update(plan_values(x, model=model, kw=kw, uncertainty=unc, sensitivity=sens, roofline=roofline))
-        if unc is not None and unc.risk is not None:
-            out["slo_ok"] = out["slo_ok"] & (out["p_slo_breach"] <= unc.risk)
+        risk = unc.risk if unc is not None else None
+    out.update(take_verdict(model, out, risk))
     return out
 
 

@@ -45,6 +45,7 @@ from jax import Array
 
 from sweep._numerics import kept_in_memory, over_samples
 from sweep.decide.reduce import RULES_BY_SAMPLE
+from sweep.decide.verdict import bounded, counts_for_replicas_min, slo_met
 from sweep.grid.uncertainty import UncertaintyOptions
 from sweep.models.base import ServingModel, band_stem
 
@@ -118,19 +119,15 @@ def _source(model: ServingModel, x: Mapping[str, Array], key: str) -> str:
 
 
 def _meets(o: Mapping[str, Array], x: Mapping[str, Array], model: ServingModel) -> Array:
-    ok = o["stable"]
-    for lat, slo in model.slo_checks:
-        ok = ok & (o[lat] <= x[slo])
-    return ok
+    """Stable and every SLO met (`p_slo_breach` counts the samples where this fails)."""
+    return o["stable"] & slo_met([(o[lat], x[slo]) for lat, slo in model.slo_checks])
 
 
 def _meets_rules(o: Mapping[str, Array], x: Mapping[str, Array], model: ServingModel, meets: Array) -> Array:
-    """Per sample: the point would count for `replicas_min` in that scenario (feasible,
-    every SLO met, and the utilisation within rho_max: `sweep.decide.reduce`'s rule)."""
-    ok = meets & o["mem_ok"] & (o["_rho_rules"] <= x["rho_max"])
-    for lat, _ in model.slo_checks:
-        ok = ok & jnp.isfinite(o[lat])
-    return ok
+    """Per sample: the point would count for `replicas_min` in that scenario
+    (`sweep.decide.verdict.counts_for_replicas_min`)."""
+    feasible = o["mem_ok"] & bounded([o[lat] for lat, _ in model.slo_checks])
+    return counts_for_replicas_min(feasible, meets, o["_rho_rules"], x["rho_max"])
 
 
 def uncertainty_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any],
@@ -221,7 +218,7 @@ def headroom(x: Mapping[str, Array], model: ServingModel, kw: Mapping[str, Any])
 
     lo, _ = jax.lax.fori_loop(0, HEADROOM_STEPS, step, (own, jnp.asarray(hi_d)))
     rate = jnp.where(at_own, jnp.where(top_met, hi_d, lo), 0.0)
-    return rate / x["replicas"]
+    return model.per_replica(x, rate)
 
 
 def plan_values(x: Mapping[str, Array], *, model: ServingModel, kw: Mapping[str, Any],

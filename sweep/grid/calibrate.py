@@ -52,6 +52,7 @@ import numpy as np
 
 from sweep.catalog import Catalog, Gpu, Model, packaged_catalog
 from sweep.errors import CatalogError, ProfileError
+from sweep.errors import profile_error as _err
 from sweep.models.base import Domain
 from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
 from sweep.models.shared import roofline as rl
@@ -70,13 +71,6 @@ BATCH = DOMAINS["batch_size"]
 TOKENS = Domain(0, DOMAINS["seq_len"].hi, "tokens")
 OUTPUT_TOKENS = Domain(0, 1e6, "tokens")
 MEASURED_MS = Domain(MIN_T_SVC_MS, DOMAINS["t_fixed_ms"].hi, "ms")
-
-
-def _err(source: str, where: str, value: object, rule: str) -> ProfileError:
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return ProfileError(f"{source}: {where} = {text}: {rule}")
 
 
 @dataclass(frozen=True)
@@ -299,13 +293,12 @@ def _batch(rows: Sequence[StepRow], catalog: Catalog, source: str, *, alphas=Non
 
 @jax.jit
 def _step_seconds(n_tok, kv, attn, params):
-    t, parts = rl.step_time(rl.Work(n_tok, kv, attn), params)
-    return t, parts
+    t, _ = rl.step_time(rl.Work(n_tok, kv, attn), params)
+    return t
 
 
 def _evaluate(b: _Batch, eta_bw, eta_flops, alpha, t_overhead=rl.T_OVERHEAD_S):
-    """Estimated ms per row, and each row's step parts (first step), for efficiencies given
-    per step (arrays) or as scalars."""
+    """Estimated ms per row, for efficiencies given per step (arrays) or as scalars."""
     shape = b.n_tok.shape
     p = b.params._replace(
         eta_bw=np.broadcast_to(np.asarray(eta_bw, dtype=np.float64), shape),
@@ -313,10 +306,10 @@ def _evaluate(b: _Batch, eta_bw, eta_flops, alpha, t_overhead=rl.T_OVERHEAD_S):
         alpha=b.params.alpha if alpha is None else np.broadcast_to(np.asarray(alpha, dtype=np.float64), shape),
         t_overhead=np.broadcast_to(np.asarray(t_overhead, dtype=np.float64), shape),
     )
-    t, parts = _step_seconds(jnp.asarray(b.n_tok), jnp.asarray(b.kv), jnp.asarray(b.attn), p)
+    t = _step_seconds(jnp.asarray(b.n_tok), jnp.asarray(b.kv), jnp.asarray(b.attn), p)
     per_row = np.zeros(b.n_rows)
     np.add.at(per_row, b.row, np.asarray(t) * b.weight)
-    return per_row * 1e3, parts
+    return per_row * 1e3
 
 
 def estimate_ms(rows: Sequence[StepRow], catalog: Catalog | None = None, *, eta_bw: float = rl.ETA_BW,
@@ -326,19 +319,7 @@ def estimate_ms(rows: Sequence[StepRow], catalog: Catalog | None = None, *, eta_
     the documented defaults; `alpha` None = each GPU's catalog collective latency)."""
     catalog = packaged_catalog() if catalog is None else catalog
     b = _batch(rows, catalog, source)
-    ms, _ = _evaluate(b, eta_bw, eta_flops, alpha, t_overhead)
-    return ms
-
-
-def step_parts(rows: Sequence[StepRow], catalog: Catalog | None = None, **kw) -> list[dict[str, float]]:
-    """For each row, the terms (ms) of its first step at the defaults: which bound dominates."""
-    catalog = packaged_catalog() if catalog is None else catalog
-    b = _batch(rows, catalog, kw.pop("source", "<rows>"))
-    _, parts = _evaluate(b, kw.get("eta_bw", rl.ETA_BW), kw.get("eta_flops", rl.ETA_FLOPS), kw.get("alpha"))
-    first = np.searchsorted(b.row, np.arange(b.n_rows))
-    return [{"t_mem_ms": float(parts.t_mem[j]) * 1e3, "t_compute_ms": float(parts.t_compute[j]) * 1e3,
-             "t_comm_ms": float(parts.t_comm[j]) * 1e3, "experts_touched": float(parts.experts_touched[j])}
-            for j in first]
+    return _evaluate(b, eta_bw, eta_flops, alpha, t_overhead)
 
 
 # --------------------------------------------------------------------------- fitting
@@ -404,7 +385,7 @@ def calibrate(rows: Sequence[StepRow], catalog: Catalog | None = None, *,
 
         def resid(x, b=b, meas=meas, unpack=unpack):
             eb, ef, a = unpack(x)
-            est, _ = _evaluate(b, eb, ef, a)
+            est = _evaluate(b, eb, ef, a)
             return est / meas - 1.0
 
         x0 = [rl.ETA_BW, rl.ETA_FLOPS] + ([min(alpha0, ALPHA_MAX_S)] if fit_alpha else [])
@@ -414,7 +395,7 @@ def calibrate(rows: Sequence[StepRow], catalog: Catalog | None = None, *,
                             diff_step=1e-6, xtol=1e-14, ftol=1e-14, gtol=1e-14, max_nfev=400)
         ses = _standard_errors(sol, lo, hi)
         eb, ef, a = unpack(sol.x)
-        est, _ = _evaluate(b, eb, ef, a)
+        est = _evaluate(b, eb, ef, a)
         _check_finite(source, (model, gpu, tp), [eb, ef, a, *(x for x in ses if x is not None), *est])
         fits.append(CalibrationFit(
             model, gpu, tp, float(eb), float(ef), float(a), ses[0], ses[1], ses[2] if fit_alpha else None,

@@ -111,7 +111,7 @@ def build(
     if (uncertainty is not None or sensitivity) and search is not None:
         raise GridError(source, "search", "[search]", "cannot be combined with [uncertainty] or [sensitivity] (yet)")
     if schedule is not None:
-        check_schedule_replicas(schedule, values.get("replicas", [1]), source)
+        check_schedule_replicas(schedule, model, values, source)
     catalog = _resolve_catalog(doc.get("catalog", {}), source, catalog)
     if search is not None:
         search = resolve_search(search, catalog, source)

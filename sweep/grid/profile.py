@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.errors import ProfileError
+from sweep.errors import profile_error as _err
 from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
 
 COLUMNS = ("batch_size", "latency_ms")
@@ -44,13 +44,6 @@ COLUMNS = ("batch_size", "latency_ms")
 BATCH, LATENCY = DOMAINS["batch_size"], DOMAINS["t_fixed_ms"]
 BATCH_RULE = f"must be an integer in {BATCH.text(integer=True)}, e.g. 8"
 LATENCY_RULE = f"must be a finite number in {LATENCY.text()} (milliseconds)"
-
-
-def _err(source: str, where: str, value: object, rule: str) -> ProfileError:
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return ProfileError(f"{source}: {where} = {text}: {rule}")
 
 
 @dataclass(frozen=True)

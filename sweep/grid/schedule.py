@@ -29,9 +29,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweep.errors import GridError, did_you_mean
+
+if TYPE_CHECKING:
+    from sweep.models.base import ServingModel
 
 SCHEDULE_KEYS = ("hourly_rps", "trace", "period", "ramp", "warmup_hours")
 PERIODS = {"day": 24, "week": 168}
@@ -110,13 +113,22 @@ def parse_schedule(raw: Any, source: str) -> ScheduleSpec:
 MAX_PLAN_COUNTS = 128
 
 
-def check_schedule_replicas(schedule: ScheduleSpec, replicas: list[Any], source: str) -> None:
-    """The replicas axis a plan chooses from: bounded when the hours are coupled."""
+def check_schedule_replicas(schedule: ScheduleSpec, model: ServingModel, values: Mapping[str, list[Any]],
+                            source: str) -> None:
+    """The group axis a plan chooses from (the replicas): one axis, bounded when the hours
+    are coupled."""
+    axes = model.decisions.group_axes
+    if len(axes) != 1:
+        raise GridError(source, "schedule", "[schedule]",
+                        f"plans one fleet-size axis per hour; serving = {model.serving!r} has {len(axes)} "
+                        f"({', '.join(axes)}): plan each hour's rate as its own grid instead")
+    key = axes[0]
+    counts = values.get(key, [1])
     coupled = schedule.ramp is not None or schedule.warmup_hours > 0
-    if coupled and len(replicas) > MAX_PLAN_COUNTS:
-        raise GridError(source, "grid.replicas", replicas,
-                        f"has {len(replicas)} values; a [schedule] with ramp or warmup_hours plans over at most {MAX_PLAN_COUNTS} replica counts; "
-                        "use a coarser axis, e.g. replicas = {start = 2, stop = 256, step = 2}")
+    if coupled and len(counts) > MAX_PLAN_COUNTS:
+        raise GridError(source, f"grid.{key}", counts,
+                        f"has {len(counts)} values; a [schedule] with ramp or warmup_hours plans over at most {MAX_PLAN_COUNTS} "
+                        f"counts; use a coarser axis, e.g. {key} = {{start = 2, stop = 256, step = 2}}")
 
 
 def _hourly_rps(raw: Any, source: str) -> tuple[float, ...]:

@@ -39,14 +39,14 @@ from sweep.errors import CatalogError, GridError, StorageError, did_you_mean
 from sweep.grid.values import MAX_AXIS_VALUES, check_value
 from sweep.models import ServingModel
 
-#: The [grid] parameters a search may vary besides the model's row axes (the engine's knobs).
-FLEET_KEYS: tuple[str, ...] = ("gpu", "gpus_per_replica", "replicas")
+#: The [grid] parameters a search may vary besides the model's decision axes.
+FLEET_KEYS: tuple[str, ...] = ("gpu", "gpus_per_replica")
 
 
 def searchable(model: ServingModel) -> tuple[str, ...]:
-    """The fleet and the model's knobs: for the dynamic batcher gpu, gpus_per_replica,
-    replicas, batch_window_ms and batch_size."""
-    return FLEET_KEYS + model.row_axes
+    """The fleet and the model's decision axes: for the dynamic batcher gpu,
+    gpus_per_replica, replicas, batch_window_ms and batch_size."""
+    return FLEET_KEYS + model.decisions.decision_axes
 #: Storage keywords; anything else must be an RDB URL (`dialect[+driver]://...`).
 STORAGE_KINDS: tuple[str, ...] = ("sqlite", "journal", "memory")
 STORAGE_FILES: dict[str, str] = {"sqlite": "search.db", "journal": "search.journal"}
@@ -276,7 +276,7 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
     param = model.param_by_key[key]
     if isinstance(raw, list):
         if not raw:
-            raise GridError(source, where, raw, f"an empty list searches nothing; give at least one value, e.g. {_example(key)}")
+            raise GridError(source, where, raw, f"an empty list searches nothing; give at least one value, e.g. {_example(model, key)}")
         if len(raw) > MAX_AXIS_VALUES:
             raise GridError(source, where, raw[:32], f"gives {len(raw):,} values; a searched list holds at most {MAX_AXIS_VALUES:,}")
         choices = tuple(check_value(param, v, source, where) for v in raw)
@@ -286,13 +286,13 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
         return SearchParam(key, "categorical", choices=choices)
     if isinstance(raw, Mapping):
         if param.kind == "name":
-            raise GridError(source, where, dict(raw), f"catalog names take a list, e.g. {_example(key)}")
+            raise GridError(source, where, dict(raw), f"catalog names take a list, e.g. {_example(model, key)}")
         for k in raw:
             if k not in ("low", "high", "log"):
                 raise GridError(source, f"{where}.{k}", raw[k], "unknown range key; use {low, high} and optionally log = true")
         for k in ("low", "high"):
             if k not in raw:
-                raise GridError(source, where, dict(raw), f"a range needs '{k}', e.g. {_example(key)}")
+                raise GridError(source, where, dict(raw), f"a range needs '{k}', e.g. {_example(model, key)}")
         low = check_value(param, raw["low"], source, f"{where}.low", finite=True)
         high = check_value(param, raw["high"], source, f"{where}.high", finite=True)
         if high < low:
@@ -303,18 +303,12 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
         if log and low <= 0:
             raise GridError(source, f"{where}.low", low, "must be > 0 with log = true")
         return SearchParam(key, "int" if param.kind == "int" else "float", low=low, high=high, log=log)
-    raise GridError(source, where, raw, f"a searched parameter takes a list or a {{low, high}} range, e.g. {_example(key)}; a fixed value belongs in [grid]")
+    raise GridError(source, where, raw, f"a searched parameter takes a list or a {{low, high}} range, e.g. {_example(model, key)}; a fixed value belongs in [grid]")
 
 
-def _example(key: str) -> str:
-    return {
-        "max_batched_tokens": "max_batched_tokens = [2048, 8192]",
-        "gpu": 'gpu = ["a100-80gb", "h100-sxm"]',
-        "gpus_per_replica": "gpus_per_replica = [1, 2, 4, 8]",
-        "replicas": "replicas = {low = 1, high = 64}",
-        "batch_size": "batch_size = {low = 1, high = 512, log = true}",
-        "batch_window_ms": "batch_window_ms = {low = 0.0, high = 200.0}",
-    }.get(key, f"{key} = [1, 2]")
+def _example(model: ServingModel, key: str) -> str:
+    """How the model says `key` is searched (its parameter's `search_example`)."""
+    return model.param_by_key[key].search_example or f"{key} = [1, 2]"
 
 
 def _hide_password(url: str) -> str:

@@ -105,13 +105,19 @@ class GridSpec:
 
     @property
     def row_size(self) -> int:
-        """Points per (scenario group, replicas) row: the product of the row axes."""
-        return math.prod(len(self.axis(k)) for k in self.model.row_axes)
+        """Points per row (one scenario and one value of every group axis): the product of
+        the row axes."""
+        return math.prod(len(self.axis(k)) for k in self.model.decisions.row_axes)
+
+    @property
+    def rows_per_group(self) -> int:
+        """Rows per scenario group: the product of the group axes (e.g. the replicas axis)."""
+        return math.prod(len(self.axis(k)) for k in self.model.decisions.group_axes)
 
     @property
     def group_size(self) -> int:
-        """Points per scenario group: a row per replicas value."""
-        return self.row_size * len(self.axis("replicas"))
+        """Points per scenario group."""
+        return self.row_size * self.rows_per_group
 
     @property
     def roofline(self) -> bool:

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.errors import ProfileError
+from sweep.errors import profile_error as _err
 from sweep.models.continuous.model import DOMAINS
 
 COEFFS: tuple[str, ...] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
@@ -66,13 +66,6 @@ TIME = DOMAINS["t_fixed_ms"]
 N_TOKENS_MAX, N_CTX_MAX = DOMAINS["max_batched_tokens"].hi, DOMAINS["batch_size"].hi * DOMAINS["prompt_tokens"].hi
 #: A coefficient this many standard errors below 0 is refused; closer, it is pinned at 0.
 PIN_SE = 2.0
-
-
-def _err(source: str, where: str, value: object, rule: str) -> ProfileError:
-    text = repr(value)
-    if len(text) > 80:
-        text = text[:77] + "..."
-    return ProfileError(f"{source}: {where} = {text}: {rule}")
 
 
 @dataclass(frozen=True)

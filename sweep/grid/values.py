@@ -41,8 +41,8 @@ def axis_values(param: Param, raw: Any, source: str) -> list[Any]:
         if v in seen:
             raise GridError(source, where, v, "appears twice in the axis; each value once")
         seen.add(v)
-    if param.key == "batch_size":
-        values.sort()  # ascending batch sizes let the frontier skip a sort (sweep.decide.pareto)
+    if param.ascending:
+        values.sort()  # ascending caps let the frontier skip a sort (sweep.decide.pareto)
     return values
 
 

@@ -3,9 +3,11 @@
 Point columns are declared by each serving model (`sweep.models`), the reduced outputs'
 by `sweep.decide.tables` (and `sweep.decide.schedule`), the search answers' by `sweep.search`. This module
 only renders them: `python -m sweep.io.columns points|optimum|frontier|schedule|search [SERVING]`
-prints one table, `python -m sweep.io.columns --readme FILE.md` rewrites every table between
-`<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in a markdown file (NAME is a
-table, or TABLE:SERVING for a serving mode other than dynamic), and
+prints one table, `python -m sweep.io.columns --fill FILE.md [FILE.md ...]` rewrites every
+table between `<!-- columns:NAME -->` and `<!-- /columns:NAME -->` markers in markdown files
+(NAME is a table, or TABLE:SERVING for a serving mode other than dynamic; the pages that hold
+them are docs/outputs.md, docs/continuous.md and docs/schedule.md; `--readme` is the old
+name of `--fill`), and
 `python -m sweep.io.columns --csv NAME [SERVING]` prints one file's reference as CSV (a
 data dictionary for BI tools, which do not show Parquet field metadata).
 """
@@ -138,9 +140,9 @@ if __name__ == "__main__":  # pragma: no cover - docs helper
     if sys.argv[1:2] == ["--csv"]:
         serving = sys.argv[3] if len(sys.argv) > 3 else None
         sys.stdout.write(csv_dictionary(sys.argv[2] if len(sys.argv) > 2 else "points", get_model(serving) if serving else None))
-    elif sys.argv[1:2] == ["--readme"]:
-        path = Path(sys.argv[2])
-        path.write_text(fill_markdown(path.read_text()))
+    elif sys.argv[1:2] in (["--fill"], ["--readme"]):
+        for path in map(Path, sys.argv[2:]):
+            path.write_text(fill_markdown(path.read_text()))
     else:
         which = sys.argv[1] if len(sys.argv) > 1 else "points"
         print(reference(which, get_model(*sys.argv[2].split("/")) if len(sys.argv) > 2 else None))

@@ -298,6 +298,10 @@ class Param:
     default: Any
     domain: Domain | None = None
     example: str = ""
+    #: how `[search.params]` would search it (a key a search may vary), e.g. `replicas = {low = 1, high = 64}`
+    search_example: str = ""
+    #: the axis is sorted ascending (the cap: ascending caps let the frontier skip a sort)
+    ascending: bool = False
 
     @property
     def allow_inf(self) -> bool:
@@ -475,6 +479,11 @@ class ServingModel(abc.ABC):
     @property
     def group_axes(self) -> tuple[str, ...]:
         return self.decisions.group_axes
+
+    def per_replica(self, x: Mapping[str, Array], rate: Array) -> Array:
+        """The arrival rate one replica sees when the fleet gets `rate` (`headroom_rps` is
+        per replica); a model whose load splits otherwise says so here."""
+        return rate / x["replicas"]
 
     def point_columns(self, *, roofline: bool, simulation: bool, uncertainty: bool = False,
                       sensitivity: bool = False) -> tuple[Column, ...]:

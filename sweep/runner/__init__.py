@@ -1,9 +1,13 @@
 """Runs: a grid (or one shard of it) evaluated and published as files (SPEC 9).
 
-Owns segments and resume, the writer threads, the manifest, the `[search]` phase of a run,
-merging shards, progress reporting, and segments as tasks on a Dask cluster (`cluster`,
-imported only when a run asks for one). Uses the engine to evaluate, `sweep.decide` for the
-reduced outputs' rows, `sweep.io` to write.
+Owns segments and resume (`run`), a segment's evaluation and writer threads (`segment`),
+where segments are computed (`executors`: in process, or as tasks on a Dask cluster,
+`cluster`, which imports Dask only when a run asks for one), the manifest, the `[search]`
+phase of a run, merging shards, progress reporting. Uses the engine to evaluate,
+`sweep.decide` for the reduced outputs' rows, `sweep.io` to write.
+
+Modules import one another in one direction: run -> cluster -> executors -> segment
+(`tests/test_architecture.py` checks that no sweep modules import each other in a cycle).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The client (the `sweep run` process) keeps every guarantee of a run in one proce
 sealed, seals, verifies and publishes. The workers only evaluate and write:
 
 * Each unsealed segment [begin, end) is one task, `segment_task`. It runs the same code as
-  a segment in process (`sweep.runner.run.SegmentWriter`, one per worker process and run,
+  a segment in process (`sweep.runner.segment.SegmentWriter`, one per worker process and run,
   so a worker compiles once and reuses the compiled chunk function across its tasks; the
   simulator's host pass runs there too) and writes its files under its own attempt folder,
   `STAGING/attempts/SESSION/NNNNN-PID-RANDOM/`, laid out like the staging folder. It returns
@@ -20,8 +20,10 @@ sealed, seals, verifies and publishes. The workers only evaluate and write:
   where rename is atomic: NFS, Lustre, GPFS, CephFS, a Kubernetes ReadWriteMany volume).
   A worker that cannot see the folder fails its task with one line saying so.
 
-Dask is an optional dependency (`pip install 'sweep[cluster]'`), imported only here and
-only when a run asks for a cluster.
+`DaskExecutor` is the run's executor (`sweep.runner.executors`) on a cluster, chosen by
+`sweep.runner.run.executor_for` when a run has `ClusterOptions`. Dask is an optional
+dependency (`pip install 'sweep[cluster]'`), imported only here (`_distributed`) and only
+when a run asks for a cluster: without it, such a run is refused in one line before any work.
 """
 
 from __future__ import annotations
@@ -33,19 +35,23 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any
+
+import jax
 
 from sweep._version import __version__
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
 from sweep.errors import OutputError, ResourceError
 from sweep.grid.spec import GridSpec
-from sweep.io.staging import file_record
-
-if TYPE_CHECKING:
-    from sweep.runner.run import SegmentWriter, _Run
+from sweep.io.staging import Staging, file_record
+from sweep.models import REGISTRY
+from sweep.runner.executors import Executor, SegmentRun
+from sweep.runner.progress import enable_compile_cache
+from sweep.runner.segment import SegmentWriter
 
 #: Points per segment (one task) on a cluster, unless `--segment-points` says otherwise:
 #: small enough to spread a large grid over many workers, large enough that a task's fixed
@@ -56,6 +62,16 @@ CLUSTER_SEGMENT_POINTS = 1 << 20
 CLUSTER_TASKS = 256
 ATTEMPTS = "attempts"
 CONNECT_TIMEOUT_S = 10.0
+NO_DASK = "running on a Dask cluster needs the cluster extra: pip install 'sweep[cluster]'"
+
+
+def _distributed() -> ModuleType:
+    """`dask.distributed`, or `OutputError` in one line saying how to install it."""
+    try:
+        import distributed
+    except ImportError:
+        raise OutputError(NO_DASK) from None
+    return distributed
 
 
 @dataclass(frozen=True)
@@ -79,10 +95,7 @@ class ClusterOptions:
     def check(self, timeout_s: float = 3.0) -> None:
         """Refuse, before any work, a run whose cluster cannot be had: Dask not installed, or
         a scheduler address that does not accept a TCP connection within `timeout_s`."""
-        try:
-            import distributed  # noqa: F401
-        except ImportError:
-            raise OutputError("running on a Dask cluster needs the cluster extra: pip install 'sweep[cluster]'") from None
+        _distributed()
         if self.scheduler is None:
             return
         address = self.scheduler.split("://", 1)[-1]
@@ -121,10 +134,7 @@ def connect(options: ClusterOptions) -> Iterator[Any]:
     Dask's own log lines are kept off stderr (a run's stderr is its progress log); what a
     person should know (a segment computed again after a lost worker) is said through the
     run's notes."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise OutputError("running on a Dask cluster needs the cluster extra: pip install 'sweep[cluster]'") from None
+    distributed = _distributed()
     # Dask logs through StreamHandlers on the "distributed" logger (child loggers such as
     # distributed.client carry their own levels): quiet the handlers themselves.
     quiet = logging.getLogger("distributed")
@@ -136,7 +146,7 @@ def connect(options: ClusterOptions) -> Iterator[Any]:
     try:
         if options.scheduler is not None:
             try:
-                client = Client(options.scheduler, timeout=options.connect_timeout_s, set_as_default=False)
+                client = distributed.Client(options.scheduler, timeout=options.connect_timeout_s, set_as_default=False)
             except (OSError, TimeoutError, ValueError) as exc:
                 why = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
                 raise OutputError(f"--scheduler {options.scheduler}: cannot reach the Dask scheduler ({why}); "
@@ -144,8 +154,9 @@ def connect(options: ClusterOptions) -> Iterator[Any]:
             with client:
                 yield client
         else:
-            with LocalCluster(n_workers=options.workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                              silence_logs=logging.CRITICAL) as cluster, Client(cluster, set_as_default=False) as client:
+            with (distributed.LocalCluster(n_workers=options.workers, threads_per_worker=1, processes=True,
+                                           dashboard_address=None, silence_logs=logging.CRITICAL) as cluster,
+                  distributed.Client(cluster, set_as_default=False) as client):
                 yield client
     finally:
         quiet.setLevel(level)
@@ -153,87 +164,103 @@ def connect(options: ClusterOptions) -> Iterator[Any]:
             h.setLevel(before)
 
 
-def run_segments(run: _Run, bounds: list[int], add: Callable[[dict[str, Any]], None], kept: list) -> int:
-    """Compute every unsealed segment of `run` as a task; seal each as its task completes
-    (in completion order), report progress and notes. Returns how many were resumed."""
-    assert run.cluster is not None
-    staging, n_seg = run.staging, len(bounds)
-    todo: list[tuple[int, int, int]] = []
-    resumed = done = 0
-    for k, begin in enumerate(bounds):
-        end = min(begin + run.seg, run.stop)
-        seal = run.sealed(k, n_seg)
-        if seal is not None:
-            add(seal["stats"])
-            resumed += 1
-            done += end - begin
-        else:
-            todo.append((k, begin, end))
-    if done:
-        run.report(done)
-    run.executor = {"kind": "dask", "cluster": run.cluster.describe(), "tasks": len(todo), "recomputed": 0}
-    if not todo:
-        return resumed
-    attempts = staging.path / ATTEMPTS
-    shutil.rmtree(attempts, ignore_errors=True)  # an earlier client's attempts: never sealed
-    session = uuid.uuid4().hex[:12]
-    folder = (attempts / session).resolve()
-    folder.mkdir(parents=True)
-    for k, _, _ in todo:
-        staging.drop_segment(k, f"seg-{k:05d}-")
-    import jax
+class DaskExecutor(Executor):
+    """Each unsealed segment a task on the cluster of `options`; the client seals each as its
+    task completes (in completion order) and reports progress and notes."""
 
-    job = {"spec": run.spec, "chunk_size": run.ev.chunk_size, "meta": run.meta, "run_key": run.run_key,
-           "version": __version__, "cache_dir": getattr(jax.config, "jax_compilation_cache_dir", None) or None,
-           "folder": str(folder)}
-    kept_by_segment: dict[int, list] = {}
-    compilations = 0
-    with connect(run.cluster) as client:
-        from distributed import as_completed
+    def __init__(self, options: ClusterOptions) -> None:
+        self.options = options
+        self.info: dict[str, Any] = {"kind": "dask"}  # the manifest's entry, filled by run_segments
+        self._compilations: int | None = None  # the most any worker process compiled
 
-        run.executor["workers"] = len(client.nthreads())
-        futures = {client.submit(segment_task, job, k, begin, end, key=f"sweep-{run.run_key}-{session}-{k:05d}"): (k, begin, end)
-                   for k, begin, end in todo}
-        try:
-            for future in as_completed(list(futures), loop=client.loop):
-                k, begin, end = futures.pop(future)
-                try:
-                    result = future.result()
-                except Exception as exc:
-                    if "CancelledError" in type(exc).__name__:
-                        raise OutputError(f"segment {k + 1} of {n_seg}: its task was cancelled on the cluster; rerun to resume") from None
-                    if type(exc).__name__ == "KilledWorker":
-                        raise ResourceError(f"segment {k + 1} of {n_seg}: every worker that ran it died ({exc}); "
-                                            "rerun the same command to resume (a worker's memory limit?)") from None
-                    raise
-                _adopt(run, k, folder / result["attempt"], result)
-                again = [p for p in folder.glob(f"{k:05d}-*") if p.name != result["attempt"]]
-                if again:
-                    run.executor["recomputed"] += 1
-                    run.note(f"segment {k + 1} of {n_seg} was computed again on {result['worker']} "
-                             f"(the worker that had it was lost); nothing of the lost attempt was kept")
-                add(result["stats"])
-                for key, seconds in result["timings"].items():
-                    run.timings[key] += seconds
-                compilations = max(compilations, result["compilations"])
-                if result["kept"] is not None:
-                    kept_by_segment[k] = result["kept"]
+    def check(self) -> None:
+        self.options.check()
+
+    def chunk_size(self, spec: GridSpec, chunk: int) -> int:
+        return min(chunk, cluster_chunk(spec))  # a simulated grid is split finer, so that it makes tasks
+
+    def segment_points(self, spec: GridSpec, chunk: int) -> int:
+        return cluster_segment(spec, chunk)
+
+    def manifest(self) -> dict[str, Any]:
+        return self.info
+
+    def compilations(self, ev: Evaluator) -> int:
+        return ev.compile_count() if self._compilations is None else self._compilations
+
+    def run_segments(self, run: SegmentRun, bounds: Sequence[int]) -> int:
+        staging, n_seg = run.staging, len(bounds)
+        todo: list[tuple[int, int, int]] = []
+        resumed = done = 0
+        for k, begin in enumerate(bounds):
+            end = min(begin + run.seg, run.stop)
+            seal = run.sealed(k, n_seg)
+            if seal is not None:
+                run.add(seal["stats"])
+                resumed += 1
                 done += end - begin
-                run.computed += end - begin
-                run.report(done)
-        except BaseException:
-            client.cancel(list(futures))
-            raise
-    for k in sorted(kept_by_segment):
-        kept.extend(kept_by_segment[k])
-    run.compilations = compilations
-    shutil.rmtree(attempts, ignore_errors=True)
-    return resumed
+            else:
+                todo.append((k, begin, end))
+        if done:
+            run.report(done)
+        self.info = {"kind": "dask", "cluster": self.options.describe(), "tasks": len(todo), "recomputed": 0}
+        if not todo:
+            return resumed
+        attempts = staging.path / ATTEMPTS
+        shutil.rmtree(attempts, ignore_errors=True)  # an earlier client's attempts: never sealed
+        session = uuid.uuid4().hex[:12]
+        folder = (attempts / session).resolve()
+        folder.mkdir(parents=True)
+        for k, _, _ in todo:
+            staging.drop_segment(k, f"seg-{k:05d}-")
+        job = {"spec": run.spec, "chunk_size": run.ev.chunk_size, "meta": run.meta, "run_key": run.run_key,
+               "version": __version__, "cache_dir": getattr(jax.config, "jax_compilation_cache_dir", None) or None,
+               "folder": str(folder)}
+        kept_by_segment: dict[int, list] = {}
+        compilations = 0
+        with connect(self.options) as client:
+            self.info["workers"] = len(client.nthreads())
+            futures = {client.submit(segment_task, job, k, begin, end, key=f"sweep-{run.run_key}-{session}-{k:05d}"): (k, begin, end)
+                       for k, begin, end in todo}
+            try:
+                for future in _distributed().as_completed(list(futures), loop=client.loop):
+                    k, begin, end = futures.pop(future)
+                    try:
+                        result = future.result()
+                    except Exception as exc:
+                        if "CancelledError" in type(exc).__name__:
+                            raise OutputError(f"segment {k + 1} of {n_seg}: its task was cancelled on the cluster; rerun to resume") from None
+                        if type(exc).__name__ == "KilledWorker":
+                            raise ResourceError(f"segment {k + 1} of {n_seg}: every worker that ran it died ({exc}); "
+                                                "rerun the same command to resume (a worker's memory limit?)") from None
+                        raise
+                    _adopt(staging, k, folder / result["attempt"], result)
+                    again = [p for p in folder.glob(f"{k:05d}-*") if p.name != result["attempt"]]
+                    if again:
+                        self.info["recomputed"] += 1
+                        run.note(f"segment {k + 1} of {n_seg} was computed again on {result['worker']} "
+                                 f"(the worker that had it was lost); nothing of the lost attempt was kept")
+                    run.add(result["stats"])
+                    for key, seconds in result["timings"].items():
+                        run.timings[key] += seconds
+                    compilations = max(compilations, result["compilations"])
+                    if result["kept"] is not None:
+                        kept_by_segment[k] = result["kept"]
+                    done += end - begin
+                    run.computed += end - begin
+                    run.report(done)
+            except BaseException:
+                client.cancel(list(futures))
+                raise
+        for k in sorted(kept_by_segment):
+            run.kept.extend(kept_by_segment[k])
+        self._compilations = compilations
+        shutil.rmtree(attempts, ignore_errors=True)
+        return resumed
 
 
-def _adopt(run: _Run, k: int, attempt: Path, result: dict[str, Any]) -> None:
+def _adopt(staging: Staging, k: int, attempt: Path, result: dict[str, Any]) -> None:
     """Rename the winning attempt's files into the staging folder, then seal segment `k`."""
-    staging = run.staging
     for rel, record in result["records"].items():
         src, dst = attempt / rel, staging.path / rel
         if not src.is_file() or src.stat().st_size != record["bytes"]:
@@ -276,10 +303,6 @@ def _writer(job: dict[str, Any]) -> SegmentWriter:
     """The process's writer for this run (built on its first task: Evaluator, schemas)."""
     key = job["run_key"]
     if key not in _WRITERS:
-        from sweep.models import REGISTRY
-        from sweep.runner.progress import enable_compile_cache
-        from sweep.runner.run import SegmentWriter
-
         enable_compile_cache(job["cache_dir"])
         spec: GridSpec = job["spec"]
         # the registry's own model object: the engine's compile caches are keyed by it

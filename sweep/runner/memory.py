@@ -38,7 +38,6 @@ class MemoryPlan:
     chunk_size: int
     row_group_rows: int | None  # None: the grid's own
     sim_budget_bytes: int | None  # None: the simulator's default
-    floor_mb: int  # the least this grid needs
 
 
 def bytes_per_row(spec: GridSpec) -> int:
@@ -70,4 +69,4 @@ def plan_memory(spec: GridSpec, limit_mb: int) -> MemoryPlan:
         sim_budget = int(max(avail * 0.5, 16e6))
         avail -= sim_budget
     chunk = int(min(MAX_CHUNK, max(MIN_CHUNK, avail / BYTES_PER_POINT)))
-    return MemoryPlan(chunk, row_group, sim_budget, floor_mb)
+    return MemoryPlan(chunk, row_group, sim_budget)

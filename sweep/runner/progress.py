@@ -18,7 +18,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 
@@ -26,18 +26,23 @@ class ProgressReporter:
     """Callable `(done, total, computed=None)`; use as a context manager around a run.
 
     `done` counts every point finished (resumed segments included), `computed` those this
-    process evaluated (default: `done`)."""
+    process evaluated (default: `done`). `clock` gives the seconds that rates, intervals and
+    the elapsed time are measured in (a monotonic clock; a test passes its own). In log mode
+    a thread calls `beat` about every interval; `heartbeat=False` leaves that to the caller."""
 
-    def __init__(self, grid: str, mode: str = "auto", interval_s: float = 10.0, stream: TextIO | None = None) -> None:
+    def __init__(self, grid: str, mode: str = "auto", interval_s: float = 10.0, stream: TextIO | None = None, *,
+                 clock: Callable[[], float] = time.perf_counter, heartbeat: bool = True) -> None:
         self.grid = grid
         self.stream = stream or sys.stderr
         if mode == "auto":
             mode = "bar" if self.stream.isatty() else "log"
         self.mode = mode
         self.interval_s = interval_s
+        self._clock = clock
+        self._beats = heartbeat
         self._bar: Any = None
         self._task: Any = None
-        self._t0 = time.perf_counter()
+        self._t0 = clock()
         self._last = 0.0
         self._state: tuple[int, int, int] | None = None  # (done, total, computed)
         self._logged: tuple[int, int] | None = None  # (done, total) of the last line: the end is logged once
@@ -46,7 +51,7 @@ class ProgressReporter:
         self._heart: threading.Thread | None = None
 
     def __enter__(self) -> ProgressReporter:
-        self._t0 = time.perf_counter()
+        self._t0 = self._clock()
         self._last = self._t0
         if self.mode == "bar":
             from rich.console import Console
@@ -68,8 +73,9 @@ class ProgressReporter:
             self._task = self._bar.add_task(self.grid, total=None, rate="-")
         elif self.mode == "log":
             self._emit({"event": "start", "grid": self.grid})
-            self._heart = threading.Thread(target=self._heartbeat, name="sweep-progress", daemon=True)
-            self._heart.start()
+            if self._beats:
+                self._heart = threading.Thread(target=self._heartbeat, name="sweep-progress", daemon=True)
+                self._heart.start()
         return self
 
     def rate(self, computed: int, now: float) -> float:
@@ -79,7 +85,7 @@ class ProgressReporter:
 
     def __call__(self, done: int, total: int, computed: int | None = None) -> None:
         computed = done if computed is None else computed
-        now = time.perf_counter()
+        now = self._clock()
         with self._lock:
             self._state = (done, total, computed)
             rate = self.rate(computed, now)
@@ -104,18 +110,22 @@ class ProgressReporter:
         self._emit(line)
 
     def _heartbeat(self) -> None:
-        """In log mode: a line at least every interval, the last state repeated while a long
-        chunk (or the compilation) keeps the run from reporting."""
+        """The heartbeat thread (log mode): `beat` every interval (at most every second)."""
         while not self._stop.wait(min(self.interval_s, 1.0)):
-            with self._lock:
-                now = time.perf_counter()
-                if now - self._last >= self.interval_s:
-                    if self._state is None:
-                        self._last = now
-                        self._emit({"event": "progress", "grid": self.grid, "done": 0, "total": None, "pct": 0.0,
-                                    "points_per_s": 0.0, "eta_s": None, "note": "compiling or computing the first chunk"})
-                    else:
-                        self._log(now)
+            self.beat()
+
+    def beat(self) -> None:
+        """In log mode: a line when `interval_s` has passed since the last one, the last state
+        repeated while a long chunk (or the compilation) keeps the run from reporting."""
+        with self._lock:
+            now = self._clock()
+            if now - self._last >= self.interval_s:
+                if self._state is None:
+                    self._last = now
+                    self._emit({"event": "progress", "grid": self.grid, "done": 0, "total": None, "pct": 0.0,
+                                "points_per_s": 0.0, "eta_s": None, "note": "compiling or computing the first chunk"})
+                else:
+                    self._log(now)
 
     def note(self, message: str) -> None:
         """One line a person should read (a damaged segment recomputed): on stderr, or as a
@@ -136,7 +146,7 @@ class ProgressReporter:
             self._bar.stop()
         if self.mode == "log":
             status = "done" if exc_type is None else "failed"
-            self._emit({"event": status, "grid": self.grid, "elapsed_s": round(time.perf_counter() - self._t0, 3)})
+            self._emit({"event": status, "grid": self.grid, "elapsed_s": round(self._clock() - self._t0, 3)})
 
     def _emit(self, obj: dict[str, Any]) -> None:
         obj = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **obj}

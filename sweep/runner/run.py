@@ -17,49 +17,33 @@ import hashlib
 import json
 import platform
 import shutil
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sweep._version import __version__
-from sweep.decide.reduce import REASONS
-from sweep.decide.schedule import ROW_FACTS, row_fact_columns, row_facts, schedule_columns, schedule_table
-from sweep.decide.tables import frontier_columns, frontier_rows, optimum_columns, optimum_rows
+from sweep.decide.schedule import ROW_FACTS, schedule_table
 from sweep.decide.verdict import ACTIONS
-from sweep.engine.evaluate import DEFAULT_CHUNK, Chunk, Evaluator
+from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
 from sweep.errors import OutputError, ResourceError
 from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
 from sweep.io.staging import DamagedError, Staging, file_record, recover
-from sweep.models.base import SERVICE_SOURCES
+from sweep.runner.cluster import ClusterOptions, DaskExecutor
+from sweep.runner.executors import Executor, InProcess
 from sweep.runner.memory import plan_memory
+from sweep.runner.segment import SegmentWriter
 
-if TYPE_CHECKING:
-    from sweep.runner.cluster import ClusterOptions
-
-#: Grids at most this large keep every row in memory for the terminal summary.
-SUMMARY_ROWS = 64
-#: Points per resumable segment (rounded to whole chunks).
-SEGMENT_POINTS = 1 << 23
-#: Row-group size of frontier.parquet (it is concatenated row group by row group).
-FRONTIER_ROW_GROUP = 1 << 16
 #: The replica schedule's file (grids with [schedule], SPEC 12).
 SCHEDULE_FILE = "schedule.parquet"
-#: Threads encoding points/ (whole row groups alternate between two files): Parquet
-#: encoding is the run's largest cost with points = "all", and one thread is one core.
-POINT_ENCODERS = 2
 
 #: (points done, points total, points computed by this process: resumed segments excluded;
 #: on a cluster, by its workers for this run)
@@ -123,6 +107,12 @@ def output_folder(out_dir: Path, shard: Shard | None) -> Path:
     return out_dir if shard is None or shard.count == 1 else out_dir / "shards" / shard.folder
 
 
+def executor_for(cluster: ClusterOptions | None) -> Executor:
+    """The one place a run's executor is chosen: in this process, or on the Dask cluster of
+    `cluster` (`sweep run --scheduler ADDRESS` / `--workers N`)."""
+    return InProcess() if cluster is None else DaskExecutor(cluster)
+
+
 def run_grid(
     spec: GridSpec,
     out_dir: str | Path,
@@ -150,11 +140,12 @@ def run_grid(
     scheduler, or a LocalCluster of N worker processes; `sweep.runner.cluster`): the workers
     write each segment's files, this process keeps the lock, seals, verifies and publishes.
     `segment_points` (points per resumable segment, i.e. per task) defaults to
-    `SEGMENT_POINTS` in process and to `sweep.runner.cluster.segment_points` on a cluster.
+    `sweep.runner.executors.SEGMENT_POINTS` in process and to
+    `sweep.runner.cluster.cluster_segment` on a cluster.
     """
     t0 = time.perf_counter()
-    if cluster is not None:
-        cluster.check()  # refused before any work
+    executor = executor_for(cluster)
+    executor.check()  # refused before any work
     limit_chunk = None
     if memory_limit_mb is not None:
         plan = plan_memory(spec, memory_limit_mb)
@@ -166,18 +157,10 @@ def run_grid(
     target = output_folder(Path(out_dir), shard)
     shard = shard or Shard()
     if chunk_size is None or limit_chunk is not None:  # not given, or set by the memory limit
-        chunk_size = limit_chunk or DEFAULT_CHUNK
-        if cluster is not None:  # a simulated grid is split finer, so that it makes tasks
-            from sweep.runner.cluster import cluster_chunk
-
-            chunk_size = min(chunk_size, cluster_chunk(spec))
+        chunk_size = executor.chunk_size(spec, limit_chunk or DEFAULT_CHUNK)
     evaluator = Evaluator(spec, chunk_size)
     if segment_points is None:
-        segment_points = SEGMENT_POINTS
-        if cluster is not None:
-            from sweep.runner.cluster import cluster_segment
-
-            segment_points = cluster_segment(spec, evaluator.chunk_size)
+        segment_points = executor.segment_points(spec, evaluator.chunk_size)
     seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
     if spec.schedule is not None and shard.count > 1:
         raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; run it without --shard")
@@ -194,7 +177,7 @@ def run_grid(
         if force:
             staging.discard()
         try:
-            return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, cluster).execute()
+            return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor).execute()
         except OSError as exc:
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -218,182 +201,24 @@ def _finished(target: Path, run_key: str) -> dict[str, Any] | None:
     return manifest if manifest.get("run_key") == run_key else None
 
 
-class SegmentWriter:
-    """Evaluates points [begin, end) and writes a segment's files: its points parts, its
-    optimum rows, its frontier rows and (a grid with [schedule]) its row facts, under a root
-    folder laid out like the staging folder (`final/points/...`, `optimum/NNNNN.parquet`,
-    `frontier/NNNNN.parquet`, `schedule-facts/NNNNN.parquet`).
-
-    In process the root is the staging folder itself; on a cluster each task writes under
-    its own attempt folder and the client moves the files into place before sealing
-    (`sweep.runner.cluster`). Built once per process and reused across segments: the
-    compiled chunk function is shared through the engine's caches.
-    """
-
-    def __init__(self, spec: GridSpec, ev: Evaluator, meta: dict[str, Any]) -> None:
-        self.spec, self.ev, self.meta = spec, ev, meta
-        out = spec.output
-        every = spec.point_columns()
-        point_cols = [c for c in every if not out.columns or c.name in out.columns]
-        point_cols = [c for c in point_cols if c.name not in out.partition_by]
-        # The point, optimum and frontier files carry the provenance without the schedule's
-        # entry (as in process, where it is added after them; a worker gets it already set).
-        base = {k: v for k, v in meta.items() if k != "schedule"}
-        self.point_schema = arrow_schema(point_cols, base)
-        self.opt_schema = arrow_schema(optimum_columns(spec.model, every), base)
-        self.front_schema = arrow_schema(frontier_columns(every, spec.model), base)
-        if spec.schedule is not None:
-            sched = spec.schedule
-            meta["schedule"] = {"source": sched.source, "hours": sched.hours, "ramp": sched.ramp,
-                                "warmup_hours": sched.warmup_hours}
-            self.facts_schema = arrow_schema(row_fact_columns(spec.model, every), {})
-            self.sched_schema = arrow_schema(schedule_columns(spec.model, every), meta)
-        self.dictionaries = {
-            "model": [m.name for m in spec.models],
-            "gpu": [g.name for g in spec.gpus],
-            "action": list(ACTIONS),
-            "service_source": list(SERVICE_SOURCES),
-            "reason": list(REASONS),
-            "method": ["exact"],
-        }
-        self.n_replicas = len(spec.axis("replicas"))
-        self.keep_rows = spec.n_points <= SUMMARY_ROWS
-        self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}
-
-    def write(self, k: int, begin: int, end: int, root: Path, kept: list, first: bool,
-              on_chunk: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[tuple[Path, int]]]:
-        """Evaluate and write points [begin, end) as segment `k` under `root`; `first`: the
-        first chunk of the run (its time includes the compilation); `on_chunk(points)` after
-        each chunk is evaluated (progress). Returns the segment's statistics and every file
-        it wrote with its row count."""
-        prefix = f"seg-{k:05d}-"
-        out = self.spec.output
-        point_writers: dict[str, DatasetWriter] = {}
-        opt_w = DatasetWriter(root / "optimum", self.opt_schema, single_file=f"{k:05d}.parquet")
-        # The frontier carries every point column; smaller row groups keep the concatenation
-        # at the end of the run (one row group in memory at a time) light.
-        front_w = DatasetWriter(root / "frontier", self.front_schema, single_file=f"{k:05d}.parquet",
-                                row_group_rows=min(out.row_group_rows, FRONTIER_ROW_GROUP))
-        stats: dict[str, Any] = {"feasible": 0, "actions": np.zeros(len(ACTIONS), dtype=np.int64)}
-        facts_w = None
-        if self.spec.schedule is not None:
-            facts_w = DatasetWriter(root / "schedule-facts", self.facts_schema, single_file=f"{k:05d}.parquet")
-
-        timings_lock = threading.Lock()
-
-        def timed(key: str, t0: float) -> None:
-            with timings_lock:
-                self.timings[key] += time.perf_counter() - t0
-
-        def handle_points(chunk: Chunk) -> None:
-            """Points for one chunk, on the points writer thread (pyarrow releases the GIL)."""
-            w0 = time.perf_counter()
-            self._write_points(chunk, point_writers, prefix, root)
-            timed("write", w0)
-
-        def handle_decisions(chunk: Chunk) -> None:
-            """Counts, optimum and frontier rows for one chunk, on the decisions thread."""
-            w0 = time.perf_counter()
-            data = chunk.columns
-            stats["actions"] += np.bincount(data["action"], minlength=len(ACTIONS))
-            stats["feasible"] += int(data["feasible"].sum())
-            if self.keep_rows:
-                kept.append(data)
-            opt_w.write(record_batch(optimum_rows(self.spec.model, data, chunk.rows, self.ev.row_size, self.n_replicas),
-                                     self.opt_schema, self.dictionaries))
-            front_w.write(record_batch(frontier_rows(data, self.ev.row_size, self.n_replicas), self.front_schema, self.dictionaries))
-            if facts_w is not None:
-                facts = row_facts(data, chunk.rows, self.ev.row_size, self.ev.group_size, self.facts_schema.names)
-                facts_w.write(record_batch(facts, self.facts_schema, {}))
-            timed("write", w0)
-
-        # Two writer threads, each keeping its files in order: points on one, decisions on
-        # the other, so the Parquet encoding of both runs on both cores while the next chunk
-        # computes. At most two chunks wait for them: memory stays bounded.
-        write_points = out.points != "none"
-        with ThreadPoolExecutor(1, "sweep-points") as points_pool, ThreadPoolExecutor(1, "sweep-decisions") as dec_pool:
-            pending: deque[list[Future[None]]] = deque()
-            tick = time.perf_counter()
-            first = first and self.timings["first_chunk_incl_compile"] == 0.0
-            for chunk in self.ev.iter_chunks(begin, end):
-                timed("first_chunk_incl_compile" if first else "evaluate", tick)
-                first = False
-                if on_chunk is not None:
-                    on_chunk(len(chunk))
-                futures = [dec_pool.submit(handle_decisions, chunk)]
-                if write_points:
-                    futures.append(points_pool.submit(handle_points, chunk))
-                pending.append(futures)
-                while len(pending) > 2:
-                    for f in pending.popleft():
-                        f.result()
-                tick = time.perf_counter()
-            while pending:
-                for f in pending.popleft():
-                    f.result()
-        w0 = time.perf_counter()
-        extra = [facts_w] if facts_w is not None else []
-        for w in (*point_writers.values(), opt_w, front_w, *extra):
-            w.close()
-        _release_memory()
-        self.timings["write"] += time.perf_counter() - w0
-        files = [(path, rows) for w in (*point_writers.values(), opt_w, front_w, *extra) for path, rows in w.written.items()]
-        return {
-            "points_written": sum(w.rows for w in point_writers.values()),
-            "optimum": opt_w.rows,
-            "frontier": front_w.rows,
-            "feasible": stats["feasible"],
-            "actions": [int(x) for x in stats["actions"]],
-        }, files
-
-    def _write_points(self, chunk: Chunk, writers: dict[str, DatasetWriter], prefix: str, root: Path) -> None:
-        data = chunk.columns
-        mask = data["feasible"] if self.spec.output.points == "feasible" else None
-        parts = self.spec.output.partition_by
-        if not parts:
-            self._writer(writers, "", prefix, root).write(self._batch(data, mask, slice(None)))
-            return
-        # Model and gpu are the outermost axes: a chunk holds a few contiguous runs of them.
-        key = np.zeros(len(data["point_id"]), dtype=np.int64)
-        for p in parts:
-            key = key * 1_000_003 + data[p]
-        cuts = np.flatnonzero(np.diff(key)) + 1
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(key)]):
-            folder = "/".join(f"{p}={self.dictionaries[p][data[p][lo]]}" for p in parts)
-            self._writer(writers, folder, prefix, root).write(self._batch(data, mask, slice(lo, hi)))
-
-    def _batch(self, data: dict[str, np.ndarray], mask: np.ndarray | None, rows: slice) -> pa.RecordBatch:
-        view = {k: v[rows] for k, v in data.items()}
-        batch = record_batch(view, self.point_schema, self.dictionaries)
-        return batch.filter(mask[rows]) if mask is not None else batch
-
-    def _writer(self, writers: dict[str, DatasetWriter], folder: str, prefix: str, root: Path) -> DatasetWriter:
-        if folder not in writers:
-            points = root / "final" / "points"
-            path = points / folder if folder else points
-            writers[folder] = DatasetWriter(path, self.point_schema, row_group_rows=self.spec.output.row_group_rows, prefix=prefix,
-                                            encoders=POINT_ENCODERS)
-        return writers[folder]
-
-
 class _Run:
-    """The state of one run; `execute` does it."""
+    """The state of one run (a `sweep.runner.executors.SegmentRun`); `execute` does it."""
 
     def __init__(self, spec: GridSpec, ev: Evaluator, staging: Staging, shard: Shard, seg: int,
-                 run_key: str, progress: Progress | None, t0: float, note: Note,
-                 cluster: ClusterOptions | None = None) -> None:
+                 run_key: str, progress: Progress | None, t0: float, note: Note, executor: Executor) -> None:
         self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
         self.seg, self.run_key, self.progress, self.t0, self.note = seg, run_key, progress, t0, note
-        self.cluster = cluster
+        self.executor = executor
         self.meta = provenance(spec)
         self.writer = SegmentWriter(spec, ev, self.meta)
         self.opt_schema, self.front_schema = self.writer.opt_schema, self.writer.front_schema
         g0, g1 = shard.groups(spec.n_points // ev.group_size)
         self.start, self.stop = g0 * ev.group_size, g1 * ev.group_size
         self.timings = self.writer.timings
-        self.compilations: int | None = None  # on a cluster: the most any worker process compiled
-        self.executor: dict[str, Any] | None = None  # on a cluster: where the segments ran
-        self.computed = 0  # points evaluated for this run here (resumed segments are not)
+        self.computed = 0  # points evaluated for this run (resumed segments are not)
+        self.stats: dict[str, Any] = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0,
+                                      "actions": [0] * len(ACTIONS)}
+        self.kept: list[dict[str, np.ndarray]] = []  # every row, for small grids (terminal summary)
 
     def report(self, done: int) -> None:
         """Progress: after every chunk in process (the reporter rate-limits what it prints),
@@ -402,25 +227,20 @@ class _Run:
         if self.progress is not None:
             self.progress(done, self.stop - self.start, self.computed)
 
+    def add(self, seg_stats: dict[str, Any]) -> None:
+        """Count a sealed segment's statistics into the run's."""
+        stats = self.stats
+        for key in ("points_written", "optimum", "frontier", "feasible"):
+            stats[key] += seg_stats[key]
+        stats["actions"] = [a + b for a, b in zip(stats["actions"], seg_stats["actions"])]
+
     # ------------------------------------------------------------------ driver
 
     def execute(self) -> RunResult:
-        stats: dict[str, Any] = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0, "actions": [0] * len(ACTIONS)}
-        kept: list[dict[str, np.ndarray]] = []
         bounds = list(range(self.start, self.stop, self.seg))
         n_seg = len(bounds)
-
-        def add(seg_stats: dict[str, Any]) -> None:
-            for key in ("points_written", "optimum", "frontier", "feasible"):
-                stats[key] += seg_stats[key]
-            stats["actions"] = [a + b for a, b in zip(stats["actions"], seg_stats["actions"])]
-
-        if self.cluster is None:
-            resumed = self._segments_here(bounds, add, kept)
-        else:
-            from sweep.runner.cluster import run_segments
-
-            resumed = run_segments(self, bounds, add, kept)
+        resumed = self.executor.run_segments(self, bounds)
+        stats, kept = self.stats, self.kept
         w0 = time.perf_counter()
         final = self.staging.final
         self._verify(n_seg)
@@ -442,33 +262,6 @@ class _Run:
         counts = dict(zip(ACTIONS, stats["actions"]))
         rows = {k: np.concatenate([d[k] for d in kept]) for k in kept[0]} if kept else None
         return RunResult(self.staging.out_dir, manifest, rows, counts, stats["feasible"])
-
-    def _segments_here(self, bounds: list[int], add: Callable[[dict[str, Any]], None], kept: list) -> int:
-        """Every segment in this process, in order: a sealed one that verifies is skipped."""
-        resumed = 0
-        done_points = 0
-        for k, begin in enumerate(bounds):
-            end = min(begin + self.seg, self.stop)
-            seal = self.sealed(k, len(bounds))
-            if seal is not None:
-                seg_stats = seal["stats"]
-                resumed += 1
-            else:
-                self.staging.drop_segment(k, f"seg-{k:05d}-")
-                at = [done_points]
-
-                def chunk_done(n: int, at: list[int] = at) -> None:
-                    self.computed += n
-                    at[0] += n
-                    self.report(at[0])
-
-                seg_stats, files = self.writer.write(k, begin, end, self.staging.path, kept, first=done_points == 0,
-                                                     on_chunk=chunk_done)
-                self.staging.seal(k, seg_stats, files)
-            add(seg_stats)
-            done_points += end - begin
-            self.report(done_points)
-        return resumed
 
     def sealed(self, k: int, n_seg: int) -> dict[str, Any] | None:
         """Segment `k`'s seal when it verifies; a damaged one is reported (and recomputed)."""
@@ -497,7 +290,7 @@ class _Run:
         assert sched is not None
         tables = [pq.read_table(self.staging.path / "schedule-facts" / f"{k:05d}.parquet") for k in range(n_seg)]
         facts = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in w.facts_schema.names}
-        keys = [a.key for a in spec.axes if a.key not in ("replicas", *spec.model.row_axes)]
+        keys = [a.key for a in spec.axes if a.key not in spec.model.decisions.decision_axes]
         axis_names = [n for n in w.facts_schema.names[len(ROW_FACTS):] if n in w.sched_schema.names]
         table = schedule_table(facts, group_shape=[len(spec.axis(k)) for k in keys], arrival_pos=keys.index("arrival_rps"),
                                hourly_rps=sched.hourly_rps, rate_index=sched.rate_index, ramp=sched.ramp,
@@ -553,38 +346,12 @@ class _Run:
                        "row_group_rows": spec.output.row_group_rows},
             "files": {"points": points, "optimum": "optimum.parquet", "frontier": "frontier.parquet",
                       **({"schedule": SCHEDULE_FILE} if spec.schedule is not None else {})},
-            "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes), "group_axis": "replicas"},
+            "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes),
+                          "group_axes": list(spec.model.group_axes), "size": spec.model.decisions.size},
             "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
                        "resumed_segments": resumed,
-                       "compilations": ev.compile_count() if self.compilations is None else self.compilations},
-            "executor": self.executor or {"kind": "process"},
+                       "compilations": self.executor.compilations(ev)},
+            "executor": self.executor.manifest(),
             "timings_s": {**{k: round(v, 4) for k, v in self.timings.items()},
                           "total": round(total, 4), "points_per_s": round(n / max(total, 1e-9), 1)},
         }
-
-
-def _release_memory() -> None:
-    """Hand freed memory back to the OS between segments.
-
-    pyarrow's pool and glibc's malloc both keep freed buffers for reuse; with several
-    threads glibc's per-thread arenas grow until they plateau (measured: +0.7 GB over the
-    first 130M points of the fleet study). Trimming after each segment keeps a run flat
-    (0.4 GB resident throughout the same study). `malloc_trim` exists on glibc only.
-    """
-    pa.default_memory_pool().release_unused()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _load_libc() -> Any:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBC = _load_libc()

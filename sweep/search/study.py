@@ -57,7 +57,8 @@ from typing import Any
 import numpy as np
 
 from sweep._faults import fault
-from sweep.decide.verdict import ACTIONS
+from sweep.decide.tables import dictionaries as table_dictionaries
+from sweep.decide.verdict import slo_met
 from sweep.engine.evaluate import catalog_tables, evaluate_values, jit_columns
 from sweep.errors import StorageError
 from sweep.grid.search_table import (
@@ -69,7 +70,7 @@ from sweep.grid.search_table import (
     resolve_url,
 )
 from sweep.grid.spec import Axis, GridSpec
-from sweep.models.base import SERVICE_SOURCES, Column, ServingModel
+from sweep.models.base import Column, ServingModel
 
 #: Relative tolerance for "Optuna found the exact optimum" (the exact pass uses a different
 #: batch shape, so latencies may differ in the last bits).
@@ -522,7 +523,7 @@ def reduced_keys(model: ServingModel) -> tuple[str, ...]:
     """The columns objectives and constraints read (the exact pass keeps only these)."""
     keys = [c for c, _ in model.objectives.values()]
     keys += [k for check in model.slo_checks for k in check]
-    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max", "batch_size", "mem_ok"]
+    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max", model.decisions.cap, "mem_ok"]
     keys += ["b_mem_max"] if any(c.name == "b_mem_max" for c in model.columns) else []
     return tuple(dict.fromkeys(keys))
 
@@ -530,17 +531,16 @@ def reduced_keys(model: ServingModel) -> tuple[str, ...]:
 def constraint_values(out: dict[str, np.ndarray], model: ServingModel) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Optuna constraint values (<= 0 feasible) and the boolean verdict they agree with: every
     SLO of the model, stability, rho <= rho_max, memory."""
-    slo_ok = np.ones(len(out["stable"]), dtype=bool)
+    checks = [(np.asarray(out[lat], float), np.asarray(out[slo], float)) for lat, slo in model.slo_checks]
+    slo_ok = np.ones(len(out["stable"]), dtype=bool) & slo_met(checks)
     slo_graded = np.full(len(out["stable"]), -np.inf)
-    for lat_key, slo_key in model.slo_checks:
-        lat, slo = np.asarray(out[lat_key], float), np.asarray(out[slo_key], float)
-        slo_ok &= lat <= slo
+    for lat, slo in checks:
         with np.errstate(invalid="ignore", divide="ignore"):
             slo_graded = np.maximum(slo_graded, _graded(lat / slo - 1.0))
     rho = np.asarray(out[model.decisions.utilisation], float)
     mem_ok = np.asarray(out["mem_ok"], bool)
     if "b_mem_max" in out:
-        batch = np.asarray(out["batch_size"], float)
+        batch = np.asarray(out[model.decisions.cap], float)
         mem_graded = _graded((batch - out["b_mem_max"]) / batch)
     else:
         mem_graded = np.where(mem_ok, -1.0, 1.0)
@@ -995,12 +995,8 @@ def _rows(plan: _Plan, study: Any, stats: StudyStats, ans: dict[str, Any], exact
 def _result(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> SearchResult:
     """The answers as declared columns: string columns as dictionary codes."""
     columns = (*SEARCH_META_FIRST, *plan.columns, *SEARCH_META_LAST)
-    dictionaries: dict[str, list[str]] = {
-        "model": [m.name for m in plan.spec.models],
-        "gpu": [g.name for g in plan.gpus],
-        "action": list(ACTIONS),
-        "service_source": list(SERVICE_SOURCES),
-    }
+    dictionaries = table_dictionaries([m.name for m in plan.spec.models], [g.name for g in plan.gpus],
+                                      decisions=False)
     data: dict[str, np.ndarray] = {}
     for c in columns:
         col = [r[c.name] for r in rows]

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sweep.models.base import Step, num
+from sweep.models.continuous.slos import SLOS
 
 INF = math.inf
 DOC = "docs/continuous.md"
@@ -259,8 +260,7 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     # 7. SLOs and action
     lines = []
     checked = "simulated" if row.get("sim_steady") is not None and "sim_ttft_p_ms" in row and _sim_decides(row) else "analytic"
-    for name, lat, slo in (("TTFT", "ttft_p_ms", "ttft_slo_ms"), ("TPOT", "tpot_p_ms", "tpot_slo_ms"),
-                           ("E2E", "e2e_p_ms", "slo_ms")):
+    for name, lat, slo in SLOS:
         limit = _f(row, slo)
         if not math.isfinite(limit):
             continue

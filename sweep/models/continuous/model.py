@@ -52,6 +52,7 @@ from sweep.models.base import (
     planning_columns,
 )
 from sweep.models.continuous.analytic import cb_point, cb_state
+from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
 from sweep.models.shared import columns as shared
 from sweep.models.shared import roofline as rl
 
@@ -84,8 +85,10 @@ DOMAINS: dict[str, Domain] = {
 
 PARAMS: tuple[Param, ...] = (
     Param("model", "name", None, example='model = "llama-3.1-70b"'),
-    Param("gpu", "name", None, example='gpu = "h100-sxm"'),
-    Param("gpus_per_replica", "int", 1, DOMAINS["gpus_per_replica"], example="gpus_per_replica = [1, 2, 4, 8]"),
+    Param("gpu", "name", None, example='gpu = "h100-sxm"',
+          search_example='gpu = ["a100-80gb", "h100-sxm"]'),
+    Param("gpus_per_replica", "int", 1, DOMAINS["gpus_per_replica"], example="gpus_per_replica = [1, 2, 4, 8]",
+          search_example="gpus_per_replica = [1, 2, 4, 8]"),
     Param("arrival_rps", "float", None, DOMAINS["arrival_rps"], example="arrival_rps = [5, 10, 20]"),
     Param("prompt_tokens", "float", None, DOMAINS["prompt_tokens"], example="prompt_tokens = 1000"),
     Param("prompt_cv", "float", 0.0, DOMAINS["prompt_cv"], example="prompt_cv = 1.0"),
@@ -107,15 +110,17 @@ PARAMS: tuple[Param, ...] = (
     Param("rho_min", "float", 0.5, DOMAINS["rho_min"], example="rho_min = 0.5"),
     Param("queue_capacity", "int", math.inf, DOMAINS["queue_capacity"], example="queue_capacity = 1000  # or inf"),
     Param("service_cv", "float", 0.0, DOMAINS["service_cv"], example="service_cv = 0.1"),
-    Param("replicas", "int", 1, DOMAINS["replicas"], example="replicas = [1, 2, 4, 8]"),
+    Param("replicas", "int", 1, DOMAINS["replicas"], example="replicas = [1, 2, 4, 8]",
+          search_example="replicas = {low = 1, high = 64}"),
     Param("max_batched_tokens", "int", math.inf, DOMAINS["max_batched_tokens"],
-          example="max_batched_tokens = [2048, 8192, inf]"),
-    Param("batch_size", "int", None, DOMAINS["batch_size"], example="batch_size = [16, 64, 256]"),
+          example="max_batched_tokens = [2048, 8192, inf]",
+          search_example="max_batched_tokens = [2048, 8192]"),
+    Param("batch_size", "int", None, DOMAINS["batch_size"], example="batch_size = [16, 64, 256]",
+          search_example="batch_size = {low = 1, high = 512, log = true}", ascending=True),
 )
 REQUIRED: tuple[str, ...] = ("arrival_rps", "prompt_tokens", "output_tokens", "batch_size", "model", "gpu")
 STEP_KEYS: tuple[str, ...] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
 ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops")
-SLO_KEYS: tuple[str, ...] = ("ttft_slo_ms", "tpot_slo_ms", "slo_ms")
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
@@ -233,7 +238,6 @@ def kv_capacity_tokens(free_bytes: Array, kv_bytes_per_token: Array, block_token
 #: `presolve`'s keys: the fixed point a point's inputs carry into `point` under `[sensitivity]`
 STATE_TD, STATE_TP = "_cb_state_td", "_cb_state_tp"
 
-SLO_CHECKS: tuple[tuple[str, str], ...] = (("ttft_p_ms", "ttft_slo_ms"), ("tpot_p_ms", "tpot_slo_ms"), ("e2e_p_ms", "slo_ms"))
 
 
 class ContinuousModel(ServingModel):

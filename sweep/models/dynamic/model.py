@@ -86,8 +86,10 @@ DOMAINS: dict[str, Domain] = {
 #: decision axes come last, so one (scenario group, replicas) row is a contiguous block.
 PARAMS: tuple[Param, ...] = (
     Param("model", "name", None, example='model = "gpt3-175b"'),
-    Param("gpu", "name", None, example='gpu = "a100-80gb"'),
-    Param("gpus_per_replica", "int", 1, DOMAINS["gpus_per_replica"], example="gpus_per_replica = [1, 2, 4, 8]"),
+    Param("gpu", "name", None, example='gpu = "a100-80gb"',
+          search_example='gpu = ["a100-80gb", "h100-sxm"]'),
+    Param("gpus_per_replica", "int", 1, DOMAINS["gpus_per_replica"], example="gpus_per_replica = [1, 2, 4, 8]",
+          search_example="gpus_per_replica = [1, 2, 4, 8]"),
     Param("seq_len", "int", None, DOMAINS["seq_len"], example="seq_len = 2048"),
     Param("mean_seq_len", "float", None, DOMAINS["mean_seq_len"], example="mean_seq_len = 900"),
     Param("arrival_rps", "float", None, DOMAINS["arrival_rps"], example="arrival_rps = [50, 100, 200]"),
@@ -107,9 +109,12 @@ PARAMS: tuple[Param, ...] = (
     Param("workers", "int", 1, DOMAINS["workers"], example="workers = 1"),
     Param("queue_capacity", "int", math.inf, DOMAINS["queue_capacity"], example="queue_capacity = 64  # or inf"),
     Param("service_cv", "float", 0.0, DOMAINS["service_cv"], example="service_cv = 0.1"),
-    Param("replicas", "int", 1, DOMAINS["replicas"], example="replicas = [1, 2, 4]"),
-    Param("batch_window_ms", "float", math.inf, DOMAINS["batch_window_ms"], example="batch_window_ms = [5, 20, inf]"),
-    Param("batch_size", "int", None, DOMAINS["batch_size"], example="batch_size = [1, 8, 32]"),
+    Param("replicas", "int", 1, DOMAINS["replicas"], example="replicas = [1, 2, 4]",
+          search_example="replicas = {low = 1, high = 64}"),
+    Param("batch_window_ms", "float", math.inf, DOMAINS["batch_window_ms"], example="batch_window_ms = [5, 20, inf]",
+          search_example="batch_window_ms = {low = 0.0, high = 200.0}"),
+    Param("batch_size", "int", None, DOMAINS["batch_size"], example="batch_size = [1, 8, 32]",
+          search_example="batch_size = {low = 1, high = 512, log = true}", ascending=True),
 )
 
 #: The numeric `[options]` the dynamic models read (KV memory), with their domains: a paged
