@@ -23,11 +23,11 @@ import pytest
 from scipy.optimize import brentq
 from scipy.special import lambertw
 
-from sweep.api import evaluate, grid_from_dict
-from sweep.engine.evaluate import evaluate_points
+from sweep.api import decide, evaluate, grid_from_dict
+from sweep.engine.evaluate import Evaluator, evaluate_points
 from sweep.models import ServingModel, register, unregister
 from sweep.models.base import CATALOG_FIELDS
-from sweep.models.compose import IndependentSum, Link, Stage, Tandem, UnionBound, tandem
+from sweep.models.compose import SHARED, IndependentSum, Link, Stage, Tandem, UnionBound, tandem
 from sweep.testing.toy import MD1Queue, MM1Queue, batch_means, simulate
 
 _DTYPES = {"float64": np.float64, "int64": np.int64, "bool": np.bool_, "dict": np.int32}
@@ -113,8 +113,7 @@ def test_what_cannot_be_composed_is_refused():
     with pytest.raises(ValueError, match="two names"):
         tandem(Stage("a", MM1Queue()), Stage("a", MM1Queue()), serving="x")
     with pytest.raises(ValueError, match="shared by stage a but its own in stage b"):
-        tandem(Stage("a", MM1Queue(), shared=("arrival_rps", "percentile", "rho_max", "rho_min", "model", "gpu", "replicas")),
-               Stage("b", MM1Queue()), serving="x")
+        tandem(Stage("a", MM1Queue(), shared=(*SHARED, "replicas")), Stage("b", MM1Queue()), serving="x")
     solo = ("model", "gpu", "percentile", "rho_max", "rho_min")
     with pytest.raises(ValueError, match="'arrival_rps' must be shared"):
         tandem(Stage("a", MM1Queue(), shared=solo), Stage("b", MM1Queue(), shared=solo), serving="x")
@@ -225,10 +224,7 @@ def test_transfer_shifts_the_end_to_end_latency_exactly():
 def test_a_link_without_delay_declares_no_key():
     model = pair(MM1Queue(), MM1Queue(), link=Link(delay_key=None))
     assert "transfer_ms" not in model.param_by_key
-    out = evaluate_points(model, {"arrival_rps": 70.0, "percentile": 0.9, "slo_ms": math.inf, "prefill_slo_ms": math.inf,
-                                  "decode_slo_ms": math.inf, "rho_max": 0.85, "rho_min": 0.5, "prefill_replicas": 1.0,
-                                  "decode_replicas": 1.0, "prefill_service_ms": 10.0, "decode_service_ms": 4.0},
-                          {k: np.ones(1) for k in CATALOG_FIELDS}, static={"prefill": (), "decode": ()})
+    out = run(model, arrival_rps=70.0, percentile=0.9, prefill_service_ms=10.0, decode_service_ms=4.0)
     assert out["e2e_p_ms"][0] == pytest.approx(hypo_quantile(0.9, 0.03, 0.18), rel=1e-12)
 
 
@@ -254,10 +250,12 @@ def domain_points(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     pick = lambda lo, hi, k=n: 10 ** rng.uniform(math.log10(lo), math.log10(hi), k)  # noqa: E731
     p = {"prefill_service_ms": pick(1e-6, 1e7), "decode_service_ms": pick(1e-6, 1e7),
          "prefill_replicas": np.floor(pick(1, 1e6)), "decode_replicas": np.floor(pick(1, 1e6)),
-         "percentile": rng.uniform(0.01, 0.999999, n), "transfer_ms": np.where(rng.random(n) < 0.5, 0.0, pick(1e-3, 1e7)),
+         "percentile": rng.uniform(0.01, 0.999999, n),
+         "transfer_ms": np.where(rng.random(n) < 0.5, 0.0, pick(1e-3, 1e7)),
          "slo_ms": np.where(rng.random(n) < 0.5, math.inf, pick(1e-3, 1e9)), "rho_max": rng.uniform(0.5, 1, n),
          "rho_min": rng.uniform(0, 0.49, n)}
-    cap = 1e3 * np.minimum(p["prefill_replicas"] / p["prefill_service_ms"], p["decode_replicas"] / p["decode_service_ms"])
+    cap = 1e3 * np.minimum(p["prefill_replicas"] / p["prefill_service_ms"],
+                           p["decode_replicas"] / p["decode_service_ms"])
     p["arrival_rps"] = np.clip(cap * 10 ** rng.uniform(-6, 0.3, n), 1e-6, 1e9)
     p["arrival_rps"][:4] = [1e-6, 1e9, 1e-6, 1e9]
     p["percentile"][:2] = [0.01, 0.999999]
@@ -337,7 +335,8 @@ def test_through_the_engine(registered):
     """Registered, the tandem is a serving mode: a grid evaluates to the same columns as the
     model at those points, which are the hypoexponential's."""
     spec = grid_from_dict({"name": "tandem", "options": {"serving": "toy-tandem"}, "grid": GRID})
-    assert [a.key for a in spec.axes][-4:] == ["prefill_replicas", "decode_replicas", "prefill_service_ms", "decode_service_ms"]
+    assert [a.key for a in spec.axes][-4:] == ["prefill_replicas", "decode_replicas", "prefill_service_ms",
+                                               "decode_service_ms"]
     points = evaluate(spec).to_pylist()
     assert len(points) == 32
     for p in points:
@@ -350,3 +349,25 @@ def test_through_the_engine(registered):
         assert p["e2e_p_ms"] == pytest.approx(hypo_quantile(0.99, a1, a2) + 3.0, rel=1e-12)
         assert p["slo_ok"] == (p["e2e_p_ms"] <= 200.0)
         assert p["total_replicas"] == p["prefill_replicas"] + p["decode_replicas"]
+
+
+def test_decisions_over_two_group_axes(registered):
+    """replicas_min is the fewest total_replicas (prefill + decode) of a group whose row has a
+    point meeting the SLO with rho <= rho_max (brute force over the points); b_max_slo the
+    largest decode_service_ms meeting it; a chunk per group compiles once."""
+    spec = grid_from_dict({"name": "tandem", "options": {"serving": "toy-tandem"}, "grid": {**GRID, "slo_ms": 60.0}})
+    points = evaluate(spec).to_pylist()
+    optimum, _ = decide(spec)
+    rows = optimum.to_pylist()
+    assert len(rows) == 8  # 2 arrival rates x 2 x 2 replica counts
+    for row in rows:
+        same = [p for p in points if p["arrival_rps"] == row["arrival_rps"]]
+        ok = [p["total_replicas"] for p in same if p["slo_ok"] and p["feasible"] and p["rho"] <= p["rho_max"]]
+        assert row["replicas_min"] == min(ok)
+        mine = [p for p in same if (p["prefill_replicas"], p["decode_replicas"]) == (row["prefill_replicas"],
+                                                                                       row["decode_replicas"])]
+        meets = [p["decode_service_ms"] for p in mine if p["slo_ok"] and p["feasible"]]
+        assert row["b_max_slo"] == max(meets)
+        assert row["total_replicas"] == row["prefill_replicas"] + row["decode_replicas"]
+    ev = Evaluator(spec, chunk_size=spec.group_size)
+    assert len(list(ev.iter_chunks())) == 2 and ev.compile_count() == 1

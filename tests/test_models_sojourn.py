@@ -24,7 +24,8 @@ from sweep.models.shared import sojourn as sj
 from sweep.testing.toy import MD1Queue
 
 #: Rate pairs (per ms), equal to extreme ratios: one stage 1e7 times faster than the other
-RATES = [(0.5, 0.5), (1.0, 2.0), (1.0, 1.0001), (1.0, 100.0), (100.0, 1.0), (1.0, 1e4), (1e4, 1.0), (3.0, 1e-3), (1.0, 1e7), (1e7, 1.0)]
+RATES = [(0.5, 0.5), (1.0, 2.0), (1.0, 1.0001), (1.0, 100.0), (100.0, 1.0), (1.0, 1e4), (1e4, 1.0), (3.0, 1e-3),
+         (1.0, 1e7), (1e7, 1.0)]
 LEVELS = [0.5, 0.9, 0.99, 0.999999]
 
 
@@ -90,7 +91,8 @@ def _md1_cdf(w: float, rho: float, d: float) -> float:
     return sum(q[k + 1 - j] * math.exp(-m) * m**j / math.factorial(j) for j in range(k + 1))
 
 
-@pytest.mark.parametrize("rho,d,a2", [(0.35, 0.042, 9.36), (0.6, 1.0, 0.5), (0.9, 1.0, 2.0), (0.3, 1.0, 50.0), (0.95, 1.0, 0.01)])
+@pytest.mark.parametrize("rho,d,a2", [(0.35, 0.042, 9.36), (0.6, 1.0, 0.5), (0.9, 1.0, 2.0), (0.3, 1.0, 50.0),
+                                      (0.95, 1.0, 0.01)])
 def test_md1_wait_plus_exponential_against_adaptive_quadrature(rho, d, a2):
     """The quadrature puts panel edges at the M/D/1 density's jumps (Sojourn.breaks_ms);
     without them it was off by 1e-2 (and not monotone)."""

@@ -90,7 +90,8 @@ NEEDS_SHARED: tuple[str, ...] = ("arrival_rps", "percentile", "rho_max", "rho_mi
 #: The end-to-end SLO, the tandem's own key.
 E2E_SLO = Param("slo_ms", "float", math.inf, Domain(0, 1e9, "ms", lo_open=True, inf=True),
                 example="slo_ms = 500  # end to end")
-E2E_SLO_COLUMN = Column("slo_ms", "float64", "ms", "End-to-end latency SLO at `percentile`; NULL (the grid's inf, the default) = none.",
+E2E_SLO_COLUMN = Column("slo_ms", "float64", "ms",
+                        "End-to-end latency SLO at `percentile`; NULL (the grid's inf, the default) = none.",
                         null_when=UNLIMITED)
 
 
@@ -127,9 +128,11 @@ class Stage:
         columns = {c.name for c in self.model.columns}
         for what, col in (("latency", self.latency), ("mean", self.mean_column), ("capacity", self.capacity)):
             if col not in columns:
-                raise ValueError(f"stage {self.name}: {what} column {col!r} is not a column of {self.model.serving}/{self.model.name}")
+                raise ValueError(f"stage {self.name}: {what} column {col!r} is not a column of "
+                                 f"{self.model.serving}/{self.model.name}")
         if self.replicas not in self.model.param_by_key:
-            raise ValueError(f"stage {self.name}: replicas key {self.replicas!r} is not a parameter of {self.model.serving}")
+            raise ValueError(f"stage {self.name}: replicas key {self.replicas!r} is not a parameter of "
+                             f"{self.model.serving}")
 
     @property
     def mean_column(self) -> str:
@@ -188,7 +191,8 @@ class Link:
     def columns(self) -> tuple[Column, ...]:
         if self.delay_key is None:
             return ()
-        return (Column(self.delay_key, "float64", "ms", "Fixed delay between the stages (e.g. the KV transfer), added to every request's latency."),)
+        return (Column(self.delay_key, "float64", "ms",
+                       "Fixed delay between the stages (e.g. the KV transfer), added to every request's latency."),)
 
     def delay_ms(self, x: Mapping[str, Array]) -> Array:
         return x[self.delay_key] if self.delay_key is not None else jnp.zeros_like(x["arrival_rps"])
@@ -246,7 +250,7 @@ class UnionBound(Combine):
 
 # --------------------------------------------------------------------------- the tandem
 
-#: The end-to-end columns, after the stages' (`{size}` and `{stages}` filled in).
+#: The end-to-end columns' meanings ({a}, {b}: the stages' columns they read).
 ENDPOINT_DOCS: dict[str, str] = {
     "size": "{a} + {b}: the fleet over both stages (replicas_min minimises it).",
     "capacity_rps": "End-to-end capacity of the fleet, requests/s: the smaller of the stages' replicas x capacity_rps.",
@@ -275,7 +279,8 @@ class Tandem(ServingModel):
 
     # -- validation -------------------------------------------------------------------
 
-    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
+             source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         """Each stage fills its own keys (its rules, its defaults, its messages in the
         tandem's names); then the link's and the tandem's defaults."""
         out = dict(values)
@@ -284,7 +289,10 @@ class Tandem(ServingModel):
             view = {p.key: out[stage.key(p.key)] for p in stage.model.params if stage.key(p.key) in out}
             filled, facts[stage.name] = stage.model.fill(view, _renamed(where, stage), source)
             for key, vals in filled.items():
-                out.setdefault(stage.key(key), vals)
+                if key in stage.shared and stage is self.second:
+                    out.setdefault(key, vals)  # the first stage filled it (their defaults agree)
+                else:
+                    out[stage.key(key)] = vals
         sources = {f.pop("service_source", "given") for f in facts.values()}
         if len(sources) > 1:
             raise GridError(source, "grid", ", ".join(sorted(sources)),
@@ -294,7 +302,8 @@ class Tandem(ServingModel):
                 out[p.key] = [p.default]
         return out, {"service_source": sources.pop(), "stages": facts}
 
-    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str], source: str) -> None:
+    def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str],
+              source: str) -> None:
         for stage in self.stages:
             view = {p.key: values[stage.key(p.key)] for p in stage.model.params if stage.key(p.key) in values}
             stage.model.check(view, options, _renamed(where, stage), source)
@@ -418,22 +427,58 @@ def tandem(first: Stage, second: Stage, *, serving: str, name: str = "analytic",
     Raises ValueError where the stages cannot be composed (the message says why)."""
     link = link if link is not None else Link()
     stages = (first, second)
-    if first.name == second.name:
-        raise ValueError(f"the stages need two names, got {first.name!r} twice")
     declares = all(isinstance(s.model, DeclaresSojourn) for s in stages)
     combine = combine if combine is not None else (IndependentSum() if declares else UnionBound())
-    if combine.needs_sojourn and not declares:
-        missing = [s.name for s in stages if not isinstance(s.model, DeclaresSojourn)]
-        raise ValueError(f"{combine!r} needs every stage's sojourn distribution; {', '.join(missing)} declares none (use UnionBound())")
+    _check_stages(stages, combine)
+    params, shared = _params(stages, link)
+    columns = _columns(stages, link, combine, shared)
+    by_name = {c.name: c for c in columns}
+    costs = "cost_usd_per_hour" in by_name
+    row_constant = [*(s.key(c) for s in stages for c in s.model.row_constant), f"total_{first.model.decisions.size}"]
+    if costs and all("cost_usd_per_hour" in s.model.row_constant for s in stages):
+        row_constant.append("cost_usd_per_hour")
+    monotone = [s.key(c) for s in stages for c in s.model.monotone_in_load]
+    for column, reads in (("rho", lambda s: s.model.decisions.utilisation), ("e2e_mean_ms", lambda s: s.mean_column),
+                          ("e2e_p_ms", lambda s: s.latency)):
+        if all(reads(s) in s.model.monotone_in_load for s in stages):  # the max and the sums keep it
+            monotone.append(column)
+    attrs = dict(
+        serving=serving, name=name, first=first, second=second, link=link, combine=combine,
+        params=params, columns=columns, decisions=_decisions(stages, by_name),
+        echo=_unique([*(s.key(k) for s in stages for k in s.model.echo), *(p.key for p in (*link.params, E2E_SLO))]),
+        row_constant=_unique(row_constant), monotone_in_load=tuple(monotone),
+        slo_checks=(*((s.key(lat), s.key(slo)) for s in stages for lat, slo in s.model.slo_checks),
+                    ("e2e_p_ms", E2E_SLO.key)),
+        objectives={**({"min_cost": ("cost_usd_per_hour", "minimize")} if costs else {}),
+                    "max_capacity": ("capacity_rps", "maximize"), "min_latency": ("e2e_p_ms", "minimize")},
+        __doc__=f"Tandem {first.name} ({first.model.serving}/{first.model.name}) -> {second.name} "
+                f"({second.model.serving}/{second.model.name}), combined by {combine!r}.",
+    )
+    cls = type(f"Tandem_{first.name}_{second.name}", (Tandem,), attrs)
+    return cast(Tandem, cls())
+
+
+def _check_stages(stages: tuple[Stage, Stage], combine: Combine) -> None:
+    first, second = stages
+    if first.name == second.name:
+        raise ValueError(f"the stages need two names, got {first.name!r} twice")
+    missing = [s.name for s in stages if not isinstance(s.model, DeclaresSojourn)]
+    if combine.needs_sojourn and missing:
+        raise ValueError(f"{combine!r} needs every stage's sojourn distribution; {', '.join(missing)} declares none "
+                         "(use UnionBound())")
     for a, b in (stages, stages[::-1]):
         for key in a.shared:
             if key in a.model.param_by_key and key in b.model.param_by_key and key not in b.shared:
-                raise ValueError(f"key {key!r} is shared by stage {a.name} but its own in stage {b.name}; share it in both or neither")
+                raise ValueError(f"key {key!r} is shared by stage {a.name} but its own in stage {b.name}; "
+                                 "share it in both or neither")
     if first.model.decisions.size != second.model.decisions.size:
-        raise ValueError(f"the stages size their fleets in different columns ({first.model.decisions.size}, {second.model.decisions.size})")
+        raise ValueError(f"the stages size their fleets in different columns ({first.model.decisions.size}, "
+                         f"{second.model.decisions.size})")
 
-    # ---- parameters: shared, the link's and the tandem's, each stage's own, group axes, row axes
-    decision = {s.key(k) for s in stages for k in s.model.decisions.decision_axes}
+
+def _params(stages: tuple[Stage, Stage], link: Link) -> tuple[tuple[Param, ...], set[str]]:
+    """The tandem's keys in canonical order (the shared ones, the link's and the tandem's,
+    each stage's own, every stage's group axes, every stage's row axes), and the shared keys."""
     shared: dict[str, Param] = {}
     own: dict[str, Param] = {}
     for s in stages:
@@ -446,48 +491,58 @@ def tandem(first: Stage, second: Stage, *, serving: str, name: str = "analytic",
     for key in NEEDS_SHARED:
         if key not in shared:
             raise ValueError(f"key {key!r} must be shared by the stages (the tandem reads it)")
-    tandem_params = (*link.params, E2E_SLO)
     group_axes = _unique([s.key(k) for s in stages for k in s.model.decisions.group_axes])
     row_axes = _unique([s.key(k) for s in stages for k in s.model.decisions.row_axes])
     every = {**shared, **own}
-    params = (*(p for k, p in shared.items() if k not in decision), *tandem_params,
-              *(p for k, p in own.items() if k not in decision),
+    params = (*(p for k, p in shared.items() if k not in group_axes + row_axes), *link.params, E2E_SLO,
+              *(p for k, p in own.items() if k not in group_axes + row_axes),
               *(every[k] for k in group_axes), *(every[k] for k in row_axes))
     keys = [p.key for p in params]
     if len(set(keys)) != len(keys):
         raise ValueError(f"the tandem's keys collide: {sorted(k for k in keys if keys.count(k) > 1)}")
+    return params, set(shared)
 
-    # ---- columns: shared, the link's and the tandem's, each stage's, the end to end
+
+def _columns(stages: tuple[Stage, Stage], link: Link, combine: Combine, shared: set[str]) -> tuple[Column, ...]:
+    """The shared columns, the link's and the tandem's, each stage's renamed, the end to end."""
+    first, second = stages
     per_stage = [_stage_columns(s) for s in stages]
-    shared_cols = {c.name: c for cols in per_stage[::-1] for c in cols if c.name in shared}
-    order = [c.name for cols in per_stage for c in cols if c.name in shared]
-    by_name = {c.name: c for cols in per_stage for c in cols}
-    size = f"total_{first.model.decisions.size}"
-    names = {"a": first.key(first.model.decisions.size), "b": second.key(second.model.decisions.size)}
+    by_name: dict[str, Column] = {}
+    for cols in per_stage:
+        for c in cols:
+            by_name.setdefault(c.name, c)  # a shared column: the first stage's declaration
+    size = {"a": first.key(first.model.decisions.size), "b": second.key(second.model.decisions.size)}
     util = [by_name[s.key(s.model.decisions.utilisation)] for s in stages]
     latencies = [by_name[s.key(col)] for s in stages for col in (s.latency, s.mean_column)]
-    size_col = by_name[names["a"]]
+    size_col = by_name[size["a"]]
     endpoint = [
-        Column(size, size_col.dtype, size_col.unit, ENDPOINT_DOCS["size"].format(**names)),
+        Column(f"total_{first.model.decisions.size}", size_col.dtype, size_col.unit,
+               ENDPOINT_DOCS["size"].format(**size)),
         Column("capacity_rps", "float64", "requests/s", ENDPOINT_DOCS["capacity_rps"]),
-        Column("rho", "float64", "-", ENDPOINT_DOCS["rho"].format(a=util[0].name, b=util[1].name), null_when=_nulls(util)),
+        Column("rho", "float64", "-", ENDPOINT_DOCS["rho"].format(a=util[0].name, b=util[1].name),
+               null_when=_nulls(util)),
         Column("stable", "bool", "-", ENDPOINT_DOCS["stable"]),
         Column("mem_ok", "bool", "-", ENDPOINT_DOCS["mem_ok"]),
         Column("e2e_mean_ms", "float64", "ms", ENDPOINT_DOCS["e2e_mean_ms"], null_when=_nulls(latencies)),
         Column("e2e_p_ms", "float64", "ms", combine.doc, null_when=_nulls(latencies)),
         base.SLO_OK, base.FEASIBLE, base.ACTION,
     ]
-    costs = all(any(c.name == "cost_usd_per_hour" for c in s.model.columns) for s in stages)
-    if costs:
+    if all(any(c.name == "cost_usd_per_hour" for c in s.model.columns) for s in stages):
         endpoint.append(Column("cost_usd_per_hour", "float64", "USD/h", "The stages' cost_usd_per_hour, summed."))
-    columns = (base.POINT_ID, *(shared_cols[n] for n in _unique(order)), *link.columns, E2E_SLO_COLUMN,
+    common = _unique([c.name for cols in per_stage for c in cols if c.name in shared])
+    columns = (base.POINT_ID, *(by_name[n] for n in common), *link.columns, E2E_SLO_COLUMN,
                *(c for cols in per_stage for c in cols if c.name not in shared), *endpoint)
-    col_names = [c.name for c in columns]
-    if len(set(col_names)) != len(col_names):
-        raise ValueError(f"the tandem's columns collide: {sorted(n for n in col_names if col_names.count(n) > 1)}")
+    names = [c.name for c in columns]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the tandem's columns collide: {sorted(n for n in names if names.count(n) > 1)}")
+    return columns
 
-    # ---- echo, decisions, and what the stages claim
-    echo = _unique([*(s.key(k) for s in stages for k in s.model.echo), *(p.key for p in tandem_params)])
+
+def _decisions(stages: tuple[Stage, Stage], by_name: Mapping[str, Column]) -> Decisions:
+    """Every stage's group axes and row axes; the fleet's size is the stages' summed; the
+    frontier runs over the end-to-end capacity and percentile."""
+    group_axes = _unique([s.key(k) for s in stages for k in s.model.decisions.group_axes])
+    row_axes = _unique([s.key(k) for s in stages for k in s.model.decisions.row_axes])
     cap = by_name[row_axes[-1]]
     answer_fields = (
         ("", cap.name, cap.dtype, cap.unit),
@@ -498,25 +553,6 @@ def tandem(first: Stage, second: Stage, *, serving: str, name: str = "analytic",
         ("_rho", "rho", "float64", "-"),
         ("_point_id", "point_id", "int64", "-"),
     )
-    decisions = Decisions(row_axes=row_axes, group_axes=group_axes, size=size, capacity="capacity_rps",
-                          latency="e2e_p_ms", mean_latency="e2e_mean_ms", utilisation="rho", answer_fields=answer_fields)
-    row_constant = _unique([*(s.key(c) for s in stages for c in s.model.row_constant), size,
-                            *(["cost_usd_per_hour"] if costs and all("cost_usd_per_hour" in s.model.row_constant for s in stages) else [])])
-    monotone = [s.key(c) for s in stages for c in s.model.monotone_in_load]
-    if all(s.model.decisions.utilisation in s.model.monotone_in_load for s in stages):
-        monotone.append("rho")
-    for column, reads in (("e2e_mean_ms", "mean_column"), ("e2e_p_ms", "latency")):
-        if all(getattr(s, reads) in s.model.monotone_in_load for s in stages):
-            monotone.append(column)
-    slo_checks = (*((s.key(lat), s.key(slo)) for s in stages for lat, slo in s.model.slo_checks), ("e2e_p_ms", E2E_SLO.key))
-    attrs = dict(
-        serving=serving, name=name, first=first, second=second, link=link, combine=combine,
-        params=params, columns=columns, echo=echo, decisions=decisions, row_constant=row_constant,
-        slo_checks=slo_checks, monotone_in_load=tuple(monotone),
-        objectives={**({"min_cost": ("cost_usd_per_hour", "minimize")} if costs else {}),
-                    "max_capacity": ("capacity_rps", "maximize"), "min_latency": ("e2e_p_ms", "minimize")},
-        __doc__=f"Tandem {first.name} ({first.model.serving}/{first.model.name}) -> {second.name} "
-                f"({second.model.serving}/{second.model.name}), combined by {combine!r}.",
-    )
-    cls = type(f"Tandem_{first.name}_{second.name}", (Tandem,), attrs)
-    return cast(Tandem, cls())
+    return Decisions(row_axes=row_axes, group_axes=group_axes, size=f"total_{stages[0].model.decisions.size}",
+                     capacity="capacity_rps", latency="e2e_p_ms", mean_latency="e2e_mean_ms", utilisation="rho",
+                     answer_fields=answer_fields)

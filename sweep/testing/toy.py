@@ -94,7 +94,8 @@ COLUMNS: tuple[Column, ...] = (
     shared.ARRIVAL_RPS,
     shared.REPLICAS,
     Column("service_ms", "float64", "ms", "Mean service time of one request at one server."),
-    Column("slo_ms", "float64", "ms", "Latency SLO at `percentile`; NULL (the grid's inf, the default) = none.", null_when=UNLIMITED),
+    Column("slo_ms", "float64", "ms", "Latency SLO at `percentile`; NULL (the grid's inf, the default) = none.",
+           null_when=UNLIMITED),
     Column("percentile", "float64", "-", "Percentile q of the SLO."),
     Column("rho_max", "float64", "-", "Near-saturation threshold (action, replicas_min)."),
     Column("rho_min", "float64", "-", "Over-provisioning threshold (action)."),
@@ -144,9 +145,11 @@ class Queue(ServingModel):
     row_constant: ClassVar[tuple[str, ...]] = ("model", "gpu", "arrival_rps", "replicas", "slo_ms", "percentile",
                                                "rho_max", "rho_min", "lambda_per_replica_rps", "cost_usd_per_hour")
     coefficient_keys: ClassVar[tuple[str, ...]] = ()
-    monotone_in_load: ClassVar[tuple[str, ...]] = ("lambda_per_replica_rps", "rho", "e_wait_ms", "e_resp_ms", "latency_ms")
+    monotone_in_load: ClassVar[tuple[str, ...]] = ("lambda_per_replica_rps", "rho", "e_wait_ms", "e_resp_ms",
+                                                   "latency_ms")
 
-    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str], source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
+             source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         for key in REQUIRED:
             if key not in values:
                 raise GridError(source, where(key), None, f"is required, e.g. {self.param_by_key[key].example}")
@@ -226,8 +229,8 @@ class MD1Queue(Queue):
             return jnp.where(spaced, 0.0, quantile(p))
 
         breaks = d * jnp.arange(1.0, EXACT_SPAN + 1.0)  # the density jumps at D, kinks at 2D, ...
-        return Sojourn(d, jnp.where(spaced, 1.0, 1.0 - rho), d + jnp.where(spaced, 0.0, wait), cdf_w, quantile_w, stable,
-                       breaks)
+        atom = jnp.where(spaced, 1.0, 1.0 - rho)
+        return Sojourn(d, atom, d + jnp.where(spaced, 0.0, wait), cdf_w, quantile_w, stable, breaks)
 
 
 def _poisson_pmfs(m: Array, n: int) -> Array:

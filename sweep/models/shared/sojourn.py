@@ -68,8 +68,9 @@ class Sojourn:
 
     `cdf_w(w)` is P(W <= w) (0 for w < 0, the atom included at 0), differentiable in w
     away from 0 with a derivative smooth between `breaks_ms`; `quantile_w(p)` is the
-    smallest w with cdf_w(w) >= p (0 where p <= atom). Where `bounded` is false T is +inf: the callables then describe a finite stand-in (built
-    from guarded parameters, never NaN), which every result here masks.
+    smallest w with cdf_w(w) >= p (0 where p <= atom). Where `bounded` is false T is +inf:
+    the callables then describe a finite stand-in (built from guarded parameters, never
+    NaN), which every result here masks.
     """
 
     shift_ms: Array
