@@ -37,11 +37,12 @@ stages' sizes (`total_replicas`).
 
 When is it exact? The end-to-end percentile of `IndependentSum` is exact when the second
 stage sees the arrival process it assumes and the two sojourns of a request are
-independent: M/M/1 stages (Burke: M/M/1 departures are Poisson; Reich, and Walrand &
-Varaiya for overtake-free paths: a request's sojourns are independent), or a second stage
-whose arrivals are spaced at least its service time apart (a deterministic server that
-never waits). Elsewhere the second stage treats its arrivals as Poisson and the sojourns as
-independent: an approximation.
+independent: M/M/1 stages (Burke 1956: M/M/1 departures are Poisson; Reich 1957, and
+Walrand & Varaiya 1980 for overtake-free paths: a request's sojourns are independent), or a
+second stage whose arrivals are spaced at least its service time apart (a deterministic
+server that never waits). Elsewhere the second stage treats its arrivals as Poisson and the
+sojourns as independent: an approximation (two M/D/1 replicas at rho = 0.2 merged into one
+of the same D: +5% on the mean, +4% at P99 against simulation; `tests/test_models_compose.py`).
 """
 
 from __future__ import annotations
