@@ -5,4 +5,6 @@
 * `pytest_models`: those checks as pytest tests over every registered model
   (`from sweep.testing.pytest_models import *` in a test module);
 * `cb_reference`: the plain-Python reference scheduler the continuous-batching simulator is
-  checked against."""
+  checked against;
+* `toy`: queues with closed forms (M/M/1, M/D/1) as serving modes, and their Lindley
+  simulation, that tandems of stage models (`sweep.models.compose`) are checked against."""
