@@ -371,3 +371,29 @@ def test_decisions_over_two_group_axes(registered):
         assert row["total_replicas"] == row["prefill_replicas"] + row["decode_replicas"]
     ev = Evaluator(spec, chunk_size=spec.group_size)
     assert len(list(ev.iter_chunks())) == 2 and ev.compile_count() == 1
+
+
+@pytest.mark.parametrize("first", [MM1Queue(), MD1Queue()], ids=["mm1", "md1"])
+def test_the_shipped_contract_passes_on_a_registered_tandem(first):
+    """The contract `sweep.testing` ships (points drawn from the tandem's declared domains,
+    its example grid, the checks every registered model passes) runs on a tandem with no edit:
+    a stage's latency is +inf where that stage's own `stable` is false (its declared NULL
+    flag), and where the tandem is unstable some checked latency is."""
+    from sweep.testing.models import check_model
+
+    model = register(tandem(Stage("prefill", first), Stage("decode", MM1Queue()), serving="toy-tandem-contract"))
+    try:
+        check_model(model, n=256)
+    finally:
+        unregister("toy-tandem-contract")
+
+
+@pytest.mark.parametrize("table", ["uncertainty", "sensitivity", "simulation"])
+def test_a_table_the_tandem_declares_no_columns_for_is_refused(registered, table):
+    """A tandem declares no [uncertainty], [sensitivity] or [simulation] columns: the loader
+    refuses such a table in one line naming it, rather than ignoring it or failing later."""
+    from sweep.errors import GridError
+
+    body = {"uncertainty": {"samples": 8}, "sensitivity": {}, "simulation": {}}[table]
+    with pytest.raises(GridError, match=rf"\[{table}\].*declares no \[{table}\] columns"):
+        grid_from_dict({"name": "tandem", "options": {"serving": "toy-tandem"}, "grid": GRID, table: body})

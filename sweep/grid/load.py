@@ -40,6 +40,7 @@ from sweep.models import (
     get_model,
     latency_models,
 )
+from sweep.models.base import WHEN_SENSITIVITY, WHEN_SIMULATION, WHEN_UNCERTAINTY
 from sweep.models.dynamic.model import OPTION_PARAMS
 
 KV_ALLOCATIONS = ("contiguous", "paged")
@@ -95,6 +96,7 @@ def build(
     if "schedule" in doc:
         schedule = parse_schedule(doc["schedule"], source)
         grid = _with_schedule_rates(grid, schedule, source)
+    _check_supported_tables(doc, model, source)
     values = _normalise_grid(grid, model, source)
     search = parse_search(doc["search"], source, model) if "search" in doc else None
     if search is not None:
@@ -271,6 +273,19 @@ def _option(raw: Mapping[str, Any], key: str, source: str) -> Any:
     if isinstance(raw[key], (list, Mapping)):
         raise GridError(source, f"options.{key}", raw[key], f"takes one value, e.g. {param.example}")
     return check_value(param, raw[key], source, f"options.{key}", finite=True)
+
+
+#: Tables a model supports only when it declares their columns (`Column.when`).
+_TABLE_COLUMNS = {"uncertainty": WHEN_UNCERTAINTY, "sensitivity": WHEN_SENSITIVITY, "simulation": WHEN_SIMULATION}
+
+
+def _check_supported_tables(doc: Mapping[str, Any], model: ServingModel, source: str) -> None:
+    """A table whose columns the serving model does not declare is refused, not ignored."""
+    for table, when in _TABLE_COLUMNS.items():
+        if table in doc and not any(c.when == when for c in model.columns):
+            raise GridError(source, table, f"[{table}]",
+                            f'serving = "{model.serving}" (latency_model = "{model.name}") declares no [{table}] '
+                            "columns; remove the table")
 
 
 def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOptions | None:

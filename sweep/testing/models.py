@@ -338,14 +338,23 @@ def check_columns(variant: Variant, out: Mapping[str, np.ndarray]) -> None:
 
 
 def check_verdicts(variant: Variant, out: Mapping[str, np.ndarray]) -> None:
-    """Every latency an SLO checks is +inf where the load is unsustainable and finite where
-    the point is feasible; feasible implies stable."""
+    """Where the load is unsustainable some latency an SLO checks is +inf (such a point
+    cannot pass); each such latency is +inf wherever one of the flags its column declares
+    (`null_when`) is false (a stage's own `stable` in a tandem, `proxy_ok` for the window
+    proxy) and finite where the point is feasible; feasible implies stable."""
     unstable = ~out["stable"]
+    declared = {c.name: c for c in variant.model.columns}
+    some_unbounded = np.zeros(len(unstable), dtype=bool)
     for latency, _ in variant.model.slo_checks:
         values = out[latency]
-        require((np.isinf(values[unstable]) & (values[unstable] > 0)).all(),
-                f"{variant}: {latency} is not +inf where unstable")
+        some_unbounded |= np.isinf(values) & (values > 0)
+        for flag in declared[latency].null_flags:
+            if flag in out:  # flags of a host pass (the simulator's) are not computed here
+                off = ~np.asarray(out[flag], dtype=bool)
+                require((np.isinf(values[off]) & (values[off] > 0)).all(),
+                        f"{variant}: {latency} is not +inf where {flag} is false")
         require((np.isfinite(values) | ~out["feasible"]).all(), f"{variant}: {latency} unbounded where feasible")
+    require(some_unbounded[unstable].all(), f"{variant}: no SLO latency is +inf where unstable")
     require(not (out["feasible"] & unstable).any(), f"{variant}: feasible where not stable")
 
 
