@@ -37,6 +37,7 @@ from sweep.models.views import (
     Scatter,
     Utilisation,
 )
+from sweep.models.views import fixed as fmt
 from sweep.reporting.data import Columns, answer_column, by_pair, row_keys, unbounded
 
 ACTION_COLOURS = {
@@ -151,16 +152,6 @@ def finite(x: np.ndarray) -> np.ndarray:
 
 def colour_map(names: list[str]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(sorted(set(names)))}
-
-
-def fmt(x: Any, digits: int = 1) -> str:
-    """A number for a table cell or a label: unbounded (+inf or NULL) reads as inf."""
-    if x is None:
-        return "inf"
-    x = float(x)
-    if not math.isfinite(x):
-        return "inf" if x > 0 or math.isnan(x) else "-inf"
-    return f"{x:,.{digits}f}"
 
 
 def _log_ratio(values: np.ndarray) -> float:
