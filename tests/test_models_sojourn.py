@@ -58,11 +58,13 @@ def test_sum_of_exponentials_is_the_hypoexponential():
     t = np.array([brentq(lambda t, a=a, b=b, q=q: hypo_cdf(t, a, b) - q, 0.0, 50.0 / min(a, b), xtol=1e-300, rtol=1e-15)
                   for a, b, q in cases])
     cdf, quantile = (np.asarray(v) for v in _exp_sum(a1, a2, t, q))
-    # the CDF to the rounding of 1 - F; the quantile to 1e-12, and 1e-10 at six nines (an
-    # error of 1e-16 in F moves it by 1e-16 / f(t): 6e-12 relative for Erlang-2 there)
-    assert np.abs(cdf - q).max() <= 1e-15
+    # the CDF to a few roundings of 1 - F (largest error measured: 3.3e-16 with JAX 0.10, 1.4e-15
+    # with JAX 0.4.35 at the declared floors, both at six nines); the quantile to 1e-12, and
+    # 5e-10 at six nines (an error of 1e-16 in F moves it by 1e-16 / f(t), 6e-12 relative for
+    # Erlang-2 there: measured 1.2e-10 at the floors, where F's error is 1.4e-15)
+    assert np.abs(cdf - q).max() <= 5e-15
     rel = np.abs(quantile / t - 1.0)
-    assert rel[q < 0.9999].max() <= 1e-12 and rel.max() <= 1e-10
+    assert rel[q < 0.9999].max() <= 1e-12 and rel.max() <= 5e-10
 
 
 def test_erlang_two_quantile_in_closed_form():
