@@ -35,7 +35,8 @@ from sweep.errors import GridError
 from sweep.grid.values import check_value
 from sweep.models import REGISTRY, ServingModel
 from sweep.models.base import figure_arrays
-from sweep.models.dynamic.model import DOMAINS, MAX_WINDOWED_BATCH, MIN_T_SVC_MS, OPTION_PARAMS, PARAMS
+from sweep.models.dynamic.model import DOMAINS, MAX_WINDOWED_BATCH, MIN_T_SVC_MS, PARAMS
+from sweep.models.shared.columns import OPTION_PARAMS
 
 N = 512
 #: The dynamic serving mode's models (the continuous mode's domains: tests/test_domains_continuous.py)

@@ -130,7 +130,8 @@ def positive_seconds(text: str) -> float:
 
 def _param(key: str) -> Param:
     """The [grid] key (or numeric [options] key) a flag sets: its type and its domain."""
-    from sweep.models.dynamic.model import OPTION_PARAMS, PARAMS
+    from sweep.models.dynamic.model import PARAMS
+    from sweep.models.shared.columns import OPTION_PARAMS
 
     return ({p.key: p for p in PARAMS} | OPTION_PARAMS)[key]
 

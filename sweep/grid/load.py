@@ -41,7 +41,7 @@ from sweep.models import (
     latency_models,
 )
 from sweep.models.base import WHEN_SENSITIVITY, WHEN_SIMULATION, WHEN_UNCERTAINTY
-from sweep.models.dynamic.model import OPTION_PARAMS
+from sweep.models.shared.columns import OPTION_PARAMS
 
 KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")

@@ -120,14 +120,6 @@ PARAMS: tuple[Param, ...] = (
           search_example="batch_size = {low = 1, high = 512, log = true}", ascending=True),
 )
 
-#: The numeric `[options]` the dynamic models read (KV memory), with their domains: a paged
-#: block is at most one longest sequence (seq_len's bound); the reserve is a share of HBM.
-OPTION_PARAMS: dict[str, Param] = {
-    "block_tokens": Param("block_tokens", "int", 16, Domain(1, 1e8, "tokens"), example="block_tokens = 16"),
-    "reserve_fraction": Param("reserve_fraction", "float", 0.0, Domain(0, 1, hi_open=True),
-                              example="reserve_fraction = 0.1"),
-}
-
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
 def latency_nulls(columns: tuple[Column, ...], flag: str) -> tuple[Column, ...]:

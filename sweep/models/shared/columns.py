@@ -7,7 +7,7 @@ the fleet's cost), and declare the rest itself.
 
 from __future__ import annotations
 
-from sweep.models.base import WHEN_ROOFLINE, Column, Domain
+from sweep.models.base import WHEN_ROOFLINE, Column, Domain, Param
 
 #: Where each shared numeric `[grid]` key is valid (docs/grid.md): ranges a planner can mean,
 #: inside which `tests/test_domains.py` finds every output finite or +inf, never NaN. One
@@ -36,6 +36,14 @@ DOMAINS: dict[str, Domain] = {
     "service_cv": Domain(0, 10),
     # a fleet of up to a million replicas of one configuration
     "replicas": Domain(1, 1e6, "replicas"),
+}
+
+#: The numeric `[options]` of KV memory every mode reads, with their domains: a paged block is
+#: at most one longest sequence (1e8 tokens); the reserve is a share of HBM.
+OPTION_PARAMS: dict[str, Param] = {
+    "block_tokens": Param("block_tokens", "int", 16, Domain(1, 1e8, "tokens"), example="block_tokens = 16"),
+    "reserve_fraction": Param("reserve_fraction", "float", 0.0, Domain(0, 1, hi_open=True),
+                              example="reserve_fraction = 0.1"),
 }
 
 MODEL = Column("model", "dict", "-", "Model catalog name.")
