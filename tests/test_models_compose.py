@@ -28,9 +28,8 @@ from sweep.engine.evaluate import Evaluator, evaluate_points
 from sweep.models import ServingModel, register, unregister
 from sweep.models.base import CATALOG_FIELDS
 from sweep.models.compose import SHARED, IndependentSum, Link, Stage, Tandem, UnionBound, tandem
+from sweep.testing.models import check_values
 from sweep.testing.toy import MD1Queue, MM1Queue, batch_means, simulate
-
-_DTYPES = {"float64": np.float64, "int64": np.int64, "bool": np.bool_, "dict": np.int32}
 
 
 def pair(first: ServingModel, second: ServingModel, **kw) -> Tandem:
@@ -271,22 +270,7 @@ def test_contract_over_the_domain(model):
     rng = np.random.default_rng(5)
     n = 64  # evaluate_points pads to powers of two: one compilation per model here
     out = run(model, **domain_points(rng, n))
-    declared = {c.name: c for c in model.columns}
-    for name, values in out.items():
-        if name.startswith("_"):
-            continue
-        column = declared[name]
-        assert values.dtype == _DTYPES[column.memory_dtype], name
-        x = values.astype(np.float64)
-        assert not np.isnan(x).any(), name
-        unbounded = np.isinf(x)
-        if not column.nullable:
-            assert not unbounded.any(), name
-        elif column.null_flags:
-            explained = np.zeros(n, bool)
-            for flag in column.null_flags:
-                explained |= ~out[flag]
-            assert explained[unbounded].all(), name
+    check_values(model, out)
     stable = out["stable"]
     assert 0.2 < stable.mean() < 0.95  # the sample covers both
     # every SLO latency is +inf where its own part is unsustainable (a stage's sojourn stays

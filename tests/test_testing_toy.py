@@ -19,9 +19,8 @@ from sweep.api import decide, evaluate, grid_from_dict
 from sweep.engine.evaluate import evaluate_points
 from sweep.models import register, unregister
 from sweep.models.base import CATALOG_FIELDS
+from sweep.testing.models import check_values
 from sweep.testing.toy import EXACT_SPAN, MD1Queue, MM1Queue, batch_means, md1_wait, simulate
-
-_DTYPES = {"float64": np.float64, "int64": np.int64, "bool": np.bool_, "dict": np.int32}
 
 
 def run(model, **params):
@@ -155,16 +154,7 @@ def test_columns_as_declared_no_nan_over_the_domain(model):
     rng = np.random.default_rng(3)
     n = 256
     out = run(model, **_domain_points(rng, n))
-    declared = {c.name: c for c in model.columns}
-    for name, values in out.items():
-        if name.startswith("_"):
-            continue
-        column = declared[name]
-        assert values.dtype == _DTYPES[column.memory_dtype], name
-        x = values.astype(np.float64)
-        assert not np.isnan(x).any(), name
-        if not column.nullable:
-            assert not np.isinf(x).any(), name
+    check_values(model, out)
     stable = out["stable"]
     for name in ("e_wait_ms", "e_resp_ms", "latency_ms"):
         assert np.isinf(out[name][~stable]).all() and np.isfinite(out[name][stable]).all(), name

@@ -312,28 +312,37 @@ def evaluate(variant: Variant, points: Mapping[str, np.ndarray], *,
 def check_columns(variant: Variant, out: Mapping[str, np.ndarray]) -> None:
     """The columns as declared (names, dtypes); no NaN; +inf only where the column's
     `null_when` allows it, and then with one of its flags false."""
-    model = variant.model
-    declared = {c.name: c for c in model.columns}
-    public = {k: v for k, v in out.items() if not k.startswith("_")}
+    public = {k for k in out if not k.startswith("_")}
     wanted = set(variant.column_names) | (set(ENGINE_KEYS) - {"point_id"})
-    require(set(public) == wanted, f"{variant}: columns {sorted(set(public) ^ wanted)} differ from the declaration")
+    require(public == wanted, f"{variant}: columns {sorted(public ^ wanted)} differ from the declaration")
+    check_values(variant.model, out, str(variant))
+
+
+def check_values(model: ServingModel, out: Mapping[str, np.ndarray], where: str = "") -> None:
+    """Every public column of `out` (one model's outputs at some points) in its declared
+    dtype, never NaN, and +inf only where its `null_when` allows it, then with one of its
+    flags false. `where` names the case in the message (default: the model)."""
+    where = where or _name(model)
+    declared = {c.name: c for c in model.columns}
     n = len(out["stable"])
-    for name, values in public.items():
+    for name, values in out.items():
+        if name.startswith("_"):
+            continue
         column = declared[name]
         require(values.dtype == _DTYPES[column.memory_dtype],
-                f"{variant}: {name} is {values.dtype}, declared {column.memory_dtype}")
+                f"{where}: {name} is {values.dtype}, declared {column.memory_dtype}")
         as_float = values.astype(np.float64)
-        require(not np.isnan(as_float).any(), f"{variant}: NaN in {name} at {_first(np.isnan(as_float))}")
+        require(not np.isnan(as_float).any(), f"{where}: NaN in {name} at {_first(np.isnan(as_float))}")
         unbounded = np.isinf(as_float)
         if not column.nullable:
-            require(not unbounded.any(), f"{variant}: {name} is inf at {_first(unbounded)} but declares no null_when")
+            require(not unbounded.any(), f"{where}: {name} is inf at {_first(unbounded)} but declares no null_when")
         elif (column.null_flags and len(column.null_flags) == len(column.null_reasons)
               and all(f in out for f in column.null_flags)):  # flags a host pass computes are not here
             explained = np.zeros(n, bool)
             for flag in column.null_flags:
                 explained |= ~out[flag]
             require(explained[unbounded].all(),
-                    f"{variant}: {name} is inf with every flag of {column.null_when!r} true "
+                    f"{where}: {name} is inf with every flag of {column.null_when!r} true "
                     f"at {_first(unbounded & ~explained)}")
 
 
