@@ -393,6 +393,23 @@ def test_deterministic_and_independent_of_chunking_and_order():
     assert not np.array_equal(r4["ttft_mean_s"], r1["ttft_mean_s"])
 
 
+def test_more_percentiles_are_those_of_separate_runs():
+    """`more_percentiles` reads further quantiles off the same runs: each equals the
+    `percentile` output of a run asking for that quantile alone, bit for bit."""
+    p = _grid(seed=5)
+    res = simulate_continuous(p, SMALL, percentile=0.9, more_percentiles=(0.5, 0.99))
+    for q in (0.5, 0.99):
+        alone = simulate_continuous(p, SMALL, percentile=q)
+        tag = cb_sim.percentile_tag(q)
+        for m in ("ttft", "tpot", "e2e"):
+            np.testing.assert_array_equal(res[f"{m}_p{tag}_s"], alone[f"{m}_p_s"])
+            np.testing.assert_array_equal(res[f"{m}_p{tag}_hw_s"], alone[f"{m}_p_hw_s"])
+    np.testing.assert_array_equal(res["ttft_mean_s"], alone["ttft_mean_s"])
+    assert cb_sim.percentile_tag(0.999) == "99_9"
+    with pytest.raises(cb_sim.CBSimulationError, match="more_percentiles"):
+        simulate_continuous(p, SMALL, more_percentiles=(1.5,))
+
+
 def test_second_call_with_same_shapes_does_not_recompile():
     simulate_continuous(_grid(seed=5), SMALL)
     before = cb_sim._TRACES

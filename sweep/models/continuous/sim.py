@@ -122,6 +122,7 @@ __all__ = [
     "CBSimSettings",
     "CBSimulationError",
     "lengths",
+    "percentile_tag",
     "replication_draws",
     "simulate_continuous",
     "simulate_requests",
@@ -1043,6 +1044,7 @@ def simulate_continuous(
     settings: CBSimSettings = CBSimSettings(),
     *,
     percentile: float | ArrayLike = 0.99,
+    more_percentiles: tuple[float, ...] = (),
     trace: ArrayLike | Mapping[str, ArrayLike] | None = None,
     scenario_ids: ArrayLike | None = None,
     max_lanes: int = _DEFAULT_MAX_LANES,
@@ -1053,7 +1055,8 @@ def simulate_continuous(
     ``params``: equal-length 1-D arrays, keys ``PARAM_KEYS`` (``lam`` 1/s, token counts,
     ``kv_capacity_tokens`` ``C`` and ``queue_capacity`` ``K`` may be ``inf``,
     ``max_batched_tokens`` ``M >= cap``, times in seconds). ``percentile`` a scalar or one
-    per scenario in [0, 1]. ``trace``: arrival times (sorted, shared by every lane; then
+    per scenario in [0, 1]; ``more_percentiles`` further quantiles of every scenario from
+    the same runs (each q in [0, 1]). ``trace``: arrival times (sorted, shared by every lane; then
     ``lam`` is optional and ``n = len(trace)``), or a mapping with ``arrival_s`` and
     optionally ``prompt_tokens`` / ``output_tokens`` (integers >= 1) replayed as well.
     ``scenario_ids`` key each scenario's random streams (default: positions).
@@ -1065,7 +1068,9 @@ def simulate_continuous(
     ``step_mean_s``, ``output_tok_s``, ``kv_util``, ``kv_cached_util``, ``drop_rate``
     (each with ``_hw``), ``preempt`` (0: no preemption under this scheduler), ``stable``,
     ``steady_frac`` (share of steady replications) and ``steps`` (mean steps per
-    replication). Not stable -> every latency and its half-width is ``+inf``.
+    replication). Not stable -> every latency and its half-width is ``+inf``. For each q in
+    ``more_percentiles``, ``{name}_p{tag}_s`` and ``{name}_p{tag}_hw_s`` with ``tag`` =
+    `percentile_tag` (q) (e.g. ``ttft_p50_s`` for 0.5).
     """
     use_trace = trace is not None
     p = _validate(params, need_lam=not use_trace)
@@ -1104,11 +1109,16 @@ def simulate_continuous(
                                 f"scenario ({s}), got shape {np.shape(percentile)}") from None
     if np.any(~((q >= 0) & (q <= 1))):
         raise CBSimulationError(f"simulate_continuous: percentile must lie in [0, 1], got {percentile!r}")
+    more = tuple(float(x) for x in more_percentiles)
+    if any(not 0.0 <= x <= 1.0 for x in more):
+        raise CBSimulationError(f"simulate_continuous: more_percentiles must lie in [0, 1], got {more_percentiles!r}")
     names = [f"{m}_{k}" for m in ("ttft", "tpot", "e2e") for k in ("mean_s", "p_s", "mean_hw_s", "p_hw_s")]
     names += [f"{k}{sfx}" for k in ("mean_running", "step_mean_s", "output_tok_s", "kv_util",
                                     "kv_cached_util", "drop_rate") for sfx in ("", "_hw")]
     if s == 0:
         out = {k: np.empty(0) for k in names + ["preempt", "steady_frac", "steps"]}
+        out.update({f"{m}_p{percentile_tag(x)}{k}": np.empty(0) for x in more
+                    for m in ("ttft", "tpot", "e2e") for k in ("_s", "_hw_s")})
         out["stable"] = np.empty(0, bool)
         return out
     ids = np.arange(s, dtype=np.int64) if scenario_ids is None else np.asarray(scenario_ids, np.int64).reshape(s)
@@ -1118,7 +1128,7 @@ def simulate_continuous(
     # in behind the long ones instead of the long ones running alone at the end); results
     # do not depend on the order: each job's streams are keyed by its scenario id.
     order = np.argsort(-_expected_steps(p, n), kind="stable")
-    per = np.empty((s, reps, len(_SUMMARY) + 3))
+    per = np.empty((s, reps, len(_SUMMARY) + 3 * (1 + len(more))))
     for ci in range(n_chunks):
         lo, hi = ci * chunk, min(s, (ci + 1) * chunk)
         take = order[np.minimum(np.arange(lo, lo + chunk), s - 1)]  # pad with the last one
@@ -1136,12 +1146,19 @@ def simulate_continuous(
         n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)
         n_tp = summ[:, _SUMMARY.index("n_tpot")].astype(np.int64)
         rows = order[lo:hi]
-        ql = np.repeat(q[rows], reps)
-        quant = np.stack([_sorted_quantiles(ttft[:used], n_adm, ql),
-                          _sorted_quantiles(tpot[:used], n_tp, ql),
-                          _sorted_quantiles(e2e[:used], n_adm, ql)], axis=1)
-        per[rows] = np.concatenate([summ, quant], axis=1).reshape(hi - lo, reps, -1)
-    return _aggregate(per, reps)
+        quant = []
+        for ql in [np.repeat(q[rows], reps)] + [np.full(used, x) for x in more]:
+            quant += [_sorted_quantiles(ttft[:used], n_adm, ql), _sorted_quantiles(tpot[:used], n_tp, ql),
+                      _sorted_quantiles(e2e[:used], n_adm, ql)]
+        per[rows] = np.concatenate([summ, np.stack(quant, axis=1)], axis=1).reshape(hi - lo, reps, -1)
+    return _aggregate(per, reps, more)
+
+
+def percentile_tag(q: float) -> str:
+    """The key tag of quantile ``q`` in `simulate_continuous`'s ``more_percentiles``
+    outputs: 100 q without trailing zeros, ``_`` for the decimal point (0.5 -> ``50``,
+    0.999 -> ``99_9``)."""
+    return f"{100.0 * q:.6g}".replace(".", "_")
 
 
 def _expected_steps(p: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -1154,9 +1171,14 @@ def _expected_steps(p: dict[str, np.ndarray], n: int) -> np.ndarray:
     return n * p["output_mean"] / running
 
 
-def _aggregate(per: np.ndarray, reps: int) -> dict[str, np.ndarray]:
+def _aggregate(per: np.ndarray, reps: int, more: tuple[float, ...] = ()) -> dict[str, np.ndarray]:
     col = {name: j for j, name in enumerate(_SUMMARY)}
     col.update(ttft_p=len(_SUMMARY), tpot_p=len(_SUMMARY) + 1, e2e_p=len(_SUMMARY) + 2)
+    kinds = ["mean", "p"]
+    for i, x in enumerate(more):
+        tag = f"p{percentile_tag(x)}"
+        kinds.append(tag)
+        col.update({f"{m}_{tag}": len(_SUMMARY) + 3 * (i + 1) + j for j, m in enumerate(("ttft", "tpot", "e2e"))})
     tq = student_t975(reps - 1)
     steady = per[:, :, col["steady"]] > 0.5
     stable = np.all(steady, axis=1)
@@ -1172,7 +1194,7 @@ def _aggregate(per: np.ndarray, reps: int) -> dict[str, np.ndarray]:
 
     out: dict[str, np.ndarray] = {}
     for met in ("ttft", "tpot", "e2e"):
-        for kind in ("mean", "p"):
+        for kind in kinds:
             m, hw = mean_hw(per[:, :, col[f"{met}_{kind}"]])
             out[f"{met}_{kind}_s"] = np.where(stable, m, np.inf)
             out[f"{met}_{kind}_hw_s"] = np.where(stable, hw, np.inf)
