@@ -1,25 +1,38 @@
-"""Analytic continuous-batching model against the simulator (SPEC 10 accuracy targets).
+"""Analytic continuous-batching model against the simulator, on configurations drawn at random.
 
-A sweep of engines (step coefficients of a small and a large model, caps 8-64, token
-budgets 256 / 2048 / inf, a KV-bound engine) and request mixes (chat-like, long prompts,
-long outputs) at loads from 10% to 95% of the model's own capacity. For every point the
-simulator (3 replications, 95% half-widths) and the analytic model run on the same
-inputs; the table gives, per metric, the error of the model over SPEC 10's stable region
-(simulated point steady and mean running below 90% of the cap), how many points meet the
-target, and the points that miss. The figure, docs/cb_vs_sim.png, shows simulated (dots
-with half-widths) and analytic (lines) TTFT and TPOT, mean and percentile, against load.
+SPEC 10: "accuracy is judged on configurations drawn at random across the validated domain,
+never on chosen points". `sweep.testing.cb_domain.draw(n, seed)` draws them (catalog model,
+GPU and tensor-parallel degree for the roofline step line; caps 4-1024; token budgets from
+the cap to inf; KV-bound or not; prompt and output CVs 0-2; prompt/output ratios 0.1-100;
+service noise; loads 0.05-0.95 of the analytic model's own capacity_rps; its docstring has
+the distributions). Every configuration is simulated (`simulate_continuous`, batches of 4
+replications under new random streams, added where a compared half-width is too wide)
+and the analytic model (`cb_point`) runs on the same inputs. A comparison (point, metric)
+is judged when the point lies in SPEC 10's stable region (simulated steady, simulated mean
+running below 90% of the cap, simulated reserved KV below 90% of the capacity, i.e. mean
+running below 90% of the KV-limited slot count) and the simulator's 95% half-width is below
+a third of the metric's target (mean TPOT 5%, mean TTFT and E2E 15%, P50/P90/P99 of TTFT,
+TPOT and E2E 25%); a point the simulator cannot pin down within `--max-batches` batches is
+excluded from that metric and counted. An analytic `stable = false` on a judged point is a
+miss (error +inf).
 
-    python benchmarks/cb_accuracy.py            # ~20-30 min on two shared cores
-    python benchmarks/cb_accuracy.py --tiny     # seconds: smoke test, no figure
+    python benchmarks/cb_accuracy.py            # 300 points, seed 24: ~30+ min on two cores
+    python benchmarks/cb_accuracy.py --tiny     # seconds: smoke test, no figure, no cache
+    python benchmarks/cb_accuracy.py --points 40 --seed 240 --min-batches 2 --max-batches 6 \\
+        --reference tests/data/cb_accuracy_reference.csv   # the regression test's data
 
-The simulated results are kept in benchmarks/results/cb_accuracy_sim.npz together with
-the inputs they were run on; a later run with the same inputs reuses them (``--resim``
-forces a new simulation), so the analytic side can be iterated on in seconds.
+The simulated results are kept in benchmarks/results/cb_accuracy_sim.npz together with the
+drawn inputs and the settings; a later run with the same settings reuses both (the drawn
+inputs too, so a rewritten analytic model is judged on the same points in seconds;
+``--resim`` redraws and resimulates). Writes docs/cb_accuracy.png (relative error against
+load per metric) and benchmarks/results/cb_accuracy_points.csv (one row per point).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import math
 import sys
 import time
 from pathlib import Path
@@ -31,173 +44,367 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp
 import numpy as np
 
-from sweep.models.continuous.analytic import cb_point
-from sweep.models.continuous.sim import CBSimSettings, simulate_continuous
+from sweep.models.continuous.sim import CBSimSettings, simulate_continuous, student_t975
+from sweep.testing.cb_domain import CB_KEYS, QS, TARGETS, analytic_all, draw, judge, region_of, wide
 
-OUT = ROOT / "docs" / "cb_vs_sim.png"
-KEYS = ("lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
-        "max_batched_tokens", "kv_capacity_tokens", "block_tokens", "t_fixed", "t_token",
-        "t_ctx", "service_cv")
-Q = 0.9
-# step coefficients: an 8B-class model on one GPU and a 70B-class model on a TP group
-SMALL = dict(t_fixed=0.010, t_token=3e-5, t_ctx=5e-8)
-LARGE = dict(t_fixed=0.020, t_token=5e-5, t_ctx=1e-7)
-CHAT = dict(prompt_mean=400.0, prompt_cv=1.0, output_mean=150.0, output_cv=1.0)
-ENG = dict(max_batched_tokens=np.inf, kv_capacity_tokens=np.inf, block_tokens=16.0, service_cv=0.0)
-CONFIGS = {
-    "chat N=32": {**CHAT, **LARGE, **ENG, "cap": 32.0},
-    "chat N=32 M=256": {**CHAT, **LARGE, **ENG, "cap": 32.0, "max_batched_tokens": 256.0},
-    "chat N=8": {**CHAT, **LARGE, **ENG, "cap": 8.0},
-    "chat KV=6000": {**CHAT, **LARGE, **ENG, "cap": 64.0, "kv_capacity_tokens": 6000.0},
-    "long prompt M=2048": dict(prompt_mean=2000.0, prompt_cv=0.5, output_mean=60.0, output_cv=0.5,
-                               cap=32.0, **{**ENG, "max_batched_tokens": 2048.0, "service_cv": 0.1},
-                               t_fixed=0.02, t_token=1e-4, t_ctx=2e-7),
-    "long output N=64": dict(prompt_mean=100.0, prompt_cv=0.5, output_mean=300.0, output_cv=0.8,
-                             cap=64.0, **ENG, **SMALL),
-    "chat small N=16 M=2048": {**CHAT, **SMALL, **ENG, "cap": 16.0, "max_batched_tokens": 2048.0},
-    "code N=48 noise": dict(prompt_mean=1200.0, prompt_cv=0.7, output_mean=250.0, output_cv=0.6,
-                            cap=48.0, **{**ENG, "service_cv": 0.2}, **SMALL),
-}
-LOADS = (0.1, 0.3, 0.5, 0.7, 0.85, 0.95)
-TARGETS = (("tpot_mean", 0.05), ("ttft_mean", 0.15), ("e2e_mean", 0.15), ("ttft_p", 0.25),
-           ("tpot_p", 0.25), ("e2e_p", 0.25))
+OUT = ROOT / "docs" / "cb_accuracy.png"
+RESULTS = ROOT / "benchmarks" / "results"
+LABELS = ("load", "capacity_rps", "model", "gpu", "tp", "weight_bytes", "moe", "kv_bound", "chunked", "kv_slots")
+BATCH = 4  # replications per batch (one compiled shape for every batch)
+SIM_KEYS = tuple(TARGETS) + ("mean_running", "kv_util", "drop_rate", "step_mean")
+SAMPLER_VERSION = 1  # bump when sweep.testing.cb_domain.draw changes what a seed draws
 
 
-def analytic(p: dict[str, np.ndarray], q: float = Q) -> dict[str, np.ndarray]:
-    n = p["lam"].shape[0]
-    out = jax.jit(jax.vmap(cb_point))(*(jnp.asarray(p[k]) for k in KEYS), jnp.full(n, q))
-    return {k: np.asarray(v) for k, v in out.items()}
+def simulate(p: dict[str, np.ndarray], ids: np.ndarray, n_requests: int, warmup: int, seed: int,
+             batches: np.ndarray, first: np.ndarray) -> dict[str, np.ndarray]:
+    """Batches ``first[i] .. first[i] + batches[i] - 1`` of point i (a batch = `BATCH`
+    replications under scenario id ``ids[i] + 100000 * batch``), one call for all.
+    Returns per (point, batch) rows: every SIM_KEYS mean and half-width, and ``stable``."""
+    rows = np.repeat(np.arange(ids.size), batches)
+    b = np.concatenate([first[i] + np.arange(batches[i]) for i in range(ids.size)]).astype(np.int64)
+    params = {k: p[k][rows] for k in CB_KEYS}
+    params["queue_capacity"] = np.full(rows.size, np.inf)
+    st = CBSimSettings(n_requests=n_requests, warmup=warmup, replications=BATCH, seed=seed)
+    s = simulate_continuous(params, st, percentile=0.9, more_percentiles=(0.5, 0.99),
+                            scenario_ids=ids[rows] + 100000 * b)
+    out = {"row": rows, "stable": s["stable"], "steps": s["steps"] * BATCH}
+    for k in SIM_KEYS:
+        met, _, kind = k.partition("_")
+        if k in TARGETS:
+            src = f"{met}_p_s" if kind == "p90" else f"{k}_s"
+            out[k], out[k + "_hw"] = s[src], s[src.replace("_s", "_hw_s") if kind == "p90" else f"{k}_hw_s"]
+        else:
+            name = "step_mean_s" if k == "step_mean" else k
+            out[k], out[k + "_hw"] = s[name], s[name + "_hw"]
+    return out
 
 
-def sweep(configs, loads):
-    rows = []
-    for name, cfg in configs.items():
-        one = {k: np.array([cfg[k] if k != "lam" else 1.0]) for k in KEYS}
-        cap = float(analytic(one)["capacity_rps"][0])
-        rows += [(name, f, {**cfg, "lam": f * cap}) for f in loads]
-    p = {k: np.array([r[2][k] for r in rows]) for k in KEYS}
-    return rows, p
+def combine(parts: list[dict[str, np.ndarray]], n: int) -> dict[str, np.ndarray]:
+    """Pool batches per point exactly: a batch of R replications with mean m and half-width
+    h has sample variance (h sqrt(R) / t_R)^2; pooled mean and variance of the union, with
+    the Student-t half-width of all its replications. Unstable anywhere -> +inf latencies."""
+    tq = student_t975(BATCH - 1)
+    rows = np.concatenate([q["row"] for q in parts])
+    res: dict[str, np.ndarray] = {"reps": np.bincount(rows, minlength=n).astype(np.float64) * BATCH}
+    stab = np.ones(n, bool)
+    for q in parts:
+        np.logical_and.at(stab, q["row"], q["stable"])
+    res["stable"] = stab
+    res["steps"] = np.bincount(rows, np.concatenate([q["steps"] for q in parts]), minlength=n)
+    reps = np.maximum(res["reps"], 1.0)
+    for k in SIM_KEYS:
+        m = np.concatenate([q[k] for q in parts])
+        hw = np.concatenate([q[k + "_hw"] for q in parts])
+        fin = np.isfinite(m) & np.isfinite(hw)
+        mm, hh = np.where(fin, m, 0.0), np.where(fin, hw, 0.0)
+        cnt = np.bincount(rows, minlength=n).astype(np.float64)
+        mean = np.bincount(rows, mm, minlength=n) / np.maximum(cnt, 1)
+        var_in = (hh * math.sqrt(BATCH) / tq) ** 2
+        ss = np.bincount(rows, (BATCH - 1) * var_in + BATCH * (mm - mean[rows]) ** 2, minlength=n)
+        bad = np.bincount(rows, ~fin, minlength=n) > 0
+        r = reps
+        t = np.array([student_t975(int(x) - 1) for x in r])
+        half = t * np.sqrt(ss / np.maximum(r - 1, 1) / r)
+        latency = k in TARGETS
+        res[k] = np.where(bad | (latency & ~stab), np.inf, mean)
+        res[k + "_hw"] = np.where(bad | (latency & ~stab), np.inf, half)
+    return res
+
+
+def run_sim(p, args, log) -> dict[str, np.ndarray]:
+    """The adaptive scheme: ``--min-batches`` batches for every point; then, while some
+    point in the region has a metric whose half-width is too wide but, scaled as
+    t_{R-1} / sqrt(R), would be narrow enough within ``--max-batches``, the batches that
+    scaling asks for (at least one more), within ``--budget-s`` seconds of simulation
+    (estimated from the rate of the rounds so far; the smallest requests served first)."""
+    n = p["lam"].size
+    ids = np.arange(n, dtype=np.int64)
+    seed = args.sim_seed
+    have = np.zeros(n, np.int64)
+    parts = []
+    todo = np.full(n, args.min_batches, np.int64)
+    start = time.perf_counter()
+    for rnd in range(8):
+        sel = np.flatnonzero(todo > 0)
+        if sel.size == 0:
+            break
+        t0 = time.perf_counter()
+        sub = {k: v[sel] for k, v in p.items() if k in CB_KEYS}
+        part = simulate(sub, ids[sel], args.n_requests, args.warmup, seed, todo[sel], have[sel])
+        part["row"] = sel[part["row"]]
+        parts.append(part)
+        have += todo
+        log(f"# round {rnd + 1}: {int(todo.sum())} batches of {BATCH} replications over {sel.size} points "
+            f"in {time.perf_counter() - t0:.0f} s")
+        s = combine(parts, n)
+        reg = region_of(p, s)
+        todo = np.zeros(n, np.int64)
+        r = s["reps"]
+        t_now = np.array([student_t975(int(x) - 1) for x in r])
+        for k, w in wide(s).items():
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rel = s[k + "_hw"] / np.abs(s[k]) / t_now * np.sqrt(r)  # ~ t-free spread per sqrt(rep)
+                need_r = (rel * 2.0 / (TARGETS[k] / 3.0)) ** 2  # t ~ 2 at many replications
+            need_b = np.ceil(np.nan_to_num(need_r, nan=np.inf, posinf=np.inf) / BATCH) - have
+            ok = reg & w & np.isfinite(need_b) & (need_b + have <= args.max_batches)
+            todo = np.where(ok, np.maximum(todo, np.maximum(need_b, 1)), todo).astype(np.int64)
+        todo = np.minimum(todo, args.max_batches - have)
+        # the time budget: the smallest requests first, as many batches as the rate so far affords
+        spent = time.perf_counter() - start
+        per_batch = spent / max(int(have.sum()), 1)
+        afford = int((args.budget_s - spent) / per_batch)
+        if int(todo.sum()) > afford:
+            order = np.argsort(todo + 1000 * (todo == 0), kind="stable")
+            keep = order[np.cumsum(todo[order]) <= afford]
+            log(f"# time budget ({args.budget_s:.0f} s): {np.count_nonzero(todo) - keep.size} points get no "
+                "more batches")
+            todo = np.where(np.isin(np.arange(n), keep), todo, 0)
+    return combine(parts, n)
+
+
+def stamp_of(args) -> np.ndarray:
+    return np.array([args.points, args.seed, args.sim_seed, args.n_requests, args.warmup, BATCH,
+                     args.min_batches, args.max_batches, args.budget_s, SAMPLER_VERSION], dtype=np.float64)
+
+
+def load_or_simulate(args, log):
+    cache = RESULTS / f"cb_accuracy_sim_{args.points}_{args.seed}.npz"
+    if args.points == 300 and args.seed == 24:
+        cache = RESULTS / "cb_accuracy_sim.npz"
+    stamp = stamp_of(args)
+    if cache.exists() and not args.resim and not args.tiny:
+        old = dict(np.load(cache, allow_pickle=False))
+        if old["stamp"].shape == stamp.shape and np.array_equal(old["stamp"], stamp):
+            p = {k: old["in_" + k] for k in CB_KEYS + LABELS}
+            s = {k[4:]: v for k, v in old.items() if k.startswith("sim_")}
+            log(f"# simulated results and drawn inputs from {cache.relative_to(ROOT)} (--resim to redo)")
+            return p, s, 0.0
+    t0 = time.perf_counter()
+    p = draw(args.points, args.seed)
+    log(f"# drew {args.points} configurations (seed {args.seed}) in {time.perf_counter() - t0:.0f} s")
+    t0 = time.perf_counter()
+    s = run_sim(p, args, log)
+    sim_s = time.perf_counter() - t0
+    log(f"# simulated {s['steps'].sum():.3g} engine steps in {sim_s:.0f} s: {s['steps'].sum() / sim_s:.3g} steps/s "
+        "(compilation included)")
+    if not args.tiny:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(cache, stamp=stamp, **{"in_" + k: p[k] for k in CB_KEYS + LABELS},
+                 **{"sim_" + k: v for k, v in s.items()})
+    return p, s, sim_s
+
+
+def load_band(x):
+    return np.digitize(x, [0.35, 0.65, 0.85])
+
+
+BANDS = ("load < 0.35", "0.35-0.65", "0.65-0.85", ">= 0.85")
+
+
+def report(p, a, s, j, log) -> dict:
+    n = p["lam"].size
+    reg = region_of(p, s)
+    log(f"# {n} points; in the stable region: {int(reg.sum())}; not steady in the simulator: "
+        f"{int((~s['stable']).sum())}; steady but mean running >= 0.9 of the cap or of the KV slots: "
+        f"{int((s['stable'] & ~reg).sum())}")
+    log(f"# replications per point: median {np.median(s['reps']):.0f}, max {s['reps'].max():.0f}; "
+        f"judged points where the model says unstable: {int((reg & ~a['stable']).sum())}\n")
+    log("| metric | target | judged | within target | share | median abs err | max abs err "
+        "| excluded (sim half-width > target/3) |")
+    log("|---|---:|---:|---:|---:|---:|---:|---:|")
+    table = {}
+    tot_ok = tot = 0
+    for k, tol in TARGETS.items():
+        jm = j[k]
+        e = np.abs(jm["err"][jm["judged"]])
+        nj, nok = int(jm["judged"].sum()), int(jm["ok"].sum())
+        tot, tot_ok = tot + nj, tot_ok + nok
+        med = float(np.median(e)) if e.size else math.nan
+        mx = float(np.max(e)) if e.size else math.nan
+        table[k] = dict(judged=nj, ok=nok, median=med, max=mx, excluded=int(jm["excluded"].sum()))
+        log(f"| {k} | {tol:.0%} | {nj} | {nok} | {nok / max(nj, 1):.1%} | {med:.1%} | {mx:.1%} "
+            f"| {table[k]['excluded']} |")
+    share = tot_ok / max(tot, 1)
+    log(f"| **all** | | {tot} | {tot_ok} | **{share:.1%}** | | | "
+        f"{sum(t['excluded'] for t in table.values())} |")
+    log(f"\n# overall: {tot_ok}/{tot} = {share:.1%} of comparisons within target (goal 95%)\n")
+
+    # worst points: the largest error relative to its target over the judged metrics
+    score = np.zeros(n)
+    worst_metric = np.array([""] * n, dtype=object)
+    for k, tol in TARGETS.items():
+        r = np.where(j[k]["judged"], np.abs(j[k]["err"]) / tol, 0.0)
+        upd = r > score
+        score = np.where(upd, r, score)
+        worst_metric = np.where(upd, k, worst_metric)
+    order = np.argsort(-score)[:15]
+    log("15 worst points (error / target of their worst metric):\n")
+    log("| # | model, gpu, tp | load | N | M | C (slots) | P mean, cv | O mean, cv | noise | sim running "
+        "| worst: err (sim hw) | misses |")
+    log("|---:|---|---:|---:|---:|---:|---|---|---:|---:|---|---:|")
+    worst = []
+    for i in order:
+        if score[i] <= 1.0:
+            break
+        k = worst_metric[i]
+        misses = sum(int(j[m]["judged"][i] and not j[m]["ok"][i]) for m in TARGETS)
+        hw = s[k + "_hw"][i] / s[k][i]
+        kv = "inf" if not np.isfinite(p["kv_capacity_tokens"][i]) else \
+            f"{p['kv_capacity_tokens'][i]:.0f} ({p['kv_slots'][i]:.1f})"
+        log(f"| {i} | {p['model'][i]}, {p['gpu'][i]}, {p['tp'][i]:.0f} | {p['load'][i]:.2f} | "
+            f"{p['cap'][i]:.0f} | {p['max_batched_tokens'][i]:.0f} | {kv} | "
+            f"{p['prompt_mean'][i]:.0f}, {p['prompt_cv'][i]:.2f} | {p['output_mean'][i]:.0f}, "
+            f"{p['output_cv'][i]:.2f} | {p['service_cv'][i]:.2f} | {s['mean_running'][i]:.1f} | "
+            f"{k}: {j[k]['err'][i]:+.0%} (+-{hw:.0%}) | {misses} |")
+        worst.append(int(i))
+
+    log("\nBy region (share of judged comparisons within target, count):\n")
+    regions = {
+        "KV-bound": p["kv_bound"], "not KV-bound": ~p["kv_bound"],
+        "chunked (M finite)": p["chunked"], "M = inf": ~p["chunked"],
+        **{b: load_band(p["load"]) == i for i, b in enumerate(BANDS)},
+        "dense": ~p["moe"], "MoE": p["moe"],
+        "service noise": p["service_cv"] > 0, "no noise": p["service_cv"] == 0,
+    }
+    log("| region | points judged | all metrics | means | percentiles | tpot_mean | ttft_mean | ttft_p99 |")
+    log("|---|---:|---:|---:|---:|---:|---:|---:|")
+    breakdown = {}
+    for name, mask in regions.items():
+        def share_of(keys, mask=mask):
+            ok = sum(int((j[k]["ok"] & mask).sum()) for k in keys)
+            nj = sum(int((j[k]["judged"] & mask).sum()) for k in keys)
+            return f"{ok / nj:.0%} ({nj})" if nj else "-", ok, nj
+        allk = share_of(TARGETS)
+        breakdown[name] = dict(ok=allk[1], judged=allk[2])
+        pts = int((mask & reg).sum())
+        log(f"| {name} | {pts} | {allk[0]} | {share_of([k for k in TARGETS if k.endswith('mean')])[0]} | "
+            f"{share_of([k for k in TARGETS if not k.endswith('mean')])[0]} | {share_of(['tpot_mean'])[0]} | "
+            f"{share_of(['ttft_mean'])[0]} | {share_of(['ttft_p99'])[0]} |")
+    return dict(points=n, region=int(reg.sum()), share=share, judged=tot, table=table, worst=worst,
+                breakdown=breakdown)
+
+
+def write_points(p, a, s, j, path: Path) -> None:
+    reg = region_of(p, s)
+    head = list(CB_KEYS) + list(LABELS) + ["sim_reps", "sim_stable", "region", "sim_mean_running",
+                                           "sim_kv_util", "sim_drop_rate", "model_stable", "model_capacity_rps"]
+    for k in TARGETS:
+        head += [f"sim_{k}_s", f"sim_{k}_hw_s", f"model_{k}_s", f"{k}_rel_err", f"{k}_judged", f"{k}_ok"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(head)
+        for i in range(p["lam"].size):
+            row = [p[k][i] for k in CB_KEYS + LABELS] + [
+                s["reps"][i], bool(s["stable"][i]), bool(reg[i]), s["mean_running"][i], s["kv_util"][i],
+                s["drop_rate"][i], bool(a["stable"][i]), a["capacity_rps"][i]]
+            for k in TARGETS:
+                row += [s[k][i], s[k + "_hw"][i], a[k][i], j[k]["err"][i], bool(j[k]["judged"][i]),
+                        bool(j[k]["ok"][i])]
+            w.writerow([repr(float(v)) if isinstance(v, (float, np.floating)) else v for v in row])
+
+
+def write_reference(p, s, args, path: Path) -> None:
+    """The regression test's data: inputs, labels and the simulated values with their 95%
+    half-widths (tests/test_cb_accuracy.py)."""
+    head = list(CB_KEYS) + list(LABELS) + ["sim_reps", "sim_stable", "sim_mean_running", "sim_kv_util"]
+    for k in TARGETS:
+        head += [f"sim_{k}_s", f"sim_{k}_hw_s"]
+    cmd = " ".join(["python benchmarks/cb_accuracy.py"] + (sys.argv[1:] if args.argv is None else args.argv))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        f.write(f"# Produced by `{cmd}` on {time.strftime('%Y-%m-%d', time.gmtime())}: {args.points} "
+                f"configurations drawn by sweep.testing.cb_domain.draw(n={args.points}, seed={args.seed}), each "
+                f"simulated (simulate_continuous, sim seed {args.sim_seed}, {args.n_requests} measured + "
+                f"{args.warmup} warmup requests per replication, {args.min_batches}-{args.max_batches} batches "
+                f"of {BATCH} replications, scenario id = row + 100000 * batch). sim_* values are simulator "
+                f"means over sim_reps replications, *_hw_s their 95% Student-t half-widths (s). "
+                f"Percentiles: linear interpolation per replication, averaged.\n")
+        w = csv.writer(f)
+        w.writerow(head)
+        for i in range(p["lam"].size):
+            row = [p[k][i] for k in CB_KEYS + LABELS] + [s["reps"][i], bool(s["stable"][i]),
+                                                        s["mean_running"][i], s["kv_util"][i]]
+            for k in TARGETS:
+                row += [s[k][i], s[k + "_hw"][i]]
+            w.writerow([repr(float(v)) if isinstance(v, (float, np.floating)) else v for v in row])
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n-requests", type=int, default=3000)
-    ap.add_argument("--replications", type=int, default=3)
+    ap.add_argument("--points", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=24, help="the draw's seed (24: issue 24)")
+    ap.add_argument("--sim-seed", type=int, default=11)
+    ap.add_argument("--n-requests", type=int, default=600)
+    ap.add_argument("--warmup", type=int, default=120)
+    ap.add_argument("--min-batches", type=int, default=1, help=f"batches of {BATCH} replications for every point")
+    ap.add_argument("--max-batches", type=int, default=4, help="at most this many for a point")
+    ap.add_argument("--budget-s", type=float, default=2400.0,
+                    help="no further rounds of batches past this many seconds of simulation")
     ap.add_argument("--smoke", "--tiny", dest="tiny", action="store_true", help="seconds: no figure, no cache")
     ap.add_argument("--resim", action="store_true", help="ignore the cached simulation")
+    ap.add_argument("--reference", type=Path, help="also write the regression test's CSV there")
     args = ap.parse_args(argv)
-    configs, loads = CONFIGS, LOADS
+    args.argv = argv
     if args.tiny:
-        configs = {k: CONFIGS[k] for k in ("chat N=32", "chat N=8")}
-        loads, args.n_requests, args.replications = (0.3, 0.7), 300, 2
-    rows, p = sweep(configs, loads)
-    a = analytic(p)
-    settings = CBSimSettings(n_requests=args.n_requests, warmup=args.n_requests // 10,
-                             replications=args.replications, seed=11)
-    cache = ROOT / "benchmarks" / "results" / "cb_accuracy_sim.npz"
-    stamp = np.concatenate([np.stack([p[k] for k in KEYS]).ravel(),
-                            [settings.n_requests, settings.warmup, settings.replications,
-                             settings.seed, Q]])
-    t = time.perf_counter()
-    s = None
-    if cache.exists() and not args.resim and not args.tiny:
-        old = dict(np.load(cache))
-        if old["stamp"].shape == stamp.shape and np.array_equal(old["stamp"], stamp):
-            s = {k: v for k, v in old.items() if k != "stamp"}
-    if s is None:
-        s = simulate_continuous({**p, "queue_capacity": np.full(len(rows), np.inf)}, settings,
-                                percentile=Q)
-        if not args.tiny:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            np.savez(cache, stamp=stamp, **s)
-    sim_s = time.perf_counter() - t
-    region = s["stable"] & (s["mean_running"] < 0.9 * p["cap"]) & a["stable"]
-    print(f"# {len(rows)} points ({len(configs)} engines x {len(loads)} loads), q = {Q}, "
-          f"{args.replications} x {args.n_requests} requests each; simulated in {sim_s:.0f} s")
-    print(f"# stable region (simulated steady, mean running < 0.9 N): {region.sum()} points; "
-          f"not steady in the simulator: {int((~s['stable']).sum())}\n")
-    print("| metric | target | median abs err | max abs err | within target "
-          "| misses (engine, load: error, simulated 95% half-width) |")
-    print("|---|---:|---:|---:|---:|---|")
-    for key, tol in TARGETS:
-        err = a[key][region] / s[key + "_s"][region] - 1.0
-        idx = np.flatnonzero(region)
-        hw_key = key.replace("_mean", "_mean_hw").replace("_p", "_p_hw") + "_s"
-        rel_hw = s[hw_key][region] / s[key + "_s"][region]
-        miss = [f"{rows[i][0]} @{rows[i][1]:.2f}: {e:+.0%} (sim +-{h:.0%})"
-                for i, e, h in zip(idx, err, rel_hw) if abs(e) > tol]
-        print(f"| {key} | {tol:.0%} | {np.median(np.abs(err)):.1%} | {np.max(np.abs(err)):.1%} | "
-              f"{np.sum(np.abs(err) <= tol)}/{err.size} | {'; '.join(miss) or '-'} |")
-    for key, sk in (("mean_running", "mean_running"), ("step_mean", "step_mean_s"),
-                    ("kv_util", "kv_util")):
-        ok = region & (s[sk] > 0)
-        err = a[key][ok] / s[sk][ok] - 1.0
-        if err.size:
-            print(f"| {key} | - | {np.median(np.abs(err)):.1%} | {np.max(np.abs(err)):.1%} | - | - |")
-    print("\n| engine | load | sim running | TTFT sim / model (ms) | TPOT sim / model (ms) | "
-          "E2E p sim / model (ms) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for i, (name, f, _) in enumerate(rows):
-        mark = "" if region[i] else " (outside region)" if s["stable"][i] else " (not steady)"
-        print(f"| {name}{mark} | {f:.2f} | {s['mean_running'][i]:.1f} | "
-              f"{s['ttft_mean_s'][i] * 1e3:.1f} / {a['ttft_mean'][i] * 1e3:.1f} | "
-              f"{s['tpot_mean_s'][i] * 1e3:.2f} / {a['tpot_mean'][i] * 1e3:.2f} | "
-              f"{s['e2e_p_s'][i] * 1e3:.0f} / {a['e2e_p'][i] * 1e3:.0f} |")
+        args.points, args.n_requests, args.warmup, args.min_batches, args.max_batches = 6, 200, 50, 1, 1
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    t0 = time.perf_counter()
+    p, s, sim_s = load_or_simulate(args, log)
+    t1 = time.perf_counter()
+    a = analytic_all(p)
+    j = judge(p, a, s)
+    log(f"# analytic model on {p['lam'].size} points x {len(QS)} percentiles in {time.perf_counter() - t1:.1f} s; "
+        f"simulation {sim_s:.0f} s")
+    out = report(p, a, s, j, log)
+    out["sim_s"] = sim_s
+    if args.reference is not None and not args.tiny:
+        write_reference(p, s, args, args.reference)
+        log(f"\nwrote {args.reference}")
     if args.tiny:
-        return {"points": len(rows)}
-    figure(rows, p, a, s, configs, loads)
+        return out
+    write_points(p, a, s, j, RESULTS / "cb_accuracy_points.csv")
+    figure(p, j)
+    log(f"\n# total {time.perf_counter() - t0:.0f} s")
+    return out
 
 
-def figure(rows, p, a, s, configs, loads) -> None:
+def figure(p, j) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(configs)
-    fig, axes = plt.subplots(4, 4, figsize=(13, 11))
-    fine_f = np.linspace(0.05, 0.97, 40)
-    for ci, name in enumerate(names):
-        cfg = configs[name]
-        sel = np.array([r[0] == name for r in rows])
-        cap_rps = p["lam"][sel][0] / loads[0]
-        fp = {k: np.full(fine_f.size, cfg[k]) for k in KEYS if k != "lam"}
-        fp["lam"] = fine_f * cap_rps
-        fa = analytic(fp)
-        x = np.array(loads)
-        for mi, (metric, unit) in enumerate((("ttft", "TTFT"), ("tpot", "TPOT"))):
-            ax = axes[(ci // 4) * 2 + mi, ci % 4]
-            ok = s["stable"][sel]
-            for kind, style, lab in (("mean", "o", "mean"), ("p", "s", f"P{Q * 100:.0f}")):
-                y = s[f"{metric}_{kind}_s"][sel] * 1e3
-                hw = s[f"{metric}_{kind}_hw_s"][sel] * 1e3
-                ax.errorbar(x[ok], y[ok], yerr=hw[ok], fmt=style, ms=4,
-                            mfc="k" if kind == "mean" else "none", color="k",
-                            label=f"simulated {lab}")
-                ax.plot(fine_f, fa[f"{metric}_{kind}"] * 1e3, "-" if kind == "mean" else "--",
-                        color="tab:blue", lw=1.4, label=f"analytic {lab}")
-            if (~ok).any():
-                top = ax.get_ylim()[1]
-                y_mark = top * 0.97 if metric == "tpot" else top * 0.8
-                ax.plot(x[~ok], np.full((~ok).sum(), y_mark), "v", color="tab:red", ms=6,
-                        label="simulated: not steady")
-            if metric == "ttft":  # waits span orders of magnitude near saturation
-                ax.set_yscale("log")
-            ax.set_title(f"{name}: {unit}", fontsize=8)
-            ax.tick_params(labelsize=7)
-            ax.grid(alpha=0.3)
-            if ci % 4 == 0:
-                ax.set_ylabel(f"{unit} (ms)", fontsize=8)
-            if (ci // 4) * 2 + mi == 3:
-                ax.set_xlabel("load = lam / capacity_rps (model)", fontsize=8)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    seen = dict(zip(labels, handles))
-    fig.legend(seen.values(), seen.keys(), loc="lower center", ncol=5, fontsize=8, frameon=False)
-    fig.suptitle("Continuous batching: analytic model (lines) vs simulator (markers, 95% "
-                 "half-widths)", fontsize=10)
+    fig, axes = plt.subplots(3, 4, figsize=(14, 9), sharex=True)
+    for ax, k in zip(axes.ravel(), TARGETS, strict=True):
+        tol = TARGETS[k]
+        jm = j[k]
+        x = p["load"][jm["judged"]]
+        e = np.clip(jm["err"][jm["judged"]], -1.0, 1.0)
+        ok = jm["ok"][jm["judged"]]
+        ax.axhspan(-tol, tol, color="tab:green", alpha=0.12)
+        ax.scatter(x[ok], e[ok], s=9, color="tab:blue", label="within target")
+        ax.scatter(x[~ok], e[~ok], s=14, color="tab:red", marker="x", label="outside target")
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_ylim(-1.05, 1.05)
+        ax.set_title(f"{k}: {ok.sum()}/{ok.size} within {tol:.0%}", fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in axes[-1]:
+        ax.set_xlabel("load = lam / capacity_rps (model)", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("model / sim - 1 (clipped to +-1)", fontsize=8)
+    h, lab = axes[0, 0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.suptitle("Continuous batching: analytic model vs simulator on randomly drawn configurations "
+                 "(green band: target)", fontsize=10)
     fig.tight_layout(rect=(0, 0.03, 1, 0.97))
     OUT.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(OUT, dpi=70)

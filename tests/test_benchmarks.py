@@ -143,7 +143,15 @@ def _uncertainty(out, text):
     assert all(r["points_per_s"] > 0 and np.isfinite(r["cost_ratio"]) for r in cont.values())
 
 
-CHECKS = {"cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
+def _cb_accuracy(out, text):
+    assert out["points"] == 6 and 0 <= out["region"] <= 6
+    assert 0.0 <= out["share"] <= 1.0 and out["judged"] == sum(t["judged"] for t in out["table"].values())
+    assert len(out["table"]) == 12  # 3 means and P50/P90/P99 of TTFT, TPOT and E2E
+    assert "of comparisons within target" in text and "By region" in text
+
+
+CHECKS = {"cb_accuracy": _cb_accuracy,
+          "cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
           "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search,
           "simulate": _simulate}
 

@@ -1,0 +1,112 @@
+"""The analytic continuous-batching model against stored simulations of random configurations.
+
+tests/data/cb_accuracy_reference.csv holds configurations drawn by
+`sweep.testing.cb_domain.draw` (its header comment says the command, the seeds, the
+replications and the date) with the simulator's means and 95% half-widths: SPEC 10's
+accuracy judgement (benchmarks/cb_accuracy.py) at a size the suite can afford, with no
+simulation in the fast test. The slow test re-simulates a few points under new random
+streams so that the stored values cannot silently drift from what the simulator computes.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sweep.models.continuous.sim import CBSimSettings, simulate_continuous
+from sweep.testing.cb_domain import CB_KEYS, TARGETS, analytic_all, judge
+
+REFERENCE = Path(__file__).parent / "data" / "cb_accuracy_reference.csv"
+#: Floor on the share of judged comparisons (point x metric) within SPEC 10's target. The
+#: analytic model of main 38967f0 (2026-12-02) measures 224/255 = 87.8% on the reference
+#: (misses: mostly the E2E and TTFT medians, see docs/continuous.md); raise this as the
+#: model improves (SPEC 10's goal is 95%).
+FLOOR = 0.87
+#: how the reference was simulated (its header says the same)
+N_REQUESTS, WARMUP, SIM_SEED, BATCH = 1000, 200, 11, 4
+
+
+def _reference() -> dict[str, np.ndarray]:
+    with REFERENCE.open() as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    out: dict[str, np.ndarray] = {}
+    for key in rows[0]:
+        vals = [r[key] for r in rows]
+        if key in ("model", "gpu"):
+            out[key] = np.array(vals)
+        elif vals[0] in ("True", "False"):
+            out[key] = np.array([v == "True" for v in vals])
+        else:
+            out[key] = np.array([float(v) for v in vals])
+    return out
+
+
+def _sim_view(ref: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    s = {k[4:]: v for k, v in ref.items() if k.startswith("sim_")}
+    s.update({k[:-2]: v for k, v in list(s.items()) if k.endswith("_s") and not k.endswith("_hw_s")})
+    s.update({k[:-5] + "_hw": v for k, v in list(s.items()) if k.endswith("_hw_s")})
+    return s
+
+
+def test_reference_header_says_how_it_was_made():
+    head = REFERENCE.read_text().splitlines()[0]
+    assert head.startswith("# Produced by `python benchmarks/cb_accuracy.py")
+    assert f"{N_REQUESTS} measured + {WARMUP} warmup" in head and f"sim seed {SIM_SEED}" in head
+    ref = _reference()
+    assert ref["lam"].size >= 40 and set(CB_KEYS) <= set(ref)
+
+
+def test_share_within_target_holds_the_floor():
+    """The analytic model (q = 0.5, 0.9, 0.99) on the stored inputs, judged as the benchmark
+    judges: SPEC 10's stable region, comparisons whose simulated half-width is below a
+    third of the target."""
+    ref = _reference()
+    s = _sim_view(ref)
+    a = analytic_all({k: ref[k] for k in CB_KEYS})
+    j = judge({k: ref[k] for k in CB_KEYS}, a, s)
+    judged = sum(int(j[k]["judged"].sum()) for k in TARGETS)
+    ok = sum(int(j[k]["ok"].sum()) for k in TARGETS)
+    assert judged >= 100, judged  # enough comparisons for the share to mean something
+    assert ok / judged >= FLOOR, f"{ok}/{judged} = {ok / judged:.1%} within target, floor {FLOOR:.0%}"
+    for k in TARGETS:  # never NaN where the simulator is steady
+        assert not np.any(np.isnan(a[k][s["stable"]])), k
+
+
+@pytest.mark.slow  # simulates 5 points x 8 replications (~1-2 min on a shared core)
+def test_stored_simulations_reproduce():
+    """Five judged points below 0.7 load (the cheapest to simulate), re-simulated under new random streams
+    (scenario ids the reference never used): at least 4 stay steady, and where both runs
+    are, every stored value agrees with the new one within the 95% half-width of their
+    difference, hypot(hw_old, hw_new), for at least 90% of the comparisons, and within
+    twice it for all."""
+    ref = _reference()
+    s = _sim_view(ref)
+    p = {k: ref[k] for k in CB_KEYS}
+    a = analytic_all(p)
+    j = judge(p, a, s)
+    judged = np.flatnonzero(np.any([j[k]["judged"] for k in TARGETS], axis=0) & (ref["load"] < 0.7))
+    cost = (ref["prompt_mean"] + ref["output_mean"]) / np.minimum(ref["cap"], ref["sim_mean_running"] + 1.0)
+    pick = judged[np.argsort(cost[judged])[:5]]
+    params = {k: p[k][pick] for k in CB_KEYS}
+    params["queue_capacity"] = np.full(pick.size, np.inf)
+    st = CBSimSettings(n_requests=N_REQUESTS, warmup=WARMUP, replications=2 * BATCH, seed=SIM_SEED)
+    new = simulate_continuous(params, st, percentile=0.9, more_percentiles=(0.5, 0.99),
+                              scenario_ids=pick + 100000 * 97)
+    within = total = 0
+    for k in TARGETS:
+        met, _, kind = k.partition("_")
+        key = f"{met}_p_s" if kind == "p90" else f"{k}_s"
+        hw_key = key[:-2] + "_hw_s"
+        old, old_hw = s[k][pick], s[k + "_hw"][pick]
+        fin = np.isfinite(old) & np.isfinite(new[key])
+        band = np.hypot(old_hw, new[hw_key])[fin]
+        diff = np.abs(new[key] - old)[fin]
+        assert np.all(diff <= 2.0 * band), (k, diff / old[fin], band / old[fin])
+        within += int(np.sum(diff <= band))
+        total += int(fin.sum())
+    # the quarter rule may call a heavy-tailed run not steady by chance: most stay steady
+    assert new["stable"].sum() >= 4, new["stable"]
+    assert total >= 35 and within >= 0.9 * total, (within, total)
