@@ -16,9 +16,10 @@ TPOT and E2E 25%); a point the simulator cannot pin down within `--max-batches` 
 excluded from that metric and counted. An analytic `stable = false` on a judged point is a
 miss (error +inf).
 
-    python benchmarks/cb_accuracy.py            # 300 points, seed 24: ~30+ min on two cores
+    python benchmarks/cb_accuracy.py            # 300 points, seed 24: ~40 min on two busy cores
     python benchmarks/cb_accuracy.py --tiny     # seconds: smoke test, no figure, no cache
-    python benchmarks/cb_accuracy.py --points 40 --seed 240 --min-batches 2 --max-batches 6 \\
+    python benchmarks/cb_accuracy.py --n-requests 1000 --warmup 200 --points 40 --seed 240 \\
+        --min-batches 2 --max-batches 6 --budget-s 900 \\
         --reference tests/data/cb_accuracy_reference.csv   # the regression test's data
 
 The simulated results are kept in benchmarks/results/cb_accuracy_sim.npz together with the
