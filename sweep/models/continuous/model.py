@@ -153,9 +153,10 @@ COLUMNS: tuple[Column, ...] = (
            null_when=UNLIMITED),
     Column("t_step_fixed_ms", "float64", "ms",
            "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx. "
-           "Roofline: the line through a lone request's decode step and its prefill chunk "
-           "min(prompt_tokens, max_batched_tokens), so it varies with max_batched_tokens; "
-           "optimum.parquet repeats the row's first point's."),
+           "Roofline: the refined step linearized at the point's load: the line through the decode step of the "
+           "r sequences a sequence sees (1 + the mean running count, at most the slots; 1 at light load) and the "
+           "step where one of them prefills its chunk min(prompt_tokens, max_batched_tokens), so it varies with "
+           "the load, batch_size and max_batched_tokens; optimum.parquet repeats the row's first point's."),
     Column("t_token_ms", "float64", "ms", "Time per new token in a step (roofline: see t_step_fixed_ms)."),
     Column("t_ctx_ms", "float64", "ms",
            "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
@@ -401,23 +402,26 @@ class ContinuousModel(ServingModel):
         gpus = x["gpus_per_replica"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
-        roof: dict[str, Array] = {}
-        if service_source == "roofline":
-            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
-            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
-            tf, tt, tc = rl.step_line(rl.replica_params(x, eta_bw, eta_flops), x["prompt_tokens"], x["output_tokens"],
-                                      x["max_batched_tokens"], kv_per_token, x["attn_width"], x["n_layers"])
-            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
-        else:
-            tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
         lam = x["arrival_rps"] / x["replicas"]
         free = gpus * x["hbm_bytes"] * (1.0 - reserve_fraction) - weights
         block = block_tokens if paged else 1.0
         c_tok = kv_capacity_tokens(free, kv_per_token, block, paged=paged)
         reservation = jnp.ceil((x["prompt_tokens"] + x["output_tokens"]) / block) * block
         mem_ok = (free >= 0.0) & (reservation <= c_tok)
+        kv_tokens = jnp.where(mem_ok, c_tok, 1.0)
+        roof: dict[str, Array] = {}
+        if service_source == "roofline":
+            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
+            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
+            # the refined step linearized at the occupancy this load produces (docs/roofline.md)
+            tf, tt, tc = rl.operating_line(rl.replica_params(x, eta_bw, eta_flops), lam, x["prompt_tokens"],
+                                           x["output_tokens"], x["max_batched_tokens"], x["batch_size"], kv_tokens,
+                                           block, kv_per_token, x["attn_width"], x["n_layers"])
+            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
+        else:
+            tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
         args = (lam, x["prompt_tokens"], x["prompt_cv"], x["output_tokens"], x["output_cv"], x["batch_size"],
-                x["max_batched_tokens"], jnp.where(mem_ok, c_tok, 1.0), block, tf, tt, tc, x["service_cv"],
+                x["max_batched_tokens"], kv_tokens, block, tf, tt, tc, x["service_cv"],
                 x["percentile"])
         return dict(gpus=gpus, weights=weights, roof=roof, tf=tf, tt=tt, tc=tc, lam=lam, free=free, c_tok=c_tok,
                     mem_ok=mem_ok, args=args)
