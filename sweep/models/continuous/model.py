@@ -51,7 +51,9 @@ from sweep.models.base import (
     ServingModel,
     planning_columns,
 )
+from sweep.models.continuous import confidence
 from sweep.models.continuous.analytic import cb_point, cb_state
+from sweep.models.continuous.confidence import analytic_trusted
 from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
 from sweep.models.continuous.views import VIEWS
 from sweep.models.shared import columns as shared
@@ -221,6 +223,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("tok_s_per_user", "float64", "tokens/s",
            "1000 / tpot_mean_ms: the speed one user sees (0 where not stable: the limit of 1000 / an unbounded TPOT)."),
     Column("kv_util", "float64", "-", "Time-average share of C reserved by running sequences."),
+    Column("analytic_trusted", "bool", "-",
+           "The point lies inside the region where the analytic model was shown accurate "
+           "(sweep.models.continuous.confidence): false where mean_running >= "
+           f"{confidence.RUNNING_SHARE_MAX:g} x the slots (a saturated cap), lambda_per_replica_rps >= "
+           f"{confidence.LOAD_MAX:g} x capacity_rps (near saturation; every unstable point), or the KV capacity "
+           "holds fewer mean reservations than batch_size and the reservation P + O has a CV above "
+           f"{confidence.RESERVATION_CV_MAX:g}; "
+           "true where mem_ok is false (a closed form). Where false, check the point with the simulator "
+           "(latency_model = \"simulated\", or a [simulation] table)."),
     SLO_OK,
     FEASIBLE,
     base.ACTION,
@@ -279,6 +290,7 @@ DECISIONS = Decisions(
         ("_tok_s_per_gpu", "tok_s_per_gpu", "float64", "tokens/s"),
         ("_tok_s_per_user", "tok_s_per_user", "float64", "tokens/s"),
         ("_rho", "rho", "float64", "-"),
+        ("_analytic_trusted", "analytic_trusted", "bool", "-"),
         ("_point_id", "point_id", "int64", "-"),
     ),
 )
@@ -424,7 +436,7 @@ class ContinuousModel(ServingModel):
                 x["max_batched_tokens"], kv_tokens, block, tf, tt, tc, x["service_cv"],
                 x["percentile"])
         return dict(gpus=gpus, weights=weights, roof=roof, tf=tf, tt=tt, tc=tc, lam=lam, free=free, c_tok=c_tok,
-                    mem_ok=mem_ok, args=args)
+                    mem_ok=mem_ok, reservation=reservation, args=args)
 
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
         """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
@@ -453,6 +465,11 @@ class ContinuousModel(ServingModel):
         cost_h = x["replicas"] * gpus * x["usd_per_gpu_hour"]
         per_mtok = jnp.where(stable & (out_tok > 0),
                              cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
+        trusted = analytic_trusted(
+            mean_running=r["mean_running"], slots=r["slots"], lam=lam, capacity_rps=r["capacity_rps"],
+            cap=x["batch_size"], kv_capacity_tokens=c_tok, reservation_tokens=e["reservation"],
+            prompt_mean=x["prompt_tokens"], prompt_cv=x["prompt_cv"], output_mean=x["output_tokens"],
+            output_cv=x["output_cv"], mem_ok=mem_ok)
         return {
             "lambda_per_replica_rps": lam,
             "t_step_fixed_ms": tf * MS,
@@ -479,6 +496,7 @@ class ContinuousModel(ServingModel):
             "tok_s_per_gpu": jnp.where(mem_ok, r["capacity_rps"], 0.0) * x["output_tokens"] / gpus,
             "tok_s_per_user": jnp.where(stable, 1e3 / jnp.where(stable, tpot_ms, 1.0), 0.0),
             "kv_util": jnp.where(stable, r["kv_util"], 1.0),
+            "analytic_trusted": trusted,
             "cost_usd_per_hour": cost_h,
             "cost_usd_per_mtok": per_mtok,
             "_rho_rules": jnp.where(mem_ok, rho, INF),
