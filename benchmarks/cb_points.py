@@ -9,7 +9,7 @@ All three run in the same process on the same machine, over 2^16 .. 2^20 random 
 Goal (issue 11, item 7): the continuous model within 3x of the windowed kernel. Best of
 ``--repeats`` after a warm-up call (compile).
 
-    python benchmarks/cb_points.py [--max-log2 20] [--repeats 3] [--tiny]
+    python benchmarks/cb_points.py [--max-log2 20] [--repeats 3] [--roofline] [--tiny]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from kernel import COLUMNS, make_inputs  # benchmarks/kernel.py: the seed model'
 
 from sweep.engine.evaluate import evaluate_values
 from sweep.models import get_model
-from sweep.models.base import CATALOG_FIELDS
+from sweep.models.base import CATALOG_FIELDS, WHEN_ROOFLINE
 from sweep.models.continuous.analytic import cb_point
 
 CB_KEYS = ("lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
@@ -71,11 +71,14 @@ def windowed(n: int, seed: int = 0) -> tuple:
 
 CONTINUOUS = get_model("continuous", "analytic")
 CONTINUOUS_COLUMNS = tuple(c.name for c in CONTINUOUS.columns if not c.when and c.name != "point_id")
+ROOFLINE_COLUMNS = tuple(c.name for c in CONTINUOUS.columns if c.when == WHEN_ROOFLINE)
 
 
-def continuous(n: int, seed: int = 0) -> tuple:
+def continuous(n: int, seed: int = 0, roofline: bool = False) -> tuple:
     """The continuous model as the engine evaluates a grid chunk (given step times, paged
-    KV): a jitted function and its arguments, in file units."""
+    KV): a jitted function and its arguments, in file units. `roofline`: step times from the
+    refined roofline instead (`roofline.operating_line`; no t_* keys), half the points a dense
+    8B and half a Mixtral-like mixture of experts."""
     rng = np.random.default_rng(seed)
     cap = rng.integers(1, 513, n).astype(float)
     full = np.full
@@ -98,9 +101,19 @@ def continuous(n: int, seed: int = 0) -> tuple:
               "hidden": full(n, 4096.0), "attn_width": full(n, 4096.0), "fp8_flops": full(n, 1979e12),
               "link_bw": full(n, 450e9), "alpha": full(n, 10e-6), "gpu_eta_bw": full(n, 0.7),
               "gpu_eta_flops": full(n, 0.6)}
-    static = dict(paged=True, service_source="given", block_tokens=16.0, reserve_fraction=0.1)
+    if roofline:
+        for k in ("t_fixed_ms", "t_token_ms", "t_ctx_ms"):
+            del v[k]
+        moe = np.arange(n) % 2 == 1  # Mixtral 8x7B's figures (sweep/catalog/models/mixtral-8x7b.toml)
+        for k, val in (("n_params", 46.7e9), ("active_params", 12.9e9), ("dense_params", 1.6e9),
+                       ("expert_params", 45.1e9), ("n_experts", 8.0), ("experts_per_token", 2.0),
+                       ("kv_elems_per_token", 32 * 2048.0)):
+            tables[k] = np.where(moe, val, tables[k])
+    static = dict(paged=True, service_source="roofline" if roofline else "given", block_tokens=16.0,
+                  reserve_fraction=0.1)
+    columns = CONTINUOUS_COLUMNS + (ROOFLINE_COLUMNS if roofline else ())
     fn = jax.jit(functools.partial(evaluate_values, model=CONTINUOUS, static=tuple(sorted(static.items())),
-                                   columns=CONTINUOUS_COLUMNS))
+                                   columns=columns))
     args = {k: jnp.asarray(a) for k, a in v.items()}
     args["model"] = args["gpu"] = jnp.arange(n, dtype=jnp.int32)
     return fn, (args, {k: jnp.asarray(a) for k, a in tables.items()})
@@ -121,6 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--min-log2", type=int, default=16)
     ap.add_argument("--max-log2", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--roofline", action="store_true",
+                    help="step times from the refined roofline (the engine's operating line) instead of given ones")
     ap.add_argument("--smoke", "--tiny", dest="tiny", action="store_true", help="2^10 points, one repeat")
     args = ap.parse_args(argv)
     if args.tiny:
@@ -135,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     for lg in range(args.min_log2, args.max_log2 + 1, 2):
         n = 1 << lg
-        cont, cont_args = continuous(n)
+        cont, cont_args = continuous(n, roofline=args.roofline)
         t_model = best_time(cont, cont_args, args.repeats)
         t_cb = best_time(cb, cb_inputs(n), args.repeats)
         win, win_args = windowed(n)

@@ -227,3 +227,51 @@ replicas = {low = 1, high = 6}
     text = capsys.readouterr().out
     search = text[text.index("search: each study's best trials"):]
     assert "TTFT P99 ms" in search and "TPOT SLO ms" in search and "min_cost" in search
+
+
+KV_BOUND = """
+name = "cb-kv"
+[grid]
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+arrival_rps = 0.5
+prompt_tokens = 8000
+prompt_cv = 1.5
+output_tokens = 1000
+output_cv = 1.0
+t_fixed_ms = 8.0
+t_token_ms = 0.03
+t_ctx_ms = 6e-5
+batch_size = {caps}
+max_batched_tokens = 8192
+replicas = [1, 2]
+ttft_slo_ms = 20000
+tpot_slo_ms = 100
+[options]
+serving = "continuous"
+kv_allocation = "paged"
+reserve_fraction = 0.1
+"""
+
+
+@pytest.mark.parametrize(("caps", "caveat"), [("[64, 128]", True), ("[8, 16]", False)])
+def test_a_decision_on_an_untrusted_point_says_so_and_how_to_simulate(tmp_path, capsys, caps, caveat):
+    """Llama 3.1 8B on one H100 holds 47.4 mean reservations of 9,008 tokens (426,784 tokens of
+    KV: 55.94 GB free at 131,072 bytes a token, paged, 10% reserve) and the reservation's CV is
+    sqrt((8000 x 1.5)^2 + 1000^2) / 9000 = 1.34: caps of 64 and 128 are KV-bound with widely
+    spread reservations (analytic_trusted false), caps of 8 and 16 are not. The decisions
+    mark an answer on an untrusted point with `*` and end with one line naming the simulator;
+    with trusted answers there is no such line."""
+    grid = tmp_path / "kv.toml"
+    grid.write_text(KV_BOUND.format(caps=caps))
+    out = tmp_path / "o"
+    assert main(["run", str(grid), "--out", str(out), "--progress", "none"]) == 0
+    text = capsys.readouterr().out
+    decisions = text[text.index("decisions per scenario group"):text.index("full tables")]
+    opt = pq.read_table(out / "optimum.parquet").to_pandas()
+    at = opt[opt.is_replicas_min]
+    assert len(at) == 1 and (~at.replicas_min_analytic_trusted).all() == caveat
+    line = "1 of the 1 decisions above rest on a point outside the region where the analytic model was shown accurate"
+    assert (line in " ".join(decisions.split())) == caveat
+    assert ('latency_model = "simulated"' in decisions) == caveat
+    assert (f"{at.replicas_min_batch.iloc[0]}*" in decisions) == caveat

@@ -4,7 +4,8 @@ pass, and a `[search]` over the cap, the token budget, GPUs per replica and repl
 
 References:
 - the step roofline and the KV capacity are closed forms of the catalog figures (SPEC 10's
-  step time, section 5's free HBM), recomputed here from `packaged_catalog()`;
+  step time, section 5's free HBM), recomputed here from `packaged_catalog()` at the running
+  count `roofline.operating_running` gives each point's load;
 - at light load one request is alone on the engine, so its TTFT, TPOT and E2E are sums of
   step times written out by hand (the scheduler's rules 3-5);
 - the decisions (b_max_slo, replicas_min, the frontier, slo_opt) are recomputed by brute
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
@@ -26,7 +28,9 @@ from sweep import grid as spec
 from sweep.catalog import packaged_catalog
 from sweep.cli import main
 from sweep.errors import GridError
+from sweep.models.base import gpu_figures, model_figures
 from sweep.models.continuous.model import COLUMNS
+from sweep.models.shared import roofline as rl
 from sweep.runner import run_grid
 from sweep.search import run_search
 
@@ -97,20 +101,32 @@ def test_points_have_every_declared_column_and_no_nan(run):
 def test_roofline_step_coefficients_and_kv_capacity_are_the_closed_forms(run):
     pts, _, _ = run
     cat = packaged_catalog()
-    for _, r in pts.drop_duplicates(["model", "gpus_per_replica", "max_batched_tokens"]).iterrows():
+    for _, r in pts.iterrows():
         m, g = cat.models[r.model], cat.gpus[r.gpu]
         n = r.gpus_per_replica
         weights = m.n_params * 2.0
         kv_tok = m.n_layers * m.kv_elems_per_token_per_layer * 2.0
+        width = m.n_heads * m.head_dim
         # SPEC 13 (tests/_spec13.py): t_ctx is a cached token's KV read; the line passes
-        # through a lone request's decode step (P + O/2 = 1100 cached) and its prefill chunk
+        # through the decode step of the r sequences a sequence sees at this load (P + O/2 =
+        # 1100 cached each) and the step where one prefills its chunk beside r - 1 decoders
         assert r.t_ctx_ms == pytest.approx(kv_tok / (n * g.hbm_bandwidth_bytes_per_s * 0.7) * 1e3, rel=1e-12)
-        decode = decode_ms(r.model, r.gpu, n, 1, 1100)
-        assert r.t_step_fixed_ms + r.t_token_ms + 1100 * r.t_ctx_ms == pytest.approx(decode, rel=1e-12)
-        chunk = min(1000.0, r.max_batched_tokens)
-        attn = 2 * m.n_layers * m.n_heads * m.head_dim * chunk * chunk
-        prefill = spec13_step(r.model, r.gpu, n, chunk, chunk * kv_tok, attn)
-        assert r.t_step_fixed_ms + (r.t_token_ms + r.t_ctx_ms) * chunk == pytest.approx(prefill, rel=1e-12)
+        budget = math.inf if pd.isna(r.max_batched_tokens) else float(r.max_batched_tokens)
+        x = {k: jnp.asarray(float(v)) for k, v in {**model_figures(m), **gpu_figures(g)}.items()}
+        x.update(gpus_per_replica=jnp.asarray(float(n)), weight_bytes_per_param=jnp.asarray(2.0))
+        running = float(rl.operating_running(
+            rl.replica_params(x, 0.7, 0.6), r.lambda_per_replica_rps, 1000.0, 200.0, budget, float(r.batch_size),
+            r.kv_capacity_tokens if r.mem_ok else 1.0, 16.0, kv_tok, width, m.n_layers))
+        assert 1.0 <= running <= r.batch_size
+        decode = decode_ms(r.model, r.gpu, n, running, 1100)
+        assert (r.t_step_fixed_ms + r.t_token_ms * running + 1100 * running * r.t_ctx_ms
+                == pytest.approx(decode, rel=1e-12))
+        chunk = min(1000.0, budget)
+        others = running - 1.0
+        attn = 4 * m.n_layers * width * others * 1100 + 2 * m.n_layers * width * chunk * chunk
+        prefill = spec13_step(r.model, r.gpu, n, others + chunk, (others * 1101 + chunk) * kv_tok, attn)
+        assert (r.t_step_fixed_ms + r.t_token_ms * (others + chunk) + r.t_ctx_ms * (others * 1100 + chunk)
+                == pytest.approx(prefill, rel=1e-12))
         free = n * g.hbm_bytes * 0.9 - weights
         assert r.free_gb == pytest.approx(free * 1e-9, rel=1e-12)
         assert r.weights_fit == (free >= 0)

@@ -198,6 +198,133 @@ def test_jits_and_vmaps_in_float64(cat):
     assert bool(jnp.isfinite(grad))  # the dense branch is guarded (double where)
 
 
+# --------------------------------------------------------------------------- continuous serving's line
+
+# The operating composition of tests below: 1,000-token prompts, 200 output tokens, a 4,096-token
+# budget, a cap of 256, no KV limit (contiguous: blocks of 1).
+PROMPT, OUT, M, CAP = 1000.0, 200.0, 4096.0, 256.0
+CTX = PROMPT + OUT / 2.0  # a decoder's mean cached context
+
+
+def _line_args(m):
+    return (m.kv_bytes_per_token(2.0), float(m.n_heads * m.head_dim), float(m.n_layers))
+
+
+def _at(line, n_tok, n_ctx):
+    tf, tt, tc = (float(v) for v in line)
+    return tf + tt * n_tok + tc * n_ctx
+
+
+def _running(p, m, lam, cap=CAP):
+    return float(rl.operating_running(p, lam, PROMPT, OUT, M, cap, math.inf, 1.0, *_line_args(m)))
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b"])
+def test_operating_line_is_the_refined_step_at_the_running_count_moe(cat, name):
+    """A mixture of experts at a load that keeps r >= 8 sequences running: the line's decode
+    step of r sequences is the refined step of r decode tokens (which touch more experts than
+    one token) to 1e-9, and so is the step where one of them prefills its 1,000-token chunk
+    beside r - 1 decoders. The light-load line (`step_line`) undershoots that decode step:
+    it streams the experts of one token only."""
+    m = cat.model(name)
+    p = step_params(m, cat.gpu("h100-sxm"), 1 if name.startswith("qwen") else 2, 2.0)
+    kv, width, layers = _line_args(m)
+    for lam in (2.0, 8.0):
+        r = _running(p, m, lam)
+        assert 8.0 <= r < CAP, r
+        line = rl.operating_line(p, lam, PROMPT, OUT, M, CAP, math.inf, 1.0, kv, width, layers)
+        decode = float(rl.step_time(rl.decode_work(r, CTX, kv, width, layers), p)[0])
+        assert _at(line, r, r * CTX) == pytest.approx(decode, rel=1e-9)
+        prefill = float(rl.step_time(rl.add_work(rl.decode_work(r - 1.0, CTX, kv, width, layers),
+                                                 rl.prefill_work(1.0, PROMPT, kv, width, layers)), p)[0])
+        assert _at(line, r - 1.0 + PROMPT, (r - 1.0) * CTX + PROMPT) == pytest.approx(prefill, rel=1e-9)
+        light = rl.step_line(p, PROMPT, OUT, M, kv, width, layers)
+        assert _at(light, r, r * CTX) < 0.75 * decode  # the light-load line misses the experts r tokens touch
+
+
+def test_operating_line_dense_8b_at_128_running_is_the_closed_form(cat):
+    """Llama 3.1 8B on one H100 at a load beyond a cap of 128 (saturated: r = the cap): the
+    line's decode step of 128 sequences is the refined step written out by hand, memory-bound
+    (weights plus 128 x 1,101 tokens of KV at 131,072 bytes) plus 1 ms:
+        T = (16,060,522,496 + 128 x 1,101 x 131,072) / (3.35e12 x 0.7) + 1e-3 = 15.726 ms
+    where the light-load line (`step_line`) gives 18.34 ms (it adds 128 tokens' compute to
+    the memory stream that hides it)."""
+    m = cat.model("llama-3.1-8b")
+    p = step_params(m, cat.gpu("h100-sxm"), 1, 2.0)
+    kv, width, layers = _line_args(m)
+    lam = 100.0
+    assert _running(p, m, lam, cap=128.0) == 128.0
+    line = rl.operating_line(p, lam, PROMPT, OUT, M, 128.0, math.inf, 1.0, kv, width, layers)
+    by_hand = (m.n_params * 2.0 + 128 * (CTX + 1) * kv) / BW_H100 + 1e-3
+    t, parts = rl.step_time(rl.decode_work(128.0, CTX, kv, width, layers), p)
+    assert float(parts.t_mem) > float(parts.t_compute)  # memory-bound: the closed form holds
+    assert float(t) == pytest.approx(by_hand, rel=1e-12)
+    assert _at(line, 128.0, 128.0 * CTX) == pytest.approx(by_hand, rel=1e-9)
+    assert by_hand * 1e3 == pytest.approx(15.726, abs=1e-3)
+    light = rl.step_line(p, PROMPT, OUT, M, kv, width, layers)
+    assert _at(light, 128.0, 128.0 * CTX) * 1e3 == pytest.approx(18.34, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "mixtral-8x7b"])
+def test_operating_line_at_light_load_is_the_lone_requests_line(cat, name):
+    """As the load goes to 0 the running count a sequence sees goes to 1 (itself) and the
+    operating line to `step_line`'s (a lone request's decode step and prefill chunk); at
+    exactly one running sequence they are the same numbers."""
+    m = cat.model(name)
+    p = step_params(m, cat.gpu("h100-sxm"), 1, 2.0)
+    args = _line_args(m)
+    light = [float(v) for v in rl.step_line(p, PROMPT, OUT, M, *args)]
+    assert [float(v) for v in rl.line_at(p, 1.0, PROMPT, OUT, M, *args)] == light
+    for lam in (1e-6, 1e-9):
+        assert _running(p, m, lam) == pytest.approx(1.0, abs=1e3 * lam)
+        line = [float(v) for v in rl.operating_line(p, lam, PROMPT, OUT, M, CAP, math.inf, 1.0, *args)]
+        assert line == pytest.approx(light, rel=1e3 * lam)
+
+
+def test_operating_running_solves_the_flow_balance(cat):
+    """The running count (jit + vmap, as the engine runs it) against a 200-step bisection of
+    the flow balance A = lam E[D] S(A) on random points of a dense model and two mixtures of
+    experts (loads from idle to saturated, budgets, caps, KV limits, blocks): within 1e-6
+    relative, the cap where the load saturates it, r = min(A + 1, c) rising with the load."""
+    rng = np.random.default_rng(7)
+    n = 600
+    names = ["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3"]
+    which = rng.integers(0, 3, n)
+    g = cat.gpu("h100-sxm")
+    ps = [step_params(cat.model(k), g, 8 if k == "deepseek-v3" else 1, 1.0 if k == "deepseek-v3" else 2.0)
+          for k in names]
+    p = jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.asarray(xs)[which]), *ps)
+    kv, width, layers = (jnp.asarray(np.asarray(col)[which]) for col in zip(*[_line_args(cat.model(k)) for k in names]))
+    lam = 10 ** rng.uniform(-2, 2.5, n)
+    prompt, out = 10 ** rng.uniform(1, 4, n), 10 ** rng.uniform(0, 3.5, n)
+    budget = rng.choice([np.inf, 512.0, 8192.0], n)
+    cap, kv_cap, block = rng.integers(1, 1025, n).astype(float), rng.choice([np.inf, 1e5, 1e6], n), rng.choice(
+        [1.0, 16.0], n)
+    r = np.asarray(jax.jit(jax.vmap(rl.operating_running))(p, lam, prompt, out, budget, cap, kv_cap, block, kv,
+                                                           width, layers))
+
+    def h(a):
+        steps = out - 1.0 + np.maximum(1.0, prompt / budget)
+        w = rl.add_work(rl.decode_work(a * (out - 1.0) / steps, prompt + out / 2.0, kv, width, layers),
+                        rl.scale_work(rl.prefill_work(1.0, prompt, kv, width, layers), a / steps))
+        return lam * steps * np.asarray(rl.step_time(w, p)[0]) - a
+
+    c = np.maximum(np.minimum(cap, kv_cap / (np.ceil((prompt + out) / block) * block)), 1.0)
+    saturated = h(c) >= 0
+    lo, hi = np.zeros(n), c.copy()
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        right = h(mid) > 0
+        lo, hi = np.where(right, mid, lo), np.where(right, hi, mid)
+    want = np.where(saturated, c, np.minimum(lo + 1.0, c))
+    assert 0.1 < saturated.mean() < 0.9  # both regimes drawn
+    np.testing.assert_allclose(r, want, rtol=1e-6)
+    # more load, more running (same point, twice the rate)
+    r2 = np.asarray(jax.jit(jax.vmap(rl.operating_running))(p, 2 * lam, prompt, out, budget, cap, kv_cap, block,
+                                                            kv, width, layers))
+    assert (r2 >= r * (1 - 1e-9)).all()
+
+
 # --------------------------------------------------------------------------- published figures
 
 

@@ -13,7 +13,8 @@ The SPEC 13 step, per replica of g GPUs (docs/roofline.md):
 with eta_bw = 0.7 and eta_flops = 0.6 unless the grid or a calibrated GPU entry says
 otherwise. The dynamic batcher's T_svc(B) = T_fixed + t_req B is the secant of T_step through
 B = 1 and the point's batch size; continuous serving's T = t_fixed + t_token n_tok + t_ctx n_ctx
-passes through a lone request's decode step and its prefill chunk.
+passes through the steps a sequence sees at the running count the load produces (its decode step,
+and its prefill chunk beside the other decoders; a lone request's at light load).
 """
 
 from __future__ import annotations
@@ -169,23 +170,36 @@ tpot_slo_ms = 100
 """
 
 
-def test_continuous_step_line_passes_through_a_lone_requests_decode_and_prefill():
-    """t_ctx = KV bytes of one token / (g bw eta_bw); the line is exact at the decode step
-    (1 token, P + O/2 = 1100 cached) and at the prefill chunk min(P, budget) (512 or 1000
-    tokens, counted as n_tok = n_ctx = chunk)."""
+def test_continuous_line_passes_through_the_steps_at_the_operating_running_count():
+    """t_ctx = KV bytes of one token / (g bw eta_bw); with r the running count a sequence sees
+    at the point's load (`roofline.operating_running`, 2 requests/s here), the line is exact
+    at the decode step of r sequences (P + O/2 = 1100 cached each) and at the step where one
+    of them prefills its chunk min(P, budget) (512 or 1000 tokens) beside r - 1 decoders."""
+    import jax.numpy as jnp
+
+    from sweep.engine.evaluate import gpu_figures, model_figures
+    from sweep.models.shared import roofline as rl
+
     c = _columns(CONT)
     cat = packaged_catalog()
     m = cat.model("llama-3.1-8b")
     kv_tok = m.kv_bytes_per_token(2)
+    width = m.n_heads * m.head_dim
     for i in range(len(c["gpu"])):
         gpu, g, budget = (("h100-sxm", "a100-80gb")[c["gpu"][i]], int(c["gpus_per_replica"][i]),
                           float(c["max_batched_tokens"][i]))
         tf, tt, tc = c["t_step_fixed_ms"][i], c["t_token_ms"][i], c["t_ctx_ms"][i]
         bw = g * cat.gpu(gpu).hbm_bandwidth_bytes_per_s * 0.7
         assert tc == pytest.approx(kv_tok / bw * 1e3, rel=1e-12)
-        assert tf + tt + 1100 * tc == pytest.approx(decode_ms("llama-3.1-8b", gpu, g, 1, 1100), rel=1e-12)
+        x = {k: jnp.asarray(float(v)) for k, v in {**model_figures(m), **gpu_figures(cat.gpu(gpu))}.items()}
+        x.update(gpus_per_replica=jnp.asarray(float(g)), weight_bytes_per_param=jnp.asarray(2.0))
+        r = float(rl.operating_running(rl.replica_params(x, 0.7, 0.6), 2.0, 1000.0, 200.0, budget, 64.0,
+                                       float(c["kv_capacity_tokens"][i]), 1.0, kv_tok, width, m.n_layers))
+        assert 1.5 < r < 64  # two requests/s keep more than a lone one running
+        assert tf + tt * r + 1100 * r * tc == pytest.approx(decode_ms("llama-3.1-8b", gpu, g, r, 1100), rel=1e-12)
         chunk = min(1000.0, budget)
-        attn = 2 * m.n_layers * m.n_heads * m.head_dim * chunk * chunk
-        prefill = spec13_step("llama-3.1-8b", gpu, g, chunk, chunk * kv_tok, attn)
-        assert tf + (tt + tc) * chunk == pytest.approx(prefill, rel=1e-12)
+        n_tok, kv = r - 1 + chunk, ((r - 1) * 1101 + chunk) * kv_tok
+        attn = 4 * m.n_layers * width * (r - 1) * 1100 + 2 * m.n_layers * width * chunk * chunk
+        step = spec13_step("llama-3.1-8b", gpu, g, n_tok, kv, attn)
+        assert tf + tt * n_tok + tc * ((r - 1) * 1100 + chunk) == pytest.approx(step, rel=1e-12)
         assert tf >= 0 and tt >= 0 and math.isfinite(tf + tt + tc)

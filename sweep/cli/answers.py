@@ -41,6 +41,7 @@ from rich.table import Table
 from sweep.decide.tables import answer_name
 from sweep.errors import SweepError
 from sweep.models import ServingModel, get_model
+from sweep.models.views import Caveat
 
 #: Scenario groups shown by default (the rest are counted).
 TOP = 10
@@ -319,9 +320,10 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     model, d = run.model, run.model.decisions
     view = AnswerView.of(model)
     cost = "replicas_min_cost_usd_per_hour"
+    caveats = _caveats(run)
     wanted = ["group_id", *d.group_axes, d.size, "reason", "is_replicas_min", "replicas_min", cost, "percentile",
               "cost_usd_per_hour", *view.slos(), *view.columns("replicas_min"), *view.columns("b_latency_opt"),
-              *run.varying]
+              *run.varying, *(col for _, col in caveats)]
     table = run.optimum(wanted)
     if table.num_rows == 0:
         console.print("decisions: no optimum row matches the filters" if run.filters
@@ -342,13 +344,22 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     t = Table(title=title, title_justify="left")
     for name in (*run.varying, d.size, *view.headers(label, checks), "USD/h"):
         t.add_column(name, justify="right")
+    caveats = [(c, col) for c, col in caveats if col in rows]
+    flagged = {c.flag: [int(i) for i in shown if not bool(rows[col][i])] for c, col in caveats}
+    marked = {i for hits in flagged.values() for i in hits}
     for i in shown:
         cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
-        cells += [fmt(rows["replicas_min"][i], 0), *view.cells(rows, int(i), "replicas_min", checks),
-                  fmt(rows[cost][i], 2)]
+        answer = view.cells(rows, int(i), "replicas_min", checks)
+        if int(i) in marked:  # the cap of an answer that rests on a flagged point
+            answer[0] += "*"
+        cells += [fmt(rows["replicas_min"][i], 0), *answer, fmt(rows[cost][i], 2)]
         t.add_row(*cells)
     if len(shown):
         console.print(t)
+    for c, _ in caveats:
+        if flagged[c.flag]:
+            console.print("* " + c.text.format(n=len(flagged[c.flag]), shown=len(shown)), markup=False,
+                          soft_wrap=True)
     with_answer = len(np.unique(found))
     if with_answer > len(shown):
         console.print(f"... {with_answer - len(shown):,} more scenario groups with an answer (--top N shows more)")
@@ -371,6 +382,17 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
         if room > 0 and near:
             picks = sorted(near, key=lambda i: (float(rows["cost_usd_per_hour"][i]), int(rows["group_id"][i])))
             _closest(run, view, rows, picks[:room], label, console)
+
+
+def _caveats(run: RunFolder) -> list[tuple[Caveat, str]]:
+    """The model's caveats (`Views.caveats`) that apply to this run, each with the
+    optimum.parquet column of its flag at replicas_min."""
+    out = []
+    for c in run.model.views.caveats:
+        sfx = _field(run.model, c.flag)
+        if sfx is not None and (not c.latency_models or run.latency_model in c.latency_models):
+            out.append((c, answer_name("replicas_min", sfx)))
+    return out
 
 
 def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], picks: list[int], label: str,

@@ -5,7 +5,8 @@ A model declares its `views` (a `Views`) beside its columns and decisions, in it
 names: the short name of each SLO latency (`Check`), what the grid's `inf` means on each row
 axis (`Axis`), the per-point tables of the terminal and the report (`PointTable`, `Cell`),
 the headline and docs page of `sweep explain` (`Explain`), the report's answer cards
-(`Answers`), the "Cheapest plan" table (`Plan`) and the report's figures, each one of a few
+(`Answers`), the "Cheapest plan" table (`Plan`), the terminal's caveats on its decisions
+(`Caveat`) and the report's figures, each one of a few
 generic kinds the report draws once (`CapLines`, `Utilisation`, `KvBudget`, `Frontier`,
 `AgainstSimulator`, `Scatter`, `AgainstLoad`). The display code names no column but the ones
 every model has (point_id, action, feasible, cost_usd_per_hour, ...) and the declared ones,
@@ -383,6 +384,20 @@ class AgainstLoad(Figure):
         return tuple(c for col, _, slo in self.panels for c in (col, slo))
 
 
+@dataclass(frozen=True)
+class Caveat:
+    """A line the terminal prints under its decisions when an answer it shows rests on a point
+    where `flag` is false: `flag` is a bool point column the answers carry
+    (`Decisions.answer_fields`), e.g. whether the latency model is trusted there. `text` is a
+    template with `{n}` (the answers shown that rest on such a point) and `{shown}` (the
+    answers shown); the table marks those answers' cap with `*`. `latency_models` limits it to
+    runs whose latency model is one of them (empty: every run)."""
+
+    flag: str
+    text: str
+    latency_models: tuple[str, ...] = ()
+
+
 # --------------------------------------------------------------------------- the views
 
 
@@ -413,6 +428,8 @@ class Views:
     #: `Decisions.size` in prose: "no {size_count} of the grid meets ...", "at the {size_most}"
     size_count: str = "replica count"
     size_most: str = "most replicas"
+    #: lines the terminal adds when a decision rests on a point a flag marks
+    caveats: tuple[Caveat, ...] = ()
 
     def axis(self, key: str) -> Axis:
         """How row axis `key` reads (its name throughout, if undeclared)."""

@@ -58,10 +58,13 @@ def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]
     return {k: float(v) for k, v in out.items()}
 
 
-def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float]) -> dict[str, float]:
-    """The step line of a roofline point (seconds): the refined roofline's decode step of a
-    lone request and its prefill chunk (`sweep.models.shared.roofline.step_time`), and the line
-    through them, as `sweep.models.shared.roofline.step_line` draws it."""
+def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float], block_tokens: float = 1.0) -> dict[str, float]:
+    """The step line of a roofline point (seconds): the running count r a sequence sees at
+    the point's load (`sweep.models.shared.roofline.operating_running`), the refined roofline's
+    decode step of r sequences and the step where one of them prefills its chunk beside r - 1
+    decoders (`sweep.models.shared.roofline.step_time`), and the line through them, as
+    `sweep.models.shared.roofline.operating_line` draws it. `block_tokens` is the grid's KV
+    block (1 when contiguous)."""
     from sweep.models.shared import roofline as rl
 
     x = {**figures, "gpus_per_replica": _f(row, "gpus_per_replica", 1.0),
@@ -69,15 +72,23 @@ def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float]) -> dict[
     p = rl.replica_params(x, _f(row, "eta_bw"), _f(row, "eta_flops"))
     p1, o1, budget = _f(row, "prompt_tokens"), _f(row, "output_tokens"), _f(row, "max_batched_tokens")
     kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem", 2.0)
+    width, layers = figures["attn_width"], figures["n_layers"]
+    kv_cap = _f(row, "kv_capacity_tokens", 1.0) if row.get("mem_ok", True) else 1.0
+    running = float(rl.operating_running(p, _f(row, "lambda_per_replica_rps"), p1, o1, budget,
+                                         _f(row, "batch_size"), kv_cap, block_tokens, kv_tok, width, layers))
     ctx = p1 + o1 / 2.0
     chunk = max(min(p1, budget), 2.0)
-    t_dec, _ = rl.step_time(rl.decode_work(1.0, ctx, kv_tok, figures["attn_width"], figures["n_layers"]), p)
-    t_pre, _ = rl.step_time(rl.prefill_work(1.0, chunk, kv_tok, figures["attn_width"], figures["n_layers"]), p)
+    t_dec, _ = rl.step_time(rl.decode_work(running, ctx, kv_tok, width, layers), p)
+    t_pre, _ = rl.step_time(rl.add_work(rl.decode_work(running - 1.0, ctx, kv_tok, width, layers),
+                                        rl.prefill_work(1.0, chunk, kv_tok, width, layers)), p)
     t_ctx = kv_tok / (_f(row, "gpus_per_replica", 1.0) * figures["hbm_bw"] * _f(row, "eta_bw"))
     t_dec, t_pre = float(t_dec), float(t_pre)
     t_token = max((t_pre - t_dec - (chunk - ctx) * t_ctx) / (chunk - 1.0), 0.0)
-    return {"ctx": ctx, "chunk": chunk, "kv_tok": kv_tok, "t_dec": t_dec, "t_pre": t_pre, "t_ctx": t_ctx,
-            "t_token": t_token, "t_fixed": max(t_dec - t_token - ctx * t_ctx, 0.0)}
+    t_fixed = t_dec - t_token * running - running * ctx * t_ctx
+    if t_fixed < 0.0:  # a compute-bound decode step: t_token keeps it exact
+        t_token = (t_dec - running * ctx * t_ctx) / running
+    return {"running": running, "ctx": ctx, "chunk": chunk, "kv_tok": kv_tok, "t_dec": t_dec, "t_pre": t_pre,
+            "t_ctx": t_ctx, "t_token": t_token, "t_fixed": max(t_fixed, 0.0)}
 
 
 def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: float) -> dict[str, float]:
@@ -138,23 +149,28 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     lines = []
     source = str(row.get("service_source", "given"))
     if source == "roofline" and figures:
-        rf = roofline_line(row, figures)
+        rf = roofline_line(row, figures, block)
         lines += [
-            ("a lone request's decode step (1 token, P + O/2 cached) on the refined roofline "
+            ("r, the running sequences a sequence sees at this load (itself included): 1 + A, A from the flow "
+             "balance A = min(c, lambda E[D] S(A)) on the refined step S (docs/roofline.md)",
+             f"lambda {num(_f(row, 'lambda_per_replica_rps'))} requests/s, cap {num(n_cap)}",
+             num(rf["running"], "sequences")),
+            ("their decode step (r tokens, P + O/2 cached each) on the refined roofline "
              "(max(memory, compute) + collectives + overhead; docs/roofline.md)",
              f"g = {g:g}, eta_bw {_f(row, 'eta_bw'):g}, eta_flops {_f(row, 'eta_flops'):g}, "
              f"context {num(rf['ctx'])} tokens",
              num(rf["t_dec"] * 1e3, "ms")),
-            ("its prefill step: a chunk of min(P, M) prompt tokens", f"chunk = {num(rf['chunk'])} tokens",
-             num(rf["t_pre"] * 1e3, "ms")),
+            ("the step where one of them prefills: r - 1 decode tokens and a chunk of min(P, M) prompt tokens",
+             f"chunk = {num(rf['chunk'])} tokens", num(rf["t_pre"] * 1e3, "ms")),
             ("t_ctx = KV bytes per token / (g HBM_bw eta_bw): each cached token read",
              f"{num(rf['kv_tok'])} bytes / ({g:g} x {num(figures['hbm_bw'] / 1e12)} TB/s x {_f(row, 'eta_bw'):g})",
              num(rf["t_ctx"] * 1e3, "ms")),
             ("t_token = (T_prefill - T_decode - (chunk - context) t_ctx) / (chunk - 1): the line through both steps",
              f"({num(rf['t_pre'] * 1e3)} - {num(rf['t_dec'] * 1e3)} - ({num(rf['chunk'])} - {num(rf['ctx'])}) x "
              f"{num(rf['t_ctx'] * 1e3)}) / ({num(rf['chunk'])} - 1)", num(rf["t_token"] * 1e3, "ms")),
-            ("t_fixed = T_decode - t_token - context t_ctx",
-             f"{num(rf['t_dec'] * 1e3)} - {num(rf['t_token'] * 1e3)} - {num(rf['ctx'])} x {num(rf['t_ctx'] * 1e3)}",
+            ("t_fixed = T_decode - r t_token - r context t_ctx",
+             f"{num(rf['t_dec'] * 1e3)} - {num(rf['running'])} x {num(rf['t_token'] * 1e3)} - {num(rf['running'])} x "
+             f"{num(rf['ctx'])} x {num(rf['t_ctx'] * 1e3)}",
              num(rf["t_fixed"] * 1e3, "ms")),
         ]
     else:

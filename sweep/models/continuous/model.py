@@ -51,7 +51,9 @@ from sweep.models.base import (
     ServingModel,
     planning_columns,
 )
+from sweep.models.continuous import confidence
 from sweep.models.continuous.analytic import cb_point, cb_state
+from sweep.models.continuous.confidence import analytic_trusted
 from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
 from sweep.models.continuous.views import VIEWS
 from sweep.models.shared import columns as shared
@@ -153,9 +155,10 @@ COLUMNS: tuple[Column, ...] = (
            null_when=UNLIMITED),
     Column("t_step_fixed_ms", "float64", "ms",
            "Fixed time of one step (weights read, launch), T = t_fixed + t_token n_tok + t_ctx n_ctx. "
-           "Roofline: the line through a lone request's decode step and its prefill chunk "
-           "min(prompt_tokens, max_batched_tokens), so it varies with max_batched_tokens; "
-           "optimum.parquet repeats the row's first point's."),
+           "Roofline: the refined step linearized at the point's load: the line through the decode step of the "
+           "r sequences a sequence sees (1 + the mean running count, at most the slots; 1 at light load) and the "
+           "step where one of them prefills its chunk min(prompt_tokens, max_batched_tokens), so it varies with "
+           "the load, batch_size and max_batched_tokens; optimum.parquet repeats the row's first point's."),
     Column("t_token_ms", "float64", "ms", "Time per new token in a step (roofline: see t_step_fixed_ms)."),
     Column("t_ctx_ms", "float64", "ms",
            "Time per cached token a step's sequences hold (roofline: its KV bytes over g bw eta_bw)."),
@@ -220,6 +223,15 @@ COLUMNS: tuple[Column, ...] = (
     Column("tok_s_per_user", "float64", "tokens/s",
            "1000 / tpot_mean_ms: the speed one user sees (0 where not stable: the limit of 1000 / an unbounded TPOT)."),
     Column("kv_util", "float64", "-", "Time-average share of C reserved by running sequences."),
+    Column("analytic_trusted", "bool", "-",
+           "The point lies inside the region where the analytic model was shown accurate "
+           "(sweep.models.continuous.confidence): false where mean_running >= "
+           f"{confidence.RUNNING_SHARE_MAX:g} x the slots (a saturated cap), lambda_per_replica_rps >= "
+           f"{confidence.LOAD_MAX:g} x capacity_rps (near saturation; every unstable point), or the KV capacity "
+           "holds fewer mean reservations than batch_size and the reservation P + O has a CV above "
+           f"{confidence.RESERVATION_CV_MAX:g}; "
+           "true where mem_ok is false (a closed form). Where false, check the point with the simulator "
+           "(latency_model = \"simulated\", or a [simulation] table)."),
     SLO_OK,
     FEASIBLE,
     base.ACTION,
@@ -278,6 +290,7 @@ DECISIONS = Decisions(
         ("_tok_s_per_gpu", "tok_s_per_gpu", "float64", "tokens/s"),
         ("_tok_s_per_user", "tok_s_per_user", "float64", "tokens/s"),
         ("_rho", "rho", "float64", "-"),
+        ("_analytic_trusted", "analytic_trusted", "bool", "-"),
         ("_point_id", "point_id", "int64", "-"),
     ),
 )
@@ -401,26 +414,29 @@ class ContinuousModel(ServingModel):
         gpus = x["gpus_per_replica"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
-        roof: dict[str, Array] = {}
-        if service_source == "roofline":
-            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
-            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
-            tf, tt, tc = rl.step_line(rl.replica_params(x, eta_bw, eta_flops), x["prompt_tokens"], x["output_tokens"],
-                                      x["max_batched_tokens"], kv_per_token, x["attn_width"], x["n_layers"])
-            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
-        else:
-            tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
         lam = x["arrival_rps"] / x["replicas"]
         free = gpus * x["hbm_bytes"] * (1.0 - reserve_fraction) - weights
         block = block_tokens if paged else 1.0
         c_tok = kv_capacity_tokens(free, kv_per_token, block, paged=paged)
         reservation = jnp.ceil((x["prompt_tokens"] + x["output_tokens"]) / block) * block
         mem_ok = (free >= 0.0) & (reservation <= c_tok)
+        kv_tokens = jnp.where(mem_ok, c_tok, 1.0)
+        roof: dict[str, Array] = {}
+        if service_source == "roofline":
+            eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
+            eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
+            # the refined step linearized at the occupancy this load produces (docs/roofline.md)
+            tf, tt, tc = rl.operating_line(rl.replica_params(x, eta_bw, eta_flops), lam, x["prompt_tokens"],
+                                           x["output_tokens"], x["max_batched_tokens"], x["batch_size"], kv_tokens,
+                                           block, kv_per_token, x["attn_width"], x["n_layers"])
+            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
+        else:
+            tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
         args = (lam, x["prompt_tokens"], x["prompt_cv"], x["output_tokens"], x["output_cv"], x["batch_size"],
-                x["max_batched_tokens"], jnp.where(mem_ok, c_tok, 1.0), block, tf, tt, tc, x["service_cv"],
+                x["max_batched_tokens"], kv_tokens, block, tf, tt, tc, x["service_cv"],
                 x["percentile"])
         return dict(gpus=gpus, weights=weights, roof=roof, tf=tf, tt=tt, tc=tc, lam=lam, free=free, c_tok=c_tok,
-                    mem_ok=mem_ok, args=args)
+                    mem_ok=mem_ok, reservation=reservation, args=args)
 
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
         """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
@@ -449,6 +465,11 @@ class ContinuousModel(ServingModel):
         cost_h = x["replicas"] * gpus * x["usd_per_gpu_hour"]
         per_mtok = jnp.where(stable & (out_tok > 0),
                              cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
+        trusted = analytic_trusted(
+            mean_running=r["mean_running"], slots=r["slots"], lam=lam, capacity_rps=r["capacity_rps"],
+            cap=x["batch_size"], kv_capacity_tokens=c_tok, reservation_tokens=e["reservation"],
+            prompt_mean=x["prompt_tokens"], prompt_cv=x["prompt_cv"], output_mean=x["output_tokens"],
+            output_cv=x["output_cv"], mem_ok=mem_ok)
         return {
             "lambda_per_replica_rps": lam,
             "t_step_fixed_ms": tf * MS,
@@ -475,6 +496,7 @@ class ContinuousModel(ServingModel):
             "tok_s_per_gpu": jnp.where(mem_ok, r["capacity_rps"], 0.0) * x["output_tokens"] / gpus,
             "tok_s_per_user": jnp.where(stable, 1e3 / jnp.where(stable, tpot_ms, 1.0), 0.0),
             "kv_util": jnp.where(stable, r["kv_util"], 1.0),
+            "analytic_trusted": trusted,
             "cost_usd_per_hour": cost_h,
             "cost_usd_per_mtok": per_mtok,
             "_rho_rules": jnp.where(mem_ok, rho, INF),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sweep.models.continuous.confidence import LOAD_MAX
 from sweep.models.continuous.slos import SLOS
 from sweep.models.views import (
     AgainstLoad,
@@ -16,6 +17,7 @@ from sweep.models.views import (
     Axis,
     CapLines,
     Card,
+    Caveat,
     Cell,
     Check,
     Explain,
@@ -129,4 +131,13 @@ VIEWS = Views(
                             "max_batched_tokens", "replicas")),
     ),
     mean_name="mean E2E",
+    caveats=(Caveat(
+        "analytic_trusted",
+        "{n} of the {shown} decisions above rest on a point outside the region where the analytic model was shown "
+        "accurate (analytic_trusted = false: a cap that is nearly always full, a load at or above "
+        f"{LOAD_MAX:.0%} of the capacity, or a KV-bound engine with widely spread reservations). Check them with the "
+        "simulator: add "
+        "latency_model = \"simulated\" under [options] (the simulator then decides), or a [simulation] table "
+        "(sim_* columns beside the analytic ones), and rerun those scenarios (docs/continuous.md).",
+        latency_models=("analytic",)),),
 )

@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
-from jax import Array
+from jax import Array, lax
 
 #: A float64 scalar or array: a Python float, NumPy or JAX (traced under jit and vmap).
 Real = Any
@@ -54,6 +54,10 @@ T_OVERHEAD_S = 1.0e-3
 # x16 (32 GB/s) and the 50 us small-message all-reduce nccl-tests reports over PCIe.
 PCIE_LINK_BYTES_PER_S = 32e9
 PCIE_ALPHA_S = 50e-6
+# Regula-falsi (Illinois) steps of `operating_running`'s flow balance: its root within 1.2e-7
+# relative of a 200-step bisection on 4,000 random points of five catalog models (8 steps: 7e-3,
+# on DeepSeek-V3's 256 experts); tests/test_models_roofline.py checks 1e-6.
+OPERATING_ITERATIONS = 10
 
 
 class StepParams(NamedTuple):
@@ -246,22 +250,115 @@ def service_line(p: StepParams, batch, tokens_per_request, context_tokens, kv_by
     return jnp.maximum(t1 - t_req, 0.0), t_req
 
 
-def step_line(p: StepParams, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width,
-              n_layers) -> tuple[Array, Array, Array]:
+def line_at(p: StepParams, running, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width,
+            n_layers) -> tuple[Array, Array, Array]:
     """(t_fixed, t_token, t_ctx) seconds: SPEC 10's linear step time
-    T = t_fixed + t_token n_tok + t_ctx n_ctx from the SPEC 13 step, for continuous serving.
+    T = t_fixed + t_token n_tok + t_ctx n_ctx from the SPEC 13 step, exact at the two steps a
+    sequence sees when `running` sequences (itself included) run.
 
     t_ctx is the KV read of one cached token, kv_bytes / (g bw eta_bw). t_fixed and t_token
-    make the line exact at the two steps a lone request runs: its decode step (one token,
-    holding P + O/2 cached tokens on average) and its prefill step (its prompt, or a chunk
-    of min(P, budget) tokens). These set TPOT and TTFT at light load; a step that carries
-    many decode tokens gets the sum of their compute and the memory stream where SPEC 13
-    takes the larger, so TPOT near a large cap is high by up to the compute time of those
-    tokens (docs/roofline.md measures it)."""
+    make the line exact at (a) the decode step of `running` = r sequences, each holding
+    P + O/2 cached tokens (n_tok = r, n_ctx = r (P + O/2)), and (b) the step in which one of
+    them prefills: the r - 1 others decode and it runs a chunk of min(P, budget) prompt
+    tokens (n_tok = r - 1 + chunk, n_ctx = (r - 1)(P + O/2) + chunk). For a mixture of
+    experts, step (a) streams the experts r tokens touch, so the line's decode step rises
+    with the running count as the refined step does. r = 1 is a lone request: its decode
+    step and its prefill chunk (`step_line`). Where a compute-bound decode step would need
+    t_fixed < 0, t_fixed is 0 and t_token keeps step (a) exact."""
+    r = running
     ctx = prompt_tokens + output_tokens / 2.0
     chunk = jnp.maximum(jnp.minimum(prompt_tokens, budget), 2.0)
-    t_dec, _ = step_time(decode_work(1.0, ctx, kv_bytes_per_token, attn_width, n_layers), p)
-    t_pre, _ = step_time(prefill_work(1.0, chunk, kv_bytes_per_token, attn_width, n_layers), p)
+    t_dec, _ = step_time(decode_work(r, ctx, kv_bytes_per_token, attn_width, n_layers), p)
+    t_pre, _ = step_time(add_work(decode_work(r - 1.0, ctx, kv_bytes_per_token, attn_width, n_layers),
+                                  prefill_work(1.0, chunk, kv_bytes_per_token, attn_width, n_layers)), p)
     t_ctx = kv_bytes_per_token / (p.gpus * p.hbm_bw * p.eta_bw)
     t_token = jnp.maximum((t_pre - t_dec - (chunk - ctx) * t_ctx) / (chunk - 1.0), 0.0)
-    return jnp.maximum(t_dec - t_token - ctx * t_ctx, 0.0), t_token, t_ctx
+    t_fixed = t_dec - t_token * r - r * ctx * t_ctx
+    # compute-bound decode (t_fixed would be < 0): keep the decode step exact through t_token
+    t_token = jnp.where(t_fixed < 0.0, (t_dec - r * ctx * t_ctx) / r, t_token)
+    return jnp.maximum(t_fixed, 0.0), t_token, t_ctx
+
+
+def step_line(p: StepParams, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width,
+              n_layers) -> tuple[Array, Array, Array]:
+    """(t_fixed, t_token, t_ctx) seconds: the line of a lone request (`line_at` with one
+    running sequence), exact at its decode step (one token, holding P + O/2 cached tokens
+    on average) and its prefill step (its prompt, or a chunk of min(P, budget) tokens): the
+    steps that set TPOT and TTFT at light load. `operating_line` is this line moved to the
+    occupancy a point's load produces."""
+    return line_at(p, 1.0, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width, n_layers)
+
+
+def operating_running(p: StepParams, lam, prompt_tokens, output_tokens, budget, cap, kv_capacity_tokens,
+                      block_tokens, kv_bytes_per_token, attn_width, n_layers) -> Array:
+    """The running count r a sequence sees at the point's load (itself included), for
+    `operating_line`: r = min(c, A + 1), A the mean running count, c = min(N, C / reservation).
+
+    A solves the flow balance A = min(c, lam E[D] S(A)) (Little: a request runs E[D] =
+    O - 1 + max(1, P / M) steps), where S(A) is the refined step of the time-average step at
+    that occupancy: A (O - 1) / E[D] decode tokens over P + O/2 cached tokens each, and the
+    prompts of the lam S = A / E[D] requests that arrive per step (their tokens, KV writes
+    and causal attention FLOPs). S rises with A, so h(A) = lam E[D] S(A) - A has one root in
+    [0, c] when h(c) < 0; otherwise the load saturates the slots and A = c. The root comes
+    from `OPERATING_ITERATIONS` steps of regula falsi with the Illinois modification on
+    [0, c] (exact in one step where S is linear in A: a memory-bound dense model). r = A + 1
+    is the running count a running sequence sees under Poisson occupancy (size-biased,
+    E[R^2] / E[R]), the analytic model's R_seen below the cap; it is 1 (a lone request) as
+    the load goes to 0. c follows the mean reservation ceil((P + O) / b) b; KV capacity
+    C = inf gives c = N.
+    """
+    dec_ctx = prompt_tokens + output_tokens / 2.0
+    steps = output_tokens - 1.0 + jnp.maximum(1.0, prompt_tokens / budget)
+    reservation = jnp.ceil((prompt_tokens + output_tokens) / block_tokens) * block_tokens
+    c = jnp.maximum(jnp.minimum(cap, kv_capacity_tokens / reservation), 1.0)
+    prompt = prefill_work(1.0, prompt_tokens, kv_bytes_per_token, attn_width, n_layers)
+
+    def h(a):
+        work = add_work(decode_work(a * (output_tokens - 1.0) / steps, dec_ctx, kv_bytes_per_token, attn_width,
+                                    n_layers), scale_work(prompt, a / steps))
+        t, _ = step_time(work, p)
+        return lam * steps * t - a
+
+    lo, hi = jnp.zeros_like(c), c
+    h_lo, h_hi = h(lo), h(hi)
+    saturated = h_hi >= 0.0
+    h_hi = jnp.where(saturated, -1.0, h_hi)  # any bracket: the result is c
+    # An iterate within `tol` of the root is final. Besides saving work, this keeps the
+    # bracket honest: XLA may recompute h(a) in several fusions whose roundings differ, so
+    # the sign of an h(a) at rounding level (~1e-16 A) could disagree between the two ends'
+    # updates; above `tol` every copy agrees.
+    tol = 1e-12 * (1.0 + c)
+
+    def illinois(_, st):
+        lo, hi, h_lo, h_hi, side, done, root = st
+        den = h_lo - h_hi  # > 0 while h_lo > 0 > h_hi; 0 only at lam = 0 (root at 0)
+        a = lo + h_lo * (hi - lo) / jnp.where(den > 0.0, den, 1.0)
+        h_a = h(a)
+        root = jnp.where(done, root, a)
+        done = done | (jnp.abs(h_a) <= tol)
+        right = h_a > 0.0  # the root lies right of a
+        lo, h_lo = jnp.where(right, a, lo), jnp.where(right, h_a, h_lo)
+        hi, h_hi = jnp.where(right, hi, a), jnp.where(right, h_hi, h_a)
+        # Illinois: an end kept twice in a row has its value halved, so both ends move
+        h_hi = jnp.where(right & (side > 0), 0.5 * h_hi, h_hi)
+        h_lo = jnp.where(~right & (side < 0), 0.5 * h_lo, h_lo)
+        return lo, hi, h_lo, h_hi, jnp.where(right, 1.0, -1.0), done, root
+
+    # a loop, not unrolled steps: XLA would recompute each step's h(a) in every later
+    # step's fusions that read it (measured 18x step_line's cost unrolled)
+    lo, hi, h_lo, h_hi, _, done, root = lax.fori_loop(
+        0, OPERATING_ITERATIONS, illinois, (lo, hi, h_lo, h_hi, jnp.zeros_like(c), saturated, c))
+    den = h_lo - h_hi
+    root = jnp.where(done, root, lo + h_lo * (hi - lo) / jnp.where(den > 0.0, den, 1.0))
+    return jnp.minimum(root + 1.0, c)
+
+
+def operating_line(p: StepParams, lam, prompt_tokens, output_tokens, budget, cap, kv_capacity_tokens, block_tokens,
+                   kv_bytes_per_token, attn_width, n_layers) -> tuple[Array, Array, Array]:
+    """(t_fixed, t_token, t_ctx) seconds: SPEC 10's line linearized at the point's operating
+    composition: `line_at` the running count `operating_running` estimates from the load.
+    Exact at the decode step of r sequences and at the step where one of them prefills a
+    chunk beside r - 1 decoders; r -> 1 at light load gives `step_line`."""
+    r = operating_running(p, lam, prompt_tokens, output_tokens, budget, cap, kv_capacity_tokens, block_tokens,
+                          kv_bytes_per_token, attn_width, n_layers)
+    return line_at(p, r, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width, n_layers)
