@@ -52,8 +52,9 @@ def _random(n, seed):
 def test_no_nan_and_inf_where_unsustainable():
     p = _random(3000, 0)
     p["max_batched_tokens"] = np.maximum(p["max_batched_tokens"], p["cap"])
+    by_q = {}
     for q in (0.5, 0.99):
-        r = model(p, q)
+        r = by_q[q] = model(p, q)
         for k, v in r.items():
             assert not np.any(np.isnan(v)), k
         st = r["stable"]
@@ -61,11 +62,15 @@ def test_no_nan_and_inf_where_unsustainable():
         for k in LATENCIES:
             assert np.all(np.isinf(r[k][~st])), k
             assert np.all(np.isfinite(r[k][st]) & (r[k][st] > 0)), k
-        assert np.all(r["ttft_p"][st] >= r["ttft_mean"][st] * (1 - 1e-9) - 1e-12) or q == 0.5
         assert np.all((r["kv_util"] >= 0) & (r["kv_util"] <= 1 + 1e-9))
         assert np.all(r["mean_running"][st] <= r["slots"][st] + 1e-9)
         # the model's own condition: sustainable only below its capacity
         assert np.all(p["lam"][st] < r["capacity_rps"][st])
+    # percentiles are quantiles of fitted laws: increasing in q (a median may lie below the
+    # mean, and a P99 too where a rare long wait carries the mean)
+    st = by_q[0.5]["stable"]
+    for k in ("ttft_p", "tpot_p", "e2e_p"):
+        assert np.all(by_q[0.99][k][st] >= by_q[0.5][k][st] * (1 - 1e-9)), k
 
 
 def test_light_load_is_a_single_request_exactly():

@@ -39,15 +39,20 @@ Derivation
    (``c_bar = a2 / E[D]`` each, per-step average) and the prompts just prefilled:
    ``T_d = t_f + t_t (1 + f_dec (R_seen - 1) + Pi) + t_c (p1 + o1/2 + (R_seen - 1) c_bar + Pi)``.
    Mean TPOT = ``T_d`` (a request's TPOT averages the steps it sees, so no harmonic mean).
-4. **TTFT.** ``W_q`` (waiting for a slot; Allen-Cunneen M/G/c:
-   ``ErlangC E[S] / (c - A) (1 + cs^2) / 2``) + the residual of the step in progress
-   (``u E[T^2] / (2 T_bar)``, zero when idle) + the prefill phase ``T_p``. With
-   ``M = inf`` (or prompts within the step's budget) ``T_p`` is one step carrying the
-   request's prompt and the prompts of the requests that arrived during the previous
-   step (length-biased: ``lam p1 u E[T^2] / T_bar``). With chunked prefill the prompt
-   tokens queue FIFO for ``B = M - decoders`` tokens per step: an M/D/1 backlog of
-   prompt work ahead (``rho_pf = lam p1 T_bar / B``) plus the request's own prompt, at
-   ``B`` tokens per full-budget step.
+4. **TTFT.** ``W_q`` (waiting for a slot) + the residual of the step in progress
+   (``u E[T^2] / (2 T_bar)``, zero when idle) + the prefill phase ``T_p``. The slot wait
+   comes from a birth-death chain over the requests present (`_slot_chain`): all
+   running sequences share every step and each step slows as sequences join, so the
+   departure rate with ``r`` running is ``r / (a + b r)`` and the law below the cap is
+   negative binomial (wider than Erlang's Poisson, which treats the sequences' services
+   as independent), geometric above it; ``W_q`` is its mean queue over ``lam`` times the
+   Allen-Cunneen factor ``(1 + cs^2) / 2`` of the service's spread. The prefill phase is
+   an average over the prompt's own law: a prompt that fits what the step's budget
+   leaves after the prompts ahead of it (``P <= B - ahead``) is prefilled in the step it
+   is admitted to, which also carries the prompts that arrived during the previous step
+   (length-biased: ``lam p1 u E[T^2] / T_bar``); a longer one waits for the prompt work
+   ahead (an M/G/1 backlog in tokens, ``rho_pf = lam p1 T_bar / B``) and takes
+   ``ceil((ahead + P) / B)`` steps of ``B = M - decoders`` tokens.
 5. The step-time variance (for ``E[T^2]`` and the percentiles) comes from the prompt
    tokens per step (compound Poisson, ``Var = lam T_bar E[P^2]`` tokens^2), the running
    count (Erlang variance) and the service noise (``cv^2 T^2``). ``T_d``, ``T_p`` and
@@ -66,16 +71,18 @@ Derivation
    so from step 1 with ``u = 1`` and ``sigma = lam E[D] / c``:
    ``capacity_rps = 1 / (t_f E[D] / c + rho_tok / lam)``, and, with a finite budget,
    prompts must fit: ``lam p1 T_sat <= M - decoders``. ``stable = lam < capacity_rps``.
-7. **Percentiles.** TTFT: the mean plus the q-quantile excesses of its independent parts
-   in quadrature: the own prompt (exact lognormal quantile of ``P`` times the prefill
-   time per token), the step in progress with the companions' prompts (a gamma law), the
-   chunked-prefill backlog and the slot wait (each zero with probability ``1 - rho``,
-   else exponential). TPOT: a gamma law shifted to the shortest step ``t_f + t_t``, with
-   the step-time variance averaged over ``O - 1`` steps (``E[1 / (O - 1)]``), the arrival
-   burst spread over them (``E[1 / (O - 1)^2]``) and half the running count's variance
-   (its slow drift over a life). E2E ``= TTFT + (O - 1) TPOT``: the mean plus, in
-   quadrature, ``T_d`` times the exact lognormal excess of ``O``, the TTFT excess and the
-   request's own TPOT deviation.
+7. **Percentiles** are quantiles of fitted laws, not the mean plus an excess (a median
+   may lie below the mean). TTFT is a two-way mixture: with probability ``P_wait`` an
+   exponential slot wait of mean ``W_q / P_wait`` is added; each side is a lognormal
+   shifted to the shortest step, matched to the mean and variance of the rest (the own
+   prompt's prefill over the prompt's law, the step in progress, the companions'
+   prompts, the chunked backlog, the noise); its quantile is found by bisection between
+   the two sides' own quantiles (`_mix_quantile`). E2E is the same mixture with the
+   decode phase ``(O - 1) TPOT_i`` added to both sides (its mean, ``T_d^2 Var(O)`` and the
+   request's own TPOT deviation). TPOT: a gamma law shifted to the shortest step
+   ``t_f + t_t``, with the step-time variance averaged over ``O - 1`` steps
+   (``E[1 / (O - 1)]``), the arrival burst spread over them (``E[1 / (O - 1)^2]``) and
+   half the running count's variance (its slow drift over a life).
 
 Accuracy (benchmarks/cb_accuracy.py, docs/continuous.md): decode-dominated engines,
 caps, chunked budgets and long outputs meet SPEC 10's targets; it misses where prompt
@@ -98,7 +105,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array, lax
 from jax.custom_derivatives import SymbolicZero
-from jax.scipy.special import ndtri
+from jax.scipy.special import ndtr, ndtri
 
 from sweep._numerics import gammainc_pq, kept_in_memory, opaque_one, poisson_pmf, safe_div
 
@@ -164,6 +171,92 @@ def _lognormal(mean, cv):
     """(sigma, mu) of a lognormal with this mean and CV."""
     s2 = jnp.log1p(cv * cv)
     return _sqrt0(s2), jnp.log(mean) - 0.5 * s2
+
+
+def _ln_shape(mean, var):
+    """(sigma, mu) of the lognormal with this mean (> 0) and variance (>= 0)."""
+    m = jnp.maximum(mean, 1e-300)
+    s2 = jnp.log1p(jnp.maximum(var, 0.0) / (m * m))
+    return _sqrt0(s2), jnp.log(m) - 0.5 * s2
+
+
+def _ln_cdf(t, shift, s, mu):
+    """P(shift + L <= t), L lognormal with log-sigma ``s`` and log-mean ``mu`` (a step
+    where s = 0)."""
+    x = t - shift
+    pos = x > 0.0
+    lx = jnp.log(jnp.where(pos, x, 1.0))
+    arg = (lx - mu) / jnp.where(s > 0.0, s, 1.0)
+    return jnp.where(pos, jnp.where(s > 0.0, ndtr(arg), jnp.where(lx >= mu, 1.0, 0.0)), 0.0)
+
+
+#: bisection steps of `_mix_quantile` (each halves log(hi / lo)); a secant step ends it
+N_BISECT = 12
+
+
+def _mix_quantile(q, z, w, one, two):
+    """q-quantile of the mixture ``(1 - w) A + w B`` of two shifted lognormals, each
+    ``(shift, mean, var)``: it lies between the two components' own q-quantiles (the
+    mixture's CDF is between theirs), found by bisection in log time and a last secant
+    step (log(hi / lo) / 2^12 at most: 0.1% where the two quantiles are 100x apart)."""
+    (sa, ma), (sb, mb) = _ln_shape(one[1], one[2]), _ln_shape(two[1], two[2])
+    qa = one[0] + jnp.where(one[1] > 0.0, jnp.exp(ma + sa * z), 0.0)
+    qb = two[0] + jnp.where(two[1] > 0.0, jnp.exp(mb + sb * z), 0.0)
+    lo = jnp.maximum(jnp.minimum(qa, qb), 1e-300)
+    hi = jnp.maximum(jnp.maximum(qa, qb), lo)
+
+    def cdf(t):
+        return (1.0 - w) * _ln_cdf(t, one[0], sa, ma) + w * _ln_cdf(t, two[0], sb, mb)
+
+    def body(_, lh):
+        lo_, hi_ = lh
+        mid = jnp.sqrt(lo_ * hi_)
+        below = cdf(mid) < q
+        return jnp.where(below, mid, lo_), jnp.where(below, hi_, mid)
+
+    lo, hi = lax.fori_loop(0, N_BISECT, body, (lo, hi))
+    f_lo, f_hi = cdf(lo), cdf(hi)
+    frac = jnp.clip(safe_div(q - f_lo, f_hi - f_lo, f_hi > f_lo, 0.5), 0.0, 1.0)
+    mix = lo * (hi / lo) ** frac
+    return jnp.where(w <= 0.0, qa, jnp.where(w >= 1.0, qb, mix))
+
+def _slot_chain(lam, c, capacity, rho_tok):
+    """The requests present as a birth-death chain with state-dependent departures. All
+    running sequences share every step: with ``r`` running, a step costs ``t_f`` plus the
+    tokens of the ``r`` sequences, so a request's service (its ``E[D]`` steps) takes
+    ``S(r) = a + w r``, with ``w = t_t a1 + t_c a2`` the token work one request brings
+    (its prompt, its decode tokens and the cache they read) and ``a = t_f E[D]``, taken
+    as ``c / capacity - w c`` so that full occupancy departs at exactly the model's
+    capacity (which also covers a binding token budget). The departure rate is
+    ``mu(r) = r / (a + w r)`` and the chain's law below the cap is negative binomial:
+    ``pi(n) ~ (s)_n x^n / n!`` with ``x = lam w`` (the token-work utilisation) and
+    ``s = a / w + 1`` (Poisson as ``w -> 0``, wider the more a joining sequence slows
+    everyone's steps: the running count varies more than Erlang's law, which treats the
+    sequences' services as independent, allows); above the cap it is geometric with
+    ratio ``rho_c = lam / capacity``. Returns P(wait) = P(n >= c) (PASTA) and the mean
+    wait for a slot, ``E[n - c; n > c] / lam`` (exponential services; the caller applies
+    the service-variance factor). The negative binomial's CDF at ``c`` is its gamma
+    approximation (same mean and variance, half-integer continuity correction): one
+    incomplete gamma function; its pmf at ``c`` is exact. A sustainable point has
+    ``x < 1``: ``lam < capacity = c / (a + w c)`` implies ``lam w < 1``."""
+    w = rho_tok / lam
+    full = c / jnp.maximum(capacity, 1e-300)  # S(c)
+    a = jnp.maximum(full - w * c, 1e-6 * full)
+    bb = jnp.maximum(w, 1e-6 * a)  # s <= 1e6 + 1: the Poisson limit, in precision
+    x = jnp.clip(lam * bb, 1e-300, 1.0 - 1e-12)
+    s = a / bb + 1.0
+    mu_c = c / (a + bb * c)
+    rho_c = jnp.clip(lam / mu_c, 0.0, 1.0 - 1e-9)
+    log_pmf = (lax.lgamma(s + c) - lax.lgamma(s) - lax.lgamma(c + 1.0) + s * jnp.log1p(-x) + c * jnp.log(x))
+    pmf_c = jnp.exp(log_pmf)
+    k = jnp.clip(s * x, 1.0, 5000.0)  # gamma shape m^2 / v = m (1 - x)
+    cdf_c, _ = gammainc_pq(k, jnp.clip((c + 0.5) * (1.0 - x), 0.0, 1e7))  # scale 1 / (1 - x)
+    cdf_c = jnp.maximum(cdf_c, pmf_c)
+    tail = pmf_c * rho_c / (1.0 - rho_c)
+    z = cdf_c + tail
+    p_wait = (pmf_c + tail) / z
+    lq = pmf_c * rho_c / (1.0 - rho_c) ** 2 / z
+    return dict(p_wait=jnp.clip(p_wait, 0.0, 1.0), w_q=lq / lam)
 
 
 def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv) -> dict[str, Array]:
@@ -239,6 +332,9 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
     arguments, the ``env`` of `_fixed_point`), so that `_fixed_point` can differentiate the
     map in them and in the state separately."""
 
+    s_pd = jnp.maximum(_sqrt0(jnp.log(jnp.maximum(p2 / (p1 * p1), 1.0))), 1e-9)  # the prompt's lognormal
+    mu_p = jnp.log(p1) - 0.5 * s_pd * s_pd
+
     def parts(td, tp, exact=True):
         es = tp + (o1 - 1.0) * td
         # steps are longest at full occupancy, so E[S] <= c / capacity: the occupancy
@@ -272,23 +368,41 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         # companions: prompts that arrived during the step in progress (length-biased)
         comp = lam * p1 * g["u"] * g["et2"] / g["t_bar"]
         b_step = jnp.maximum(bud - dec_a, 1.0)
-        one_step = tf + tt * (dec_a + p1 + comp) + tc * (ctx_a + p1 + comp)
-        # chunked: prompt work ahead (M/G/1 backlog in tokens) + own prompt, processed at B
-        # tokens per step: each token costs t_t + t_c, each step t_f plus its decoders,
-        # and the own prompt ends on average half a step into the budget (ceil)
-        full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
         step_base = tf + tt * dec_a + tc * ctx_a
         per_tok_c = step_base / b_step + tt + tc
         rho_pf = jnp.minimum(lam * p1 * per_tok_c, 0.999)
-        backlog = rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf))
-        steps = (backlog + p1) / b_step + 0.5
-        chunked = steps * step_base + (tt + tc) * (backlog + p1)
-        single = p1 + comp <= b_step
-        return dict(tp=jnp.where(single, one_step, jnp.maximum(one_step, chunked)),
-                    last=jnp.where(single, one_step, full),
-                    wait_pf=jnp.where(single, 0.0, backlog * per_tok_c),
-                    rho_pf=jnp.where(single, 0.0, rho_pf),
-                    per_tok=jnp.where(single, tt + tc, per_tok_c),
+        backlog = jnp.where(jnp.isfinite(bud) & (bud < 1e299), rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf)), 0.0)
+        # the request's prompt P (lognormal) fits the step it is admitted to when
+        # P <= B - ahead (the companions and the backlog ahead of it): one step; longer
+        # prompts take ceil((ahead + P) / B) steps of the budget. Both branches use the
+        # prompt's conditional moments on its side of the threshold.
+        ahead = comp + backlog
+        room = b_step - ahead
+        has_room = room > 0.0
+        lr = (jnp.log(jnp.where(has_room, room, 1.0)) - mu_p) / s_pd
+        f1 = jnp.where(has_room, ndtr(lr), 0.0)  # P(P <= room)
+        e1 = jnp.where(has_room, p1 * ndtr(lr - s_pd), 0.0)  # E[P; P <= room]
+        q1 = jnp.where(has_room, p2 * ndtr(lr - 2.0 * s_pd), 0.0)  # E[P^2; P <= room]
+        f2, e2, q2 = jnp.maximum(1.0 - f1, 0.0), jnp.maximum(p1 - e1, 0.0), jnp.maximum(p2 - q1, 0.0)
+        pm1 = jnp.where(f1 > 1e-300, safe_div(e1, f1, f1 > 1e-300, 0.0), jnp.minimum(p1, room))
+        pm2 = jnp.where(f2 > 1e-300, safe_div(e2, f2, f2 > 1e-300, 0.0), jnp.maximum(p1, room))
+        one_step = tf + tt * (dec_a + pm1 + comp) + tc * (ctx_a + pm1 + comp)
+        full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
+        steps = (backlog + pm2) / b_step + 0.5
+        chunked = jnp.maximum(steps * step_base + (tt + tc) * (backlog + pm2),
+                              tf + tt * (dec_a + pm2 + comp) + tc * (ctx_a + pm2 + comp))
+        some1, some2 = f1 > 0.0, f2 > 0.0
+        tp_mean = jnp.where(some1, f1 * one_step, 0.0) + jnp.where(some2, f2 * chunked, 0.0)
+        # variance of the prefill phase over the prompt's law (total variance of the branches)
+        v1 = (tt + tc) ** 2 * jnp.maximum(safe_div(q1, f1, f1 > 1e-300, 0.0) - pm1 * pm1, 0.0)
+        v2 = per_tok_c ** 2 * jnp.maximum(safe_div(q2, f2, f2 > 1e-300, 0.0) - pm2 * pm2, 0.0)
+        var_tp = (jnp.where(some1, f1 * (v1 + (one_step - tp_mean) ** 2), 0.0)
+                  + jnp.where(some2, f2 * (v2 + (chunked - tp_mean) ** 2), 0.0))
+        return dict(tp=tp_mean,
+                    last=jnp.where(some2 & (bud < 1e299), f1 * one_step + f2 * full, one_step),
+                    wait_pf=backlog * per_tok_c,
+                    rho_pf=jnp.where(backlog > 0.0, rho_pf, 0.0),
+                    var_tp=jnp.maximum(var_tp, 0.0),
                     comp=comp)
 
     def step(td, tp):
@@ -423,8 +537,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     """
     raw = _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
                block_tokens, t_fixed, t_token, t_ctx, service_cv)
-    lam, p1, pcv, o1, ocv, kv, blk, tf, tt, tc = (raw[k] for k in ("lam", "p1", "pcv", "o1", "ocv", "kv", "blk", "tf",
-                                                                   "tt", "tc"))
+    lam, p1, o1, kv, blk, tf, tt, tc = (raw[k] for k in ("lam", "p1", "o1", "kv", "blk", "tf", "tt", "tc"))
     q = _f64(q)
     z = ndtri(q)
     pre = _prelude(**raw)
@@ -439,55 +552,50 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
 
     # -- TTFT -----------------------------------------------------------------------------------
     cs2 = (o2 - o1 * o1) * td * td / (g["es"] * g["es"])
-    w_q = g["p_wait"] * g["es"] / jnp.maximum(c - g["a"], 1e-9) * 0.5 * (1.0 + cs2) * hol
+    ch = _slot_chain(lam, c, capacity, pre["rho_tok"])
+    p_wait = ch["p_wait"]
+    w_q = ch["w_q"] * 0.5 * (1.0 + cs2) * hol
+    g = dict(g, p_wait=p_wait)
     resid = g["u"] * g["et2"] / (2.0 * g["t_bar"])
     ttft = w_q + resid + tp
     pf = t_prefill(g, td)
-    # q-quantile excesses over the means of the independent parts, added in quadrature:
-    # the own prompt (its lognormal quantile, exactly: the prefill time is linear in P),
-    # the step in progress and the companions' prompts (a gamma law), the prompt backlog
-    # ahead (chunked: waits with probability rho_pf, then ~ exponential) and the slot wait
-    # (with probability P_wait, then ~ exponential: M/M/c)
-    s_p, mu_p = _lognormal(p1, pcv)
-    p_q = jnp.where(pcv > 0.0, jnp.exp(mu_p + s_p * z), p1)
-    x_own = pf["per_tok"] * jnp.maximum(p_q - p1, 0.0)
+    # Distribution: with probability P_wait a request waits for a slot (an exponential wait
+    # of mean w_q / P_wait, the chain's geometric tail), else not; the rest is one shifted
+    # lognormal matched to the mean and variance of its parts: the own prompt's prefill
+    # (linear in P, lognormal), the step in progress, the companions' prompts, the prompt
+    # backlog ahead (chunked: 0 with probability 1 - rho_pf, else exponential) and noise.
     var_resid = jnp.maximum(g["u"] * g["et2"] / 3.0 - resid * resid, 0.0)
     var_comp = (tt + tc) ** 2 * lam * p2 * g["u"] * g["et2"] / g["t_bar"]
-    mix = resid + (tt + tc) * pf["comp"]
-    x_mix = _wh_quantile(mix, var_resid + var_comp + (m2 - 1.0) * tp * tp, z) - mix
-
-    def exp_mixture_excess(mean, prob):
-        cond = safe_div(mean, prob, prob > 1e-12, 0.0)
-        tail = jnp.log(jnp.maximum(prob, 1e-300) / (1.0 - q))
-        return jnp.maximum(jnp.where(prob > 1.0 - q, cond * tail, 0.0) - mean, 0.0)
-
-    x_pf = exp_mixture_excess(pf["wait_pf"], pf["rho_pf"])
-    x_wq = exp_mixture_excess(w_q, g["p_wait"])
-    ttft_p = ttft + _sqrt0(x_own**2 + jnp.maximum(x_mix, 0.0) ** 2 + x_pf**2 + x_wq**2)
+    var_pf = pf["wait_pf"] ** 2 * jnp.maximum(2.0 / jnp.maximum(pf["rho_pf"], 1e-12) - 1.0, 0.0)
+    shift = jnp.minimum(tf, tp)
+    mean0 = resid + tp - shift
+    var0 = pf["var_tp"] + var_resid + var_comp + var_pf + (m2 - 1.0) * tp * tp
+    cond_w = safe_div(w_q, p_wait, p_wait > 1e-12, 0.0)
+    ttft_p = _mix_quantile(q, z, p_wait, (shift, mean0, var0), (shift, mean0 + cond_w, var0 + cond_w * cond_w))
     # -- TPOT -----------------------------------------------------------------------------------
     # A request's TPOT averages its O - 1 steps: the fast part of the step-time variance
     # (prompt bursts, noise) shrinks as 1 / (O - 1), the burst of prompts that arrived
     # during its own prefill step is spread over its O - 1 steps (1 / (O - 1)^2), and the
-    # running count drifts slowly over its life. A gamma law shifted to the shortest step
-    # t_f + t_t, matched to that mean and variance.
+    # running count drifts slowly over its life: a gamma law above a floor, matched to that
+    # mean and variance.
     t_min = tf + tt
     var_slow = 0.5 * (tt * g["f_dec"] + tc * c_bar) ** 2 * g["var_r"]
     burst_var = (tt + tc) ** 2 * lam * p2 * jnp.maximum(pf["last"], 0.0)
     inv_o2 = jnp.minimum(jnp.exp(-2.0 * mu_o + 2.0 * s_o * s_o), 1.0)  # E[1 / (O - 1)^2]
     var_fast = g["var_t"] * inv_o + burst_var * inv_o2
-    tpot_p = t_min + _wh_quantile(jnp.maximum(td - t_min, 0.0), var_fast + var_slow, z)
+    # lognormal above a floor: the shortest step, less what the noise can take off a single
+    # step (three of its log-sigmas; the whole of t_min without noise)
+    t_floor = jnp.minimum(t_min * jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0))), td)
+    tpot_p = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_fast + var_slow, z)
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
-    # q-quantile excesses over the mean added in quadrature: the output length (its exact
-    # lognormal quantile times T_d), the TTFT, and the request's own TPOT deviation over
-    # its O - 1 steps.
+    # the same two-way mixture, each side adding the decode phase (O - 1) TPOT_i: its mean,
+    # the output length's variance times T_d^2 and the request's own TPOT deviation
     e2e = ttft + (o1 - 1.0) * td
-    s_full, mu_full = _lognormal(o1, ocv)
-    o_q = jnp.where(ocv > 0.0, jnp.exp(mu_full + s_full * z), o1)
-    x_o = td * jnp.maximum(o_q - o1, 0.0)
-    x_t = jnp.maximum(ttft_p - ttft, 0.0)
-    x_d = (o1 - 1.0) * z * _sqrt0(var_slow + g["var_t"] / jnp.maximum(o1 - 1.0, 1.0))
-    e2e_p = e2e + _sqrt0(x_o**2 + x_t**2 + jnp.maximum(x_d, 0.0) ** 2)
+    var_dec = td * td * (o2 - o1 * o1) + (o2 - 2.0 * o1 + 1.0) * var_slow + (o1 - 1.0) * g["var_t"]
+    dec = (o1 - 1.0) * td
+    e2e_p = _mix_quantile(q, z, p_wait, (shift, mean0 + dec, var0 + var_dec),
+                          (shift, mean0 + cond_w + dec, var0 + cond_w * cond_w + var_dec))
 
     def gate(x):
         return jnp.where(ok, x, INF)
