@@ -23,7 +23,7 @@ import pytest
 from _spec13 import decode_ms, spec13_step
 
 from sweep import grid as spec
-from sweep.catalog import packaged_catalog
+from sweep.catalog import packaged_catalog, packaged_efficiencies
 from sweep.cli import main
 from sweep.errors import GridError
 from sweep.models.continuous.model import COLUMNS
@@ -104,12 +104,16 @@ def test_roofline_step_coefficients_and_kv_capacity_are_the_closed_forms(run):
         kv_tok = m.n_layers * m.kv_elems_per_token_per_layer * 2.0
         # SPEC 13 (tests/_spec13.py): t_ctx is a cached token's KV read; the line passes
         # through a lone request's decode step (P + O/2 = 1100 cached) and its prefill chunk
-        assert r.t_ctx_ms == pytest.approx(kv_tok / (n * g.hbm_bandwidth_bytes_per_s * 0.7) * 1e3, rel=1e-12)
-        decode = decode_ms(r.model, r.gpu, n, 1, 1100)
+        # with the point's cell of the efficiency table (sweep/catalog/efficiency.toml)
+        cell = packaged_efficiencies().lookup(m, g, n)
+        assert (r.eta_bw, r.eta_flops) == (cell.eta_bw, cell.eta_flops)
+        kw = {"eta_bw": cell.eta_bw, "eta_flops": cell.eta_flops, "t_overhead_s": cell.t_overhead_s}
+        assert r.t_ctx_ms == pytest.approx(kv_tok / (n * g.hbm_bandwidth_bytes_per_s * cell.eta_bw) * 1e3, rel=1e-12)
+        decode = decode_ms(r.model, r.gpu, n, 1, 1100, **kw)
         assert r.t_step_fixed_ms + r.t_token_ms + 1100 * r.t_ctx_ms == pytest.approx(decode, rel=1e-12)
         chunk = min(1000.0, r.max_batched_tokens)
         attn = 2 * m.n_layers * m.n_heads * m.head_dim * chunk * chunk
-        prefill = spec13_step(r.model, r.gpu, n, chunk, chunk * kv_tok, attn)
+        prefill = spec13_step(r.model, r.gpu, n, chunk, chunk * kv_tok, attn, **kw)
         assert r.t_step_fixed_ms + (r.t_token_ms + r.t_ctx_ms) * chunk == pytest.approx(prefill, rel=1e-12)
         free = n * g.hbm_bytes * 0.9 - weights
         assert r.free_gb == pytest.approx(free * 1e-9, rel=1e-12)
