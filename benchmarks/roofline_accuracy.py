@@ -1,6 +1,8 @@
 """The refined roofline (docs/roofline.md) against published measurements (tests/data/gpu_measurements.csv).
 
-For every figure: the refined estimate at the documented defaults, the linear roofline
+For every figure: the refined estimate as the engine makes it (the efficiencies and per-step
+overhead of the figure's cell of sweep/catalog/efficiency.toml; benchmarks/efficiency_fit.py
+compares it with the single default set and leave-one-out), the linear roofline
 (`sweep.models.shared.service.roofline_times`: T_fixed + t_req B with eta_bw 0.8, eta_flops 0.5, every weight
 read every step, bf16 FLOP/s, no collectives, no overhead), the measurement and both ratios;
 then the error distribution of each (median and max |estimate / measured - 1|, share within
@@ -29,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sweep.catalog import packaged_catalog
-from sweep.grid.calibrate import StepRow, estimate_ms, read_rows
+from sweep.catalog import packaged_catalog, packaged_efficiencies
+from sweep.grid import efficiency_fit as ef
+from sweep.grid.calibrate import StepRow, read_rows
 from sweep.models.shared.service import roofline_times
 
 DATA = ROOT / "tests" / "data" / "gpu_measurements.csv"
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "folder (the test suite's check that this script works)")
     args = ap.parse_args(argv)
     rows = read_rows(DATA)
-    new = estimate_ms(rows)
+    new = ef.table_estimate_ms(rows, ef.step_terms(rows), packaged_efficiencies())
     old = np.asarray([old_estimate_ms(r) for r in rows])
     meas = np.asarray([r.measured_ms for r in rows])
     miss = np.asarray([r.extra.get("expected_miss", "") == "yes" for r in rows])

@@ -28,7 +28,7 @@ from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, catalog_tables
 from sweep.errors import GridError, OutputError
 from sweep.grid import GridSpec, build, load
 from sweep.io.parquet import arrow_schema, record_batch
-from sweep.models.base import CATALOG_FIELDS, Step
+from sweep.models.base import CATALOG_FIELDS, Step, efficiency_figures
 from sweep.runner.run import RunResult, Shard, run_grid
 
 #: Points `evaluate` and `decide` hold in memory at most (about 1 KB each).
@@ -142,6 +142,8 @@ def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, s
     tables = catalog_tables(spec)
     m, g = int(chunk.columns["model"][i]), int(chunk.columns["gpu"][i])
     figures = {k: float(tables[k][m if axis == "model" else g]) for k, axis in CATALOG_FIELDS.items()}
+    if "gpus_per_replica" in row:  # the point's (gpu, size class, tp) efficiency cell, as the engine uses
+        figures.update(efficiency_figures(spec.models[m], spec.gpus[g], float(row["gpus_per_replica"])))
     options = {"kv_allocation": spec.options.kv_allocation, "block_tokens": spec.options.block_tokens,
                "reserve_fraction": spec.options.reserve_fraction}
     steps = spec.model.derivation(row, figures, options)

@@ -7,8 +7,10 @@ from sweep.catalog import packaged_catalog
 
 
 def spec13_step(model: str, gpu: str, g: int, n_tok: float, kv_bytes: float, attn_flops: float,
-                weight_bytes: float = 2.0, eta_bw: float = 0.7, eta_flops: float = 0.6) -> float:
-    """SPEC 13's step time in ms, written out from the module docstring's formula."""
+                weight_bytes: float = 2.0, eta_bw: float = 0.7, eta_flops: float = 0.6,
+                t_overhead_s: float = 1e-3) -> float:
+    """SPEC 13's step time in ms, written out from the module docstring's formula (the
+    global defaults unless the efficiencies and overhead are given, e.g. a point's cell)."""
     cat = packaged_catalog()
     m, d = cat.model(model), cat.gpu(gpu)
     flops = d.fp8_dense_flops if weight_bytes <= 1.0 and d.fp8_dense_flops else d.bf16_dense_flops
@@ -18,7 +20,7 @@ def spec13_step(model: str, gpu: str, g: int, n_tok: float, kv_bytes: float, att
     t_compute = (2 * m.active_params * n_tok + attn_flops) / (g * flops * eta_flops)
     ring = 2 * (g - 1) / g * n_tok * m.hidden * 2.0 / d.interconnect_bytes_per_s
     t_comm = 2 * m.n_layers * (d.collective_latency_s + ring) if g > 1 else 0.0
-    return (max(t_mem, t_compute) + t_comm + 1e-3) * 1e3
+    return (max(t_mem, t_compute) + t_comm + t_overhead_s) * 1e3
 
 
 def decode_ms(model: str, gpu: str, g: int, batch: float, context: float, kv_elem_bytes: float = 2.0,

@@ -93,6 +93,16 @@ def _roofline_accuracy(out, text):
     assert "baseline: the published measurements" in text
 
 
+def _efficiency_fit(out, text):
+    assert len(out["rows"]) >= 80 and out["within_20"]["loo_figures"] == 4
+    for row in out["rows"]:
+        assert row["before"] > 0 and row["after"] > 0
+    assert sum(r["loo"] is not None for r in out["rows"]) == 4
+    assert out["within_20"]["after"] > out["within_20"]["before"]  # the table beats the single set
+    assert "BEFORE" in text and "AFTER" in text and "leave-one-out" in text
+    assert "baseline: the published measurements" in text
+
+
 def _scale(out, text):
     assert [r["regime"] for r in out["part1"]] == ["full"]
     for r in out["part1"]:
@@ -152,7 +162,8 @@ def _cb_accuracy(out, text):
 
 CHECKS = {"cb_accuracy": _cb_accuracy,
           "cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
-          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "scale": _scale, "search": _search,
+          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy,
+          "efficiency_fit": _efficiency_fit, "scale": _scale, "search": _search,
           "simulate": _simulate}
 
 

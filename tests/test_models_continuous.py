@@ -25,7 +25,7 @@ import pytest
 from _spec13 import decode_ms, spec13_step
 
 from sweep import grid as spec
-from sweep.catalog import packaged_catalog
+from sweep.catalog import packaged_catalog, packaged_efficiencies
 from sweep.cli import main
 from sweep.errors import GridError
 from sweep.models.base import gpu_figures, model_figures
@@ -109,22 +109,27 @@ def test_roofline_step_coefficients_and_kv_capacity_are_the_closed_forms(run):
         width = m.n_heads * m.head_dim
         # SPEC 13 (tests/_spec13.py): t_ctx is a cached token's KV read; the line passes
         # through the decode step of the r sequences a sequence sees at this load (P + O/2 =
-        # 1100 cached each) and the step where one prefills its chunk beside r - 1 decoders
-        assert r.t_ctx_ms == pytest.approx(kv_tok / (n * g.hbm_bandwidth_bytes_per_s * 0.7) * 1e3, rel=1e-12)
+        # 1100 cached each) and the step where one prefills its chunk beside r - 1 decoders,
+        # with the point's cell of the efficiency table (sweep/catalog/efficiency.toml)
+        cell = packaged_efficiencies().lookup(m, g, n)
+        assert (r.eta_bw, r.eta_flops) == (cell.eta_bw, cell.eta_flops)
+        kw = {"eta_bw": cell.eta_bw, "eta_flops": cell.eta_flops, "t_overhead_s": cell.t_overhead_s}
+        assert r.t_ctx_ms == pytest.approx(kv_tok / (n * g.hbm_bandwidth_bytes_per_s * cell.eta_bw) * 1e3, rel=1e-12)
         budget = math.inf if pd.isna(r.max_batched_tokens) else float(r.max_batched_tokens)
         x = {k: jnp.asarray(float(v)) for k, v in {**model_figures(m), **gpu_figures(g)}.items()}
-        x.update(gpus_per_replica=jnp.asarray(float(n)), weight_bytes_per_param=jnp.asarray(2.0))
+        x.update(gpus_per_replica=jnp.asarray(float(n)), weight_bytes_per_param=jnp.asarray(2.0),
+                 gpu_t_overhead=jnp.asarray(cell.t_overhead_s))
         running = float(rl.operating_running(
-            rl.replica_params(x, 0.7, 0.6), r.lambda_per_replica_rps, 1000.0, 200.0, budget, float(r.batch_size),
-            r.kv_capacity_tokens if r.mem_ok else 1.0, 16.0, kv_tok, width, m.n_layers))
+            rl.replica_params(x, cell.eta_bw, cell.eta_flops), r.lambda_per_replica_rps, 1000.0, 200.0, budget,
+            float(r.batch_size), r.kv_capacity_tokens if r.mem_ok else 1.0, 16.0, kv_tok, width, m.n_layers))
         assert 1.0 <= running <= r.batch_size
-        decode = decode_ms(r.model, r.gpu, n, running, 1100)
+        decode = decode_ms(r.model, r.gpu, n, running, 1100, **kw)
         assert (r.t_step_fixed_ms + r.t_token_ms * running + 1100 * running * r.t_ctx_ms
                 == pytest.approx(decode, rel=1e-12))
         chunk = min(1000.0, budget)
         others = running - 1.0
         attn = 4 * m.n_layers * width * others * 1100 + 2 * m.n_layers * width * chunk * chunk
-        prefill = spec13_step(r.model, r.gpu, n, others + chunk, (others * 1101 + chunk) * kv_tok, attn)
+        prefill = spec13_step(r.model, r.gpu, n, others + chunk, (others * 1101 + chunk) * kv_tok, attn, **kw)
         assert (r.t_step_fixed_ms + r.t_token_ms * (others + chunk) + r.t_ctx_ms * (others * 1100 + chunk)
                 == pytest.approx(prefill, rel=1e-12))
         free = n * g.hbm_bytes * 0.9 - weights

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from sweep.catalog import packaged_catalog
-from sweep.grid.calibrate import estimate_ms, read_rows, step_params
+from sweep.grid.calibrate import read_rows, step_params
 from sweep.models.shared import roofline as rl
 
 DATA = Path(__file__).parent / "data" / "gpu_measurements.csv"
@@ -347,14 +347,20 @@ def test_measurement_file_covers_what_issue_12_asks():
     assert {r.phase for r in rows} >= {"prefill", "decode"}
     assert len({r.gpu for r in rows}) >= 3
     assert any(cat.model(r.model).is_moe for r in rows)
-    assert any(r.tensor_parallel >= 4 for r in rows)
+    assert any(r.tensor_parallel >= 4 for r in rows) and any(r.tensor_parallel >= 8 for r in rows)
+    assert len({r.gpu for r in rows if r.tensor_parallel >= 4}) >= 3
     assert min(r.batch for r in rows) == 1 and max(r.batch for r in rows) >= 64
     assert len({r.extra["id"] for r in rows}) == len(rows)
 
 
-def test_every_figure_within_20_percent_at_the_defaults():
+def test_every_figure_within_20_percent_with_the_shipped_table():
+    """The engine's estimate: each figure with its (gpu, size class, tp) cell of
+    sweep/catalog/efficiency.toml; `expected_miss` lists the figures outside 20% of it."""
+    from sweep.catalog import packaged_efficiencies
+    from sweep.grid import efficiency_fit as ef
+
     rows = read_rows(DATA)
-    est = estimate_ms(rows)
+    est = ef.table_estimate_ms(rows, ef.step_terms(rows), packaged_efficiencies())
     ok = [abs(e / r.measured_ms - 1) <= 0.20 for r, e in zip(rows, est)]
     expected = [r.extra.get("expected_miss", "").strip() == "yes" for r in rows]
     unexpected = [(r, e) for r, e, o, x in zip(rows, est, ok, expected) if not o and not x]
@@ -363,5 +369,5 @@ def test_every_figure_within_20_percent_at_the_defaults():
     healed = [(r, e) for r, e, o, x in zip(rows, est, ok, expected) if o and x]
     assert not healed, "listed as expected misses but now within 20% (drop the flag):\n" + _table(*zip(*healed))
     assert all(r.extra["miss_reason"].strip() for r, x in zip(rows, expected) if x)
-    assert sum(ok) >= 20, f"only {sum(ok)} figures within 20%"
+    assert sum(ok) >= 70, f"only {sum(ok)} figures within 20%"
 

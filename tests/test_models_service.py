@@ -28,7 +28,7 @@ import pytest
 from _spec13 import decode_ms, spec13_step
 
 from sweep import grid as spec
-from sweep.catalog import packaged_catalog
+from sweep.catalog import packaged_catalog, packaged_efficiencies
 from sweep.engine import Evaluator
 from sweep.models.base import SERVICE_SOURCES
 from sweep.runner import run_grid
@@ -57,6 +57,13 @@ slo_ms = 1000.0
 """
 
 
+def _cell(model: str, gpu: str, g: int) -> dict[str, float]:
+    """The efficiencies and overhead the engine gives a roofline point (sweep/catalog/efficiency.toml)."""
+    cat = packaged_catalog()
+    e = packaged_efficiencies().lookup(cat.model(model), cat.gpu(gpu), g)
+    return {"eta_bw": e.eta_bw, "eta_flops": e.eta_flops, "t_overhead_s": e.t_overhead_s}
+
+
 def test_dynamic_line_is_the_spec13_step_at_one_and_at_the_batch():
     """Llama 3.1 70B on H100 SXM, bf16, S_mean 2000, one token a request: T_svc(1) and
     T_svc(B) are SPEC 13's decode steps. By hand at g = 1, B = 1:
@@ -68,13 +75,14 @@ def test_dynamic_line_is_the_spec13_step_at_one_and_at_the_batch():
     assert decode_ms("llama-3.1-70b", "h100-sxm", 1, 1, 2000) == pytest.approx(61.4533, abs=1e-4)
     for i in range(len(c["batch_size"])):
         g, b = int(c["gpus_per_replica"][i]), float(c["batch_size"][i])
-        one = decode_ms("llama-3.1-70b", "h100-sxm", g, 1, 2000)
+        kw = _cell("llama-3.1-70b", "h100-sxm", g)  # the point's cell of the efficiency table
+        assert (c["eta_bw"][i], c["eta_flops"][i]) == (kw["eta_bw"], kw["eta_flops"])
+        one = decode_ms("llama-3.1-70b", "h100-sxm", g, 1, 2000, **kw)
         assert c["t_fixed_ms"][i] + c["t_req_ms"][i] == pytest.approx(one, rel=1e-12)
-        assert c["t_svc_ms"][i] == pytest.approx(decode_ms("llama-3.1-70b", "h100-sxm", g, b, 2000), rel=1e-12)
+        assert c["t_svc_ms"][i] == pytest.approx(decode_ms("llama-3.1-70b", "h100-sxm", g, b, 2000, **kw), rel=1e-12)
         if b > 1:
             assert c["t_req_ms"][i] == pytest.approx(
-                (decode_ms("llama-3.1-70b", "h100-sxm", g, b, 2000) - one) / (b - 1), rel=1e-12)
-    assert (c["eta_bw"] == 0.7).all() and (c["eta_flops"] == 0.6).all()
+                (decode_ms("llama-3.1-70b", "h100-sxm", g, b, 2000, **kw) - one) / (b - 1), rel=1e-12)
     assert set(c["service_source"]) == {SERVICE_SOURCES.index("roofline")}
 
 
@@ -84,15 +92,17 @@ def test_mixture_of_experts_reads_the_experts_its_tokens_touch():
     c = _columns(ROOF.format(extra="").replace('"llama-3.1-70b"', '"mixtral-8x7b"')
                  .replace("[1, 2, 4, 8]", "2"))
     m = packaged_catalog().model("mixtral-8x7b")
+    kw = _cell("mixtral-8x7b", "h100-sxm", 2)
     for i in range(len(c["batch_size"])):
         b = float(c["batch_size"][i])
-        assert c["t_svc_ms"][i] == pytest.approx(decode_ms("mixtral-8x7b", "h100-sxm", 2, b, 2000), rel=1e-12)
-    one = decode_ms("mixtral-8x7b", "h100-sxm", 2, 1, 2000)
+        assert c["t_svc_ms"][i] == pytest.approx(decode_ms("mixtral-8x7b", "h100-sxm", 2, b, 2000, **kw), rel=1e-12)
+    one = decode_ms("mixtral-8x7b", "h100-sxm", 2, 1, 2000)  # at the global defaults, as by hand
     kv = 2001 * m.kv_bytes_per_token(2)
     by_hand = ((m.dense_params * 2 + m.expert_params * 2 * 2 / 8 + kv) / (2 * 3.35e12 * 0.7)
                + 2 * m.n_layers * (1e-5 + 2 * 0.5 * m.hidden * 2 / 450e9) + 1e-3) * 1e3
     assert one == pytest.approx(by_hand, rel=1e-12)
-    assert c["t_fixed_ms"][0] + c["t_req_ms"][0] == pytest.approx(one, rel=1e-12)
+    assert c["t_fixed_ms"][0] + c["t_req_ms"][0] == pytest.approx(
+        decode_ms("mixtral-8x7b", "h100-sxm", 2, 1, 2000, **kw), rel=1e-12)
 
 
 def test_every_row_of_a_roofline_run_says_roofline(tmp_path):
@@ -148,7 +158,8 @@ slo_ms = 1000.0
     step = dict(zip(c["mean_seq_len"].tolist(), c["t_svc_ms"].tolist()))
     for s, itl in {1500.0: 18.91, 5250.0: 18.58}.items():
         assert step[s] == pytest.approx(decode_ms("llama-3.3-70b", "h100-sxm", 2, 1, s, kv_elem_bytes=1.0,
-                                                  weight_bytes=1.0), rel=1e-12)
+                                                  weight_bytes=1.0, **_cell("llama-3.3-70b", "h100-sxm", 2)),
+                                        rel=1e-12)
         assert abs(step[s] / itl - 1) < 0.20, (s, step[s], itl)
 
 
@@ -189,17 +200,21 @@ def test_continuous_line_passes_through_the_steps_at_the_operating_running_count
         gpu, g, budget = (("h100-sxm", "a100-80gb")[c["gpu"][i]], int(c["gpus_per_replica"][i]),
                           float(c["max_batched_tokens"][i]))
         tf, tt, tc = c["t_step_fixed_ms"][i], c["t_token_ms"][i], c["t_ctx_ms"][i]
-        bw = g * cat.gpu(gpu).hbm_bandwidth_bytes_per_s * 0.7
+        kw = _cell("llama-3.1-8b", gpu, g)
+        bw = g * cat.gpu(gpu).hbm_bandwidth_bytes_per_s * kw["eta_bw"]
         assert tc == pytest.approx(kv_tok / bw * 1e3, rel=1e-12)
         x = {k: jnp.asarray(float(v)) for k, v in {**model_figures(m), **gpu_figures(cat.gpu(gpu))}.items()}
-        x.update(gpus_per_replica=jnp.asarray(float(g)), weight_bytes_per_param=jnp.asarray(2.0))
-        r = float(rl.operating_running(rl.replica_params(x, 0.7, 0.6), 2.0, 1000.0, 200.0, budget, 64.0,
-                                       float(c["kv_capacity_tokens"][i]), 1.0, kv_tok, width, m.n_layers))
+        x.update(gpus_per_replica=jnp.asarray(float(g)), weight_bytes_per_param=jnp.asarray(2.0),
+                 gpu_t_overhead=jnp.asarray(kw["t_overhead_s"]))
+        r = float(rl.operating_running(rl.replica_params(x, kw["eta_bw"], kw["eta_flops"]), 2.0, 1000.0, 200.0,
+                                       budget, 64.0, float(c["kv_capacity_tokens"][i]), 1.0, kv_tok, width,
+                                       m.n_layers))
         assert 1.5 < r < 64  # two requests/s keep more than a lone one running
-        assert tf + tt * r + 1100 * r * tc == pytest.approx(decode_ms("llama-3.1-8b", gpu, g, r, 1100), rel=1e-12)
+        assert tf + tt * r + 1100 * r * tc == pytest.approx(decode_ms("llama-3.1-8b", gpu, g, r, 1100, **kw),
+                                                            rel=1e-12)
         chunk = min(1000.0, budget)
         n_tok, kv = r - 1 + chunk, ((r - 1) * 1101 + chunk) * kv_tok
         attn = 4 * m.n_layers * width * (r - 1) * 1100 + 2 * m.n_layers * width * chunk * chunk
-        step = spec13_step("llama-3.1-8b", gpu, g, n_tok, kv, attn)
+        step = spec13_step("llama-3.1-8b", gpu, g, n_tok, kv, attn, **kw)
         assert tf + tt * n_tok + tc * ((r - 1) * 1100 + chunk) == pytest.approx(step, rel=1e-12)
         assert tf >= 0 and tt >= 0 and math.isfinite(tf + tt + tc)

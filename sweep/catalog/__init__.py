@@ -13,6 +13,7 @@ naming the file, the key, the value and the rule.
 
 from __future__ import annotations
 
+from ._efficiency import SIZE_CLASSES, Efficiency, EfficiencyTable, packaged_efficiencies, size_class
 from ._load import Catalog, load_catalog, packaged_catalog
 from ._schema import ATTENTION_KINDS, GPU_FIGURES, MODEL_FIGURES, Gpu, Model
 
@@ -20,9 +21,14 @@ __all__ = [
     "ATTENTION_KINDS",
     "GPU_FIGURES",
     "MODEL_FIGURES",
+    "SIZE_CLASSES",
     "Catalog",
+    "Efficiency",
+    "EfficiencyTable",
     "Gpu",
     "Model",
     "load_catalog",
     "packaged_catalog",
+    "packaged_efficiencies",
+    "size_class",
 ]

@@ -76,11 +76,15 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     cal = command(sub, "calibrate", "fit the refined roofline's (docs/roofline.md) eta_bw, eta_flops and collective "
                                     "latency per (model, gpu, tensor parallel) to measured steps",
                   ["sweep calibrate steps.csv",
-                   "sweep calibrate steps.csv --out my-catalog   # then: --catalog my-catalog"])
+                   "sweep calibrate steps.csv --out my-catalog   # then: --catalog my-catalog",
+                   "sweep calibrate tests/data/gpu_measurements.csv --table sweep/catalog/efficiency.toml"])
     cal.add_argument("profile", type=Path, help="CSV: model,gpu,tensor_parallel,phase,batch,prompt_tokens,"
                                                 "context_tokens,measured_ms (see sweep.grid.calibrate)")
     cal.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="write the fits as a catalog overlay folder (DIR/gpus/<gpu>-<model>-tp<g>.toml)")
+    cal.add_argument("--table", type=Path, default=None, metavar="FILE",
+                     help="instead, fit the efficiency table per (gpu, size class, tensor parallel) and write it "
+                          "to FILE (the packaged one: sweep/catalog/efficiency.toml; docs/roofline.md)")
     _catalog_arg(cal)
     cal.set_defaults(handler=cmd_calibrate)
 
@@ -415,6 +419,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     cat = _catalog(args)
     rows = read_rows(args.profile)
+    if args.table is not None:
+        return _calibrate_table(args, rows)
     fits = calibrate(rows, cat, source=str(args.profile))
     console = _console()
     console.print(f"[bold]{escape(str(args.profile))}[/bold]: {len(rows)} measured steps, {len(fits)} "
@@ -440,6 +446,39 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         paths = write_overlay(fits, args.out, cat)
         console.print(f"wrote {len(paths)} calibrated GPU entries to {escape(str(args.out))}/gpus/; plan on one with "
                       f"gpu = \"{escape(fits[0].overlay_name)}\" and --catalog {escape(str(args.out))}")
+    return 0
+
+
+def _calibrate_table(args: argparse.Namespace, rows: list) -> int:
+    from sweep.grid import efficiency_fit as ef
+
+    terms = ef.step_terms(rows, source=str(args.profile))
+    cells = ef.fit_table(rows, terms, source=str(args.profile))
+    text = ef.table_text(cells, str(args.profile), len(rows))
+    before = terms.estimate_ms(*ef.DEFAULTS)
+    after = ef.table_estimate_ms(rows, terms, ef.as_table(cells))
+    console = _console()
+    console.print(f"[bold]{escape(str(args.profile))}[/bold]: {len(rows)} measured figures, {len(cells)} rows of "
+                  "the efficiency table (size class * = the GPU-wide row); residual = estimate / measured - 1")
+    t = Table(title="efficiency table", title_justify="left")
+    for name in ("gpu", "size class", "tp", "figures", "eta_bw", "eta_flops", "t_overhead ms"):
+        t.add_column(name, justify="left" if name in ("gpu", "size class") else "right")
+    for c in cells:
+        t.add_row(c.gpu, c.size_class, str(c.tensor_parallel or "*"), str(len(c.lines)), f"{c.eta_bw:.4g}",
+                  f"{c.eta_flops:.4g}", f"{c.t_overhead_s * 1e3:.4g}")
+    console.print(t)
+    t = Table(title="residuals per row: the defaults, then the table", title_justify="left")
+    for name in ("row", "model", "gpu", "tp", "measured ms", "defaults", "table"):
+        t.add_column(name, justify="left" if name in ("model", "gpu") else "right")
+    for r, b, a in zip(rows, before, after):
+        t.add_row(str(r.line), r.model, r.gpu, str(r.tensor_parallel), f"{r.measured_ms:.4g}",
+                  f"{b / r.measured_ms - 1:+.3f}", f"{a / r.measured_ms - 1:+.3f}")
+    console.print(t)
+    share = [sum(abs(e / r.measured_ms - 1) <= 0.2 for r, e in zip(rows, est)) for est in (before, after)]
+    console.print(f"within 20%: {share[0]} of {len(rows)} at the defaults, {share[1]} with the table")
+    args.table.parent.mkdir(parents=True, exist_ok=True)
+    args.table.write_text(text, encoding="utf-8")
+    console.print(f"wrote {escape(str(args.table))}")
     return 0
 
 

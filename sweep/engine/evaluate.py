@@ -28,16 +28,21 @@ from sweep.engine.plan import plan_values
 from sweep.grid.spec import GridSpec
 from sweep.models.base import (
     CATALOG_FIELDS,
+    CELL_FIELDS,
     ENGINE_KEYS,
     PLANNING_WHEN,
     WHEN_SIMULATION,
     Column,
     ServingModel,
+    cell_index,
+    efficiency_cells,
     gpu_figures,
     model_figures,
 )
 
 DEFAULT_CHUNK = 1 << 16
+#: Prefix of the catalog tables that hold the efficiency table's cells (`catalog_tables`).
+CELL_TABLE = "cell:"
 _CAST = {"float64": jnp.float64, "int64": jnp.int64, "bool": jnp.bool_, "dict": jnp.int32}
 
 
@@ -248,6 +253,10 @@ def evaluate_values(
     x = dict(v)
     for name, axis in CATALOG_FIELDS.items():
         x[name] = tables[name][v[axis]]
+    if CELL_TABLE + CELL_FIELDS[0] in tables:  # the point's (gpu, size class, tp) efficiencies
+        b = cell_index(x["gpus_per_replica"]) if "gpus_per_replica" in x else jnp.zeros_like(v["gpu"])
+        for name in CELL_FIELDS:
+            x[name] = tables[CELL_TABLE + name][v["model"], v["gpu"], b]
     kw = dict(static)
 
     def one(point: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -302,14 +311,19 @@ def axis_arrays(spec: GridSpec) -> dict[str, jax.Array]:
 
 
 def catalog_tables(spec: GridSpec) -> dict[str, jax.Array]:
-    """Catalog figures indexed by the model/gpu axis coordinate (`CATALOG_FIELDS`)."""
+    """Catalog figures indexed by the model/gpu axis coordinate (`CATALOG_FIELDS`), and the
+    efficiency table's cells (`CELL_TABLE` + each of `CELL_FIELDS`) indexed by [model, gpu,
+    log2 tp], which replace the GPU-level efficiencies at each point (`evaluate_values`)."""
     def f(xs: list[float]) -> jax.Array:
         return jnp.asarray(np.asarray(xs, dtype=np.float64))
 
     per_model = [model_figures(m) for m in spec.models]
     per_gpu = [gpu_figures(g) for g in spec.gpus]
-    return {name: f([row[name] for row in (per_model if axis == "model" else per_gpu)])
-            for name, axis in CATALOG_FIELDS.items()}
+    out = {name: f([row[name] for row in (per_model if axis == "model" else per_gpu)])
+           for name, axis in CATALOG_FIELDS.items()}
+    cells = efficiency_cells(spec.models, spec.gpus)
+    out.update({CELL_TABLE + name: jnp.asarray(a) for name, a in cells.items()})
+    return out
 
 
 @functools.lru_cache(maxsize=32)

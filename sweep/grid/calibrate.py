@@ -312,6 +312,21 @@ def _evaluate(b: _Batch, eta_bw, eta_flops, alpha, t_overhead=rl.T_OVERHEAD_S):
     return per_row * 1e3
 
 
+@jax.jit
+def _parts(n_tok, kv, attn, params):
+    _, parts = rl.step_time(rl.Work(n_tok, kv, attn), params)
+    return parts.t_mem, parts.t_compute, parts.t_comm
+
+
+def _step_parts(b: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each step's (t_mem, t_compute, t_comm) seconds at eta_bw = eta_flops = 1, for fits
+    that scale them by the efficiencies outside JAX (`sweep.grid.efficiency_fit`)."""
+    ones = np.ones_like(b.n_tok)
+    p = b.params._replace(eta_bw=ones, eta_flops=ones, t_overhead=np.zeros_like(b.n_tok))
+    out = _parts(jnp.asarray(b.n_tok), jnp.asarray(b.kv), jnp.asarray(b.attn), p)
+    return tuple(np.asarray(a, dtype=np.float64) for a in out)  # type: ignore[return-value]
+
+
 def estimate_ms(rows: Sequence[StepRow], catalog: Catalog | None = None, *, eta_bw: float = rl.ETA_BW,
                 eta_flops: float = rl.ETA_FLOPS, alpha: float | None = None,
                 t_overhead: float = rl.T_OVERHEAD_S, source: str = "<rows>") -> np.ndarray:

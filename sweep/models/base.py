@@ -32,7 +32,8 @@ import numpy as np
 from jax import Array
 
 from sweep.catalog import Gpu, Model
-from sweep.models.shared.roofline import ETA_BW, ETA_FLOPS, PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
+from sweep.catalog._efficiency import TP_BINS, packaged_efficiencies
+from sweep.models.shared.roofline import PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
 from sweep.models.views import Views
 
 if TYPE_CHECKING:  # the grid layer builds specs from models; models only read them
@@ -77,8 +78,11 @@ CATALOG_FIELDS: dict[str, str] = {
     "fp8_flops": "gpu",  # dense FP8 FLOP/s; 0 where the part has none
     "link_bw": "gpu",  # tensor-parallel interconnect, bytes/s per GPU one way (PCIe 4.0 x16 if unknown)
     "alpha": "gpu",  # seconds per all-reduce (PCIe's 50 us if unknown)
-    "gpu_eta_bw": "gpu",  # a calibrated entry's eta_bw, else the SPEC 13 default
+    # the roofline's efficiencies and per-step overhead (sweep.catalog._efficiency): the GPU's
+    # level here; the engine replaces them by the point's (gpu, size class, tp) cell
+    "gpu_eta_bw": "gpu",
     "gpu_eta_flops": "gpu",
+    "gpu_t_overhead": "gpu",  # seconds
     "usd_per_gpu_hour": "gpu",
 }
 
@@ -99,16 +103,55 @@ def model_figures(m: Model) -> dict[str, float]:
     }
 
 
-def figure_arrays(models: Sequence[Model], gpus: Sequence[Gpu]) -> dict[str, np.ndarray]:
+def figure_arrays(models: Sequence[Model], gpus: Sequence[Gpu],
+                  tensor_parallel: Sequence[float] | None = None) -> dict[str, np.ndarray]:
     """Every `CATALOG_FIELDS` figure for the (model, gpu) pairs zip(models, gpus), one pair
-    per element (for evaluating explicit points, e.g. `sweep.engine.evaluate_points`)."""
+    per element (for evaluating explicit points, e.g. `sweep.engine.evaluate_points`); with
+    `tensor_parallel` (one degree per pair) the efficiencies are the pair's cell
+    (`efficiency_figures`), as the engine gives a grid point."""
     rows = [{**model_figures(m), **gpu_figures(g)} for m, g in zip(models, gpus, strict=True)]
+    if tensor_parallel is not None:
+        for r, m, g, tp in zip(rows, models, gpus, tensor_parallel, strict=True):
+            r.update(efficiency_figures(m, g, tp))
     return {name: np.array([r[name] for r in rows], dtype=np.float64) for name in CATALOG_FIELDS}
+
+
+#: The figures the engine takes from the point's (gpu, size class, tp) cell.
+CELL_FIELDS: tuple[str, ...] = ("gpu_eta_bw", "gpu_eta_flops", "gpu_t_overhead")
+
+
+def efficiency_figures(m: Model, g: Gpu, tensor_parallel: float) -> dict[str, float]:
+    """`CELL_FIELDS` for `m` on `tensor_parallel` x `g` (the packaged efficiency table)."""
+    e = packaged_efficiencies().lookup(m, g, tensor_parallel)
+    return {"gpu_eta_bw": e.eta_bw, "gpu_eta_flops": e.eta_flops, "gpu_t_overhead": e.t_overhead_s}
+
+
+def efficiency_cells(models: Sequence[Model], gpus: Sequence[Gpu]) -> dict[str, np.ndarray]:
+    """`CELL_FIELDS` as arrays [model, gpu, log2 tp] (`TP_BINS` degrees 1, 2, 4, ... 4096),
+    which `cell_index` indexes by a point's `gpus_per_replica`."""
+    out = {name: np.empty((len(models), len(gpus), TP_BINS)) for name in CELL_FIELDS}
+    for i, m in enumerate(models):
+        for j, g in enumerate(gpus):
+            for b in range(TP_BINS):
+                for name, value in efficiency_figures(m, g, 2 ** b).items():
+                    out[name][i, j, b] = value
+    return out
+
+
+def cell_index(gpus_per_replica):
+    """The tp bin of `gpus_per_replica` (traced): log2 of the nearest power of two, clipped."""
+    import jax.numpy as jnp
+
+    b = jnp.round(jnp.log2(jnp.maximum(gpus_per_replica, 1.0)))
+    return jnp.clip(b, 0, TP_BINS - 1).astype(jnp.int32)
 
 
 def gpu_figures(g: Gpu) -> dict[str, float]:
     """The GPU half of `CATALOG_FIELDS` for one catalog entry (SPEC 13 defaults where the
-    entry leaves a figure out; `sweep.models.shared.roofline`)."""
+    entry leaves a figure out; `sweep.models.shared.roofline`). The efficiencies are the GPU's
+    level of the efficiency table (`sweep.catalog._efficiency`: its own, else the table's
+    GPU-wide row, else the defaults); `efficiency_figures` gives a replica's cell."""
+    gpu_level = packaged_efficiencies().gpu_level(g)
     return {
         "hbm_bytes": g.hbm_bytes,
         "hbm_bw": g.hbm_bandwidth_bytes_per_s,
@@ -116,8 +159,9 @@ def gpu_figures(g: Gpu) -> dict[str, float]:
         "fp8_flops": g.fp8_dense_flops or 0.0,
         "link_bw": g.interconnect_bytes_per_s or PCIE_LINK_BYTES_PER_S,
         "alpha": g.collective_latency_s if g.collective_latency_s is not None else PCIE_ALPHA_S,
-        "gpu_eta_bw": g.eta_bw if g.eta_bw is not None else ETA_BW,
-        "gpu_eta_flops": g.eta_flops if g.eta_flops is not None else ETA_FLOPS,
+        "gpu_eta_bw": gpu_level.eta_bw,
+        "gpu_eta_flops": gpu_level.eta_flops,
+        "gpu_t_overhead": gpu_level.t_overhead_s,
         "usd_per_gpu_hour": g.usd_per_gpu_hour,
     }
 

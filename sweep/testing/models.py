@@ -292,7 +292,9 @@ def draw_points(variant: Variant, rng: np.random.Generator, n: int, *,
 def catalog_figures(points: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The catalog figures (`CATALOG_FIELDS`) of each point's model and GPU."""
     cat = packaged_catalog()
-    return figure_arrays([cat.model(str(m)) for m in points["model"]], [cat.gpu(str(g)) for g in points["gpu"]])
+    tps = points["gpus_per_replica"] if "gpus_per_replica" in points else None
+    return figure_arrays([cat.model(str(m)) for m in points["model"]], [cat.gpu(str(g)) for g in points["gpu"]],
+                         None if tps is None else [float(t) for t in tps])
 
 
 def evaluate(variant: Variant, points: Mapping[str, np.ndarray], *,

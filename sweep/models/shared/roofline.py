@@ -200,7 +200,8 @@ def crossover_batch(p: StepParams, context_tokens: Real, kv_bytes_per_token: Rea
 
 def replica_params(x: Any, eta_bw: Real, eta_flops: Real) -> StepParams:
     """`StepParams` of one grid point: `x` maps the point's grid keys and catalog figures
-    (`sweep.models.base.CATALOG_FIELDS`) to scalars. GEMMs run in FP8 (`fp8_flops`) when the
+    (`sweep.models.base.CATALOG_FIELDS`) to scalars; its per-step overhead is the point's
+    `gpu_t_overhead` (the efficiency table's cell) when given. GEMMs run in FP8 (`fp8_flops`) when the
     weights are 1 byte or less and the GPU has FP8 tensor cores, else at the bf16 rate."""
     wb = x["weight_bytes_per_param"]
     fp8 = (wb <= 1.0) & (x["fp8_flops"] > 0)
@@ -219,6 +220,7 @@ def replica_params(x: Any, eta_bw: Real, eta_flops: Real) -> StepParams:
         alpha=x["alpha"],
         eta_bw=eta_bw,
         eta_flops=eta_flops,
+        t_overhead=x["gpu_t_overhead"] if "gpu_t_overhead" in x else T_OVERHEAD_S,
     )
 
 
