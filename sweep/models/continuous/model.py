@@ -227,9 +227,7 @@ COLUMNS: tuple[Column, ...] = (
            "The point lies inside the region where the analytic model was shown accurate "
            "(sweep.models.continuous.confidence): false where mean_running >= "
            f"{confidence.RUNNING_SHARE_MAX:g} x the slots (a saturated cap), lambda_per_replica_rps >= "
-           f"{confidence.LOAD_MAX:g} x capacity_rps (near saturation; every unstable point), or the KV capacity "
-           "holds fewer mean reservations than batch_size and the reservation P + O has a CV above "
-           f"{confidence.RESERVATION_CV_MAX:g}; "
+           f"{confidence.LOAD_MAX:g} x capacity_rps (near saturation; every unstable point); "
            "true where mem_ok is false (a closed form). Where false, check the point with the simulator "
            "(latency_model = \"simulated\", or a [simulation] table)."),
     SLO_OK,
@@ -467,9 +465,7 @@ class ContinuousModel(ServingModel):
                              cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
         trusted = analytic_trusted(
             mean_running=r["mean_running"], slots=r["slots"], lam=lam, capacity_rps=r["capacity_rps"],
-            cap=x["batch_size"], kv_capacity_tokens=c_tok, reservation_tokens=e["reservation"],
-            prompt_mean=x["prompt_tokens"], prompt_cv=x["prompt_cv"], output_mean=x["output_tokens"],
-            output_cv=x["output_cv"], mem_ok=mem_ok)
+            mem_ok=mem_ok)
         return {
             "lambda_per_replica_rps": lam,
             "t_step_fixed_ms": tf * MS,

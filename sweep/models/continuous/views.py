@@ -135,7 +135,7 @@ VIEWS = Views(
         "analytic_trusted",
         "{n} of the {shown} decisions above rest on a point outside the region where the analytic model was shown "
         "accurate (analytic_trusted = false: a cap that is nearly always full, a load at or above "
-        f"{LOAD_MAX:.0%} of the capacity, or a KV-bound engine with widely spread reservations). Check them with the "
+        f"{LOAD_MAX:.0%} of the capacity). Check them with the "
         "simulator: add "
         "latency_model = \"simulated\" under [options] (the simulator then decides), or a [simulation] table "
         "(sim_* columns beside the analytic ones), and rerun those scenarios (docs/continuous.md).",
