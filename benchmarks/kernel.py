@@ -69,6 +69,7 @@ def make_inputs(n: int, windowed: bool, seed: int = 0) -> dict[str, np.ndarray]:
         "n_experts": full(n, 0.0), "experts_per_token": full(n, 0.0), "n_layers": full(n, 32.0),
         "hidden": full(n, 4096.0), "attn_width": full(n, 4096.0), "fp8_flops": full(n, 1979e12),
         "link_bw": full(n, 450e9), "alpha": full(n, 10e-6), "gpu_eta_bw": full(n, 0.7), "gpu_eta_flops": full(n, 0.6),
+        "gpu_t_overhead": full(n, 1e-3),
     }
 
 

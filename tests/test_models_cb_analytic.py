@@ -150,3 +150,36 @@ def test_accuracy_targets_against_the_simulator():
         assert np.all(np.abs(err) <= tol), (key, err)
     np.testing.assert_allclose(a["mean_running"][region], s["mean_running"][region], rtol=0.1)
     np.testing.assert_allclose(a["step_mean"][region], s["step_mean_s"][region], rtol=0.05)
+
+
+def test_mixture_quantile_against_bisection():
+    """`_mix_quantile` (three starts, three safeguarded Newton steps) against 200 bisection
+    steps on the same mixture CDF in float64 (the reference), over random two-lognormal
+    mixtures and levels: the percentiles' root finder, not an approximation of the model.
+    Measured on 4,000 mixtures: 99% within 1e-4 relative, 99.9% within 1e-2, at worst 5%
+    (a narrow component inside a wide one, where the CDF is nearly flat at the level)."""
+    from scipy.stats import norm
+
+    from sweep.models.continuous.analytic import _ln_shape, _mix_quantile
+
+    rng = np.random.default_rng(7)
+    n = 400
+    ma, mb = 10 ** rng.uniform(-3, 1, n), 10 ** rng.uniform(-3, 2, n)
+    va, vb = (ma * rng.uniform(0.0, 2.0, n)) ** 2, (mb * rng.uniform(0.0, 2.0, n)) ** 2
+    w = np.where(rng.uniform(size=n) < 0.2, 0.0, rng.uniform(0, 1, n))
+    q = rng.choice([0.5, 0.9, 0.99, 0.999], n)
+    got = np.asarray(jax.vmap(lambda *a: _mix_quantile(a[0], jax.scipy.special.ndtri(a[0]), a[1], 0.0,
+                                                       (a[2], a[3]), (a[4], a[5])))(
+        *(jnp.asarray(x) for x in (q, w, ma, va, mb, vb))))
+    sa, mua = (np.asarray(x) for x in _ln_shape(jnp.asarray(ma), jnp.asarray(va)))
+    sb, mub = (np.asarray(x) for x in _ln_shape(jnp.asarray(mb), jnp.asarray(vb)))
+    sa, sb = np.maximum(sa, 1e-9), np.maximum(sb, 1e-9)
+    lo, hi = np.full(n, -50.0), np.full(n, 50.0)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        f = (1 - w) * norm.cdf((mid - mua) / sa) + w * norm.cdf((mid - mub) / sb)
+        lo, hi = np.where(f < q, mid, lo), np.where(f < q, hi, mid)
+    ref = np.exp(0.5 * (lo + hi))
+    assert np.all(np.isfinite(got))
+    err = np.abs(got / ref - 1.0)
+    assert np.mean(err <= 1e-3) >= 0.98 and err.max() <= 0.06, (np.mean(err <= 1e-3), err.max())
