@@ -16,6 +16,22 @@ TPOT and E2E 25%); a point the simulator cannot pin down within `--max-batches` 
 excluded from that metric and counted. An analytic `stable = false` on a judged point is a
 miss (error +inf).
 
+Run length per point, scaled to how long the engine takes to forget its empty start. By
+Little's law one request lifetime spans ``R`` arrivals (``R`` the analytic model's mean
+running count at the point, the cap where the model has none), and the running count
+relaxes more slowly as the load nears 1, so the relaxation span is taken as
+``W = R / (1 - load)`` arrivals (``1 - load`` floored at 0.05). The warmup must cover
+``K_w W`` arrivals (``--warmup-lives``, 2) and the measured span ``K_m W``
+(``--measured-lives``, 4). Since `simulate_continuous` takes one `CBSimSettings` per call,
+the points fall into size classes ``k = 0, 1, ...`` (powers of two): class ``k`` runs
+``min(w0 2^k, --max-warmup)`` warmup and ``min(n0 2^k, --max-n-requests)`` measured requests
+per replication (``w0 = --warmup``, 120; ``n0 = --n-requests``, 600; caps 4000 each), and a
+point takes the smallest class whose warmup and measured span cover its ``K_w W`` and
+``K_m W`` (the largest class where the caps bind). Points with a short lifetime keep
+120 + 600 requests; the longest-lived, most loaded ones get up to 4000 + 4000. Each class is
+simulated by its own call in every round of batches (one compilation per class); the
+adaptive batches and the time budget below are unchanged.
+
     python benchmarks/cb_accuracy.py            # 300 points, seed 24: ~40 min on two busy cores
     python benchmarks/cb_accuracy.py --tiny     # seconds: smoke test, no figure, no cache
     python benchmarks/cb_accuracy.py --n-requests 1000 --warmup 200 --points 40 --seed 240 \\
@@ -48,7 +64,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np
 
 from sweep.models.continuous.sim import CBSimSettings, simulate_continuous, student_t975
-from sweep.testing.cb_domain import CB_KEYS, QS, TARGETS, analytic_all, draw, judge, region_of, wide
+from sweep.testing.cb_domain import CB_KEYS, QS, TARGETS, analytic, analytic_all, draw, judge, region_of, wide
 
 OUT = ROOT / "docs" / "cb_accuracy.png"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -58,10 +74,37 @@ SIM_KEYS = tuple(TARGETS) + ("mean_running", "kv_util", "drop_rate", "step_mean"
 SAMPLER_VERSION = 1  # bump when sweep.testing.cb_domain.draw changes what a seed draws
 
 
+def size_classes(p: dict[str, np.ndarray], args) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Per point its size class (int64[n]) and per class ``(warmup, n_requests)``: the
+    module docstring's rule (relaxation span ``W = R / (1 - load)`` arrivals, ``R`` the
+    analytic mean running count)."""
+    n = p["lam"].size
+    settings = []
+    k = 0
+    while True:
+        w = min(args.warmup * 2 ** k, max(args.max_warmup, args.warmup))
+        m = min(args.n_requests * 2 ** k, max(args.max_n_requests, args.n_requests))
+        settings.append((int(w), int(m)))
+        if (w >= args.max_warmup and m >= args.max_n_requests) or k >= 20:
+            break
+        k += 1
+    if len(settings) == 1:
+        return np.zeros(n, np.int64), settings
+    r = analytic({k: p[k] for k in CB_KEYS}, 0.9)["mean_running"]
+    r = np.where(np.isfinite(r) & (r > 0), r, p["cap"])
+    span = r / np.maximum(1.0 - p["load"], 0.05)
+    ws = np.array([w for w, _ in settings], dtype=np.float64)
+    ms = np.array([m for _, m in settings], dtype=np.float64)
+    enough = (ws[None, :] >= args.warmup_lives * span[:, None]) & (ms[None, :] >= args.measured_lives * span[:, None])
+    cls = np.where(enough.any(axis=1), np.argmax(enough, axis=1), len(settings) - 1).astype(np.int64)
+    return cls, settings
+
+
 def simulate(p: dict[str, np.ndarray], ids: np.ndarray, n_requests: int, warmup: int, seed: int,
              batches: np.ndarray, first: np.ndarray) -> dict[str, np.ndarray]:
     """Batches ``first[i] .. first[i] + batches[i] - 1`` of point i (a batch = `BATCH`
-    replications under scenario id ``ids[i] + 100000 * batch``), one call for all.
+    replications under scenario id ``ids[i] + 100000 * batch``), one call for all, every
+    replication ``warmup`` + ``n_requests`` requests.
     Returns per (point, batch) rows: every SIM_KEYS mean and half-width, and ``stable``."""
     rows = np.repeat(np.arange(ids.size), batches)
     b = np.concatenate([first[i] + np.arange(batches[i]) for i in range(ids.size)]).astype(np.int64)
@@ -126,16 +169,23 @@ def run_sim(p, args, log) -> dict[str, np.ndarray]:
     have = np.zeros(n, np.int64)
     parts = []
     todo = np.full(n, args.min_batches, np.int64)
+    cls, settings = size_classes(p, args)
+    log("# size classes (warmup + measured requests per replication: points): " + ", ".join(
+        f"{w} + {m}: {int((cls == c).sum())}" for c, (w, m) in enumerate(settings) if (cls == c).any()))
     start = time.perf_counter()
     for rnd in range(8):
         sel = np.flatnonzero(todo > 0)
         if sel.size == 0:
             break
         t0 = time.perf_counter()
-        sub = {k: v[sel] for k, v in p.items() if k in CB_KEYS}
-        part = simulate(sub, ids[sel], args.n_requests, args.warmup, seed, todo[sel], have[sel])
-        part["row"] = sel[part["row"]]
-        parts.append(part)
+        for c, (w, m) in enumerate(settings):
+            sc = sel[cls[sel] == c]
+            if sc.size == 0:
+                continue
+            sub = {k: v[sc] for k, v in p.items() if k in CB_KEYS}
+            part = simulate(sub, ids[sc], m, w, seed, todo[sc], have[sc])
+            part["row"] = sc[part["row"]]
+            parts.append(part)
         have += todo
         log(f"# round {rnd + 1}: {int(todo.sum())} batches of {BATCH} replications over {sel.size} points "
             f"in {time.perf_counter() - t0:.0f} s")
@@ -153,6 +203,7 @@ def run_sim(p, args, log) -> dict[str, np.ndarray]:
             todo = np.where(ok, np.maximum(todo, np.maximum(need_b, 1)), todo).astype(np.int64)
         todo = np.minimum(todo, args.max_batches - have)
         # the time budget: the smallest requests first, as many batches as the rate so far affords
+        # (the per-batch rate averaged over the size classes run so far)
         spent = time.perf_counter() - start
         per_batch = spent / max(int(have.sum()), 1)
         afford = int((args.budget_s - spent) / per_batch)
@@ -167,7 +218,8 @@ def run_sim(p, args, log) -> dict[str, np.ndarray]:
 
 def stamp_of(args) -> np.ndarray:
     return np.array([args.points, args.seed, args.sim_seed, args.n_requests, args.warmup, BATCH,
-                     args.min_batches, args.max_batches, args.budget_s, SAMPLER_VERSION], dtype=np.float64)
+                     args.min_batches, args.max_batches, args.budget_s, SAMPLER_VERSION, args.max_n_requests,
+                     args.max_warmup, args.warmup_lives, args.measured_lives], dtype=np.float64)
 
 
 def load_or_simulate(args, log):
@@ -319,7 +371,9 @@ def write_reference(p, s, args, path: Path) -> None:
         f.write(f"# Produced by `{cmd}` on {time.strftime('%Y-%m-%d', time.gmtime())}: {args.points} "
                 f"configurations drawn by sweep.testing.cb_domain.draw(n={args.points}, seed={args.seed}), each "
                 f"simulated (simulate_continuous, sim seed {args.sim_seed}, {args.n_requests} measured + "
-                f"{args.warmup} warmup requests per replication, {args.min_batches}-{args.max_batches} batches "
+                f"{args.warmup} warmup requests per replication in the smallest size class, up to "
+                f"{args.max_n_requests} + {args.max_warmup} by the relaxation rule of the script's docstring, "
+                f"{args.min_batches}-{args.max_batches} batches "
                 f"of {BATCH} replications, scenario id = row + 100000 * batch). sim_* values are simulator "
                 f"means over sim_reps replications, *_hw_s their 95% Student-t half-widths (s). "
                 f"Percentiles: linear interpolation per replication, averaged.\n")
@@ -338,8 +392,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--points", type=int, default=300)
     ap.add_argument("--seed", type=int, default=24, help="the draw's seed (24: issue 24)")
     ap.add_argument("--sim-seed", type=int, default=11)
-    ap.add_argument("--n-requests", type=int, default=600)
-    ap.add_argument("--warmup", type=int, default=120)
+    ap.add_argument("--n-requests", type=int, default=600, help="measured requests of the smallest size class")
+    ap.add_argument("--warmup", type=int, default=120, help="warmup requests of the smallest size class")
+    ap.add_argument("--max-n-requests", type=int, default=4000, help="measured requests of the largest class")
+    ap.add_argument("--max-warmup", type=int, default=4000, help="warmup requests of the largest class")
+    ap.add_argument("--warmup-lives", type=float, default=2.0,
+                    help="warmup >= this many relaxation spans R / (1 - load) (arrivals)")
+    ap.add_argument("--measured-lives", type=float, default=4.0,
+                    help="measured requests >= this many relaxation spans R / (1 - load)")
     ap.add_argument("--min-batches", type=int, default=1, help=f"batches of {BATCH} replications for every point")
     ap.add_argument("--max-batches", type=int, default=4, help="at most this many for a point")
     ap.add_argument("--budget-s", type=float, default=2400.0,
@@ -351,6 +411,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.argv = argv
     if args.tiny:
         args.points, args.n_requests, args.warmup, args.min_batches, args.max_batches = 6, 200, 50, 1, 1
+        args.max_n_requests, args.max_warmup = 200, 50  # one size class
     lines: list[str] = []
 
     def log(line: str) -> None:
