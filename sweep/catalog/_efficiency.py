@@ -46,6 +46,13 @@ from sweep.errors import CatalogError
 
 from ._schema import Gpu, Model
 
+#: The global defaults (the last fallback; docs/roofline.md justifies them), re-exported by
+#: `sweep.models.shared.roofline` as ETA_BW, ETA_FLOPS and T_OVERHEAD_S: share of the peak HBM
+#: bandwidth a decode step reaches, share of the peak dense FLOP/s, per-step overhead (s).
+DEFAULT_ETA_BW = 0.7
+DEFAULT_ETA_FLOPS = 0.6
+DEFAULT_T_OVERHEAD_S = 1.0e-3
+
 SIZE_CLASSES: tuple[str, ...] = ("small", "medium", "large", "moe")
 #: Upper bounds (active parameters) of the dense classes; above the last is "large".
 SMALL_MAX_PARAMS = 15e9
@@ -119,8 +126,6 @@ class EfficiencyTable:
         return self._chain(None, gpu)
 
     def _chain(self, cell: Cell | None, gpu: Gpu) -> Efficiency:
-        from sweep.models.shared import roofline as rl
-
         row = self.gpu_rows.get(gpu.name)
         chain: list[tuple[str, Mapping[str, float | None]]] = []
         if cell is not None:
@@ -128,7 +133,8 @@ class EfficiencyTable:
         chain.append(("gpu entry", {"eta_bw": gpu.eta_bw, "eta_flops": gpu.eta_flops, "t_overhead_s": None}))
         if row is not None:
             chain.append(("gpu", {f: getattr(row, f) for f in FIGURES}))
-        chain.append(("default", {"eta_bw": rl.ETA_BW, "eta_flops": rl.ETA_FLOPS, "t_overhead_s": rl.T_OVERHEAD_S}))
+        chain.append(("default", {"eta_bw": DEFAULT_ETA_BW, "eta_flops": DEFAULT_ETA_FLOPS,
+                                  "t_overhead_s": DEFAULT_T_OVERHEAD_S}))
 
         def first(f: str) -> tuple[float, str]:
             for level, values in chain:

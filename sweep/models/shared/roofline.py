@@ -36,20 +36,24 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 from jax import Array, lax
 
+from sweep.catalog._efficiency import DEFAULT_ETA_BW as ETA_BW
+from sweep.catalog._efficiency import DEFAULT_ETA_FLOPS as ETA_FLOPS
+from sweep.catalog._efficiency import DEFAULT_T_OVERHEAD_S as T_OVERHEAD_S
+
 #: A float64 scalar or array: a Python float, NumPy or JAX (traced under jit and vmap).
 Real = Any
 
-# Share of the peak HBM bandwidth a decode step's weight and KV stream reaches.
-ETA_BW = 0.7
-# Share of the peak dense tensor FLOP/s (of the dtype the GEMMs run in) a step reaches.
-ETA_FLOPS = 0.6
+# The global defaults, the efficiency table's last fallback (sweep/catalog/_efficiency.py, which
+# the catalog layer below this one owns): share of the peak HBM bandwidth a decode step's weight
+# and KV stream reaches; share of the peak dense tensor FLOP/s (of the dtype the GEMMs run in) a
+# step reaches; fixed per-step cost outside the GPU kernels' roofline (scheduling, input
+# preparation, sampling, kernel launches and the gaps between them): ETA_BW, ETA_FLOPS,
+# T_OVERHEAD_S, imported above.
+
 # Megatron-style tensor parallelism: one all-reduce after attention, one after the MLP.
 COLLECTIVES_PER_LAYER = 2.0
 # Bytes per activation element in the all-reduce (bf16/fp16).
 ACT_BYTES = 2.0
-# Fixed per-step cost outside the GPU kernels' roofline: scheduling, input preparation,
-# sampling, kernel launches and the gaps between them.
-T_OVERHEAD_S = 1.0e-3
 # A GPU entry without interconnect figures (a user's PCIe card): one direction of PCIe 4.0
 # x16 (32 GB/s) and the 50 us small-message all-reduce nccl-tests reports over PCIe.
 PCIE_LINK_BYTES_PER_S = 32e9
