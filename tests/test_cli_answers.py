@@ -229,41 +229,44 @@ replicas = {low = 1, high = 6}
     assert "TTFT P99 ms" in search and "TPOT SLO ms" in search and "min_cost" in search
 
 
-KV_BOUND = """
-name = "cb-kv"
+NEAR_CAPACITY = """
+name = "cb-near"
 [grid]
 model = "llama-3.1-8b"
 gpu = "h100-sxm"
-arrival_rps = 0.5
-prompt_tokens = 8000
-prompt_cv = 1.5
-output_tokens = 1000
-output_cv = 1.0
+arrival_rps = {rate!r}
+prompt_tokens = 1000
+output_tokens = 200
 t_fixed_ms = 8.0
 t_token_ms = 0.03
 t_ctx_ms = 6e-5
-batch_size = {caps}
+batch_size = 16
 max_batched_tokens = 8192
-replicas = [1, 2]
-ttft_slo_ms = 20000
-tpot_slo_ms = 100
+replicas = 1
+ttft_slo_ms = 60000
+tpot_slo_ms = 1000
+rho_max = 0.95
 [options]
 serving = "continuous"
 kv_allocation = "paged"
-reserve_fraction = 0.1
 """
 
 
-@pytest.mark.parametrize(("caps", "caveat"), [("[64, 128]", True), ("[8, 16]", False)])
-def test_a_decision_on_an_untrusted_point_says_so_and_how_to_simulate(tmp_path, capsys, caps, caveat):
-    """Llama 3.1 8B on one H100 holds 47.4 mean reservations of 9,008 tokens (426,784 tokens of
-    KV: 55.94 GB free at 131,072 bytes a token, paged, 10% reserve) and the reservation's CV is
-    sqrt((8000 x 1.5)^2 + 1000^2) / 9000 = 1.34: caps of 64 and 128 are KV-bound with widely
-    spread reservations (analytic_trusted false), caps of 8 and 16 are not. The decisions
-    mark an answer on an untrusted point with `*` and end with one line naming the simulator;
-    with trusted answers there is no such line."""
-    grid = tmp_path / "kv.toml"
-    grid.write_text(KV_BOUND.format(caps=caps))
+@pytest.mark.parametrize(("load", "caveat"), [(0.9, True), (0.5, False)])
+def test_a_decision_on_an_untrusted_point_says_so_and_how_to_simulate(tmp_path, capsys, load, caveat):
+    """One replica at 0.9 of its own capacity_rps (allowed by rho_max = 0.95, the SLOs loose)
+    lies past `confidence.LOAD_MAX` (0.85): analytic_trusted is false and the decision rests on
+    it; at 0.5 it is true. The capacity is read from a first run at a light load (the cap of 16
+    and the step line fix it; the rate does not). The decisions mark an answer on an untrusted
+    point with `*` and end with one line naming the simulator; with trusted answers there is
+    no such line."""
+    probe = tmp_path / "probe.toml"
+    probe.write_text(NEAR_CAPACITY.format(rate=0.1))
+    assert main(["run", str(probe), "--out", str(tmp_path / "p"), "--progress", "none"]) == 0
+    capacity = float(pq.read_table(tmp_path / "p" / "points").column("capacity_rps")[0].as_py())
+    capsys.readouterr()
+    grid = tmp_path / "near.toml"
+    grid.write_text(NEAR_CAPACITY.format(rate=round(load * capacity, 6)))
     out = tmp_path / "o"
     assert main(["run", str(grid), "--out", str(out), "--progress", "none"]) == 0
     text = capsys.readouterr().out
