@@ -241,7 +241,15 @@ def _mix_quantile(q, z, w, shift, one, two):
         lo, hi = jnp.where(f < 0.0, v, lo), jnp.where(f < 0.0, hi, v)
         better = jnp.abs(f) < jnp.abs(best_f)
         best, best_f = jnp.where(better, v, best), jnp.where(better, f, best_f)
-    v = best
+    # one more Newton step from the root found, with the root itself and the slope held
+    # constant: the same value (to the solver's precision) and, by the implicit function
+    # theorem, the quantile's exact derivative dv = -dF / F' (`[sensitivity]`), which
+    # differentiating the iterations themselves would not give
+    v0 = lax.stop_gradient(best)
+    f0, d0 = cdf(v0)
+    d0 = lax.stop_gradient(d0)
+    v = v0 - safe_div(f0, d0, d0 > 0.0, 0.0)
+    v = jnp.where((d0 > 0.0) & (v >= lo) & (v <= hi), v, v0)
     v_one, v_two = jnp.where(swap, vb, va), jnp.where(swap, va, vb)  # the quantiles of `one` and `two`
     x = jnp.where(w_in <= 0.0, jnp.exp(v_one), jnp.where(w_in >= 1.0, jnp.exp(v_two), jnp.exp(v)))
     return shift + jnp.where(mean > 0.0, x, 0.0)
@@ -414,8 +422,10 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         e1 = jnp.where(has_room, p1 * phi(lr - s_pd), 0.0)  # E[P; P <= room]
         q1 = jnp.where(has_room, p2 * phi(lr - 2.0 * s_pd), 0.0)  # E[P^2; P <= room]
         f2, e2, q2 = jnp.maximum(1.0 - f1, 0.0), jnp.maximum(p1 - e1, 0.0), jnp.maximum(p2 - q1, 0.0)
-        pm1 = jnp.where(f1 > 1e-300, safe_div(e1, f1, f1 > 1e-300, 0.0), jnp.minimum(p1, room))
-        pm2 = jnp.where(f2 > 1e-300, safe_div(e2, f2, f2 > 1e-300, 0.0), jnp.maximum(p1, room))
+        # a branch of probability 0 gets the mean prompt: finite, so that reverse-mode
+        # derivatives through the branch's zero weight stay 0 (not 0 x inf)
+        pm1 = jnp.where(f1 > 1e-300, safe_div(e1, f1, f1 > 1e-300, 0.0), p1)
+        pm2 = jnp.where(f2 > 1e-300, safe_div(e2, f2, f2 > 1e-300, 0.0), p1)
         one_step = tf + tt * (dec_a + pm1 + comp) + tc * (ctx_a + pm1 + comp)
         full = tf + tt * bud + tc * (ctx_a + 0.5 * bud)
         steps = (backlog + pm2) / b_step + 0.5
