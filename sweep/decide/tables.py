@@ -92,7 +92,7 @@ def answer_columns(model: ServingModel, point_columns: tuple[Column, ...] = ()) 
             col = source.get(name)
             inherited = () if col is None or name in checked else tuple(w for w in col.null_reasons if w not in implied)
             numeric = dtype in ("float64", "int64")
-            null_when = ", ".join((NO_ANSWER, *inherited)) if numeric else ""
+            null_when = ", ".join((NO_ANSWER, *inherited)) if numeric else NO_ANSWER if dtype == "bool" else ""
             out.append(Column(answer_name(prefix, suffix), dtype, unit,
                               f"{name} of {texts[prefix]}; NULL when there is none.", null_when=null_when))
     return tuple(out)
@@ -218,7 +218,7 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
         point = np.where(has, pick_start[prefix] + idx, 0)
         for suffix, source, dtype, _unit in model.decisions.answer_fields:
             value = cols[source][point]
-            if dtype in ("float64", "int64"):  # +inf in memory where there is none: NULL in the files
+            if dtype in ("float64", "int64", "bool"):  # +inf in memory where there is none: NULL in the files
                 out[answer_name(prefix, suffix)] = np.where(has, value.astype(np.float64), np.inf)
             else:  # a flag or a name: false / the first name where there is none
                 out[answer_name(prefix, suffix)] = np.where(has, value, np.zeros_like(value))

@@ -64,7 +64,11 @@ def record_batch(
 
 
 def _nullable(data: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
-    """Float64 values -> `arrow_type` with NULL where they are not finite (int64: nor exact)."""
+    """Float64 values -> `arrow_type` with NULL where they are not finite (int64: nor exact;
+    bool: 1.0 true, 0.0 false)."""
+    if pa.types.is_boolean(arrow_type):  # a flag of an answer: 1.0 / 0.0, +inf where there is none
+        null = ~np.isfinite(data)
+        return pa.array(np.where(null, 0.0, data) > 0.5, arrow_type, mask=null if null.any() else None)
     if pa.types.is_integer(arrow_type):
         with np.errstate(invalid="ignore"):
             null = ~(np.abs(data) <= MAX_EXACT_INT)  # NaN and +-inf included
