@@ -48,10 +48,15 @@ def column_digest(col: pa.ChunkedArray) -> str:
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         h.update("\x00".join("\x01" if v is None else v for v in col.to_pylist()).encode())
     else:
+        nulls = np.asarray(col.is_null()) if col.null_count else None
+        if nulls is not None and pa.types.is_boolean(col.type):
+            # A nullable bool's to_numpy() is an object array, whose bytes are pointers: fill
+            # its null slots with False first (the mask is hashed below all the same).
+            col = pc.fill_null(col, False)
         arr = col.to_numpy(zero_copy_only=False)
-        if col.null_count:
-            h.update(np.asarray(col.is_null()).tobytes())
-            arr = np.where(np.asarray(col.is_null()), 0, arr)
+        if nulls is not None:
+            h.update(nulls.tobytes())
+            arr = np.where(nulls, 0, arr)
         h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()[:20]
 
