@@ -40,6 +40,7 @@ from rich.table import Table
 
 from sweep.decide.tables import answer_name
 from sweep.errors import SweepError
+from sweep.io.published import check_run
 from sweep.models import ServingModel, get_model
 from sweep.models.views import Caveat
 
@@ -65,18 +66,12 @@ class RunFolder:
     @classmethod
     def open(cls, path: str | Path, filters: Mapping[str, str] | None = None) -> RunFolder:
         path = Path(path)
-        manifest_path = path / "manifest.json"
-        if not manifest_path.exists():
-            hint = (" (it has shards: `sweep merge` them first, or show one of them)" if (path / "shards").is_dir()
-                    else "")
-            raise ShowError(f"{path}: not a finished run: no manifest.json{hint}; "
-                            f"`sweep run GRID --out {path}` makes one")
-        manifest = json.loads(manifest_path.read_text())
+        manifest = check_run(path)  # one line naming the damaged file, before anything is read
         serving, latency_model = manifest.get("serving"), manifest.get("latency_model")
         try:  # a manifest older than serving modes is the default mode's
             model = get_model(serving, latency_model) if serving else get_model(latency_model=latency_model)
         except KeyError as exc:
-            raise ShowError(f"{path}: {exc.args[0]} (is the serving model registered?)") from None
+            raise ShowError(f"{path / 'manifest.json'}: {exc.args[0]} (is the serving model registered?)") from None
         return cls(path, manifest, model, dict(filters or {}))
 
     # ------------------------------------------------------------------ facts

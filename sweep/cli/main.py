@@ -157,8 +157,9 @@ def _parser() -> argparse.ArgumentParser:
                                  "decomposition, the percentile, KV memory, the action",
                  ["sweep explain grids/seed-gpt3.toml --point 2",
                   "sweep explain grids/seed-gpt3.toml batch_size=16",
+                  "sweep explain runs/gpt3 --point 2                  # the grid a finished run was made from",
                   "sweep explain grids/example.toml model=llama-3.1-70b batch_size=32 replicas=2"])
-    ex.add_argument("grid", type=Path, help="grid file (TOML)")
+    ex.add_argument("grid", type=Path, help="grid file (TOML), or a finished run folder (the grid it was made from)")
     ex.add_argument("filters", nargs="*", metavar="KEY=VALUE",
                     help="choose the point by its axis values (the first match in grid order)")
     ex.add_argument("--point", type=int, default=None, metavar="ID", help="the point_id (as in the output files)")
@@ -272,10 +273,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
     from sweep.cli.answers import RunFolder, parse_filters
     from sweep.cli.summary import show_run
+    from sweep.io.published import DamagedRunError
 
-    show_run(RunFolder.open(args.run_dir, parse_filters(args.filters)), top=args.top)
+    run = RunFolder.open(args.run_dir, parse_filters(args.filters))  # the folder is checked first
+    try:
+        show_run(run, top=args.top)
+    except pa.ArrowException as exc:  # a data page the checks do not read (beyond the hash budget)
+        raise DamagedRunError(f"{args.run_dir}: a file cannot be read ({type(exc).__name__}: "
+                              f"{str(exc).strip().splitlines()[0][:100] if str(exc).strip() else ''}); rerun the "
+                              f"`sweep run GRID --out {args.run_dir}` that made it to compute it again") from None
     return EXIT_OK
 
 
@@ -286,9 +296,32 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from sweep.cli.explain import print_explanation
     from sweep.grid import load
 
-    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    catalog = load_catalog(args.catalog) if args.catalog else None
+    grid = _run_grid(args.grid, catalog) if args.grid.is_dir() else load(args.grid, catalog=catalog)
     print_explanation(explain(grid, point_id=args.point, filters=parse_filters(args.filters)))
     return EXIT_OK
+
+
+def _run_grid(run_dir: Path, catalog: Any) -> Any:
+    """`sweep explain RUN_DIR`: the grid a finished run was made from (its text, kept in the
+    manifest), once the folder checks whole."""
+    import tomllib
+
+    from sweep.grid.load import build
+    from sweep.io.published import DamagedRunError, check_run
+
+    manifest = check_run(run_dir)
+    grid = manifest.get("grid")
+    text = grid.get("toml") if isinstance(grid, dict) else None
+    if not text:
+        raise DamagedRunError(f"{run_dir / 'manifest.json'}: keeps no grid text (grid.toml); explain the grid file "
+                              f"instead: sweep explain GRID --point ID")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DamagedRunError(f"{run_dir / 'manifest.json'}: grid.toml is not valid TOML ({exc}); explain the "
+                              "grid file instead: sweep explain GRID --point ID") from None
+    return build(doc, source=str(grid.get("file") or run_dir / "manifest.json"), text=text, catalog=catalog)
 
 
 def compile_cache_dir() -> str | None:

@@ -211,7 +211,10 @@ def _roll_forward(out_dir: Path, staging: Path) -> None:
     if not (final / MANIFEST).exists():  # the new manifest is in place: only cleaning up was left
         shutil.rmtree(staging, ignore_errors=True)
         return
-    (out_dir / MANIFEST).unlink(missing_ok=True)
+    if (out_dir / MANIFEST).is_dir() and not (out_dir / MANIFEST).is_symlink():  # a damaged folder
+        shutil.rmtree(out_dir / MANIFEST)
+    else:
+        (out_dir / MANIFEST).unlink(missing_ok=True)
     fault("publish:3")
     for i, name in enumerate(plan["entries"]):
         new, target, old = final / name, out_dir / name, staging / f".old-{name}"

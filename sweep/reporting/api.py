@@ -19,6 +19,14 @@ from sweep.reporting.data import ReportError, Run, Sample, answer_column
 EXTRA_HINT = "pip install 'sweep[report]'"
 
 
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a damaged Parquet file raises (pyarrow's and DuckDB's)."""
+    import duckdb
+    import pyarrow as pa
+
+    return pa.ArrowException, duckdb.IOException, duckdb.InvalidInputException
+
+
 def require_extra() -> None:
     """The report's optional dependencies, or one line saying how to install them."""
     from importlib.util import find_spec
@@ -64,220 +72,231 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
 
         if find_spec("kaleido") is None:
             raise ReportError(f"--png needs kaleido: {EXTRA_HINT}")
+    run = Run(run_dir)  # the folder is checked first: a damaged file is one line
+    try:
+        out_path = Path(out) if out is not None else run.path / "report.html"
+        if out_path.is_dir() or (out_path.exists() and not out_path.is_file()):
+            raise ReportError(f"{out_path}: is a folder, not a file the report can replace; remove it or give "
+                              "--out FILE")
+        return _build(run, out_path, png_dir, t0)
+    except _read_errors() as exc:  # a data page the checks do not read (beyond their hash budget)
+        text = str(exc).strip().splitlines()[0][:100] if str(exc).strip() else ""
+        raise ReportError(f"{run.path}: a file cannot be read ({type(exc).__name__}: {text}); rerun the "
+                          f"`sweep run GRID --out {run.path}` that made it to compute it again") from None
+    finally:
+        run.close()
+
+
+def _build(run: Run, out_path: Path, png_dir: str | Path | None, t0: float) -> ReportResult:
     from sweep.reporting import figures as F
     from sweep.reporting import html as H
     from sweep.reporting import tables as T
 
-    run = Run(run_dir)
-    try:
-        out_path = Path(out) if out is not None else run.path / "report.html"
-        scen = run.scenarios()
-        rows = _rows(scen.cols)
-        for r in rows:
-            r["_config"] = ""
-        config_keys = run.config_key(scen.cols) if rows else np.array([])
-        for r, k in zip(rows, config_keys):
-            r["_config"] = str(k)
-        detail = run.detail(scen.cols) if rows else Sample({}, 0, 0)
-        models = sorted({str(m) for m in run.row_index()["model"]})
-        gpus = sorted({str(g) for g in run.row_index()["gpu"]})
-        gpu_colour = F.colour_map(gpus)
-        labels = T.scenario_labels(rows, run.varying, run.model)
-        ids = [f"r{int(r['row_id'])}" for r in rows]
-        html_maps: dict[str, dict[str, str]] = {"table": {}, "answers": {}}
+    scen = run.scenarios()
+    rows = _rows(scen.cols)
+    for r in rows:
+        r["_config"] = ""
+    config_keys = run.config_key(scen.cols) if rows else np.array([])
+    for r, k in zip(rows, config_keys):
+        r["_config"] = str(k)
+    detail = run.detail(scen.cols) if rows else Sample({}, 0, 0)
+    models = sorted({str(m) for m in run.row_index()["model"]})
+    gpus = sorted({str(g) for g in run.row_index()["gpu"]})
+    gpu_colour = F.colour_map(gpus)
+    labels = T.scenario_labels(rows, run.varying, run.model)
+    ids = [f"r{int(r['row_id'])}" for r in rows]
+    html_maps: dict[str, dict[str, str]] = {"table": {}, "answers": {}}
 
-        model, views = run.model, run.views
-        cap = model.decisions.cap
-        specs = _figure_specs(model)
-        by_id: dict[str, F.Figure] = {f.id: F.Figure(f.id, f.title, f.caption, per=_per(f)) for f in specs
-                                      if views.figure(f.id) is not None}
+    model, views = run.model, run.views
+    cap = model.decisions.cap
+    specs = _figure_specs(model)
+    by_id: dict[str, F.Figure] = {f.id: F.Figure(f.id, f.title, f.caption, per=_per(f)) for f in specs
+                                  if views.figure(f.id) is not None}
 
-        # ---- per scenario: the answers, the table, the figures the model declares per scenario row
-        scenario_specs = [f for f in views.figures if f.per == "scenario"]
-        lines = next((f for f in scenario_specs if isinstance(f, CapLines)), None)
-        line_col = lines.panels[0].column if lines is not None and lines.panels else ""
-        have_detail = detail.shown > 0 and line_col in detail.cols and cap in detail.cols
-        brange = ((float(np.nanmin(detail.cols[cap])), float(np.nanmax(detail.cols[cap])))
-                  if have_detail else (1.0, 1.0))
-        for r, sid in zip(rows, ids):
-            m = detail.cols["row_id"] == r["row_id"] if have_detail else None
-            pts = {k: v[m] for k, v in detail.cols.items()} if m is not None else None
-            html_maps["answers"][sid] = T.answers_html(r, model)
-            if pts is not None and len(pts[cap]):
-                for f in scenario_specs:
-                    if isinstance(f, CapLines):
-                        by_id[f.id].figs[sid] = F.cap_lines_figure(f, model, r, pts, brange)
-                    elif isinstance(f, Utilisation) and model.decisions.utilisation in pts:
-                        by_id[f.id].figs[sid] = F.utilisation_figure(f, model, r, pts, brange)
-                html_maps["table"][sid] = T.point_table(r, pts, detail.source, model)
-            else:
-                if have_detail and lines is not None:
-                    by_id[lines.id].figs[sid] = F.cap_lines_figure(
-                        lines, model, r, {k: v[:0] for k, v in detail.cols.items()}, brange,
-                        f"no feasible point in {detail.source} for this row (reason: {r.get('reason')})")
-                html_maps["table"][sid] = (f"<p class='note'>No points of this scenario row in {detail.source} "
-                                           f"(reason: {r.get('reason')}).</p>")
+    # ---- per scenario: the answers, the table, the figures the model declares per scenario row
+    scenario_specs = [f for f in views.figures if f.per == "scenario"]
+    lines = next((f for f in scenario_specs if isinstance(f, CapLines)), None)
+    line_col = lines.panels[0].column if lines is not None and lines.panels else ""
+    have_detail = detail.shown > 0 and line_col in detail.cols and cap in detail.cols
+    brange = ((float(np.nanmin(detail.cols[cap])), float(np.nanmax(detail.cols[cap])))
+              if have_detail else (1.0, 1.0))
+    for r, sid in zip(rows, ids):
+        m = detail.cols["row_id"] == r["row_id"] if have_detail else None
+        pts = {k: v[m] for k, v in detail.cols.items()} if m is not None else None
+        html_maps["answers"][sid] = T.answers_html(r, model)
+        if pts is not None and len(pts[cap]):
             for f in scenario_specs:
-                if isinstance(f, KvBudget):
-                    kfig = F.kv_figure(f, model, r, pts)
-                    if kfig is not None:
-                        by_id[f.id].figs[sid] = kfig
-        html_maps["explain"] = _explanations(run, rows, ids, T)
+                if isinstance(f, CapLines):
+                    by_id[f.id].figs[sid] = F.cap_lines_figure(f, model, r, pts, brange)
+                elif isinstance(f, Utilisation) and model.decisions.utilisation in pts:
+                    by_id[f.id].figs[sid] = F.utilisation_figure(f, model, r, pts, brange)
+            html_maps["table"][sid] = T.point_table(r, pts, detail.source, model)
+        else:
+            if have_detail and lines is not None:
+                by_id[lines.id].figs[sid] = F.cap_lines_figure(
+                    lines, model, r, {k: v[:0] for k, v in detail.cols.items()}, brange,
+                    f"no feasible point in {detail.source} for this row (reason: {r.get('reason')})")
+            html_maps["table"][sid] = (f"<p class='note'>No points of this scenario row in {detail.source} "
+                                       f"(reason: {r.get('reason')}).</p>")
         for f in scenario_specs:
-            fig = by_id[f.id]
             if isinstance(f, KvBudget):
-                if not rows:
-                    fig.note = "optimum.parquet has no rows"
-                elif not fig.figs:
-                    fig.note = "optimum.parquet lacks " + " or ".join(f.row_columns())
-                continue
-            fig.notes = list(detail.notes)
+                kfig = F.kv_figure(f, model, r, pts)
+                if kfig is not None:
+                    by_id[f.id].figs[sid] = kfig
+    html_maps["explain"] = _explanations(run, rows, ids, T)
+    for f in scenario_specs:
+        fig = by_id[f.id]
+        if isinstance(f, KvBudget):
             if not rows:
                 fig.note = "optimum.parquet has no rows"
-            elif not have_detail:
-                fig.note = f"no per-batch latency columns in points/ or frontier.parquet ({run.serving} serving)"
+            elif not fig.figs:
+                fig.note = "optimum.parquet lacks " + " or ".join(f.row_columns())
+            continue
+        fig.notes = list(detail.notes)
+        if not rows:
+            fig.note = "optimum.parquet has no rows"
+        elif not have_detail:
+            fig.note = f"no per-batch latency columns in points/ or frontier.parquet ({run.serving} serving)"
 
-        # ---- action map: per configuration
-        knobs = " and ".join(views.axis(k).noun or k for k in model.decisions.knobs)
-        action = F.Figure("action-map", "Action map",
-                          "The operating rule (the action column) at each arrival rate and "
-                          f"{views.axis(cap).noun or cap} for the "
-                          "selected scenario's configuration (its model, GPU, GPUs per replica, context and replicas)"
-                          + (f", one panel per {knobs}." if knobs else "."), per="config")
-        if rows:
-            cells = run.action_cells(scen.cols)
-            if cells.shown:
-                for key in dict.fromkeys(r["_config"] for r in rows):
-                    m = cells.cols["config"] == key
-                    if m.any():
-                        action.figs[key] = F.action_figure({k: v[m] for k, v in cells.cols.items()}, model)
-                action.notes = cells.notes
-            else:
-                action.note = cells.notes[0] if cells.notes else "no points"
-
-        # ---- across scenarios: the model's run figures, the replica plan, the schedule
-        for f in views.figures:
-            if f.per == "scenario":
-                continue
-            fig = by_id[f.id]
-            if isinstance(f, Frontier):
-                fr = run.frontier()
-                if fr.shown:
-                    fig.fig = F.frontier_figure(fr.cols, f, model, gpu_colour)
-                    fig.notes = fr.notes or [f"all {fr.shown:,} frontier points of {fr.rows_total:,} rows"]
-                else:
-                    fig.note = (fr.notes[0] if fr.notes else "frontier.parquet is empty: no scenario row has a "
-                                "feasible point")
-            elif isinstance(f, AgainstSimulator):
-                sim = run.simulated(f)
-                if sim.shown:
-                    sf = F.sim_figure(sim.cols, f, model)
-                    if sf is not None:
-                        fig.fig = sf
-                        fig.notes = sim.notes
-                    else:
-                        fig.note = "no simulated point has a finite simulated latency"
-                else:
-                    fig.note = sim.notes[0]
-            elif isinstance(f, Scatter | AgainstLoad):
-                wanted = ("model", "gpu", "arrival_rps", "replicas", "stable", "percentile", *model.row_axes,
-                          *(f.config if isinstance(f, AgainstLoad) else ()),
-                          *((f.x,) if isinstance(f, AgainstLoad) else ()))
-                sample = run.sampled(f.columns(), wanted)
-                if sample.shown:
-                    fig.fig = (F.scatter_figure(sample.cols, f, model, gpu_colour) if isinstance(f, Scatter)
-                               else F.load_figure(sample.cols, f, model, gpu_colour))
-                    fig.notes = sample.notes
-                    if fig.fig is None:
-                        fig.note = ("no stable point with finite values" if isinstance(f, Scatter)
-                                    else "no load column")
-                else:
-                    fig.note = sample.notes[0]
-            else:
-                fig.note = f"this report draws no figure of kind {type(f).__name__}"
-
-        plan_fig = F.Figure("replica-plan", "Replica plan and cost",
-                            "For every scenario group, the fewest replicas of the grid's replicas axis that meet the "
-                            "SLO with rho <= rho_max (replicas_min), and what that fleet costs per hour (illustrative "
-                            "catalog prices).")
-        plan = run.replica_plan()
-        plan_table = ""
-        if plan.shown:
-            pf = F.plan_figure(plan.cols, model, gpu_colour)
-            n_none = int(np.sum(~np.isfinite(plan.cols["replicas_min_cost_usd_per_hour"])))
-            if pf is not None:
-                plan_fig.fig = pf
-            else:
-                plan_fig.note = "no scenario group meets the SLO at any replica count of the grid"
-            plan_fig.notes = list(plan.notes)
-            if n_none:
-                plan_fig.notes.append(f"{n_none:,} of {plan.shown:,} scenario groups meet the SLO at no replica "
-                                      "count of the grid (not drawn; listed in optimum.parquet with a reason)")
-            plan_table = T.plan_table(plan.cols, run.varying, model)
+    # ---- action map: per configuration
+    knobs = " and ".join(views.axis(k).noun or k for k in model.decisions.knobs)
+    action = F.Figure("action-map", "Action map",
+                      "The operating rule (the action column) at each arrival rate and "
+                      f"{views.axis(cap).noun or cap} for the "
+                      "selected scenario's configuration (its model, GPU, GPUs per replica, context and replicas)"
+                      + (f", one panel per {knobs}." if knobs else "."), per="config")
+    if rows:
+        cells = run.action_cells(scen.cols)
+        if cells.shown:
+            for key in dict.fromkeys(r["_config"] for r in rows):
+                m = cells.cols["config"] == key
+                if m.any():
+                    action.figs[key] = F.action_figure({k: v[m] for k, v in cells.cols.items()}, model)
+            action.notes = cells.notes
         else:
-            plan_fig.note = plan.notes[0] if plan.notes else "no rows"
-        sched_fig = None
-        sched = run.schedule()
-        if sched is not None:  # the grid had a [schedule]
-            sched_fig = F.Figure("schedule", "Replica schedule",
-                                 "Replicas per hour meeting the SLO at each hour's traffic (schedule.parquet): the "
-                                 "plan (solid; raised where the ramp or the warm-up cost require), the per-hour "
-                                 "requirement (dotted) and the flat peak-sized fleet (dashed), against the traffic "
-                                 "(grey, right axis).")
-            sched_fig.fig = F.schedule_figure(sched.cols)
-            sched_fig.notes = list(sched.notes)
-            if sched_fig.fig is None:
-                sched_fig.note = "schedule.parquet has no rows"
-        search = run.search()
-        search_table = T.search_table(search.cols, model) if search.shown else ""
+            action.note = cells.notes[0] if cells.notes else "no points"
 
-        # ---- the order of the page: per scenario, the action map, frontiers, the plan, the rest; a
-        # figure another serving mode draws says so, not drawn
-        for f in specs:
-            if f.id not in by_id:
-                modes = [s for s in SERVING_MODES if get_model(s).views.figure(f.id) is not None]
-                by_id[f.id] = F.Figure(f.id, f.title, f.caption, per=_per(f), note=(
-                    f"this run uses {run.serving} batching (serving = \"{run.serving}\"); these figures are for "
-                    + " or ".join(f"{s} batching (serving = \"{s}\")" for s in modes)))
-        figs = [by_id[f.id] for f in specs if f.per == "scenario"] + [action]
-        figs += [by_id[f.id] for f in specs if isinstance(f, Frontier)] + [plan_fig]
-        figs += [sched_fig] if sched_fig is not None else []
-        figs += [by_id[f.id] for f in specs if f.per != "scenario" and not isinstance(f, Frontier)]
+    # ---- across scenarios: the model's run figures, the replica plan, the schedule
+    for f in views.figures:
+        if f.per == "scenario":
+            continue
+        fig = by_id[f.id]
+        if isinstance(f, Frontier):
+            fr = run.frontier()
+            if fr.shown:
+                fig.fig = F.frontier_figure(fr.cols, f, model, gpu_colour)
+                fig.notes = fr.notes or [f"all {fr.shown:,} frontier points of {fr.rows_total:,} rows"]
+            else:
+                fig.note = (fr.notes[0] if fr.notes else "frontier.parquet is empty: no scenario row has a "
+                            "feasible point")
+        elif isinstance(f, AgainstSimulator):
+            sim = run.simulated(f)
+            if sim.shown:
+                sf = F.sim_figure(sim.cols, f, model)
+                if sf is not None:
+                    fig.fig = sf
+                    fig.notes = sim.notes
+                else:
+                    fig.note = "no simulated point has a finite simulated latency"
+            else:
+                fig.note = sim.notes[0]
+        elif isinstance(f, Scatter | AgainstLoad):
+            wanted = ("model", "gpu", "arrival_rps", "replicas", "stable", "percentile", *model.row_axes,
+                      *(f.config if isinstance(f, AgainstLoad) else ()),
+                      *((f.x,) if isinstance(f, AgainstLoad) else ()))
+            sample = run.sampled(f.columns(), wanted)
+            if sample.shown:
+                fig.fig = (F.scatter_figure(sample.cols, f, model, gpu_colour) if isinstance(f, Scatter)
+                           else F.load_figure(sample.cols, f, model, gpu_colour))
+                fig.notes = sample.notes
+                if fig.fig is None:
+                    fig.note = ("no stable point with finite values" if isinstance(f, Scatter)
+                                else "no load column")
+            else:
+                fig.note = sample.notes[0]
+        else:
+            fig.note = f"this report draws no figure of kind {type(f).__name__}"
 
-        # ---- the document
-        plotly_text, plotly_version = plotly_js()
-        scenario_data = [{"id": sid, "label": lab + ("" if r.get("reason") in (None, "ok") else
-                                                     f" (no answer: {r.get('reason')})"),
-                          "model": str(r.get("model")), "gpu": str(r.get("gpu")), "config": r["_config"],
-                          "ok": r.get("reason") in (None, "ok")} for r, sid, lab in zip(rows, ids, labels)]
-        # the page opens on the answered scenario with the longest frontier: the most to see
-        ranked = sorted(range(len(rows)), key=lambda i: (not scenario_data[i]["ok"],
-                                                         -float(np.nan_to_num(rows[i].get("n_frontier", 0)))))
-        if ranked:
-            scenario_data[ranked[0]]["default"] = True
-        data = {
-            "models": models, "gpus": gpus, "scenarios": scenario_data, "html": html_maps,
-            "figures": [{"id": f.id, "per": f.per, "fig": f.fig, "figs": f.figs or None} for f in figs if f.drawn],
-        }
-        generated = datetime.now(UTC).isoformat(timespec="seconds")
-        header = T.header_html(run, scen)
-        controls = T.controls_html(models, gpus, bool(rows), scen)
-        body = T.body_html(figs, plan_table, search_table, scen, run.model)
-        footer = (f"Generated {H.esc(generated)} by sweep report from {H.esc(run.path)}. Figures drawn with "
-                  f"plotly.js {H.esc(plotly_version)}, inlined: this file needs no network.")
-        text = H.document(title=f"sweep report: {run.name}", header=header, controls=controls, body=body,
-                          footer=footer, data=data, plotly_js=plotly_text)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_path.with_name(out_path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_path)
-        first = next((d for d in scenario_data if d.get("default")), None)
-        pick = {"scenario": first["id"], "config": first["config"]} if first else {}
-        pngs = write_pngs(figs, Path(png_dir), pick) if png_dir is not None else []
-        return ReportResult(out_path, out_path.stat().st_size, time.perf_counter() - t0,
-                            [f.id for f in figs if f.drawn], {f.id: f.note for f in figs if not f.drawn}, pngs)
-    finally:
-        run.close()
+    plan_fig = F.Figure("replica-plan", "Replica plan and cost",
+                        "For every scenario group, the fewest replicas of the grid's replicas axis that meet the "
+                        "SLO with rho <= rho_max (replicas_min), and what that fleet costs per hour (illustrative "
+                        "catalog prices).")
+    plan = run.replica_plan()
+    plan_table = ""
+    if plan.shown:
+        pf = F.plan_figure(plan.cols, model, gpu_colour)
+        n_none = int(np.sum(~np.isfinite(plan.cols["replicas_min_cost_usd_per_hour"])))
+        if pf is not None:
+            plan_fig.fig = pf
+        else:
+            plan_fig.note = "no scenario group meets the SLO at any replica count of the grid"
+        plan_fig.notes = list(plan.notes)
+        if n_none:
+            plan_fig.notes.append(f"{n_none:,} of {plan.shown:,} scenario groups meet the SLO at no replica "
+                                  "count of the grid (not drawn; listed in optimum.parquet with a reason)")
+        plan_table = T.plan_table(plan.cols, run.varying, model)
+    else:
+        plan_fig.note = plan.notes[0] if plan.notes else "no rows"
+    sched_fig = None
+    sched = run.schedule()
+    if sched is not None:  # the grid had a [schedule]
+        sched_fig = F.Figure("schedule", "Replica schedule",
+                             "Replicas per hour meeting the SLO at each hour's traffic (schedule.parquet): the "
+                             "plan (solid; raised where the ramp or the warm-up cost require), the per-hour "
+                             "requirement (dotted) and the flat peak-sized fleet (dashed), against the traffic "
+                             "(grey, right axis).")
+        sched_fig.fig = F.schedule_figure(sched.cols)
+        sched_fig.notes = list(sched.notes)
+        if sched_fig.fig is None:
+            sched_fig.note = "schedule.parquet has no rows"
+    search = run.search()
+    search_table = T.search_table(search.cols, model) if search.shown else ""
+
+    # ---- the order of the page: per scenario, the action map, frontiers, the plan, the rest; a
+    # figure another serving mode draws says so, not drawn
+    for f in specs:
+        if f.id not in by_id:
+            modes = [s for s in SERVING_MODES if get_model(s).views.figure(f.id) is not None]
+            by_id[f.id] = F.Figure(f.id, f.title, f.caption, per=_per(f), note=(
+                f"this run uses {run.serving} batching (serving = \"{run.serving}\"); these figures are for "
+                + " or ".join(f"{s} batching (serving = \"{s}\")" for s in modes)))
+    figs = [by_id[f.id] for f in specs if f.per == "scenario"] + [action]
+    figs += [by_id[f.id] for f in specs if isinstance(f, Frontier)] + [plan_fig]
+    figs += [sched_fig] if sched_fig is not None else []
+    figs += [by_id[f.id] for f in specs if f.per != "scenario" and not isinstance(f, Frontier)]
+
+    # ---- the document
+    plotly_text, plotly_version = plotly_js()
+    scenario_data = [{"id": sid, "label": lab + ("" if r.get("reason") in (None, "ok") else
+                                                 f" (no answer: {r.get('reason')})"),
+                      "model": str(r.get("model")), "gpu": str(r.get("gpu")), "config": r["_config"],
+                      "ok": r.get("reason") in (None, "ok")} for r, sid, lab in zip(rows, ids, labels)]
+    # the page opens on the answered scenario with the longest frontier: the most to see
+    ranked = sorted(range(len(rows)), key=lambda i: (not scenario_data[i]["ok"],
+                                                     -float(np.nan_to_num(rows[i].get("n_frontier", 0)))))
+    if ranked:
+        scenario_data[ranked[0]]["default"] = True
+    data = {
+        "models": models, "gpus": gpus, "scenarios": scenario_data, "html": html_maps,
+        "figures": [{"id": f.id, "per": f.per, "fig": f.fig, "figs": f.figs or None} for f in figs if f.drawn],
+    }
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    header = T.header_html(run, scen)
+    controls = T.controls_html(models, gpus, bool(rows), scen)
+    body = T.body_html(figs, plan_table, search_table, scen, run.model)
+    footer = (f"Generated {H.esc(generated)} by sweep report from {H.esc(run.path)}. Figures drawn with "
+              f"plotly.js {H.esc(plotly_version)}, inlined: this file needs no network.")
+    text = H.document(title=f"sweep report: {run.name}", header=header, controls=controls, body=body,
+                      footer=footer, data=data, plotly_js=plotly_text)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out_path)
+    first = next((d for d in scenario_data if d.get("default")), None)
+    pick = {"scenario": first["id"], "config": first["config"]} if first else {}
+    pngs = write_pngs(figs, Path(png_dir), pick) if png_dir is not None else []
+    return ReportResult(out_path, out_path.stat().st_size, time.perf_counter() - t0,
+                        [f.id for f in figs if f.drawn], {f.id: f.note for f in figs if not f.drawn}, pngs)
 
 
 #: The answers whose point a scenario's derivation shows: the first the row has.

@@ -13,7 +13,6 @@ turn NULL into NaN, and `unbounded(x)` / `no_answer(x)` treat both spellings ali
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 
 from sweep.decide.tables import answer_name
 from sweep.errors import SweepError
+from sweep.io.published import check_run
 from sweep.models import SERVING_MODES, ServingModel, get_model
 from sweep.models.views import AgainstSimulator, Frontier, Views
 
@@ -116,22 +116,7 @@ class Run:
         import duckdb
 
         self.path = Path(path)
-        if not self.path.is_dir():
-            raise ReportError(f"{path}: no such run folder; `sweep run GRID --out {path}` makes one")
-        manifest = self.path / "manifest.json"
-        if not manifest.exists():
-            if (self.path / "shards").is_dir():
-                raise ReportError(f"{path}: no manifest.json: the shards in {path}/shards/ are not merged yet; "
-                                  f"`sweep merge {path}` combines them, or report on one shard's folder")
-            raise ReportError(f"{path}: no manifest.json, so the run is missing or incomplete "
-                              "(a run writes it last); rerun `sweep run` to finish it")
-        try:
-            self.manifest: dict[str, Any] = json.loads(manifest.read_text())
-        except (OSError, ValueError) as exc:
-            raise ReportError(f"{manifest}: unreadable ({exc})") from None
-        for name in ("optimum.parquet", "frontier.parquet"):
-            if not (self.path / name).exists():
-                raise ReportError(f"{path}: {name} is missing although manifest.json exists; rerun `sweep run`")
+        self.manifest: dict[str, Any] = check_run(self.path)  # one line naming a damaged file
         self.con = duckdb.connect()
         self.con.execute("SET threads TO 2")
         self.optimum_src = f"read_parquet({_sql_str(str(self.path / 'optimum.parquet'))})"

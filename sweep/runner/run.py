@@ -36,6 +36,7 @@ from sweep.errors import OutputError, ResourceError
 from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
+from sweep.io.published import DamagedRunError, check_run
 from sweep.io.staging import DamagedError, Staging, file_record, recover
 from sweep.runner.cluster import ClusterOptions, DaskExecutor
 from sweep.runner.executors import Executor, InProcess
@@ -171,7 +172,7 @@ def run_grid(
     run_key = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     with FolderLock(target, what="sweep run", wait=wait):
         recover(target)
-        done = _finished(target, run_key)
+        done = _finished(target, run_key, note or _quiet)
         if done is not None and not force:
             return RunResult(target, done, None, done["rows"]["actions"], done["rows"]["feasible"], skipped=True)
         staging = Staging(target, run_key)
@@ -191,15 +192,23 @@ def _quiet(message: str) -> None:
     return None
 
 
-def _finished(target: Path, run_key: str) -> dict[str, Any] | None:
+def _finished(target: Path, run_key: str, note: Note) -> dict[str, Any] | None:
+    """The manifest of the identical run finished in `target`, if the folder still checks
+    whole (`sweep.io.published`); a damaged one is said in one line and computed again."""
     path = target / Staging.MANIFEST
-    if not path.exists():
+    if not path.is_file():
         return None
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return manifest if manifest.get("run_key") == run_key else None
+    if not isinstance(manifest, dict) or manifest.get("run_key") != run_key:
+        return None
+    try:
+        return check_run(target)
+    except DamagedRunError as exc:
+        note(f"{exc.detail}; computing the run again")
+        return None
 
 
 class _Run:
