@@ -7,11 +7,14 @@ on what the engine really writes.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from sweep.io.staging import file_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +121,6 @@ def tiled_frontier(src: Path, folder: Path, copies: int) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    shutil.copy(src / "manifest.json", folder / "manifest.json")
     for name in ("optimum.parquet", "frontier.parquet"):
         t = pq.read_table(src / name)
         n_rows = int(pq.read_table(src / "optimum.parquet", columns=["row_id"]).column(0).to_numpy().max()) + 1
@@ -131,4 +133,21 @@ def tiled_frontier(src: Path, folder: Path, copies: int) -> Path:
                                    pa.compute.add(part.column("group_id"), k * n_groups))
             parts.append(part)
         pq.write_table(pa.concat_tables(parts), folder / name)
+    shutil.copy(src / "manifest.json", folder / "manifest.json")
+    reseal(folder)
     return folder
+
+
+def reseal(folder: Path) -> None:
+    """Record the rewritten files of run folder `folder` in its manifest (checksums and row
+    counts), as a run would have: readers check the folder against it (sweep.io.published)."""
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for rel in list(manifest["checksums"]):
+        if (folder / rel).is_file():
+            manifest["checksums"][rel] = file_record(folder / rel)
+        else:
+            del manifest["checksums"][rel]
+    for name in ("optimum", "frontier"):
+        manifest["rows"][name] = manifest["checksums"][f"{name}.parquet"]["rows"]
+    path.write_text(json.dumps(manifest))

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from _report_runs import run_folder, tiled_frontier
+from _report_runs import reseal, run_folder, tiled_frontier
 
 from sweep.cli import main
 from sweep.reporting import ReportError, build_report
@@ -177,6 +177,7 @@ def test_null_and_inf_read_alike(runs, tmp_path):
                 col = pc.if_else(bad, pa.scalar(None, col.type), col)
             cols.append(col)
         pq.write_table(pa.table(cols, names=t.column_names), path)
+    reseal(nulled)
     a = _payload(build_report(src, out=tmp_path / "a.html").path)
     b = _payload(build_report(nulled, out=tmp_path / "b.html").path)
     assert a["html"] == b["html"]  # tables and answers, cell for cell
