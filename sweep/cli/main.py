@@ -312,7 +312,8 @@ def _run_grid(run_dir: Path, catalog: Any) -> Any:
 
     manifest = check_run(run_dir)
     grid = manifest.get("grid")
-    text = grid.get("toml") if isinstance(grid, dict) else None
+    grid = grid if isinstance(grid, dict) else {}
+    text = grid.get("toml")
     if not text:
         raise DamagedRunError(f"{run_dir / 'manifest.json'}: keeps no grid text (grid.toml); explain the grid file "
                               f"instead: sweep explain GRID --point ID")

@@ -102,9 +102,9 @@ class _Check:
                 raise DamagedRunError(f"{self.path}: no manifest.json: the shards in {self.path}/shards/ are not "
                                       f"merged yet; `sweep merge {self.path}` combines them, or read one shard's "
                                       "folder")
-            raise DamagedRunError(f"{self.path}: not a finished run: no manifest.json, so the run is missing or incomplete "
-                                  "(a run writes it last); "
-                                  f"`sweep run GRID --out {self.path}` makes or finishes it")
+            raise DamagedRunError(f"{self.path}: not a finished run: no manifest.json, so the run is missing or "
+                                  f"incomplete (a run writes it last); `sweep run GRID --out {self.path}` makes or "
+                                  "finishes it")
         if not path.is_file():
             raise self.fail(where, "is a folder, not the run's manifest file" if path.is_dir()
                             else "is not a regular file")
