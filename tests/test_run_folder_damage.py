@@ -102,10 +102,10 @@ def folder(path: Path) -> None:
     (path / "part-0.parquet").write_bytes(b"PAR1")
 
 
-def scribble(path: Path) -> None:
-    """The same size, the footer intact: 256 zero bytes in the middle (a bad disk block)."""
+def scribble(path: Path, at: float = 0.5) -> None:
+    """The same size: 256 zero bytes at `at` of the file (a bad disk block)."""
     data = bytearray(path.read_bytes())
-    mid = len(data) // 2
+    mid = int(len(data) * at)
     data[mid - 128: mid + 128] = bytes(256)
     path.write_bytes(bytes(data))
 
@@ -266,6 +266,27 @@ def test_report_html_a_folder(published: Path, tmp_path: Path, capsys: pytest.Ca
     assert main(["report", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "report.html" in err[0], err
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("command", ["show", "report"])
+def test_damage_beyond_the_hashed_bytes(published: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch, command: str) -> None:
+    """A bad block in a file the checks do not hash (beyond HASH_BUDGET; here the budget is
+    0) is still one line and exit 2 when the read meets it."""
+    import sweep.io.published
+
+    monkeypatch.setattr(sweep.io.published, "HASH_BUDGET", 0)
+    run = shutil.copytree(published, tmp_path / "run")
+    path = run / "optimum.parquet"
+    data = path.read_bytes()
+    footer = int.from_bytes(data[-8:-4], "little")  # Parquet: ... footer, its length (4 bytes), PAR1
+    path.write_bytes(data[:4] + bytes(len(data) - 12 - footer) + data[-8 - footer:])  # every data page zeroed
+    before = snapshot(run)
+    capsys.readouterr()
+    assert main(COMMANDS[command](run)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be read" in err[0], err
     assert snapshot(run) == before
 
 

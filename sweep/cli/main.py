@@ -282,7 +282,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     run = RunFolder.open(args.run_dir, parse_filters(args.filters))  # the folder is checked first
     try:
         show_run(run, top=args.top)
-    except pa.ArrowException as exc:  # a data page the checks do not read (beyond the hash budget)
+    except (pa.ArrowException, OSError) as exc:  # a data page the checks do not read (beyond the hash budget)
         raise DamagedRunError(f"{args.run_dir}: a file cannot be read ({type(exc).__name__}: "
                               f"{str(exc).strip().splitlines()[0][:100] if str(exc).strip() else ''}); rerun the "
                               f"`sweep run GRID --out {args.run_dir}` that made it to compute it again") from None

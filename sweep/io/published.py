@@ -58,10 +58,11 @@ class DamagedRunError(SweepError):
         self.detail = detail or message
 
 
-def check_run(path: str | Path, *, hash_budget: int = HASH_BUDGET) -> dict[str, Any]:
+def check_run(path: str | Path, *, hash_budget: int | None = None) -> dict[str, Any]:
     """The manifest of the finished run in `path`, after checking the folder against it;
-    `DamagedRunError` (one line) when the folder is missing, incomplete or damaged."""
-    return _Check(Path(path), hash_budget).run()
+    `DamagedRunError` (one line) when the folder is missing, incomplete or damaged.
+    `hash_budget`: bytes to hash (default `HASH_BUDGET`)."""
+    return _Check(Path(path), HASH_BUDGET if hash_budget is None else hash_budget).run()
 
 
 class _Check:

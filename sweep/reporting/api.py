@@ -20,11 +20,12 @@ EXTRA_HINT = "pip install 'sweep[report]'"
 
 
 def _read_errors() -> tuple[type[BaseException], ...]:
-    """What reading a damaged Parquet file raises (pyarrow's and DuckDB's)."""
+    """What reading a damaged Parquet file raises: pyarrow's errors (a bad page header is an
+    OSError without an errno), DuckDB's."""
     import duckdb
     import pyarrow as pa
 
-    return pa.ArrowException, duckdb.IOException, duckdb.InvalidInputException
+    return pa.ArrowException, duckdb.Error, OSError
 
 
 def require_extra() -> None:
@@ -80,6 +81,8 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
                               "--out FILE")
         return _build(run, out_path, png_dir, t0)
     except _read_errors() as exc:  # a data page the checks do not read (beyond their hash budget)
+        if isinstance(exc, OSError) and exc.errno is not None:  # the system's (a full disk writing the page)
+            raise
         text = str(exc).strip().splitlines()[0][:100] if str(exc).strip() else ""
         raise ReportError(f"{run.path}: a file cannot be read ({type(exc).__name__}: {text}); rerun the "
                           f"`sweep run GRID --out {run.path}` that made it to compute it again") from None
