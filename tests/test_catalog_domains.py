@@ -459,3 +459,61 @@ sd = 0.2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "uncertainty.arrival_rps.mean = 1e-160" in err, err
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- a failed run leaves nothing
+
+SMALL = {"name": "small", "grid": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "seq_len": 2048,
+                                   "arrival_rps": [10.0, 20.0], "batch_size": [1, 8], "t_fixed_ms": 10.0,
+                                   "t_req_ms": 1.0, "slo_ms": 200.0}}
+
+
+def _fail_on_chunk(monkeypatch, nth: int) -> None:
+    """Failure injection: the evaluator raises OverflowError (issue 28's error) at its nth chunk."""
+    from sweep.engine.evaluate import Evaluator
+
+    real, seen = Evaluator.iter_chunks, []
+
+    def failing(self, *args, **kwargs):
+        for chunk in real(self, *args, **kwargs):
+            seen.append(1)
+            if len(seen) >= nth:
+                raise OverflowError(34, "Numerical result out of range")
+            yield chunk
+
+    monkeypatch.setattr(Evaluator, "iter_chunks", failing)
+
+
+def test_a_run_that_fails_before_any_segment_leaves_no_folder_staging_or_lock(tmp_path, monkeypatch):
+    _fail_on_chunk(monkeypatch, 1)
+    out = tmp_path / "out"
+    with pytest.raises(OverflowError):
+        sweep.run(sweep.grid_from_dict(SMALL), out)
+    assert not out.exists()
+
+
+def test_a_failed_run_into_a_published_folder_keeps_it_and_its_lock_and_no_staging(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    sweep.run(sweep.grid_from_dict(SMALL), out)
+    before = sorted(p.name for p in out.iterdir())
+    _fail_on_chunk(monkeypatch, 1)
+    with pytest.raises(OverflowError):
+        sweep.run(sweep.grid_from_dict({**SMALL, "grid": {**SMALL["grid"], "slo_ms": 300.0}}), out)
+    assert sorted(p.name for p in out.iterdir()) == before and ".sweep.lock" in before
+    assert not list(out.glob(".sweep-staging-*"))
+    assert main(["show", str(out)]) == 0  # the previous output is whole
+
+
+def test_a_failure_after_a_sealed_segment_keeps_the_staging_to_resume(tmp_path, monkeypatch):
+    from sweep.runner.run import run_grid
+
+    spec = sweep.grid_from_dict({**SMALL, "grid": {**SMALL["grid"], "batch_size": list(range(1, 65))}})
+    out = tmp_path / "out"
+    _fail_on_chunk(monkeypatch, 2)
+    with pytest.raises(OverflowError):
+        run_grid(spec, out, chunk_size=32, segment_points=32)
+    staging = list(out.glob(".sweep-staging-*"))
+    assert len(staging) == 1 and list((staging[0] / "segments").glob("*.json"))
+    monkeypatch.undo()
+    manifest = run_grid(spec, out, chunk_size=32, segment_points=32).manifest
+    assert manifest["rows"]["points_written"] == 128 and manifest["chunks"]["resumed_segments"] >= 1
