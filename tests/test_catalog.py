@@ -349,7 +349,8 @@ G = "catalog.gpus.my-gpu."
          "lie in (0, 1)"),
         ({"n_experts": 8, "experts_per_token": 2, "expert_param_fraction": 0}, "expert_param_fraction",
          "lie in (0, 1)"),
-        ({"n_experts": 0, "experts_per_token": 2, "expert_param_fraction": 0.5}, "n_experts", "integer in [1, 100000] experts"),
+        ({"n_experts": 0, "experts_per_token": 2, "expert_param_fraction": 0.5}, "n_experts",
+         "integer in [1, 100000] experts"),
     ],
 )
 def test_model_rejections_name_the_key(fields, key, rule):
