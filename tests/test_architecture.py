@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1] / "sweep"
 
 #: Layer of each top-level part of the package, lowest first.
 LAYERS: dict[str, int] = {
-    "errors": 0, "_numerics": 0, "_gamma": 0, "_version": 0, "_faults": 0,
+    "errors": 0, "_numerics": 0, "_gamma": 0, "_version": 0, "_faults": 0, "_domain": 0,
     "catalog": 1,
     "models": 2,
     "grid": 3,

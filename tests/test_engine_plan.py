@@ -487,7 +487,15 @@ def test_coefficient_derivatives_are_absent_under_the_roofline():
     ({"uncertainty": {"arrival_rps": {"dist": "normal", "sd": 0.1, "low": 1}}}, "uncertainty.arrival_rps.low",
      "is not a normal parameter"),
     ({"uncertainty": {"arrival_rps": {"dist": "lognormal", "mean": 0, "sd": 0.1}}}, "uncertainty.arrival_rps.mean",
-     "must be a finite number > 0"),
+     "must be a finite number in [0.001, 1000]"),
+    # issue 28: an OverflowError in sample_inputs before the mean had a domain
+    ({"uncertainty": {"arrival_rps": {"dist": "lognormal", "mean": 1e-160, "sd": 0.2}}},
+     "uncertainty.arrival_rps.mean = 1e-160", "must be a finite number in [0.001, 1000]"),
+    ({"uncertainty": {"arrival_rps": {"dist": "normal", "mean": 1e300, "sd": 0.2}}},
+     "uncertainty.arrival_rps.mean", "must be a finite number in [0.001, 1000]"),
+    ({"uncertainty": {"t_req_ms": {"dist": "uniform", "low": 0, "high": 1e300}}},
+     "uncertainty.t_req_ms.high", "must be a finite number in [0, 1000]"),
+
     ({"uncertainty": {"arrival_rps": {"dist": "uniform", "low": 1.2, "high": 0.8}}}, "uncertainty.arrival_rps.low",
      "must be <= high"),
     ({"uncertainty": {"profile": {"covariance": True}}}, "uncertainty.profile.covariance", "needs a [profile]"),
@@ -500,6 +508,22 @@ def test_bad_tables_are_one_line_naming_key_value_rule(tables, where, rule):
         grid_from_dict(grid(SEED, **tables), source="g.toml")
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith("g.toml") and where in msg and rule in msg
+
+
+@pytest.mark.parametrize("dist", [{"dist": "lognormal", "mean": 100, "sd": 0.1},
+                                  {"dist": "uniform", "low": 50, "high": 150}])
+def test_a_centre_outside_the_keys_domain_is_refused(dist):
+    """mean (or the middle of low..high) x each grid value lies in the key's domain: 1e8 req/s
+    x 100 = 1e10, beyond arrival_rps's [1e-06, 1e+09]; 1e6 req/s x 100 is inside."""
+    doc = copy.deepcopy(SEED)
+    doc["grid"]["arrival_rps"] = [1e6, 1e8]
+    with pytest.raises(GridError) as exc:
+        grid_from_dict(grid(doc, uncertainty={"arrival_rps": dist}), source="g.toml")
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("g.toml: uncertainty.arrival_rps.") and "= 1e+10" in msg, msg
+    assert "outside arrival_rps's domain [1e-06, 1e+09] requests/s" in msg, msg
+    doc["grid"]["arrival_rps"] = [1e6]
+    grid_from_dict(grid(doc, uncertainty={"arrival_rps": dist}), source="g.toml")
 
 
 def test_a_coefficient_from_the_roofline_cannot_be_uncertain():

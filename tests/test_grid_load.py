@@ -202,7 +202,7 @@ def test_top_level_rejections(tmp_path, text, key, rule):
         ("[options]\nspeed = 1\n", "options.speed", "unknown option"),
         ('[output]\npoints = "some"\n', "output.points", "feasible"),
         ("[catalog.models.x]\nattention = \"mha\"\nn_layers = 0\nhidden = 1\nn_heads = 1\nn_params = 1e9\n",
-         "catalog.models.x.n_layers", ">= 1"),
+         "catalog.models.x.n_layers", "integer in [1, 10000] layers"),
     ],
 )
 def test_table_rejections(tmp_path, tables, key, rule):

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from ._efficiency import SIZE_CLASSES, Efficiency, EfficiencyTable, packaged_efficiencies, size_class
 from ._load import Catalog, load_catalog, packaged_catalog
-from ._schema import ATTENTION_KINDS, GPU_FIGURES, MODEL_FIGURES, Gpu, Model
+from ._schema import ATTENTION_KINDS, GPU_DOMAINS, GPU_FIGURES, MODEL_DOMAINS, MODEL_FIGURES, Gpu, Model
 
 __all__ = [
     "ATTENTION_KINDS",
+    "GPU_DOMAINS",
     "GPU_FIGURES",
+    "MODEL_DOMAINS",
     "MODEL_FIGURES",
     "SIZE_CLASSES",
     "Catalog",

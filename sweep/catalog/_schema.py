@@ -21,6 +21,12 @@ Fields for the refined roofline (SPEC 13), all optional:
   all-reduce; `fp8_dense_flops` — dense FP8 tensor throughput where the part has it;
   `eta_bw`, `eta_flops` — calibrated efficiencies (written by `sweep calibrate`; absent on
   packaged entries, where the roofline's documented defaults apply).
+
+Every figure has a domain (`MODEL_DOMAINS`, `GPU_DOMAINS`; docs/catalog.md, "Domains"), a
+range a datasheet or a config file can mean with generous headroom, as every numeric `[grid]`
+key has one (the same `sweep._domain.Domain`): a value outside is refused at load with one
+line naming the file, the key, the value and the range. Inside the box, every output of
+every serving mode is finite or +inf, never NaN (`tests/test_catalog_domains.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from sweep._domain import Domain
 from sweep.errors import CatalogError, close_matches
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
@@ -44,8 +51,8 @@ ATTENTION_KINDS = ("mha", "gqa", "latent")
 
 _PRICE_DATE_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 
-# field -> (kind, example). kind: "int" (integer >= 1), "float" (int accepted),
-# "str", "table" (the [source] table). Examples go into error messages.
+# field -> (kind, example). kind: "int" (an integer in its domain), "float" (int accepted;
+# finite, in its domain), "str", "table" (the [source] table). Examples go into error messages.
 _MODEL_FIELDS: dict[str, tuple[str, str]] = {
     "attention": ("str", 'attention = "gqa"'),
     "n_layers": ("int", "n_layers = 80"),
@@ -80,6 +87,53 @@ _GPU_FIELDS: dict[str, tuple[str, str]] = {
     "source": ("table", '[source] hbm_bytes = "https://vendor.example/datasheet.pdf"'),
 }
 _GPU_REQUIRED = ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops", "usd_per_gpu_hour")
+
+
+#: Where each numeric model figure is valid. One comment says why each ends where it does;
+#: the cross-field rules (n_kv_heads divides n_heads, active_params <= n_params, k <= n) come
+#: after. Inside these boxes the KV bytes of a request (<= 1e4 layers x 2e10 elements x 8 B x
+#: 1e8 tokens) and the attention FLOPs stay far below float64's range.
+MODEL_DOMAINS: Mapping[str, Domain] = MappingProxyType({
+    # the deepest public transformers have ~160 layers; 1e4 is 60x headroom
+    "n_layers": Domain(1, 1e4, "layers"),
+    # public widths reach ~2e4 (GPT-3: 12288, Llama 3.1 405B: 16384); 1e6 is 50x headroom
+    "hidden": Domain(1, 1e6),
+    # query and KV heads: 128 is the most public models use; 1e5 is headroom
+    "n_heads": Domain(1, 1e5, "heads"),
+    "n_kv_heads": Domain(1, 1e5, "heads"),
+    # 64 to 256 in public models
+    "head_dim": Domain(1, 1e5),
+    # elements cached per token per layer (DeepSeek-V3: 576); 1e6 is headroom
+    "latent_width": Domain(1, 1e6, "elements"),
+    # a million parameters (a toy) to 1e15, ~500x the largest public models (~2e12)
+    "n_params": Domain(1e6, 1e15, "parameters"),
+    "active_params": Domain(1e6, 1e15, "parameters"),
+    # routed experts per layer (DeepSeek-V3: 256, top-8); 1e5 is headroom
+    "n_experts": Domain(1, 1e5, "experts"),
+    "experts_per_token": Domain(1, 1e5, "experts"),
+    # a share of n_params: a mixture of experts holds some but not all of it in its experts
+    "expert_param_fraction": Domain(0, 1, lo_open=True, hi_open=True),
+})
+
+#: Where each numeric GPU figure is valid (decimal units, as the datasheets write them).
+GPU_DOMAINS: Mapping[str, Domain] = MappingProxyType({
+    # 1 GB (an old consumer card) to 10 TB per GPU (a B200 has 180 GB)
+    "hbm_bytes": Domain(1e9, 1e13, "bytes"),
+    # 1 GB/s to 1 PB/s (a B200: 8 TB/s)
+    "hbm_bandwidth_bytes_per_s": Domain(1e9, 1e15, "bytes/s"),
+    # 0.1 TFLOP/s to 1 EFLOP/s dense (a B200: 2.25 PFLOP/s bf16, 4.5 fp8)
+    "bf16_dense_flops": Domain(1e11, 1e18, "FLOP/s"),
+    "fp8_dense_flops": Domain(1e11, 1e18, "FLOP/s"),
+    # 100 MB/s (gigabit Ethernet) to 1 PB/s one way (NVLink 5: 0.9 TB/s)
+    "interconnect_bytes_per_s": Domain(1e8, 1e15, "bytes/s"),
+    # 0 to 1 s per all-reduce (NVLink: ~10 us; sweep calibrate fits within [0, 1 ms])
+    "collective_latency_s": Domain(0, 1, "s"),
+    # shares of the peak, the grid's eta_bw / eta_flops domains (sweep calibrate fits within them)
+    "eta_bw": Domain(1e-3, 1),
+    "eta_flops": Domain(1e-3, 1),
+    # free to 10,000 USD per GPU-hour
+    "usd_per_gpu_hour": Domain(0, 1e4, "USD/h"),
+})
 
 # Fields that are not figures and so need no citation in [source].
 _NOT_FIGURES = frozenset({"description", "price_date", "price_note", "source"})
@@ -199,26 +253,27 @@ def _reject_unknown(raw: Mapping[str, Any], fields: Mapping[str, Any], origin: s
             )
 
 
-def _check_types(raw: Mapping[str, Any], fields: Mapping[str, tuple[str, str]], origin: str,
-                 prefix: str) -> dict[str, Any]:
+def _check_types(raw: Mapping[str, Any], fields: Mapping[str, tuple[str, str]], domains: Mapping[str, Domain],
+                 origin: str, prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         kind, example = fields[key]
         where = prefix + key
         if kind == "int":
+            domain = domains[key]
             # bool is an int subclass in Python; a flag is never a count.
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise CatalogError(origin, where, value, f"must be an integer >= 1, e.g. {example}")
-            if value < 1:
-                raise CatalogError(origin, where, value, f"must be an integer >= 1, e.g. {example}")
+            if isinstance(value, bool) or not isinstance(value, int) or not domain.contains(value):
+                raise CatalogError(origin, where, value, f"{domain.refusal(integer=True)}, e.g. {example}")
             out[key] = value
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise CatalogError(origin, where, value, f"must be a number, e.g. {example}")
-            value = float(value)
-            if not math.isfinite(value):
+            if isinstance(value, float) and not math.isfinite(value):
                 raise CatalogError(origin, where, value, f"must be a finite number, e.g. {example}")
-            out[key] = value
+            # an integer beyond float64 lies outside every domain: compare before converting
+            if not domains[key].contains(value):
+                raise CatalogError(origin, where, value, f"{domains[key].refusal()}, e.g. {example}")
+            out[key] = float(value)
         elif kind == "str":
             if not isinstance(value, str):
                 raise CatalogError(origin, where, value, f"must be a string, e.g. {example}")
@@ -284,7 +339,7 @@ def build_model(name: str, raw: Mapping[str, Any], origin: str, prefix: str = ""
     if not isinstance(raw, Mapping):
         raise CatalogError(origin, prefix.rstrip("."), raw, "a model entry must be a table of fields")
     _reject_unknown(raw, _MODEL_FIELDS, origin, prefix)
-    v = _check_types(raw, _MODEL_FIELDS, origin, prefix)
+    v = _check_types(raw, _MODEL_FIELDS, MODEL_DOMAINS, origin, prefix)
     _require(v, _MODEL_REQUIRED, _MODEL_FIELDS, origin, prefix, "model")
     if require_source:
         _require_sources(v, origin, prefix)
@@ -369,9 +424,6 @@ def _latent(v: Mapping[str, Any], origin: str, prefix: str) -> float | None:
                 "token per layer (not doubled), e.g. latent_width = 576 for DeepSeek-V3 "
                 "(kv_lora_rank 512 + qk_rope_head_dim 64)",
             )
-        if width <= 0:
-            raise CatalogError(origin, prefix + "latent_width", width,
-                               "must be > 0, e.g. latent_width = 576")
         return width
     if width is not None:
         raise CatalogError(
@@ -384,11 +436,8 @@ def _latent(v: Mapping[str, Any], origin: str, prefix: str) -> float | None:
 
 def _params(v: Mapping[str, Any], origin: str, prefix: str) -> tuple[float, float]:
     n_params = v["n_params"]
-    if n_params <= 0:
-        raise CatalogError(origin, prefix + "n_params", n_params,
-                           "must be a finite number > 0, e.g. n_params = 70e9")
     active = v.get("active_params", n_params)
-    if not 0 < active <= n_params:
+    if active > n_params:  # both in their domain already
         raise CatalogError(
             origin, prefix + "active_params", active,
             f"must be in (0, n_params = {n_params:.6g}]: the parameters used per token "
@@ -416,12 +465,6 @@ def _experts(v: Mapping[str, Any], origin: str, prefix: str) -> tuple[int, int, 
             f"must be <= n_experts ({n}): a token is routed to k of the n experts, "
             "e.g. experts_per_token = 2 with n_experts = 8",
         )
-    if not 0 < fraction < 1:
-        raise CatalogError(
-            origin, prefix + "expert_param_fraction", fraction,
-            "must lie in (0, 1): the share of n_params held in routed experts, "
-            "e.g. expert_param_fraction = 0.9656 for Mixtral 8x7B",
-        )
     return n, k, fraction
 
 
@@ -435,29 +478,10 @@ def build_gpu(name: str, raw: Mapping[str, Any], origin: str, prefix: str = "",
     if not isinstance(raw, Mapping):
         raise CatalogError(origin, prefix.rstrip("."), raw, "a GPU entry must be a table of fields")
     _reject_unknown(raw, _GPU_FIELDS, origin, prefix)
-    v = _check_types(raw, _GPU_FIELDS, origin, prefix)
+    v = _check_types(raw, _GPU_FIELDS, GPU_DOMAINS, origin, prefix)
     _require(v, _GPU_REQUIRED, _GPU_FIELDS, origin, prefix, "GPU")
     if require_source:
         _require_sources(v, origin, prefix)
-    for key in ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "bf16_dense_flops"):
-        if v[key] <= 0:
-            raise CatalogError(origin, prefix + key, v[key],
-                               f"must be a finite number > 0, e.g. {_GPU_FIELDS[key][1]}")
-    for key in ("fp8_dense_flops", "interconnect_bytes_per_s"):
-        if key in v and v[key] <= 0:
-            raise CatalogError(origin, prefix + key, v[key],
-                               f"must be a finite number > 0, e.g. {_GPU_FIELDS[key][1]}")
-    if "collective_latency_s" in v and v["collective_latency_s"] < 0:
-        raise CatalogError(origin, prefix + "collective_latency_s", v["collective_latency_s"],
-                           "must be a finite number >= 0 (seconds per all-reduce), "
-                           "e.g. collective_latency_s = 10e-6")
-    for key in ("eta_bw", "eta_flops"):
-        if key in v and not 0 < v[key] <= 1:
-            raise CatalogError(origin, prefix + key, v[key],
-                               f"must lie in (0, 1]: a share of the peak, e.g. {_GPU_FIELDS[key][1]}")
-    if v["usd_per_gpu_hour"] < 0:
-        raise CatalogError(origin, prefix + "usd_per_gpu_hour", v["usd_per_gpu_hour"],
-                           "must be a finite number >= 0, e.g. usd_per_gpu_hour = 1.8")
     price_date = v.get("price_date")
     if price_date is not None and not _PRICE_DATE_RE.match(price_date):
         raise CatalogError(origin, prefix + "price_date", price_date,

@@ -107,7 +107,7 @@ def build(
     values, facts = model.fill(values, _grid_key, source)
     service_source = "fitted" if fit is not None else facts.pop("service_source")
     model.check(values, options, _grid_key, source)
-    uncertainty = (parse_uncertainty(doc["uncertainty"], model, fit, service_source, source)
+    uncertainty = (parse_uncertainty(doc["uncertainty"], model, fit, service_source, source, values)
                    if "uncertainty" in doc else None)
     sensitivity = parse_sensitivity(doc["sensitivity"], model, source) if "sensitivity" in doc else False
     if (uncertainty is not None or sensitivity) and search is not None:

@@ -19,18 +19,25 @@ naming the file, the key, the value and the rule.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from sweep._domain import Domain
 from sweep.errors import GridError, did_you_mean
 from sweep.models.base import ServingModel
 
 DISTS = ("normal", "lognormal", "uniform")
 MAX_SAMPLES = 4096
 MAX_SD = 10.0  # relative sd: 1000 % is already no forecast at all
+#: `mean` (normal, lognormal): a forecast off by more than a factor of 1000 either way is no
+#: forecast; inside it the lognormal's log-variance log(1 + (sd / mean)^2) <= 18.4 and every
+#: draw stays finite (issue 28: mean = 1e-160 overflowed).
+MEAN = Domain(1e-3, 1e3)
+#: `low`, `high` (uniform): multiples of the grid value, up to the same factor.
+BOUND = Domain(0, 1e3)
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,10 @@ def uncertain_keys(model: ServingModel) -> tuple[str, ...]:
 
 
 def parse_uncertainty(raw: Any, model: ServingModel, fit: Mapping[str, Any] | None, service_source: str,
-                      source: str) -> UncertaintyOptions:
-    """`[uncertainty]` -> UncertaintyOptions (`service_source`: given | fitted | roofline)."""
+                      source: str, values: Mapping[str, Sequence[Any]] | None = None) -> UncertaintyOptions:
+    """`[uncertainty]` -> UncertaintyOptions (`service_source`: given | fitted | roofline).
+    `values` (the grid's filled values) lets each distribution's centre be checked against
+    the domain of the key it perturbs, at every value of that key's axis."""
     if not isinstance(raw, Mapping):
         raise GridError(source, "uncertainty", raw, "must be a table, e.g. [uncertainty] samples = 64")
     if model.needs_host_pass:
@@ -105,7 +114,7 @@ def parse_uncertainty(raw: Any, model: ServingModel, fit: Mapping[str, Any] | No
             if k in model.coefficient_keys and service_source == "roofline":
                 raise GridError(source, where, v, "the service times come from the roofline here; give "
                                 f"{k} in [grid] or a [profile] to make it uncertain")
-            dists.append(_dist(k, v, source))
+            dists.append(_centred(_dist(k, v, source), model, values, source))
     clash = set(cov_keys) & {d.key for d in dists}
     if clash:
         k = sorted(clash)[0]
@@ -130,16 +139,16 @@ def _dist(key: str, v: Any, source: str) -> Dist:
             if f not in v:
                 raise GridError(source, f"{where}.{f}", None,
                                 "is required (a multiple of the grid value), e.g. low = 0.8, high = 1.2")
-            if not _num(v[f]) or v[f] < 0:
+            if not _num(v[f]) or not BOUND.contains(v[f]):
                 raise GridError(source, f"{where}.{f}", v[f],
-                                "must be a finite number >= 0 (a multiple of the grid value)")
+                                f"must be a finite number in {BOUND.text()} (a multiple of the grid value)")
         if v["low"] > v["high"]:
             raise GridError(source, f"{where}.low", v["low"], f"must be <= high ({v['high']})")
         return Dist(key, kind, float(v["low"]), float(v["high"]))
     mean = v.get("mean", 1.0)
-    if not _num(mean) or mean <= 0:
+    if not _num(mean) or not MEAN.contains(mean):
         raise GridError(source, f"{where}.mean", mean,
-                        "must be a finite number > 0 (a multiple of the grid value; default 1)")
+                        f"must be a finite number in {MEAN.text()} (a multiple of the grid value; default 1)")
     if "sd" not in v:
         raise GridError(source, f"{where}.sd", None, "is required (relative to the grid value), e.g. sd = 0.2")
     sd = v["sd"]
@@ -147,6 +156,27 @@ def _dist(key: str, v: Any, source: str) -> Dist:
         raise GridError(source, f"{where}.sd", sd,
                         f"must be a number in [0, {MAX_SD:g}] (relative to the grid value: 0.2 = 20 %)")
     return Dist(key, kind, float(mean), float(sd))
+
+
+def _centred(d: Dist, model: ServingModel, values: Mapping[str, Sequence[Any]] | None, source: str) -> Dist:
+    """The distribution's centre (mean, or the middle of low..high) times every grid value of
+    the key it perturbs lies in that key's domain: the samples spread around a value the grid
+    could hold (a sample beyond the domain is still clipped to it)."""
+    if values is None:
+        return d
+    key = d.key if d.key in values else model.input_fallback.get(d.key, d.key)
+    domain = model.param_by_key[key].domain if key in model.param_by_key else None
+    if domain is None or key not in values:
+        return d
+    field, factor = ("mean", d.a) if d.kind != "uniform" else ("high", (d.a + d.b) / 2)
+    for g in values[key]:
+        centre = float(g) * factor
+        if math.isfinite(float(g)) and not domain.contains(centre):
+            what = "mean" if d.kind != "uniform" else "(low + high) / 2"
+            raise GridError(source, f"uncertainty.{d.key}.{field}", d.a if d.kind != "uniform" else d.b,
+                            f"centres the samples at {key} = {float(g):g} x {factor:g} = {centre:g}, outside "
+                            f"{key}'s domain {domain.text()}; the {what} is a multiple of the grid value")
+    return d
 
 
 def _profile(v: Any, model: ServingModel, fit: Mapping[str, Any] | None,

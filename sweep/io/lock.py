@@ -3,9 +3,12 @@
 `sweep run` and `sweep merge` take the lock exclusively for the whole run; `sweep search`
 workers that share one folder take it shared (many workers, no run). A second writer
 refuses at once with one line naming the holder, or waits for it (`wait=True`, the CLI's
-`--wait`). The lock is `fcntl.flock` on a file that is never deleted (deleting a lock file
-races with the next taker); the kernel drops it when the holder exits, however it exits
-(SIGKILL included), so a crashed run never leaves a stale lock.
+`--wait`). The lock is `fcntl.flock` on `DIR/.sweep.lock`; the kernel drops it when the
+holder exits, however it exits (SIGKILL included), so a crashed run never leaves a stale
+lock. The file stays, except where a run that failed before writing anything removes the
+folder it created (`remove_if_unused`), so that a refused run leaves nothing behind. That
+is safe against the next taker because every taker, once it holds the lock, checks that the
+file it locked is still the one at the path, and starts again if it was removed meanwhile.
 """
 
 from __future__ import annotations
@@ -39,22 +42,22 @@ class FolderLock:
         self._file: IO[str] | None = None
 
     def __enter__(self) -> FolderLock:
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            f = open(self.folder / LOCK_FILE, "a+")
-        except OSError as exc:
-            raise OutputError(f"{self.folder}: cannot create the output folder or its lock ({exc.strerror})") from None
-        mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
-        try:
-            fcntl.flock(f, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not self.wait:
-                holder = _holder(f)
-                f.close()
-                raise LockedError(
-                    f"{self.folder}: {holder} is writing this folder; wait for it to finish, or rerun with --wait"
-                ) from None
-            fcntl.flock(f, mode)  # blocks until the holder is done
+        while True:
+            f = self._open()
+            mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
+            try:
+                fcntl.flock(f, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not self.wait:
+                    holder = _holder(f)
+                    f.close()
+                    raise LockedError(
+                        f"{self.folder}: {holder} is writing this folder; wait for it to finish, or rerun with --wait"
+                    ) from None
+                fcntl.flock(f, mode)  # blocks until the holder is done
+            if _same_file(f, self.folder / LOCK_FILE):
+                break
+            f.close()  # the holder removed the file (`remove_if_unused`) while we waited: take the new one
         if not self.shared:
             f.seek(0)
             f.truncate()
@@ -64,12 +67,43 @@ class FolderLock:
         self._file = f
         return self
 
+    def _open(self) -> IO[str]:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            return open(self.folder / LOCK_FILE, "a+")
+        except OSError as exc:
+            raise OutputError(f"{self.folder}: cannot create the output folder or its lock ({exc.strerror})") from None
+
+    def remove_if_unused(self) -> None:
+        """While holding the lock exclusively: remove the lock file and the folder when the
+        folder holds nothing else (a run that failed before writing anything, in a folder it
+        created). Anything else in the folder keeps both."""
+        if self._file is None or self.shared:
+            return
+        try:
+            if [p.name for p in self.folder.iterdir()] != [LOCK_FILE]:
+                return
+            (self.folder / LOCK_FILE).unlink()
+            self.folder.rmdir()
+        except OSError:
+            return  # best effort: what stays is what a crash would leave
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._file is not None:
             fcntl.flock(self._file, fcntl.LOCK_UN)
             self._file.close()
             self._file = None
+
+
+def _same_file(f: IO[str], path: Path) -> bool:
+    """`f` is still the file at `path` (not removed, nor replaced, since it was opened)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(f.fileno())
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _holder(f: IO[str]) -> str:

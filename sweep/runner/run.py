@@ -170,7 +170,8 @@ def run_grid(
     if spec.schedule is not None:  # a trace file's hours are not in the grid's text
         key.append(list(spec.schedule.hourly_rps))
     run_key = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
-    with FolderLock(target, what="sweep run", wait=wait):
+    created = not target.exists()
+    with FolderLock(target, what="sweep run", wait=wait) as lock:
         recover(target)
         done = _finished(target, run_key, note or _quiet)
         if done is not None and not force:
@@ -180,12 +181,23 @@ def run_grid(
             staging.discard()
         try:
             return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor).execute()
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            shutil.rmtree(staging.path, ignore_errors=True)  # give the space back
-            raise ResourceError(f"{target}: the disk is full ({exc.strerror}); the run's staging folder was "
-                                "removed; free space (or use another --out) and rerun") from None
+        except Exception as exc:
+            full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            if full or not _resumable(staging):
+                # nothing a rerun could resume (or the space is needed back): leave no staging,
+                # and no folder where the run created it
+                shutil.rmtree(staging.path, ignore_errors=True)
+                if created:
+                    lock.remove_if_unused()
+            if full and isinstance(exc, OSError):
+                raise ResourceError(f"{target}: the disk is full ({exc.strerror}); the run's staging folder was "
+                                    "removed; free space (or use another --out) and rerun") from None
+            raise
+
+
+def _resumable(staging: Staging) -> bool:
+    """Some segment of the staging folder is sealed: a rerun of the same command resumes from it."""
+    return any((staging.path / "segments").glob("*.json"))
 
 
 def _quiet(message: str) -> None:
