@@ -12,7 +12,6 @@ same grid, version and settings is not run again (`force` overrides).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import platform
@@ -32,11 +31,11 @@ from sweep._version import __version__
 from sweep.decide.schedule import ROW_FACTS, schedule_table
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
-from sweep.errors import OutputError, ResourceError
+from sweep.errors import OutputError, ResourceError, disk_full
 from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
-from sweep.io.staging import DamagedError, Staging, file_record, recover
+from sweep.io.staging import PUBLISH, STAGING_PREFIX, DamagedError, Staging, file_record, recover
 from sweep.runner.cluster import ClusterOptions, DaskExecutor
 from sweep.runner.executors import Executor, InProcess
 from sweep.runner.memory import plan_memory
@@ -174,16 +173,22 @@ def run_grid(
         done = _finished(target, run_key)
         if done is not None and not force:
             return RunResult(target, done, None, done["rows"]["actions"], done["rows"]["feasible"], skipped=True)
-        staging = Staging(target, run_key)
-        if force:
-            staging.discard()
+        staged = target / f"{STAGING_PREFIX}{run_key}"
         try:
+            staging = Staging(target, run_key)
+            if force:
+                staging.discard()
             return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor).execute()
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        except Exception as exc:  # a full disk at any write: the staging, the points, the search's study, publishing
+            full = disk_full(exc)
+            if full is None:
                 raise
-            shutil.rmtree(staging.path, ignore_errors=True)  # give the space back
-            raise ResourceError(f"{target}: the disk is full ({exc.strerror}); the run's staging folder was "
+            where = getattr(exc, "filename", None) or target
+            if (staged / PUBLISH).exists():  # committed: the new output is whole in the staging folder; keep it
+                raise ResourceError(f"{where}: the disk is full ({full}) while publishing; free space and rerun "
+                                    "the same command to finish it") from None
+            shutil.rmtree(staged, ignore_errors=True)  # give the space back
+            raise ResourceError(f"{where}: the disk is full ({full}); the run's staging folder was "
                                 "removed; free space (or use another --out) and rerun") from None
 
 
