@@ -273,9 +273,9 @@ def test_a_points_folder_that_cannot_be_moved_mid_publish_is_one_line_and_the_re
 def test_a_full_disk_in_the_sqlite_study_is_one_line_and_gives_the_staging_back(tmp_path, root, capsys):
     """SQLite's own SQLITE_FULL ("database or disk is full"), made real by capping the study
     database at 40 pages (PRAGMA max_page_count on every connection SQLAlchemy opens; the
-    finished study takes 57 pages of 4 KiB, tests/golden/grids/search.toml). Before: a
-    traceback and the staging left behind. Then the cap is lifted and the same command
-    completes the study."""
+    finished study takes 57 pages of 4 KiB, tests/golden/grids/search.toml), for a search
+    worker and for a run. Before: a traceback and the run's staging left behind. Then the cap
+    is lifted and the same command completes the study."""
     import sqlite3
 
     from sqlalchemy import event
@@ -295,6 +295,9 @@ def test_a_full_disk_in_the_sqlite_study_is_one_line_and_gives_the_staging_back(
 
     event.listen(Engine, "connect", cap)
     try:
+        assert main(["search", str(grid), "--out", str(out), "--quiet"]) == 1  # a search worker
+        err = _one_line(capsys)
+        assert "the disk is full (SQLite: database or disk is full)" in err and "rerun the worker" in err
         assert main(["run", str(grid), "--out", str(out), "--quiet"]) == 1
     finally:
         event.remove(Engine, "connect", cap)
