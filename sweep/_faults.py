@@ -4,12 +4,16 @@
 Publishing (`sweep.io.staging`) and searching (`sweep.search`) call `fault(name)` at each
 step a crash could interrupt. By default the hook raises `InjectedCrash`, a BaseException
 nothing catches (in-process tests); with `SWEEP_FAULT_KILL=1` the process exits at once with
-status 137, as SIGKILL would, running no cleanup at all (subprocess tests). Unset, it costs
-one dictionary lookup.
+status 137, as SIGKILL would, running no cleanup at all (subprocess tests); with
+`SWEEP_FAULT_ERRNO=ENOSPC` (any `errno` name: EPERM, EDQUOT, ...) it raises the `OSError` a
+write or rename at that point would raise, naming the path it was writing (a full disk or a
+refused move, without filling a disk). Writes that can meet a full disk call it too
+(`lock:write`, `stage:mkdir`, `publish:move`). Unset, it costs one dictionary lookup.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 
 FAULT_ENV = "SWEEP_FAULT"
@@ -20,8 +24,9 @@ class InjectedCrash(BaseException):
     """Raised by the test hook."""
 
 
-def fault(point: str) -> None:
-    """Stop here if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`)."""
+def fault(point: str, path: str | os.PathLike[str] | None = None) -> None:
+    """Stop here if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`);
+    `path` is the file an injected `OSError` names."""
     wanted = os.environ.get(FAULT_ENV)
     if not wanted or not wanted.startswith(point):
         return
@@ -32,6 +37,10 @@ def fault(point: str) -> None:
     if _hits[point] < int(nth or 1):
         return
     _hits.clear()
+    code = os.environ.get(FAULT_ENV + "_ERRNO")
+    if code:
+        number = getattr(errno, code)
+        raise OSError(number, os.strerror(number), None if path is None else os.fspath(path))
     if os.environ.get(FAULT_ENV + "_KILL") == "1":
         os._exit(137)
     raise InjectedCrash(wanted)

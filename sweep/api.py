@@ -35,14 +35,19 @@ from sweep.runner.run import RunResult, Shard, run_grid
 MAX_IN_MEMORY = 5_000_000
 
 
-def load_grid(path: str | Path, catalog: Catalog | None = None) -> GridSpec:
-    """Read and validate a grid file (`sweep.errors.GridError` on any problem)."""
-    return load(path, catalog=catalog)
+def load_grid(path: str | Path, catalog: Catalog | None = None, *,
+              allow_outside: Sequence[str | Path] = ()) -> GridSpec:
+    """Read and validate a grid file (`sweep.errors.GridError` on any problem). The trace and
+    profile files it names must lie in its folder or under a folder of `allow_outside`."""
+    return load(path, catalog=catalog, allow_outside=allow_outside)
 
 
-def grid_from_dict(doc: Mapping[str, Any], *, source: str = "<dict>", catalog: Catalog | None = None) -> GridSpec:
-    """Validate a grid given as a dict shaped like the TOML file (`name`, `grid`, ...)."""
-    return build(doc, source=source, text=repr(dict(doc)), catalog=catalog)
+def grid_from_dict(doc: Mapping[str, Any], *, source: str = "<dict>", catalog: Catalog | None = None,
+                   allow_outside: Sequence[str | Path] = ()) -> GridSpec:
+    """Validate a grid given as a dict shaped like the TOML file (`name`, `grid`, ...). Its
+    relative paths resolve against the folder of `source` (the working folder for "<dict>")
+    and must stay there or under a folder of `allow_outside`."""
+    return build(doc, source=source, text=repr(dict(doc)), catalog=catalog, allow_outside=allow_outside)
 
 
 def _dictionaries(spec: GridSpec) -> dict[str, list[str]]:

@@ -8,6 +8,9 @@ rule, and where it helps a correct example. The CLI maps every `SweepError` to e
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import sqlite3
 from collections.abc import Iterable
 
 
@@ -58,6 +61,31 @@ class OutputError(SweepError):
 
 class ResourceError(SweepError):
     """The machine ran out of something (disk, memory) mid-run; the input was fine (exit 1)."""
+
+
+#: The `errno`s of a full disk: no space left, or the user's quota spent.
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_SQLITE_FULL = 13  # SQLITE_FULL, "database or disk is full" (its extended codes share the low byte)
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """What a full disk said, when `exc` or an error it was raised from (its cause, its
+    context, a database driver's original error) is one: `ENOSPC`/`EDQUOT`, or SQLite's
+    SQLITE_FULL; else None."""
+    todo: list[object] = [exc]
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in FULL_DISK_ERRNOS:
+            return e.strerror or os.strerror(e.errno)
+        if isinstance(e, sqlite3.Error) and ((getattr(e, "sqlite_errorcode", None) or 0) & 0xFF == _SQLITE_FULL
+                                             or "disk is full" in str(e)):
+            return f"SQLite: {str(e).splitlines()[0] if str(e) else 'database or disk is full'}"
+        todo.extend((e.__cause__, e.__context__, getattr(e, "orig", None)))
+    return None
 
 
 def show(value: object) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import shutil
 from pathlib import Path
 
 import jax
@@ -203,7 +204,8 @@ def test_replicas_min_bands_shrink_to_replicas_min_as_sd_goes_to_zero():
 
 def test_profile_covariance_is_sampled(tmp_path):
     text = (ROOT / "grids" / "seed-gpt3-profile.toml").read_text()
-    text = text.replace('file = "profiles/gpt3-a100.csv"', f'file = "{ROOT / "grids" / "profiles" / "gpt3-a100.csv"}"')
+    (tmp_path / "profiles").mkdir()
+    shutil.copy(ROOT / "grids" / "profiles" / "gpt3-a100.csv", tmp_path / "profiles")  # beside the grid
     path = tmp_path / "p.toml"
     path.write_text(text + "\n[uncertainty]\nsamples = 128\n[uncertainty.profile]\ncovariance = true\n")
     from sweep.api import load_grid

@@ -17,6 +17,7 @@ References:
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow.dataset as ds
@@ -24,7 +25,7 @@ import pytest
 
 from sweep import grid as spec
 from sweep.cli import main
-from sweep.errors import ProfileError
+from sweep.errors import GridError, ProfileError
 from sweep.grid.fit import fit_text
 from sweep.grid.step_fit import closed_loop_steps, fit_requests, fit_steps
 from sweep.runner import run_grid
@@ -215,7 +216,9 @@ def test_continuous_grid_takes_its_step_times_from_a_profile(tmp_path, root):
     nim = root / "grids" / "profiles" / "llama-3.1-8b-h100-nim.csv"
     p = tmp_path / "g.toml"
     p.write_text(GRID.format(extra="", profile=nim))
-    g = spec.load(p)
+    with pytest.raises(GridError, match="outside the grid file's folder"):
+        spec.load(p)
+    g = spec.load(p, allow_outside=[nim.parent])  # the profile stays where it is, its folder allowed
     fit = fit_text(nim.read_text(), str(nim), "step")
     assert g.service_source == "fitted" and g.fit["shape"] == "request" and g.fit["t_token_ms_se"] > 0
     run_grid(g, tmp_path / "o")
@@ -237,7 +240,7 @@ def test_profile_conflicts_and_shapes_in_a_continuous_grid(tmp_path, root, capsy
             "SERVICE": root / "grids" / "profiles" / "gpt3-a100.csv"}[profile]
     p = tmp_path / "g.toml"
     p.write_text(GRID.format(extra=extra, profile=path))
-    assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert main(["run", str(p), "--out", str(tmp_path / "o"), "--allow-outside", str(path.parent)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert where in line and rule in line and not (tmp_path / "o").exists()
 
@@ -248,7 +251,8 @@ def test_a_dynamic_grid_refuses_a_step_profile(tmp_path, root, capsys):
     start = text.index("file =")
     end = text.index("\n", start)
     p = tmp_path / "g.toml"
-    p.write_text(text[:start] + f'file = "{nim}"' + text[end:])
+    shutil.copy(nim, tmp_path)  # beside the grid
+    p.write_text(text[:start] + f'file = "{nim.name}"' + text[end:])
     assert main(["run", str(p), "--out", str(tmp_path / "o")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "request profile, which fits continuous serving" in line and "batch_size,latency_ms" in line

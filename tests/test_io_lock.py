@@ -64,3 +64,27 @@ def test_two_real_runs_into_one_folder(tmp_path):
     for rel, record in manifest["checksums"].items():
         assert check_file(out, rel, record) is None
     assert pq.read_table(out / "frontier.parquet").num_rows == manifest["rows"]["frontier"]
+
+
+@pytest.mark.parametrize(("code", "exit_code", "rule"), [("ENOSPC", 1, "the disk is full (No space left on device)"),
+                                                         ("EDQUOT", 1, "the disk is full (Disk quota exceeded)"),
+                                                         ("EIO", 2, "cannot write the lock's note")])
+def test_a_lock_note_that_cannot_be_written_is_one_line(tmp_path, capsys, monkeypatch, root, code, exit_code, rule):
+    """A full disk while the lock's note is written (the audit's traceback), injected with
+    `SWEEP_FAULT=lock:write SWEEP_FAULT_ERRNO=...`: one line naming the lock file, exit 1 for a
+    full disk (the machine, not the input), 2 otherwise; no output written and the lock
+    released (the next writer gets it at once)."""
+    from sweep import _faults
+    from sweep.io.staging import FAULT_ENV
+
+    out = tmp_path / "out"
+    _faults.reset()
+    monkeypatch.setenv(FAULT_ENV, "lock:write")
+    monkeypatch.setenv(FAULT_ENV + "_ERRNO", code)
+    assert main(["run", str(root / "grids" / "seed-gpt3.toml"), "--out", str(out), "--quiet"]) == exit_code
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{out / LOCK_FILE}: " in err and rule in err, err
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
+    monkeypatch.delenv(FAULT_ENV)
+    with FolderLock(out, what="sweep run"):  # released
+        pass

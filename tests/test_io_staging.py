@@ -17,6 +17,7 @@ import pytest
 from _grids import WINDOWED, same, tables
 
 from sweep import grid as spec
+from sweep.errors import OutputError
 from sweep.io.staging import FAULT_ENV, InjectedCrash, check_file
 from sweep.runner import run_grid
 
@@ -179,3 +180,130 @@ def test_a_full_disk_is_one_line_and_gives_the_space_back(grids, tmp_path, monke
     same(tables(clean["a"]), tables(out))
     assert main(["run", str(d / "b.toml"), "--out", str(out), "--quiet"]) == 1
     same(tables(clean["a"]), tables(out))
+
+
+# --------------------------------------------------------------------------- write faults
+# `SWEEP_FAULT=POINT` with `SWEEP_FAULT_ERRNO=NAME` raises the OSError a write or rename at
+# that point would raise (sweep._faults): a full disk or a refused move without filling a
+# disk or dropping root's rights.
+
+
+def _fail_at(monkeypatch, point: str, code: str) -> None:
+    from sweep import _faults
+
+    _faults.reset()
+    monkeypatch.setenv(FAULT_ENV, point)
+    monkeypatch.setenv(FAULT_ENV + "_ERRNO", code)
+
+
+def _clear(monkeypatch) -> None:
+    monkeypatch.delenv(FAULT_ENV)
+    monkeypatch.delenv(FAULT_ENV + "_ERRNO")
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+def test_a_full_disk_creating_the_staging_folder_is_one_line(grids, tmp_path, monkeypatch, capsys):
+    from sweep.cli import main
+
+    d, clean = grids
+    out = tmp_path / "out"
+    shutil.copytree(clean["a"], out)
+    _fail_at(monkeypatch, "stage:mkdir", "ENOSPC")
+    assert main(["run", str(d / "b.toml"), "--out", str(out), "--quiet"]) == 1
+    err = _one_line(capsys)
+    assert "the disk is full" in err and ".sweep-staging-" in err and "staging folder was removed" in err
+    assert not [p for p in out.iterdir() if p.name.startswith(".sweep-staging-")]
+    _complete_and_intact(out)
+    same(tables(clean["a"]), tables(out))
+
+
+def test_an_old_entry_that_cannot_be_moved_is_refused_before_the_commit_point(grids, tmp_path, monkeypatch):
+    """A previous `points/` that cannot be renamed aside (a folder without write permission:
+    EACCES; root is not refused, so the check's answer is injected): one line (an
+    `OutputError`: exit 2), the previous output still complete, the sealed work kept, and the
+    rerun publishes the new one without computing anything again."""
+    d, clean = grids
+    out = tmp_path / "out"
+    shutil.copytree(clean["a"], out)
+    entries = sorted(p.name for p in out.iterdir() if not p.name.startswith(".") and p.name != "manifest.json")
+    _fail_at(monkeypatch, f"publish:check@{entries.index('points') + 1}", "EACCES")
+    with pytest.raises(OutputError) as exc:
+        run_grid(spec.load(d / "b.toml"), out, **RUN)
+    err = str(exc.value)
+    assert "\n" not in err and f"{out / 'points'}: cannot be moved aside" in err and "Permission denied" in err
+    _complete_and_intact(out)
+    same(tables(clean["a"]), tables(out))
+    assert not (_staged(out) / "publish.json").exists()  # not committed
+    _clear(monkeypatch)
+    result = run_grid(spec.load(d / "b.toml"), out, **RUN)
+    assert result.manifest["chunks"]["resumed_segments"] == result.manifest["chunks"]["segments"]
+    same(tables(clean["b"]), tables(out))
+
+
+def test_a_points_folder_that_cannot_be_moved_mid_publish_is_one_line_and_the_rerun_finishes(
+        grids, tmp_path, monkeypatch, capsys):
+    """The rename itself refused after the commit point (EPERM: an immutable folder, a race):
+    one line naming points/, exit 2, no manifest.json (the folder does not look complete), and
+    the same command finishes the committed publish."""
+    from sweep.cli import main
+
+    d, clean = grids
+    out = tmp_path / "out"
+    shutil.copytree(clean["a"], out)
+    entries = sorted(p.name for p in out.iterdir() if not p.name.startswith(".") and p.name != "manifest.json")
+    _fail_at(monkeypatch, f"publish:move@{entries.index('points') + 1}", "EPERM")
+    assert main(["run", str(d / "b.toml"), "--out", str(out), "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert f"{out / 'points'}: cannot be replaced" in err and "Operation not permitted" in err
+    assert "rerun the same command" in err
+    assert not (out / "manifest.json").exists()
+    _clear(monkeypatch)
+    assert main(["run", str(d / "b.toml"), "--out", str(out), "--quiet"]) == 0
+    _complete_and_intact(out)
+    same(tables(clean["b"]), tables(out))
+    assert not [p for p in out.iterdir() if p.name.startswith(".sweep-staging-")]
+
+
+@pytest.mark.slow
+def test_a_full_disk_in_the_sqlite_study_is_one_line_and_gives_the_staging_back(tmp_path, root, capsys):
+    """SQLite's own SQLITE_FULL ("database or disk is full"), made real by capping the study
+    database at 40 pages (PRAGMA max_page_count on every connection SQLAlchemy opens; the
+    finished study takes 57 pages of 4 KiB, tests/golden/grids/search.toml), for a search
+    worker and for a run. Before: a traceback and the run's staging left behind. Then the cap
+    is lifted and the same command completes the study."""
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from sweep.cli import main
+
+    text = ((root / "tests" / "golden" / "grids" / "search.toml").read_text()
+            .replace('storage = "memory"', 'storage = "sqlite"'))
+    grid = tmp_path / "g.toml"
+    grid.write_text(text)
+    out = tmp_path / "out"
+
+    def cap(dbapi, record):
+        if isinstance(dbapi, sqlite3.Connection):
+            dbapi.execute("PRAGMA max_page_count = 40")
+
+    event.listen(Engine, "connect", cap)
+    try:
+        assert main(["search", str(grid), "--out", str(out), "--quiet"]) == 1  # a search worker
+        err = _one_line(capsys)
+        assert "the disk is full (SQLite: database or disk is full)" in err and "rerun the worker" in err
+        assert main(["run", str(grid), "--out", str(out), "--quiet"]) == 1
+    finally:
+        event.remove(Engine, "connect", cap)
+    err = _one_line(capsys)
+    assert "the disk is full (SQLite: database or disk is full)" in err and str(out) in err
+    assert not [p for p in out.iterdir() if p.name.startswith(".sweep-staging-")]
+    assert not (out / "manifest.json").exists()
+    assert main(["run", str(grid), "--out", str(out), "--quiet"]) == 0
+    assert (out / "search.parquet").exists()

@@ -87,6 +87,13 @@ def command(sub: Any, name: str, help: str, examples: Sequence[str],
     return p
 
 
+def allow_outside_arg(p: argparse.ArgumentParser) -> None:
+    """`--allow-outside DIR`: the one way a grid's file paths leave the grid's folder."""
+    p.add_argument("--allow-outside", type=Path, action="append", default=[], metavar="DIR",
+                   help="let the grid's trace and profile paths, and a SQLite [search] storage, reach files under "
+                        "DIR (repeatable); without it they must lie in the grid file's folder (the database: in OUT)")
+
+
 def _parser() -> argparse.ArgumentParser:
     from sweep._version import __version__
 
@@ -133,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="print nothing but errors")
     r.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    allow_outside_arg(r)
     where = r.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, metavar="ADDRESS",
                        help="run the segments as tasks on a running dask.distributed scheduler, e.g. tcp://head:8786 "
@@ -165,6 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("--point", type=int, default=None, metavar="ID", help="the point_id (as in the output files)")
     ex.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                     help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    allow_outside_arg(ex)
     ex.set_defaults(handler=_cmd_explain)
     pl = command(sub, "plan", "a grid with [schedule]: run it and print the replica schedule (schedule.parquet)",
                  ["sweep plan grids/diurnal.toml --out runs/diurnal",
@@ -178,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
     pl.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                     help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    allow_outside_arg(pl)
     pl.set_defaults(handler=_cmd_plan)
     m = command(sub, "merge", "combine the shards in OUT/shards/ into one output",
                 ["sweep merge runs/fleet", "sweep merge runs/fleet --wait --quiet"], EXITS_RUN)
@@ -194,6 +204,7 @@ def _parser() -> argparse.ArgumentParser:
                         "a `sweep run` on it waits for them")
     w.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    allow_outside_arg(w)
     w.add_argument("--quiet", action="store_true")
     w.set_defaults(handler=_cmd_search)
     from sweep.cli import tools
@@ -214,12 +225,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         raise OutputError(f"--chunk-size {args.chunk_size} and --memory-limit {args.memory_limit} both set the chunk "
                           f"size: give one (--memory-limit {args.memory_limit} alone sizes the chunk to the limit)")
-    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None,
+                allow_outside=args.allow_outside)
     shard = Shard.parse(args.shard) if args.shard else None
     if grid.search is not None:
         from sweep.grid.search_table import check_storage
 
-        check_storage(grid.search, args.out)  # an unreachable database is refused before any work
+        # an unreachable database, or a SQLite file outside OUT not allowed, is refused before any work
+        check_storage(grid.search, args.out, allow_outside=args.allow_outside)
     cluster = None
     if args.scheduler is not None or args.workers is not None:
         from sweep.runner.cluster import ClusterOptions
@@ -255,7 +268,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from sweep.runner import run_grid
     from sweep.runner.progress import enable_compile_cache
 
-    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None,
+                allow_outside=args.allow_outside)
     if grid.schedule is None:
         raise GridError(grid.source, "schedule", None,
                         "sweep plan needs a [schedule] table, e.g. [schedule] hourly_rps = [24 rates]; "
@@ -297,7 +311,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from sweep.grid import load
 
     catalog = load_catalog(args.catalog) if args.catalog else None
-    grid = _run_grid(args.grid, catalog) if args.grid.is_dir() else load(args.grid, catalog=catalog)
+    grid = (_run_grid(args.grid, catalog) if args.grid.is_dir()
+            else load(args.grid, catalog=catalog, allow_outside=args.allow_outside))
     print_explanation(explain(grid, point_id=args.point, filters=parse_filters(args.filters)))
     return EXIT_OK
 
@@ -341,21 +356,29 @@ def _cmd_search(args: argparse.Namespace) -> int:
     hosts); the budget is shared exactly. `sweep run` on the same folder afterwards writes
     search.parquet from the finished studies (it runs no new trial)."""
     from sweep.catalog import load_catalog
-    from sweep.errors import GridError
+    from sweep.errors import GridError, disk_full
     from sweep.grid import load
     from sweep.grid.search_table import check_storage
     from sweep.io.lock import FolderLock
     from sweep.runner.progress import enable_compile_cache
     from sweep.search import run_search
 
-    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None)
+    grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None,
+                allow_outside=args.allow_outside)
     if grid.search is None:
         raise GridError(grid.source, "search", None,
                         "sweep search needs a [search] table; use sweep run for a plain grid")
-    check_storage(grid.search, args.out)
+    check_storage(grid.search, args.out, allow_outside=args.allow_outside)
     enable_compile_cache(compile_cache_dir())
     with FolderLock(args.out, what="sweep search", shared=True):
-        result = run_search(grid, args.out)
+        try:
+            result = run_search(grid, args.out)
+        except Exception as exc:
+            full = disk_full(exc)
+            if full is None:
+                raise
+            raise ResourceError(f"{args.out}: the disk is full ({full}); the study keeps every trial it told: free "
+                                "space and rerun the worker to continue") from None
     if not args.quiet:
         for s in result.meta["studies"]:
             print(f"{s['name']}: {s['trials_run']} trials run by this worker")

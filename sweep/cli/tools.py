@@ -11,10 +11,11 @@ line, exit 2. Only `calibrate --out DIR` writes files (the catalog overlay).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sweep.errors import CatalogError, close_matches
+from sweep.errors import CatalogError, OutputError, ResourceError, close_matches, disk_full
 
 if TYPE_CHECKING:
     from sweep.models.base import Param
@@ -418,6 +419,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from sweep.grid.calibrate import calibrate, read_rows, write_overlay
 
     cat = _catalog(args)
+    _check_calibrate_outputs(args.out, args.table)  # before any work: nothing printed, nothing written
     rows = read_rows(args.profile)
     if args.table is not None:
         return _calibrate_table(args, rows)
@@ -443,10 +445,47 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             t.add_row(str(line), f.model, f.gpu, str(f.tensor_parallel), f"{m:.3f}", f"{e:.3f}", f"{r:+.3f}")
     console.print(t)
     if args.out is not None:
-        paths = write_overlay(fits, args.out, cat)
+        with _writing(args.out):
+            paths = write_overlay(fits, args.out, cat)
         console.print(f"wrote {len(paths)} calibrated GPU entries to {escape(str(args.out))}/gpus/; plan on one with "
                       f"gpu = \"{escape(fits[0].overlay_name)}\" and --catalog {escape(str(args.out))}")
     return 0
+
+
+def _check_calibrate_outputs(out: Path | None, table: Path | None) -> None:
+    """`--out` is a folder (or not there yet) holding a gpus/ folder; `--table` a file."""
+    if out is not None:
+        for p in (out, out / "gpus"):
+            if p.exists() and not p.is_dir():
+                raise OutputError(f"{p}: --out {out} must be a folder for the catalog overlay (the fits go to "
+                                  f"{out}/gpus/<gpu>-<model>-tp<g>.toml), and {p} is a file; name a folder")
+        for p in (out, *out.parents):  # the nearest part that exists must be a folder
+            if p.exists():
+                if not p.is_dir():
+                    raise OutputError(f"{p}: --out {out} lies under a file; name a folder")
+                break
+    if table is not None:
+        if table.exists() and not table.is_file():
+            raise OutputError(f"{table}: --table must name a file to write the efficiency table to, and this is not "
+                              "a regular file (a folder?); e.g. --table my-efficiency.toml")
+        for p in table.parents:
+            if p.exists():
+                if not p.is_dir():
+                    raise OutputError(f"{p}: --table {table} lies under a file; name a file in a folder")
+                break
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """`with _writing(path):` one line for a write that fails: a full disk (exit 1) or any
+    other refusal (exit 2)."""
+    try:
+        yield
+    except OSError as exc:
+        where = exc.filename or path
+        if disk_full(exc):
+            raise ResourceError(f"{where}: the disk is full ({exc.strerror}); free space and rerun") from None
+        raise OutputError(f"{where}: cannot be written ({exc.strerror})") from None
 
 
 def _calibrate_table(args: argparse.Namespace, rows: list) -> int:
@@ -476,8 +515,9 @@ def _calibrate_table(args: argparse.Namespace, rows: list) -> int:
     console.print(t)
     share = [sum(abs(e / r.measured_ms - 1) <= 0.2 for r, e in zip(rows, est)) for est in (before, after)]
     console.print(f"within 20%: {share[0]} of {len(rows)} at the defaults, {share[1]} with the table")
-    args.table.parent.mkdir(parents=True, exist_ok=True)
-    args.table.write_text(text, encoding="utf-8")
+    with _writing(args.table):
+        args.table.parent.mkdir(parents=True, exist_ok=True)
+        args.table.write_text(text, encoding="utf-8")
     console.print(f"wrote {escape(str(args.table))}")
     return 0
 

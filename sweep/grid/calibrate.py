@@ -53,6 +53,8 @@ import numpy as np
 from sweep.catalog import Catalog, Gpu, Model, packaged_catalog
 from sweep.errors import CatalogError, ProfileError
 from sweep.errors import profile_error as _err
+from sweep.grid.files import InputFileError, n_cells
+from sweep.grid.files import read_text as _read_text
 from sweep.models.base import Domain
 from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
 from sweep.models.shared import roofline as rl
@@ -113,17 +115,17 @@ def parse_rows(text: str, source: str = "<profile>") -> list[StepRow]:
     head_line = lines[0][0]
     for col in REQUIRED:
         if col not in header:
-            raise _err(source, f"row {head_line} (header)", lines[0][1].strip(),
+            raise _err(source, f"row {head_line} (header)", n_cells(len(header)),
                        f"the header must name column {col!r}; required: {', '.join(REQUIRED)}")
     out = []
-    for (line_no, raw), cells in zip(lines[1:], rows[1:]):
+    for (line_no, _), cells in zip(lines[1:], rows[1:]):
         if len(cells) != len(header):
-            raise _err(source, f"row {line_no}", raw.strip(),
+            raise _err(source, f"row {line_no}", n_cells(len(cells)),
                        f"has {len(cells)} cells, the header has {len(header)}")
         cell = dict(zip(header, (c.strip() for c in cells)))
         out.append(_row(cell, source, line_no))
     if not out:
-        raise _err(source, f"row {head_line} (header)", lines[0][1].strip(),
+        raise _err(source, f"row {head_line} (header)", n_cells(len(header)),
                    "has no data rows; give one row per measured step")
     return out
 
@@ -189,10 +191,9 @@ def read_rows(path: str | Path) -> list[StepRow]:
     """Read and check a profile CSV (module docstring)."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise _err(source, "<file>", source, f"cannot be read ({reason})") from None
+        text = _read_text(path)
+    except InputFileError as exc:
+        raise _err(source, "<file>", source, exc.reason) from None
     return parse_rows(text, source)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sweep.errors import ProfileError
 from sweep.grid import profile, step_fit
+from sweep.grid.files import n_cells
 from sweep.grid.profile import Fit
 from sweep.grid.step_fit import REQUEST_COLUMNS, STEP_COLUMNS, StepFit
 
@@ -47,7 +48,7 @@ def detect(text: str, source: str, kind: str | None = None) -> str:
     wanted = " or ".join(repr(",".join(SHAPES[s])) for s in allowed)
     if found is None:
         raise ProfileError(f"{source}: row 1 (header) = '': the file is empty; expected a header {wanted} and rows")
-    shown = ",".join(found[0])
+    shown = n_cells(len(found[0]))  # the header's size, never its text (the file may not be a profile at all)
     other = [s for s in SHAPES if s not in allowed and _names(s, header)]
     if other:
         family = "the dynamic batcher" if other[0] == "service" else "continuous serving"

@@ -17,12 +17,13 @@ import hashlib
 import math
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sweep.catalog import Catalog, load_catalog
 from sweep.errors import CatalogError, GridError, did_you_mean
+from sweep.grid.files import InputFileError, read_bytes, read_text, resolve_in_grid
 from sweep.grid.schedule import ScheduleSpec, check_schedule_replicas, parse_schedule
 from sweep.grid.search_table import (
     check_search_space,
@@ -65,26 +66,33 @@ def _grid_key(key: str) -> str:
 # --------------------------------------------------------------------------- stage 1: read
 
 
-def load(path: str | Path, catalog: Catalog | None = None) -> GridSpec:
-    """Read, validate and build a grid file. Raises `GridError` (one line) on any problem."""
+def load(path: str | Path, catalog: Catalog | None = None, *,
+         allow_outside: Sequence[str | Path] = ()) -> GridSpec:
+    """Read, validate and build a grid file. Raises `GridError` (one line) on any problem.
+
+    The files the grid names (trace, profile) must lie in its folder, symlinks followed, or
+    under a folder of `allow_outside` (`sweep.grid.files`)."""
     path = Path(path)
     source = str(path)
     try:
-        raw_bytes = path.read_bytes()
-    except OSError as exc:
-        raise GridError(source, "<file>", source, f"cannot be read ({exc.strerror})") from None
+        raw_bytes = read_bytes(path)  # a regular file: a FIFO or a folder is refused before it is opened
+    except InputFileError as exc:
+        raise GridError(source, "<file>", source, exc.reason) from None
     text = raw_bytes.decode("utf-8", errors="replace")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise GridError(source, "<toml>", "", f"is not valid TOML: {exc}") from None
-    return build(doc, source=source, text=text, catalog=catalog)
+    return build(doc, source=source, text=text, catalog=catalog, allow_outside=allow_outside)
 
 
 def build(
-    doc: Mapping[str, Any], *, source: str, text: str = "", catalog: Catalog | None = None
+    doc: Mapping[str, Any], *, source: str, text: str = "", catalog: Catalog | None = None,
+    allow_outside: Sequence[str | Path] = (),
 ) -> GridSpec:
-    """Validate a parsed grid document and build the spec (stages 2-5)."""
+    """Validate a parsed grid document and build the spec (stages 2-5). Relative paths in it
+    resolve against `source`'s folder (the working folder for a `source` like "<dict>") and
+    must stay there or under a folder of `allow_outside`."""
     _check_top_level(doc, source)
     name = _check_name(doc, source)
     options = _build_options(doc.get("options", {}), source)
@@ -94,16 +102,16 @@ def build(
         raise GridError(source, "grid", grid, "a [grid] table is required")
     schedule = None
     if "schedule" in doc:
-        schedule = parse_schedule(doc["schedule"], source)
+        schedule = parse_schedule(doc["schedule"], source, allow_outside)
         grid = _with_schedule_rates(grid, schedule, source)
     _check_supported_tables(doc, model, source)
     values = _normalise_grid(grid, model, source)
     search = parse_search(doc["search"], source, model) if "search" in doc else None
     if search is not None:
         values = fill_searched(search, values)
-    simulation = _build_simulation(doc.get("simulation"), options, source)
+    simulation = _build_simulation(doc.get("simulation"), options, source, allow_outside)
     output = _build_output(doc.get("output", {}), model, source)
-    fit = _fit_profile(doc.get("profile"), values, source, model) if "profile" in doc else None
+    fit = _fit_profile(doc.get("profile"), values, source, model, allow_outside) if "profile" in doc else None
     values, facts = model.fill(values, _grid_key, source)
     service_source = "fitted" if fit is not None else facts.pop("service_source")
     model.check(values, options, _grid_key, source)
@@ -156,7 +164,8 @@ def _with_schedule_rates(grid: Mapping[str, Any], schedule: ScheduleSpec, source
 # --------------------------------------------------------------------------- stage 2: shape
 
 
-def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: ServingModel) -> dict[str, Any]:
+def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: ServingModel,
+                 allow_outside: Sequence[str | Path] = ()) -> dict[str, Any]:
     """`[profile] file = "x.csv"` (relative to the grid file): fit the model's service-time
     coefficients (`sweep.grid.fit`: T_fixed and t_req for the dynamic batcher, t_fixed,
     t_token and t_ctx for continuous serving) and put them in `values` as scalar axes.
@@ -181,9 +190,7 @@ def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: Ser
         if key in values:
             raise GridError(source, f"grid.{key}", values[key][0],
                             "[profile] gives the service times; drop it or the profile, not both")
-    path = Path(file)
-    if not path.is_absolute():
-        path = Path(source).parent / path
+    path = resolve_in_grid(file, source, "profile.file", allow_outside)
     fit = fit_file(path, kind)  # its coefficients lie in their [grid] domains, or it raises
     for key, value in fit.grid_values().items():
         values[key] = [value]
@@ -288,7 +295,8 @@ def _check_supported_tables(doc: Mapping[str, Any], model: ServingModel, source:
                             "columns; remove the table")
 
 
-def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOptions | None:
+def _build_simulation(raw: Any, options: Options, source: str,
+                      allow_outside: Sequence[str | Path] = ()) -> SimulationOptions | None:
     """`[simulation]` -> SimulationOptions; None when the grid does not simulate."""
     if raw is None:
         return SimulationOptions() if options.latency_model == "simulated" else None
@@ -317,22 +325,23 @@ def _build_simulation(raw: Any, options: Options, source: str) -> SimulationOpti
         raise GridError(source, "simulation.n_requests", sim.n_requests,
                         "must be <= 5,000,000 (memory per simulated scenario)")
     if "trace" in raw:
-        times = _read_trace(raw["trace"], source, sim.warmup)
+        times = _read_trace(raw["trace"], source, sim.warmup, allow_outside)
         sim = SimulationOptions(**values, trace=str(raw["trace"]), trace_times=times)
     return sim
 
 
-def _read_trace(path_value: Any, source: str, warmup: int) -> tuple[float, ...]:
+def _read_trace(path_value: Any, source: str, warmup: int,
+                allow_outside: Sequence[str | Path] = ()) -> tuple[float, ...]:
     """An arrival-time trace: one time in seconds per line (a header line and `#` comments
     allowed), sorted ascending, finite, >= 0, longer than the warm-up."""
     if not isinstance(path_value, str):
         raise GridError(source, "simulation.trace", path_value,
                         'must be a path relative to the grid file, e.g. trace = "traces/monday.csv"')
-    path = Path(source).parent / path_value
+    path = resolve_in_grid(path_value, source, "simulation.trace", allow_outside)
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise GridError(source, "simulation.trace", path_value, f"cannot be read ({exc.strerror})") from None
+        lines = read_text(path).splitlines()
+    except InputFileError as exc:
+        raise GridError(source, "simulation.trace", path_value, exc.reason) from None
     times: list[float] = []
     for n, line in enumerate(lines, 1):
         text = line.split("#", 1)[0].strip().split(",", 1)[0].strip()
@@ -344,7 +353,7 @@ def _read_trace(path_value: Any, source: str, warmup: int) -> tuple[float, ...]:
             if not times and n == 1:
                 continue  # a header
             raise GridError(source, "simulation.trace", f"{path_value}:{n}",
-                            f"{text!r} is not a time in seconds") from None
+                            "is not a time in seconds (a number on each line)") from None
         if not math.isfinite(t) or t < 0:
             raise GridError(source, "simulation.trace", f"{path_value}:{n}", f"{t} must be a finite time >= 0 s")
         if times and t < times[-1]:

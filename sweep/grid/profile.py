@@ -37,6 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from sweep.errors import profile_error as _err
+from sweep.grid.files import InputFileError, n_cells
+from sweep.grid.files import read_text as _read_text
 from sweep.models.dynamic.model import DOMAINS, MIN_T_SVC_MS
 
 COLUMNS = ("batch_size", "latency_ms")
@@ -270,7 +272,7 @@ def parse_profile(text: str, source: str = "<profile>") -> tuple[list[tuple[str,
             header = cells
             for col in COLUMNS:
                 if col not in header:
-                    raise _err(source, f"row {line_no} (header)", line.strip(),
+                    raise _err(source, f"row {line_no} (header)", n_cells(len(cells)),
                                f"the header must name column {col!r}; expected e.g. 'batch_size,latency_ms'")
             dup = [c for c in COLUMNS if header.count(c) > 1]
             if dup:
@@ -278,7 +280,7 @@ def parse_profile(text: str, source: str = "<profile>") -> tuple[list[tuple[str,
             ib, iy = header.index("batch_size"), header.index("latency_ms")
             continue
         if len(cells) != len(header):
-            raise _err(source, f"row {line_no}", line.strip(),
+            raise _err(source, f"row {line_no}", n_cells(len(cells)),
                        f"has {len(cells)} cells, the header has {len(header)}")
         rows.append((cells[ib], cells[iy]))
         numbers.append(line_no)
@@ -291,10 +293,9 @@ def parse_profile(text: str, source: str = "<profile>") -> tuple[list[tuple[str,
 def read_profile(path: str | Path) -> tuple[list[tuple[str, str]], list[int]]:
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise _err(source, "<file>", source, f"cannot be read ({reason})") from None
+        text = _read_text(path)
+    except InputFileError as exc:
+        raise _err(source, "<file>", source, exc.reason) from None
     return parse_profile(text, source)
 
 

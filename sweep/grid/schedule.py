@@ -16,7 +16,8 @@ timestamps in seconds since the Unix epoch (UTC) or since any midnight; a header
 `#` comments are allowed. Hour `floor(t / 3600)` goes to hour of day `mod 24` (or hour of
 week, Monday 00:00 first, for `period = "week"`); an hour's rate is the requests binned to
 it divided by 3600 s times the number of times that hour of the period occurs in the trace's
-whole-hour span (so hours without requests count as zero traffic).
+whole-hour span (so hours without requests count as zero traffic). The span is at most
+`MAX_TRACE_HOURS` (ten years); the file lies beside the grid (`sweep.grid.files`).
 
 The profile's distinct positive rates become the grid's `arrival_rps` axis (the table
 replaces `[grid] arrival_rps`), so the run evaluates the model at every hourly rate with
@@ -26,12 +27,13 @@ the same kernels; the planner (`sweep.decide.schedule`) then reads each rate's r
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweep.errors import GridError, did_you_mean
+from sweep.grid.files import InputFileError, read_text, resolve_in_grid
 
 if TYPE_CHECKING:
     from sweep.models.base import ServingModel
@@ -41,6 +43,11 @@ PERIODS = {"day": 24, "week": 168}
 #: The hourly rates accepted besides 0 (the `arrival_rps` domain).
 MIN_RPS, MAX_RPS = 1e-6, 1e9
 _EXAMPLE = "hourly_rps = [40.0, 35.0, ...] (24 values)"
+#: The longest span a trace may cover, first request to last: ten years of hours (3,660
+#: days, leap days included). A planner's profile needs weeks to a year or two of history;
+#: binning walks every hour of the span, so a mistaken unit (milliseconds read as seconds
+#: is a factor 1000) or a stray timestamp would otherwise cost minutes to days.
+MAX_TRACE_HOURS = 3660 * 24
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,9 @@ class ScheduleSpec:
         return self.hours // 24
 
 
-def parse_schedule(raw: Any, source: str) -> ScheduleSpec:
-    """Check every key of `[schedule]` and build the spec; a `GridError` names the first problem."""
+def parse_schedule(raw: Any, source: str, allow_outside: Sequence[str | Path] = ()) -> ScheduleSpec:
+    """Check every key of `[schedule]` and build the spec; a `GridError` names the first problem.
+    A trace may lie outside the grid's folder only under a folder of `allow_outside`."""
     if not isinstance(raw, Mapping):
         raise GridError(source, "schedule", raw, f"must be a table, e.g. [schedule] {_EXAMPLE}")
     for k in raw:
@@ -91,7 +99,7 @@ def parse_schedule(raw: Any, source: str) -> ScheduleSpec:
         period = raw.get("period", "day")
         if period not in PERIODS:
             raise GridError(source, "schedule.period", period, 'must be "day" or "week", e.g. period = "day"')
-        hourly = bin_trace(raw["trace"], source, PERIODS[period])
+        hourly = bin_trace(raw["trace"], source, PERIODS[period], allow_outside)
         label = str(raw["trace"])
     ramp = raw.get("ramp")
     if ramp is not None and (isinstance(ramp, bool) or not isinstance(ramp, int) or ramp < 1):
@@ -167,19 +175,18 @@ def _check_positive(hourly: list[float], source: str, key: str) -> None:
         raise GridError(source, key, "all 0", "needs at least one hour with traffic (a rate > 0)")
 
 
-def bin_trace(path_value: Any, source: str, hours: int) -> tuple[float, ...]:
-    """A request trace -> the mean rate of each hour of a day (`hours` 24) or week (168)."""
+def bin_trace(path_value: Any, source: str, hours: int, allow_outside: Sequence[str | Path] = ()) -> tuple[float, ...]:
+    """A request trace -> the mean rate of each hour of a day (`hours` 24) or week (168).
+    The file must lie in the grid's folder or one of `allow_outside` (`sweep.grid.files`)."""
     key = "schedule.trace"
     if not isinstance(path_value, str) or not path_value.strip():
         raise GridError(source, key, path_value,
                         'must be a path (string) to a CSV relative to the grid file, e.g. trace = "traces/day.csv"')
-    path = Path(path_value)
-    if not path.is_absolute():
-        path = Path(source).parent / path
+    path = resolve_in_grid(path_value, source, key, allow_outside)
     try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise GridError(source, key, path_value, f"cannot be read ({exc.strerror})") from None
+        lines = read_text(path).splitlines()
+    except InputFileError as exc:
+        raise GridError(source, key, path_value, exc.reason) from None
     counts: dict[int, float] = {}
     width: int | None = None
     for n, line in enumerate(lines, 1):
@@ -193,7 +200,7 @@ def bin_trace(path_value: Any, source: str, hours: int) -> tuple[float, ...]:
             if width is None and not counts:
                 continue  # a header line
             raise GridError(source, key, f"{path_value}:{n}",
-                            f"{text!r} is not 'timestamp' or 'timestamp,requests' (numbers)") from None
+                            "is not a line 'timestamp' or 'timestamp,requests' (numbers)") from None
         if len(values) not in (1, 2) or (width is not None and len(values) != width):
             raise GridError(source, key, f"{path_value}:{n}",
                             f"has {len(values)} fields; "
@@ -211,6 +218,13 @@ def bin_trace(path_value: Any, source: str, hours: int) -> tuple[float, ...]:
     if not counts:
         raise GridError(source, key, path_value, "has no requests; expected lines 'timestamp' or 'timestamp,requests'")
     first, last = min(counts), max(counts)
+    span = last - first + 1
+    if span > MAX_TRACE_HOURS:
+        shown = f"{span:,}" if span < 10**12 else f"{float(span):.3g}"
+        raise GridError(source, key, path_value,
+                        f"spans {shown} hours from its first request to its last; a [schedule] trace may span at most "
+                        f"{MAX_TRACE_HOURS:,} hours (3,660 days, ten years): check the timestamps' unit (seconds) "
+                        "and cut the trace to the history to plan from")
     # Hour of week: the epoch (1970-01-01) was a Thursday; Monday 1970-01-05 00:00 is hour 96.
     shift = 96 if hours == 168 else 0
     total = [0.0] * hours

@@ -30,12 +30,13 @@ from __future__ import annotations
 import math
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sweep.errors import CatalogError, GridError, StorageError, did_you_mean
+from sweep.grid.files import ALLOW_OPTION, within
 from sweep.grid.values import MAX_AXIS_VALUES, check_value
 from sweep.models import ServingModel
 
@@ -333,10 +334,14 @@ def _hide_password(url: str) -> str:
 # --------------------------------------------------------------------------- storage check
 
 
-def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = STORAGE_TIMEOUT_S) -> None:
+def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = STORAGE_TIMEOUT_S,
+                  allow_outside: Sequence[str | Path] = ()) -> None:
     """Refuse a storage that cannot be used, fast (`timeout_s`), before any work starts.
 
     sqlite/journal: the output folder (or its nearest existing parent) must be writable.
+    A SQLite URL: its database (relative to the working folder, as SQLite opens it) must lie
+    in `out_dir` or under a folder of `allow_outside` (`sweep run --allow-outside DIR`), so a
+    shared grid cannot create a database anywhere writable.
     An RDB URL: the host must accept a TCP connection, the driver must be installed, and a
     connection must open. Raises `StorageError(source, "search.storage", url, reason)`.
     """
@@ -363,7 +368,15 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
     backend = url.get_backend_name()
     if backend == "sqlite":
         db = url.database or ""
+        if db.startswith("file:"):  # a SQLite URI filename
+            db = db[len("file:"):].split("?", 1)[0]
         if db and db != ":memory:":
+            roots = [Path(out_dir).resolve(), *(Path(a).resolve() for a in allow_outside)]
+            if not within(db, roots):
+                raise StorageError(search.source, "search.storage", shown,
+                                   f"the database {Path(db).resolve()} lies outside the output folder {roots[0]}; "
+                                   f"use storage = \"sqlite\" (OUT/{STORAGE_FILES['sqlite']}), or allow its folder "
+                                   f"with {ALLOW_OPTION} DIR")
             parent = Path(db).resolve().parent
             if not parent.is_dir() or not os.access(parent, os.W_OK):
                 raise StorageError(search.source, "search.storage", shown,

@@ -56,6 +56,8 @@ from pathlib import Path
 import numpy as np
 
 from sweep.errors import profile_error as _err
+from sweep.grid.files import InputFileError, n_cells
+from sweep.grid.files import read_text as _read_text
 from sweep.models.continuous.model import DOMAINS
 
 COEFFS: tuple[str, ...] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
@@ -281,13 +283,14 @@ def parse_table(text: str, source: str, columns: Sequence[str], *,
             header = cells
             for col in columns:
                 if col not in header and col not in optional:
-                    raise _err(source, f"row {line_no} (header)", stripped,
+                    raise _err(source, f"row {line_no} (header)", n_cells(len(cells)),
                                f"the header must name column {col!r}; expected e.g. {','.join(columns)!r}")
                 if header.count(col) > 1:
                     raise _err(source, f"row {line_no} (header)", col, "column named twice")
             continue
         if len(cells) != len(header):
-            raise _err(source, f"row {line_no}", stripped, f"has {len(cells)} cells, the header has {len(header)}")
+            raise _err(source, f"row {line_no}", n_cells(len(cells)),
+                       f"has {len(cells)} cells, the header has {len(header)}")
         rows.append({c: cells[header.index(c)] if c in header else "" for c in columns})
         numbers.append(line_no)
     if header is None:
@@ -353,7 +356,6 @@ def parse_requests(text: str, source: str = "<profile>") -> StepFit:
 
 def read_text(path: str | Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise _err(str(path), "<file>", str(path), f"cannot be read ({reason})") from None
+        return _read_text(path)
+    except InputFileError as exc:
+        raise _err(str(path), "<file>", str(path), exc.reason) from None

@@ -22,7 +22,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from sweep.errors import OutputError
+from sweep._faults import fault
+from sweep.errors import OutputError, ResourceError, disk_full
 
 LOCK_FILE = ".sweep.lock"
 
@@ -59,11 +60,19 @@ class FolderLock:
                 break
             f.close()  # the holder removed the file (`remove_if_unused`) while we waited: take the new one
         if not self.shared:
-            f.seek(0)
-            f.truncate()
-            f.write(json.dumps({"pid": os.getpid(), "what": self.what, "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                "argv": sys.argv[:6]}) + "\n")
-            f.flush()
+            try:
+                f.seek(0)
+                f.truncate()
+                fault("lock:write", self.folder / LOCK_FILE)
+                f.write(json.dumps({"pid": os.getpid(), "what": self.what,
+                                    "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "argv": sys.argv[:6]}) + "\n")
+                f.flush()
+            except OSError as exc:
+                _release(f)
+                if disk_full(exc):
+                    raise ResourceError(f"{self.folder / LOCK_FILE}: the disk is full ({exc.strerror}); no output was "
+                                        "written: free space and rerun") from None
+                raise OutputError(f"{self.folder / LOCK_FILE}: cannot write the lock's note ({exc.strerror})") from None
         self._file = f
         return self
 
@@ -72,6 +81,9 @@ class FolderLock:
             self.folder.mkdir(parents=True, exist_ok=True)
             return open(self.folder / LOCK_FILE, "a+")
         except OSError as exc:
+            if disk_full(exc):
+                raise ResourceError(f"{self.folder / LOCK_FILE}: the disk is full ({exc.strerror}); no output was "
+                                    "written: free space and rerun") from None
             raise OutputError(f"{self.folder}: cannot create the output folder or its lock ({exc.strerror})") from None
 
     def remove_if_unused(self) -> None:
@@ -104,6 +116,17 @@ def _same_file(f: IO[str], path: Path) -> bool:
         return False
     mine = os.fstat(f.fileno())
     return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _release(f: IO[str]) -> None:
+    """Unlock and close, whatever the file's state (a write that failed may fail again on close)."""
+    try:
+        fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        try:
+            f.close()
+        except OSError:
+            pass
 
 
 def _holder(f: IO[str]) -> str:

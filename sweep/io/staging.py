@@ -18,6 +18,11 @@ output folder's lock (`sweep.io.lock`):
   next run (or merge) in the same folder finishes first (`recover`). There is never a
   `manifest.json` beside a mix of old and new files.
 * `--force` (`discard`) removes the staging folder: it always recovers.
+* An old entry that cannot be moved aside (a folder without write permission, which a
+  rename into another folder needs) is found before the commit point: one line, the previous
+  output complete and untouched, the sealed segments kept for the rerun. One that fails after
+  it (a race, an immutable file) is one line too; the folder then has no `manifest.json`, and
+  the same command finishes the publish once the cause is fixed.
 
 `FAULT_ENV` names a test hook: `SWEEP_FAULT=publish:N` stops the process at step N of
 publishing, as a kill would, so tests can check every crash point.
@@ -25,6 +30,7 @@ publishing, as a kill would, so tests can check every crash point.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -37,7 +43,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from sweep._faults import FAULT_ENV, InjectedCrash, fault  # noqa: F401 - re-exported for tests
-from sweep.errors import OutputError
+from sweep.errors import OutputError, disk_full
 
 STAGING_PREFIX = ".sweep-staging-"
 MANIFEST = "manifest.json"
@@ -140,6 +146,7 @@ class Staging:
             if other != self.path:  # an abandoned run of other settings: it cannot resume here
                 shutil.rmtree(other, ignore_errors=True)
         self.final = self.path / "final"
+        fault("stage:mkdir", self.final)
         self.final.mkdir(parents=True, exist_ok=True)
 
     # -- segments -----------------------------------------------------------------------
@@ -199,6 +206,7 @@ class Staging:
         write_json_atomic(self.final / MANIFEST, manifest, indent=2)
         fault("publish:1")
         entries = sorted(e.name for e in self.final.iterdir() if e.name != MANIFEST)
+        _check_movable(self.out_dir, entries)
         write_json_atomic(self.path / PUBLISH, {"entries": entries})  # the commit point
         fault("publish:2")
         _roll_forward(self.out_dir, self.path)
@@ -219,17 +227,40 @@ def _roll_forward(out_dir: Path, staging: Path) -> None:
     for i, name in enumerate(plan["entries"]):
         new, target, old = final / name, out_dir / name, staging / f".old-{name}"
         if new.exists():  # not yet moved in
-            if target.exists() or target.is_symlink():
-                if old.exists():
-                    _remove(old)
-                target.rename(old)
-            fault(f"publish:entry{i}")
-            new.rename(target)
+            try:
+                if target.exists() or target.is_symlink():
+                    if old.exists():
+                        _remove(old)
+                    fault("publish:move", target)
+                    target.rename(old)
+                fault(f"publish:entry{i}")
+                new.rename(target)
+            except OSError as exc:
+                if disk_full(exc):
+                    raise
+                raise OutputError(f"{target}: cannot be replaced by the new output ({exc.strerror}); the publish is "
+                                  f"committed in {staging.name} and the folder has no manifest.json until it is done: "
+                                  "fix the cause and rerun the same command to finish it") from None
     fault("publish:4")
     if (final / MANIFEST).exists():
         os.replace(final / MANIFEST, out_dir / MANIFEST)
     fault("publish:5")
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_movable(out_dir: Path, entries: Sequence[str]) -> None:
+    """Before the commit point: every old entry publishing replaces can be moved aside. A
+    folder needs write permission of its own to be renamed into another folder."""
+    for name in entries:
+        target = out_dir / name
+        try:
+            fault("publish:check", target)
+            if target.is_dir() and not target.is_symlink() and not os.access(target, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
+        except OSError as exc:
+            raise OutputError(f"{target}: cannot be moved aside to publish the new output ({exc.strerror}); the "
+                              "previous output is untouched and the computed work is kept: make it writable (or "
+                              "remove it) and rerun the same command") from None
 
 
 def _remove(path: Path) -> None:

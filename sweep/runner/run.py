@@ -12,7 +12,6 @@ same grid, version and settings is not run again (`force` overrides).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import platform
@@ -32,12 +31,12 @@ from sweep._version import __version__
 from sweep.decide.schedule import ROW_FACTS, schedule_table
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
-from sweep.errors import OutputError, ResourceError
+from sweep.errors import OutputError, ResourceError, disk_full
 from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
 from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
 from sweep.io.published import DamagedRunError, check_run
-from sweep.io.staging import DamagedError, Staging, file_record, recover
+from sweep.io.staging import PUBLISH, STAGING_PREFIX, DamagedError, Staging, file_record, recover
 from sweep.runner.cluster import ClusterOptions, DaskExecutor
 from sweep.runner.executors import Executor, InProcess
 from sweep.runner.memory import plan_memory
@@ -176,28 +175,33 @@ def run_grid(
         done = _finished(target, run_key, note or _quiet)
         if done is not None and not force:
             return RunResult(target, done, None, done["rows"]["actions"], done["rows"]["feasible"], skipped=True)
-        staging = Staging(target, run_key)
-        if force:
-            staging.discard()
+        staged = target / f"{STAGING_PREFIX}{run_key}"
         try:
+            staging = Staging(target, run_key)
+            if force:
+                staging.discard()
             return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor).execute()
-        except Exception as exc:
-            full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
-            if full or not _resumable(staging):
+        except Exception as exc:  # a full disk at any write: the staging, the points, the search's study, publishing
+            full = disk_full(exc)
+            where = getattr(exc, "filename", None) or target
+            if full is not None and (staged / PUBLISH).exists():  # committed: the new output is whole in the staging
+                raise ResourceError(f"{where}: the disk is full ({full}) while publishing; free space and rerun "
+                                    "the same command to finish it") from None
+            if full is not None or not _resumable(staged):
                 # nothing a rerun could resume (or the space is needed back): leave no staging,
                 # and no folder where the run created it
-                shutil.rmtree(staging.path, ignore_errors=True)
+                shutil.rmtree(staged, ignore_errors=True)
                 if created:
                     lock.remove_if_unused()
-            if full and isinstance(exc, OSError):
-                raise ResourceError(f"{target}: the disk is full ({exc.strerror}); the run's staging folder was "
+            if full is not None:
+                raise ResourceError(f"{where}: the disk is full ({full}); the run's staging folder was "
                                     "removed; free space (or use another --out) and rerun") from None
             raise
 
 
-def _resumable(staging: Staging) -> bool:
+def _resumable(staged: Path) -> bool:
     """Some segment of the staging folder is sealed: a rerun of the same command resumes from it."""
-    return any((staging.path / "segments").glob("*.json"))
+    return any((staged / "segments").glob("*.json"))
 
 
 def _quiet(message: str) -> None:
