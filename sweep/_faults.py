@@ -5,7 +5,8 @@ Publishing (`sweep.io.staging`) and searching (`sweep.search`) call `fault(name)
 step a crash could interrupt. By default the hook raises `InjectedCrash`, a BaseException
 nothing catches (in-process tests); with `SWEEP_FAULT_KILL=1` the process exits at once with
 status 137, as SIGKILL would, running no cleanup at all (subprocess tests). Unset, it costs
-one dictionary lookup.
+one dictionary lookup. `active(name)` is the same test without the stop: the caller acts
+out the fault itself (a Dask worker that cannot see the output folder).
 """
 
 from __future__ import annotations
@@ -20,18 +21,29 @@ class InjectedCrash(BaseException):
     """Raised by the test hook."""
 
 
-def fault(point: str) -> None:
-    """Stop here if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`)."""
+def active(point: str) -> bool:
+    """True if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`): the
+    caller then behaves as the fault would make it (e.g. a Dask worker that cannot see the
+    output folder, `sweep.runner.cluster`). Set in one worker process only, it makes that
+    worker faulty and leaves the others healthy."""
     wanted = os.environ.get(FAULT_ENV)
     if not wanted or not wanted.startswith(point):
-        return
+        return False
     name, _, nth = wanted.partition("@")
     if name != point:
-        return
+        return False
     _hits[point] = _hits.get(point, 0) + 1
     if _hits[point] < int(nth or 1):
-        return
+        return False
     _hits.clear()
+    return True
+
+
+def fault(point: str) -> None:
+    """Stop here if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`)."""
+    if not active(point):
+        return
+    wanted = os.environ.get(FAULT_ENV, "")
     if os.environ.get(FAULT_ENV + "_KILL") == "1":
         os._exit(137)
     raise InjectedCrash(wanted)
