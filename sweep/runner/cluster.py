@@ -18,7 +18,14 @@ sealed, seals, verifies and publishes. The workers only evaluate and write:
   seal leaves the segment unsealed: the same command computes it again.
 * Workers and client need one shared file system for the output folder (any POSIX one
   where rename is atomic: NFS, Lustre, GPFS, CephFS, a Kubernetes ReadWriteMany volume).
-  A worker that cannot see the folder fails its task with one line saying so.
+  A worker that cannot see the folder (or runs another sweep) fails its task with one line
+  saying so, and the client leaves that worker out of the run's later tasks.
+* A task that fails on one worker is submitted again, restricted to the workers that have
+  not failed it; the run stops only when every live worker has failed a task, in one line
+  naming the segment and the cause (`DaskExecutor`).
+* A worker keeps the run's evaluator across its tasks under the run's key, a digest of
+  every input (`sweep.runner.identity`): an edited catalog entry, profile or trace file,
+  or other engine code, is another key, never the old figures.
 
 `DaskExecutor` is the run's executor (`sweep.runner.executors`) on a cluster, chosen by
 `sweep.runner.run.executor_for` when a run has `ClusterOptions`. Dask is an optional
@@ -294,7 +301,9 @@ class DaskExecutor(Executor):
                             raise ResourceError(f"segment {k + 1} of {n_seg}: every worker that ran it died ({exc}); "
                                                 "rerun the same command to resume (a worker's memory limit?)") from None
                         address, who = getattr(exc, "sweep_worker", (None, "a worker"))
-                        why = f"{who}: {_one_line(exc)}"
+                        why = _one_line(exc)
+                        if who not in why:
+                            why = f"worker {who}: {why}"
                         if isinstance(exc, WorkerUnfit) and address is not None:
                             if address not in unfit:
                                 run.note(f"{why}; its tasks go to the other workers")
@@ -337,9 +346,9 @@ class DaskExecutor(Executor):
         """Every live worker failed segment `k` (or is unfit for the run): one line naming the
         segment and the cause, the error class of the cause (a full disk stays exit 1)."""
         causes = list(dict.fromkeys([*failed.values(), *unfit.values()]))
-        more = f" (and {len(causes) - 1} other cause{'s' if len(causes) > 2 else ''})" if len(causes) > 1 else ""
-        message = (f"segment {k + 1} of {n_seg}: no worker could compute it ({alive} worker{'s' if alive != 1 else ''} "
-                   f"tried or unfit): {causes[-1]}{more}")
+        workers = f"{alive} worker{'s' if alive != 1 else ''}"
+        message = (f"segment {k + 1} of {n_seg}: no worker could compute it ({workers}, each failed it or cannot do "
+                   f"the run's tasks; the last cause of {len(causes)}): {causes[-1]}")
         if isinstance(last, ResourceError):
             raise ResourceError(message)
         if isinstance(last, SweepError) or last is None:

@@ -81,17 +81,26 @@ def _file(path: Path) -> dict[str, Any]:
     return {"path": str(path), "sha256": digest}
 
 
-@functools.cache
-def engine_digest() -> str:
-    """SHA-256 over sweep's own code and packaged data (every `.py` and `.toml` under the
-    installed package, by relative path), read once per process: two processes agree on it
-    only if they run the same engine."""
+def _engine_files_digest() -> str:
     root = Path(__file__).resolve().parents[1]  # the sweep package
     h = hashlib.sha256(__version__.encode())
     for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml") and p.is_file()):
         h.update(str(path.relative_to(root)).encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()
+
+
+#: Read when this module is imported (about 20 ms), i.e. when the process loaded the run
+#: code: a long-lived worker whose files were edited afterwards keeps the digest of the code
+#: it actually runs, and so is told apart from a client that runs the edited code.
+_ENGINE = _engine_files_digest()
+
+
+def engine_digest() -> str:
+    """SHA-256 over sweep's own code and packaged data (every `.py` and `.toml` under the
+    installed package, by relative path) as they were when this process imported the
+    runner: two processes agree on it only if they run the same engine."""
+    return _ENGINE
 
 
 def run_inputs(spec: GridSpec) -> dict[str, Any]:
