@@ -37,7 +37,9 @@ wall seconds, and CPU seconds of the whole process tree (the command, its LocalC
 worker processes: `getrusage(RUSAGE_CHILDREN)`), first with an empty compilation cache
 (cold: every worker compiles; the workers of one run start together, so they compile at
 the same time and none loads what another compiled) and then again with the cache the cold
-run filled (warm: every worker loads). Not part of the default parts (`--parts 5`).
+run filled (warm: every worker loads). "1st chunk s" is the manifest's
+`first_chunk_incl_compile`: on a cluster, summed over the workers. Not part of the default
+parts (`--parts 5`).
 
     python benchmarks/cluster.py [--points 2000000] [--repeat 3] [--trials 256] [--parts 1,2,3,4] [--smoke]
     python benchmarks/cluster.py --parts 5 [--grid grids/llm-fleet.toml]
@@ -403,6 +405,9 @@ def part5(grid: Path, workers: list[int], d: Path) -> list[dict]:
                          "tasks": manifest["executor"].get("tasks", manifest["chunks"]["segments"]),
                          "chunk": manifest["chunks"]["size"],
                          "first_chunk_incl_compile_s": manifest["timings_s"]["first_chunk_incl_compile"]})
+            r = rows[-1]
+            print(f"  {r['way']:<12} {r['cache']:<6} {r['tasks']:>6} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} "
+                  f"{r['first_chunk_incl_compile_s']:>12.1f}", flush=True)
     return rows
 
 
@@ -525,12 +530,9 @@ def run4(args: argparse.Namespace, d: Path, results: dict, r2: dict) -> None:
 
 def run5(args: argparse.Namespace, workers: list[int], d: Path, results: dict) -> None:
     print(f"part 5: sweep run {args.grid.name} in process and on --workers N, cold then warm compilation cache")
+    print(f"  {'way':<12} {'cache':<6} {'tasks':>6} {'wall s':>8} {'CPU s':>8} {'1st chunk s':>12}")
     r5 = part5(args.grid, workers, d)
     results["part5"] = r5
-    print(f"  {'way':<12} {'cache':<6} {'tasks':>6} {'wall s':>8} {'CPU s':>8} {'1st chunk s':>12}")
-    for r in r5:
-        print(f"  {r['way']:<12} {r['cache']:<6} {r['tasks']:>6} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} "
-              f"{r['first_chunk_incl_compile_s']:>12.1f}")
     print(f"  ({r5[0]['points']:,} points; CPU: the command and its worker processes together)")
 
 
