@@ -380,7 +380,7 @@ def _tree_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def part5(grid: Path, workers: list[int], d: Path) -> list[dict]:
+def part5(grid: Path, workers: list[int], d: Path, states: tuple[str, ...] = ("cold", "warm")) -> list[dict]:
     """`sweep run GRID` in process and with --workers N, cold then warm (see the module
     docstring): one row per (way, cache state) with wall and CPU seconds and the tasks."""
     rows = []
@@ -389,7 +389,7 @@ def part5(grid: Path, workers: list[int], d: Path) -> list[dict]:
         cache = d / f"cache-{n}"  # each way its own cache: its cold run compiles
         env = {**os.environ, "SWEEP_CACHE_DIR": str(cache)}
         env.pop("SWEEP_CLUSTER_CACHE_DIR", None)
-        for state in ("cold", "warm"):
+        for state in states:
             out = d / f"run5-{n}"
             cmd = [sys.executable, "-m", "sweep", "run", str(grid), "--out", str(out), "--force", "--quiet"]
             if n:
@@ -531,7 +531,7 @@ def run4(args: argparse.Namespace, d: Path, results: dict, r2: dict) -> None:
 def run5(args: argparse.Namespace, workers: list[int], d: Path, results: dict) -> None:
     print(f"part 5: sweep run {args.grid.name} in process and on --workers N, cold then warm compilation cache")
     print(f"  {'way':<12} {'cache':<6} {'tasks':>6} {'wall s':>8} {'CPU s':>8} {'1st chunk s':>12}")
-    r5 = part5(args.grid, workers, d)
+    r5 = part5(args.grid, workers, d, ("cold",) if args.smoke else ("cold", "warm"))
     results["part5"] = r5
     print(f"  ({r5[0]['points']:,} points; CPU: the command and its worker processes together)")
 

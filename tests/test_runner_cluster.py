@@ -41,7 +41,7 @@ from sweep.io.staging import STAGING_PREFIX
 from sweep.runner import run_grid
 
 distributed = pytest.importorskip("distributed")
-from sweep.runner.cluster import ATTEMPTS, CACHE_ENV, CLUSTER_TASKS, ClusterOptions, DaskExecutor  # noqa: E402
+from sweep.runner.cluster import ATTEMPTS, CACHE_ENV, ClusterOptions, DaskExecutor, cluster_tasks  # noqa: E402
 
 #: 4 arrival rates x 2 replica counts x 6 batcher settings = 48 simulated points; chunks of
 #: one scenario group (12 points): 4 segments, each about a second of simulation.
@@ -385,7 +385,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "grids").glob("*.toml")))
 def test_every_shipped_grid_makes_at_least_4_tasks_per_worker(name):
     """The default cut on a cluster (the chunk and segment `run_grid` takes from the
-    executor): every shipped grid gives 2 workers at least 4 tasks each, and up to 64 workers
+    executor): every shipped grid gives 2 workers at least 4 tasks each, and up to 16 workers
     when it has the scenario groups; a grid of fewer groups makes one task per group (a group
     is the smallest task: its decisions reduce inside one chunk)."""
     from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
@@ -398,7 +398,7 @@ def test_every_shipped_grid_makes_at_least_4_tasks_per_worker(name):
     tasks = -(-g.n_points // seg)
     groups = g.n_points // g.group_size
     assert tasks >= min(groups, 4 * 2), (name, tasks, groups)
-    assert tasks >= min(groups, CLUSTER_TASKS), (name, tasks, groups)
+    assert tasks >= min(groups, cluster_tasks(g)), (name, tasks, groups)  # 64: 16 workers, 4 tasks each
     assert seg % g.group_size == 0 and ev.chunk_size <= seg
 
 

@@ -66,10 +66,15 @@ from sweep.runner.segment import SegmentWriter
 #: The most points per segment (one task) on a cluster, unless `--segment-points` says
 #: otherwise: a large grid makes more tasks than `CLUSTER_TASKS` rather than longer ones.
 CLUSTER_SEGMENT_POINTS = 1 << 20
-#: Every grid is cut into about this many tasks (whole scenario groups each; fewer when the
-#: grid has fewer groups), so that a cluster of up to 64 workers gets at least 4 tasks per
-#: worker: llm-fleet made 1 task with the old 1M-point segments, fleet-nightly 172.
-CLUSTER_TASKS = 256
+#: An analytic grid is cut into about this many tasks (whole scenario groups each; fewer when
+#: the grid has fewer groups), so that a cluster of up to 16 workers gets at least 4 tasks
+#: per worker: llm-fleet made 1 task with 1M-point segments alone. More tasks cost more than
+#: they spread: llm-fleet in 256 tasks took 67 s on 1 warm worker against 31 s in process
+#: (benchmarks/README.md, "Cluster").
+CLUSTER_TASKS = 64
+#: A simulated grid (each of its points runs a simulation: a task is seconds of work) is cut
+#: into about this many tasks.
+SIM_TASKS = 256
 ATTEMPTS = "attempts"
 #: The environment variable naming the compilation cache folder a cluster's workers share.
 CACHE_ENV = "SWEEP_CLUSTER_CACHE_DIR"
@@ -124,10 +129,15 @@ class ClusterOptions:
                               "start it (dask scheduler) or fix the address") from None
 
 
+def cluster_tasks(spec: GridSpec) -> int:
+    """About how many tasks a cluster cuts `spec` into (before the 1M-point cap)."""
+    return SIM_TASKS if spec.simulates else CLUSTER_TASKS
+
+
 def _task_groups(spec: GridSpec) -> int:
-    """Scenario groups per task: the grid's groups over about `CLUSTER_TASKS` tasks."""
+    """Scenario groups per task: the grid's groups over about `cluster_tasks` tasks."""
     groups = max(1, spec.n_points // spec.group_size)
-    return max(1, math.ceil(groups / CLUSTER_TASKS))
+    return max(1, math.ceil(groups / cluster_tasks(spec)))
 
 
 def cluster_chunk(spec: GridSpec) -> int:
@@ -138,7 +148,7 @@ def cluster_chunk(spec: GridSpec) -> int:
 
 
 def cluster_segment(spec: GridSpec, chunk: int) -> int:
-    """The default segment (one task) on a cluster, in points: about 1/`CLUSTER_TASKS` of
+    """The default segment (one task) on a cluster, in points: about 1/`cluster_tasks` of
     the grid (whole scenario groups; a grid of fewer groups makes one task per group), at
     most `CLUSTER_SEGMENT_POINTS` (so a large grid makes more tasks), at least one chunk.
     It depends on the grid only, never on how many workers there are: the same command
