@@ -289,7 +289,7 @@ class DaskExecutor(Executor):
                 if avoid:
                     alive = set(client.nthreads())
                     left = sorted(alive - avoid)
-                    if not left:
+                    if not left or len(failed_on.get(k, ())) >= 2 * len(alive):  # (failures of no known worker)
                         self._give_up(k, n_seg, failed_on.get(k, {}), unfit, len(alive), errors.get(k))
                     # loose: should every worker left die, any worker may take it (and fail it)
                     where = {"workers": left, "allow_other_workers": True}
