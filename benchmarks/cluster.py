@@ -31,7 +31,18 @@ scenario groups, 80 points, in chunks of one task's size, run a second time once
 the first run's extra time is the compilation), which a worker pays once: time = ceil(tasks / 64) x (points per
 task x cost per point + fixed cost of a task) + tasks / scheduler rate + one compilation.
 
+Part 5 runs a shipped grid as a person runs it (`sweep run GRID --out DIR --force --quiet`, a
+subprocess, the default cut into tasks) in process and with `--workers 1` and `--workers 2`:
+wall seconds, and CPU seconds of the whole process tree (the command, its LocalCluster's
+worker processes: `getrusage(RUSAGE_CHILDREN)`), first with an empty compilation cache
+(cold: every worker compiles; the workers of one run start together, so they compile at
+the same time and none loads what another compiled) and then again with the cache the cold
+run filled (warm: every worker loads). "1st chunk s" is the manifest's
+`first_chunk_incl_compile`: on a cluster, summed over the workers. Not part of the default
+parts (`--parts 5`).
+
     python benchmarks/cluster.py [--points 2000000] [--repeat 3] [--trials 256] [--parts 1,2,3,4] [--smoke]
+    python benchmarks/cluster.py --parts 5 [--grid grids/llm-fleet.toml]
 
 (``--parts``: a subset of the parts; part 4 alone takes part 2's figures from an earlier run,
 ``--tasks-per-s`` and ``--task-fixed-ms``, which it then requires.)
@@ -47,6 +58,7 @@ import json
 import logging
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -362,6 +374,43 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}\n")
 
 
+def _tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished, waited-for descendants."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def part5(grid: Path, workers: list[int], d: Path, states: tuple[str, ...] = ("cold", "warm")) -> list[dict]:
+    """`sweep run GRID` in process and with --workers N, cold then warm (see the module
+    docstring): one row per (way, cache state) with wall and CPU seconds and the tasks."""
+    rows = []
+    for n in [0, *workers]:
+        way = "in process" if n == 0 else f"{n} worker{'s' if n > 1 else ''}"
+        cache = d / f"cache-{n}"  # each way its own cache: its cold run compiles
+        env = {**os.environ, "SWEEP_CACHE_DIR": str(cache)}
+        env.pop("SWEEP_CLUSTER_CACHE_DIR", None)
+        for state in states:
+            out = d / f"run5-{n}"
+            cmd = [sys.executable, "-m", "sweep", "run", str(grid), "--out", str(out), "--force", "--quiet"]
+            if n:
+                cmd += ["--workers", str(n)]
+            c0, t0 = _tree_cpu_s(), time.perf_counter()
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200)
+            wall, cpu = time.perf_counter() - t0, _tree_cpu_s() - c0
+            if proc.returncode != 0:
+                raise RuntimeError(f"sweep run {grid} ({way}) failed: {proc.stderr.strip()[-300:]}")
+            manifest = json.loads((out / "manifest.json").read_text())
+            rows.append({"grid": grid.name, "points": manifest["rows"]["grid_points"], "way": way, "workers": n,
+                         "cache": state, "wall_s": wall, "cpu_s": cpu,
+                         "tasks": manifest["executor"].get("tasks", manifest["chunks"]["segments"]),
+                         "chunk": manifest["chunks"]["size"],
+                         "first_chunk_incl_compile_s": manifest["timings_s"]["first_chunk_incl_compile"]})
+            r = rows[-1]
+            print(f"  {r['way']:<12} {r['cache']:<6} {r['tasks']:>6} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} "
+                  f"{r['first_chunk_incl_compile_s']:>12.1f}", flush=True)
+    return rows
+
+
 def _positive(kind: type, zero: bool = False):
     def parse(text: str):
         try:
@@ -381,8 +430,8 @@ def _parts(text: str) -> set[int]:
         parts = {int(x) for x in text.split(",")}
     except ValueError:
         parts = set()
-    if not parts or not parts <= {1, 2, 3, 4}:
-        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of 1, 2, 3, 4")
+    if not parts or not parts <= {1, 2, 3, 4, 5}:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of 1, 2, 3, 4, 5")
     return parts
 
 
@@ -397,11 +446,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tasks-per-s", type=_positive(float), help="the scheduler's rate, printed by part 2")
     ap.add_argument("--task-fixed-ms", type=_positive(float, zero=True),
                     help="the fixed cost of a segment task, printed by part 2")
+    ap.add_argument("--grid", type=Path, default=HERE.parent / "grids" / "llm-fleet.toml",
+                    help="part 5's shipped grid (default grids/llm-fleet.toml)")
     ap.add_argument("--smoke", action="store_true",
                     help="a tiny run that writes nothing (the test suite's check that this script works)")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.parts = {1, 2, 3, 4}
+        args.parts = {1, 2, 3, 4, 5}
+        args.grid = HERE.parent / "grids" / "seed-gpt3.toml"
     if 4 in args.parts and not args.parts & {1, 2} and (args.tasks_per_s is None or args.task_fixed_ms is None):
         ap.error("--parts 4 without part 1 or 2 needs --tasks-per-s and --task-fixed-ms (part 2's figures)")
     from sweep.runner.progress import compile_cache
@@ -418,10 +470,13 @@ def main(argv: list[str] | None = None) -> dict:
             r2 = results.get("part2") or {"tasks_per_s": args.tasks_per_s,
                                           "segment_task_fixed_s": args.task_fixed_ms / 1e3}
             run4(args, d, results, r2)
+        if 5 in args.parts:
+            run5(args, [1] if args.smoke else [1, 2], d, results)
     if not args.smoke:
         out = HERE / "results"
         out.mkdir(exist_ok=True)
-        (out / "cluster.json").write_text(json.dumps(results, indent=2) + "\n")
+        name = "cluster.json" if args.parts != {5} else "cluster-grid.json"  # part 5 alone: its own file
+        (out / name).write_text(json.dumps(results, indent=2) + "\n")
     return results
 
 
@@ -471,6 +526,14 @@ def run4(args: argparse.Namespace, d: Path, results: dict, r2: dict) -> None:
           f"{r4['chunk']}), compilation {r4['compile_s']:.1f} s apart; {r4['study_points']:,} points = {r4['tasks']} "
           f"tasks of {r4['points_per_task']} points, {r4['task_s']:.1f} s each; on {r4['workers']} workers: about "
           f"{r4['projected_s'] / 60:.1f} min (here alone: {r4['here_alone_s'] / 3600:.1f} h)")
+
+
+def run5(args: argparse.Namespace, workers: list[int], d: Path, results: dict) -> None:
+    print(f"part 5: sweep run {args.grid.name} in process and on --workers N, cold then warm compilation cache")
+    print(f"  {'way':<12} {'cache':<6} {'tasks':>6} {'wall s':>8} {'CPU s':>8} {'1st chunk s':>12}")
+    r5 = part5(args.grid, workers, d, ("cold",) if args.smoke else ("cold", "warm"))
+    results["part5"] = r5
+    print(f"  ({r5[0]['points']:,} points; CPU: the command and its worker processes together)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ status 137, as SIGKILL would, running no cleanup at all (subprocess tests); with
 write or rename at that point would raise, naming the path it was writing (a full disk or a
 refused move, without filling a disk). Writes that can meet a full disk call it too
 (`lock:write`, `stage:mkdir`, `publish:move`). Unset, it costs one dictionary lookup.
+`active(name)` is the same test without the stop: the caller acts out the fault itself
+(a Dask worker that cannot see the output folder).
 """
 
 from __future__ import annotations
@@ -24,19 +26,30 @@ class InjectedCrash(BaseException):
     """Raised by the test hook."""
 
 
+def active(point: str) -> bool:
+    """True if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`): the
+    caller then behaves as the fault would make it (e.g. a Dask worker that cannot see the
+    output folder, `sweep.runner.cluster`). Set in one worker process only, it makes that
+    worker faulty and leaves the others healthy."""
+    wanted = os.environ.get(FAULT_ENV)
+    if not wanted or not wanted.startswith(point):
+        return False
+    name, _, nth = wanted.partition("@")
+    if name != point:
+        return False
+    _hits[point] = _hits.get(point, 0) + 1
+    if _hits[point] < int(nth or 1):
+        return False
+    _hits.clear()
+    return True
+
+
 def fault(point: str, path: str | os.PathLike[str] | None = None) -> None:
     """Stop here if `SWEEP_FAULT` names this point (and this is the N-th time, with `@N`);
     `path` is the file an injected `OSError` names."""
-    wanted = os.environ.get(FAULT_ENV)
-    if not wanted or not wanted.startswith(point):
+    if not active(point):
         return
-    name, _, nth = wanted.partition("@")
-    if name != point:
-        return
-    _hits[point] = _hits.get(point, 0) + 1
-    if _hits[point] < int(nth or 1):
-        return
-    _hits.clear()
+    wanted = os.environ.get(FAULT_ENV, "")
     code = os.environ.get(FAULT_ENV + "_ERRNO")
     if code:
         number = getattr(errno, code)

@@ -137,6 +137,9 @@ def _cluster(out, text):
     assert r4["study_points"] == 10_000 and r4["tasks"] == 250 and r4["points_per_task"] == 40
     assert r4["per_point_s"] > 0 and r4["compile_s"] >= 0 and r4["projected_s"] > 0
     assert "overhead" in text and "trials/s" in text and "64 workers" in text
+    r5 = out["part5"]  # seed-gpt3 (5 points, one scenario group: one task) in process and on 1 worker, cold
+    assert [(r["workers"], r["cache"]) for r in r5] == [(0, "cold"), (1, "cold")]
+    assert all(r["wall_s"] > 0 and r["cpu_s"] > 0 and r["tasks"] == 1 and r["points"] == 5 for r in r5)
 
 
 def _uncertainty(out, text):
@@ -188,7 +191,7 @@ def test_benchmark_smoke(path, capsys):
         CHECKS[path.stem](out, text)
 
 
-@pytest.mark.parametrize("argv", [["--parts", "4"], ["--parts", "1,5"], ["--repeat", "0"], ["--task-fixed-ms", "x"]])
+@pytest.mark.parametrize("argv", [["--parts", "4"], ["--parts", "1,6"], ["--repeat", "0"], ["--task-fixed-ms", "x"]])
 def test_cluster_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     """Part 4 alone needs part 2's figures from an earlier run: never invented ones."""
     with pytest.raises(SystemExit) as exc:

@@ -6,9 +6,17 @@ analytic grid gives exactly the rows of the in-process run, and a [schedule] gri
 schedule.parquet (planned by the client from the row facts the workers wrote); so does a
 simulated grid (the simulator runs on the workers) whose worker is SIGKILLed in the middle
 of a segment: that segment is computed again elsewhere, with nothing lost or duplicated;
-an unreachable scheduler is one line before any work. Slow:
-the `sweep run --workers 2` client itself SIGKILLed mid-run resumes with the same command,
-its log lines those of an in-process run.
+an unreachable scheduler is one line before any work. The cluster is long-lived across the
+module's runs: a catalog edited between two runs gives the new figures (the workers' cached
+evaluators are keyed by every input, not by the grid's text). One worker made unable to see
+the output folder (`SWEEP_FAULT=worker-blind` in that worker process only) costs nothing
+but a note: its tasks run on the other worker; with every worker blind the run stops with
+one line naming the cause, exit 2. The default segmentation gives every shipped grid with
+enough scenario groups at least 4 tasks per worker, and small shipped grids cut that way
+on the cluster still match their golden digests. Slow: the `sweep run --workers 2` client
+itself SIGKILLed mid-run resumes with the same command, its log lines those of an
+in-process run; with the dashboard's and scheduler's default ports taken, the JSON log of a
+`--workers` run is still JSON lines only.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from sweep.io.staging import STAGING_PREFIX
 from sweep.runner import run_grid
 
 distributed = pytest.importorskip("distributed")
-from sweep.runner.cluster import ATTEMPTS, ClusterOptions  # noqa: E402
+from sweep.runner.cluster import ATTEMPTS, CACHE_ENV, ClusterOptions, DaskExecutor, cluster_tasks  # noqa: E402
 
 #: 4 arrival rates x 2 replica counts x 6 batcher settings = 48 simulated points; chunks of
 #: one scenario group (12 points): 4 segments, each about a second of simulation.
@@ -69,10 +77,19 @@ def cluster(tmp_path_factory):
 
     from sweep.runner.progress import compile_cache
 
-    with compile_cache(str(tmp_path_factory.mktemp("jax-cache"))):
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                      silence_logs=logging.CRITICAL) as lc:
-            yield ClusterOptions(scheduler=lc.scheduler_address)
+    cache = str(tmp_path_factory.mktemp("jax-cache"))
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = cache  # the workers' cache: this one, not one beside each output folder
+    try:
+        with compile_cache(cache):
+            with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                          silence_logs=logging.CRITICAL) as lc:
+                yield ClusterOptions(scheduler=lc.scheduler_address)
+    finally:
+        if before is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = before
 
 
 def _load(tmp_path: Path, text: str, name: str = "g.toml"):
@@ -268,3 +285,180 @@ def test_the_client_killed_mid_run_resumes_with_the_same_command(tmp_path):
     for name in ("optimum.parquet", "frontier.parquet"):
         assert pq.read_table(out / name).equals(pq.read_table(clean / name))
     assert not [p for p in out.iterdir() if p.name.startswith(STAGING_PREFIX)]
+
+
+# --------------------------------------------------------------------------- identity on a long-lived cluster
+
+
+def test_a_catalog_edit_between_two_runs_on_the_same_cluster_gives_the_new_figures(cluster, tmp_path):
+    """Issue 28: the same long-lived workers, an H100 edited between two runs into two new
+    folders: the second run has the edited bandwidth and price (as in process), not the
+    figures the workers cached for the first."""
+    from test_runner_identity import ROOF, _catalog, _cost_and_latency, _load
+
+    grid = tmp_path / "roof.toml"
+    grid.write_text(ROOF)
+    run = dict(chunk_size=9, segment_points=9)  # 4 tasks: both workers build an evaluator
+    cat = _catalog(tmp_path, 3.35e12, 2.5)
+    first = run_grid(_load(grid, cat), tmp_path / "one", cluster=cluster, **run)
+    cat = _catalog(tmp_path, 1.0e12, 7.0)
+    second = run_grid(_load(grid, cat), tmp_path / "two", cluster=cluster, **run)
+    here = run_grid(_load(grid, cat), tmp_path / "here", **run)
+    assert second.manifest["run_key"] == here.manifest["run_key"] != first.manifest["run_key"]
+    assert _cost_and_latency(tmp_path / "two") == _cost_and_latency(tmp_path / "here")
+    assert _cost_and_latency(tmp_path / "two") != _cost_and_latency(tmp_path / "one")
+    same(tables(tmp_path / "here"), tables(tmp_path / "two"))
+    # a rerun into the first folder recomputes too (not "already complete")
+    assert not run_grid(_load(grid, cat), tmp_path / "one", cluster=cluster, **run).skipped
+    assert _cost_and_latency(tmp_path / "one") == _cost_and_latency(tmp_path / "here")
+
+
+# --------------------------------------------------------------------------- a bad worker
+
+
+def _blind(cluster: ClusterOptions, count: int):
+    """`SWEEP_FAULT=worker-blind` in `count` of the cluster's worker processes (the fault
+    hook of `sweep._faults`: those workers act as if the output folder were not mounted);
+    returns the addresses and a function that heals them."""
+    client = distributed.Client(cluster.scheduler, set_as_default=False)
+    workers = sorted(client.nthreads())[:count]
+    # (a lambda, pickled by value: a bound method of os.environ would set a copy's item)
+    client.run(lambda: os.environ.update(SWEEP_FAULT="worker-blind"), workers=workers)
+
+    def heal() -> None:
+        client.run(lambda: os.environ.pop("SWEEP_FAULT", None), workers=workers)
+        client.close()
+
+    return workers, heal
+
+
+def test_a_worker_that_cannot_see_the_output_folder_leaves_its_tasks_to_the_others(cluster, tmp_path):
+    g = _load(tmp_path, WINDOWED)
+    run = dict(chunk_size=64, segment_points=128)  # 11 tasks
+    here = run_grid(g, tmp_path / "here", **run)
+    notes: list[str] = []
+    _, heal = _blind(cluster, 1)
+    try:
+        there = run_grid(g, tmp_path / "there", cluster=cluster, note=notes.append, **run)
+    finally:
+        heal()
+    assert _rows_in_order(tmp_path / "there") == _rows_in_order(tmp_path / "here")
+    assert there.manifest["rows"] == here.manifest["rows"]
+    blind_notes = [n for n in notes if "cannot see" in n]
+    assert len(blind_notes) == 1 and "its tasks go to the other workers" in blind_notes[0], notes
+    executor = there.manifest["executor"]
+    assert executor["tasks"] == there.manifest["chunks"]["segments"] > 2
+    assert executor["retried"] >= 1 and executor["workers"] == 2
+    workers = {s["worker"] for s in there.manifest["segments"]}
+    assert len(workers) == 1  # every segment by the one worker that sees the folder
+    assert not [p for p in (tmp_path / "there").iterdir() if p.name.startswith(STAGING_PREFIX)]
+
+
+def test_a_run_no_worker_can_do_stops_with_one_line(cluster, tmp_path, capsys):
+    from sweep.cli import main
+
+    grid = tmp_path / "g.toml"
+    grid.write_text(WINDOWED)
+    _, heal = _blind(cluster, 2)
+    try:
+        with pytest.raises(OutputError, match=r"segment \d+ of \d+: no worker could compute it .*cannot see") as exc:
+            run_grid(spec.load(grid), tmp_path / "api", cluster=cluster, chunk_size=64, segment_points=128)
+        assert "\n" not in str(exc.value)
+        code = main(["run", str(grid), "--out", str(tmp_path / "cli"), "--scheduler", cluster.scheduler or "",
+                     "--progress", "none"])
+    finally:
+        heal()
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2
+    # one note per blind worker (as they are found), then the error: one line naming the cause
+    assert len(lines) <= 3 and all("its tasks go to the other workers" in n for n in lines[:-1]), lines
+    assert lines[-1].startswith("sweep: error: segment ") and "no worker could compute it" in lines[-1]
+    assert "cannot see" in lines[-1] and "a file system shared by the client and every worker" in lines[-1]
+    assert not (tmp_path / "cli" / "manifest.json").exists()
+
+
+# --------------------------------------------------------------------------- tasks per worker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "grids").glob("*.toml")))
+def test_every_shipped_grid_makes_at_least_4_tasks_per_worker(name):
+    """The default cut on a cluster (the chunk and segment `run_grid` takes from the
+    executor): every shipped grid gives 2 workers at least 4 tasks each, and up to 16 workers
+    when it has the scenario groups; a grid of fewer groups makes one task per group (a group
+    is the smallest task: its decisions reduce inside one chunk)."""
+    from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
+
+    g = spec.load(ROOT / "grids" / name)
+    ex = DaskExecutor(ClusterOptions(workers=2))
+    ev = Evaluator(g, ex.chunk_size(g, DEFAULT_CHUNK))
+    seg_points = ex.segment_points(g, ev.chunk_size)
+    seg = max(1, seg_points // ev.chunk_size) * ev.chunk_size  # as run_grid rounds it
+    tasks = -(-g.n_points // seg)
+    groups = g.n_points // g.group_size
+    assert tasks >= min(groups, 4 * 2), (name, tasks, groups)
+    assert tasks >= min(groups, cluster_tasks(g)), (name, tasks, groups)  # 64: 16 workers, 4 tasks each
+    assert seg % g.group_size == 0 and ev.chunk_size <= seg
+
+
+GOLDEN_ON_CLUSTER = ["grids/example.toml", "grids/diurnal.toml", "tests/golden/grids/windowed.toml"]
+
+
+@pytest.mark.toolchain  # exact bytes, as tests/test_golden.py
+@pytest.mark.parametrize("rel", GOLDEN_ON_CLUSTER)
+def test_small_grids_cut_into_cluster_tasks_match_their_golden_digests(cluster, tmp_path, rel):
+    """Outputs do not depend on the segmentation: the default cluster cut (36, 19 and 20
+    tasks here, against one segment in process) gives the golden digests of the in-process
+    runs (tests/golden/digests.json)."""
+    from test_golden import GOLDEN, run_digest
+
+    g = spec.load(ROOT / rel)
+    out = tmp_path / "run"
+    result = run_grid(g, out, cluster=cluster)
+    assert result.manifest["chunks"]["segments"] > 8
+    want = json.loads(GOLDEN.read_text())[rel]
+    got = run_digest(out)
+    moved = sorted(f"{t}.{c}" for t in set(want) | set(got) for c in set(want.get(t, {})) | set(got.get(t, {}))
+                   if want.get(t, {}).get(c) != got.get(t, {}).get(c))
+    assert not moved, f"{rel}: outputs on the cluster differ from the golden digests in {moved}"
+
+
+# --------------------------------------------------------------------------- the JSON log (slow)
+
+
+@pytest.mark.slow
+def test_the_json_log_stays_json_with_the_default_dask_ports_taken(tmp_path):
+    """Issue 28: a busy dashboard port added Dask's warning lines to the JSON log. With 8787
+    (the dashboard's default) and 8786 (the scheduler's) held by another process, every line
+    of a `--workers 2 --progress log` run's stderr is a JSON object."""
+    import socket
+
+    held = []
+    for port in (8786, 8787):
+        s = socket.socket()
+        try:
+            s.bind(("", port))
+            s.listen(1)
+            held.append(s)
+        except OSError:
+            s.close()  # already taken by someone else: taken all the same
+    try:
+        grid = tmp_path / "g.toml"
+        grid.write_text(WINDOWED)
+        proc = subprocess.run([sys.executable, "-W", "default", "-m", "sweep", "run", str(grid), "--out",
+                               str(tmp_path / "out"), "--workers", "2", "--progress", "log"],
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        for s in held:
+            s.close()
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines, "no log"
+    bad = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            bad.append(line)
+    assert not bad, bad

@@ -67,3 +67,25 @@ def test_a_damaged_shard_is_refused_and_the_merged_output_kept(tmp_path, damage,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("sweep: error: ")
     same(before, tables(split))  # the previous merged output, whole
+
+
+def test_shards_of_other_inputs_are_not_merged(tmp_path, capsys):
+    """Shard 2 computed after the H100's price was edited in a catalog folder: the same
+    grid text, other inputs (the manifests' `inputs.digest` differ): one line, exit 2."""
+    from test_runner_identity import ROOF, _catalog, _load
+
+    from sweep.cli import main
+
+    grid = tmp_path / "roof.toml"
+    grid.write_text(ROOF)
+    split = tmp_path / "split"
+    run_grid(_load(grid, _catalog(tmp_path, 3.35e12, 2.5)), split, shard=Shard(1, 2))
+    run_grid(_load(grid, _catalog(tmp_path, 3.35e12, 3.0)), split, shard=Shard(2, 2))
+    assert main(["merge", str(split), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "shard 2 ran other inputs than shard 1" in err, err
+    assert not (split / "manifest.json").exists()
+    run_grid(_load(grid, _catalog(tmp_path, 3.35e12, 3.0)), split, shard=Shard(1, 2))  # both with the edit
+    merged = merge_shards(split)
+    assert len(merged["shards"]["segments"]) == 2 and all(merged["shards"]["segments"])
+    assert merged["machines"] and "segments" not in merged

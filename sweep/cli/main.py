@@ -149,7 +149,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="run the segments as tasks on a LocalCluster of N worker processes started for the run")
     r.add_argument("--segment-points", type=int_at_least_one, default=None, metavar="N",
                    help="points per resumable segment, one task on a cluster (rounded to whole chunks; "
-                        "default 8,388,608 in process, 1,048,576 on a cluster, one chunk for a simulated grid)")
+                        "default 8,388,608 in process; on a cluster about 1/64 of the grid (1/256 simulated), "
+                        "at most 1,048,576)")
     r.set_defaults(handler=_cmd_run)
     sh = command(sub, "show", "print the answers of a finished run: decisions per scenario group, search answers, "
                               "and the per-point table of a small selection",

@@ -6,7 +6,10 @@ where segments are computed (`executors`: in process, or as tasks on a Dask clus
 phase of a run, merging shards, progress reporting. Uses the engine to evaluate,
 `sweep.decide` for the reduced outputs' rows, `sweep.io` to write.
 
-Modules import one another in one direction: run -> cluster -> executors -> segment
+`identity` says what a run's results depend on (its key: every input by content, the
+engine's code) and which machine computed each segment.
+
+Modules import one another in one direction: run -> cluster -> executors -> identity, segment
 (`tests/test_architecture.py` checks that no sweep modules import each other in a cycle).
 """
 

@@ -25,6 +25,7 @@ import numpy as np
 from sweep.engine.evaluate import Evaluator
 from sweep.grid.spec import GridSpec
 from sweep.io.staging import Staging
+from sweep.runner.identity import machine
 from sweep.runner.segment import SegmentWriter
 
 #: Points per resumable segment in process (rounded to whole chunks).
@@ -111,6 +112,7 @@ class InProcess(Executor):
 
                 seg_stats, files = run.writer.write(k, begin, end, run.staging.path, run.kept, first=done_points == 0,
                                                     on_chunk=chunk_done)
+                seg_stats["computed_by"] = machine()
                 run.staging.seal(k, seg_stats, files)
             run.add(seg_stats)
             done_points += end - begin

@@ -39,6 +39,7 @@ from sweep.io.published import DamagedRunError, check_run
 from sweep.io.staging import PUBLISH, STAGING_PREFIX, DamagedError, Staging, file_record, recover
 from sweep.runner.cluster import ClusterOptions, DaskExecutor
 from sweep.runner.executors import Executor, InProcess
+from sweep.runner.identity import isa_tag, run_inputs
 from sweep.runner.memory import plan_memory
 from sweep.runner.segment import SegmentWriter
 
@@ -165,9 +166,10 @@ def run_grid(
     if spec.schedule is not None and shard.count > 1:
         raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; "
                           "run it without --shard")
-    key = [spec.sha256, __version__, shard.index, shard.count, evaluator.chunk_size, seg]
-    if spec.schedule is not None:  # a trace file's hours are not in the grid's text
-        key.append(list(spec.schedule.hourly_rps))
+    # Every input the results depend on (grid, catalog entries, profile and trace files,
+    # the engine: `sweep.runner.identity`) and the settings that cut the run into segments.
+    inputs = run_inputs(spec)
+    key = [inputs["digest"], __version__, shard.index, shard.count, evaluator.chunk_size, seg]
     run_key = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     created = not target.exists()
     with FolderLock(target, what="sweep run", wait=wait) as lock:
@@ -180,7 +182,8 @@ def run_grid(
             staging = Staging(target, run_key)
             if force:
                 staging.discard()
-            return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor).execute()
+            return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor,
+                        inputs).execute()
         except Exception as exc:  # a full disk at any write: the staging, the points, the search's study, publishing
             full = disk_full(exc)
             where = getattr(exc, "filename", None) or target
@@ -231,8 +234,10 @@ class _Run:
     """The state of one run (a `sweep.runner.executors.SegmentRun`); `execute` does it."""
 
     def __init__(self, spec: GridSpec, ev: Evaluator, staging: Staging, shard: Shard, seg: int,
-                 run_key: str, progress: Progress | None, t0: float, note: Note, executor: Executor) -> None:
+                 run_key: str, progress: Progress | None, t0: float, note: Note, executor: Executor,
+                 inputs: dict[str, Any]) -> None:
         self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
+        self.inputs = inputs
         self.seg, self.run_key, self.progress, self.t0, self.note = seg, run_key, progress, t0, note
         self.executor = executor
         self.meta = provenance(spec)
@@ -302,6 +307,8 @@ class _Run:
         """Every sealed segment still verifies before anything is published; a damaged one
         loses its seal, so the rerun computes it again."""
         self.records: dict[str, Any] = {}
+        self.segments: list[dict[str, Any]] = []
+        self.machines: dict[str, dict[str, Any]] = {}
         for k in range(n_seg):
             seal, problem = self.staging.sealed(k)
             if seal is None:
@@ -309,9 +316,23 @@ class _Run:
                 raise DamagedError(f"{self.staging.out_dir}: segment {k + 1} of {n_seg} was damaged while the run "
                                    f"went on ({problem or 'its seal is gone'}); nothing was published; "
                                    "rerun to compute it again")
+            self._segment_record(k, seal["stats"].get("computed_by"))
             for rel, record in seal["files"].items():
                 if rel.startswith("final/"):
                     self.records[rel.removeprefix("final/")] = record
+
+    def _segment_record(self, k: int, by: dict[str, Any] | None) -> None:
+        """The manifest's record of segment `k`: its points, the host and the instruction
+        set that computed it (the full description once per machine, under `machines`)."""
+        begin = self.start + k * self.seg
+        record: dict[str, Any] = {"index": k, "points": [begin, min(begin + self.seg, self.stop)]}
+        if by:  # a segment sealed by an older sweep has no record of its machine
+            tag = isa_tag(by)
+            self.machines.setdefault(tag, {key: v for key, v in by.items() if key != "worker"})
+            record |= {"host": by.get("host"), "isa": by.get("isa"), "machine": tag}
+            if by.get("worker"):
+                record["worker"] = by["worker"]
+        self.segments.append(record)
 
     def _schedule(self, n_seg: int) -> None:
         """The replica schedule from every segment's staged row facts -> schedule.parquet."""
@@ -380,6 +401,9 @@ class _Run:
                       **({"schedule": SCHEDULE_FILE} if spec.schedule is not None else {})},
             "decisions": {"method": "exact", "row_axes": list(spec.model.row_axes),
                           "group_axes": list(spec.model.group_axes), "size": spec.model.decisions.size},
+            "inputs": self.inputs,
+            "segments": self.segments,
+            "machines": self.machines,
             "chunks": {"size": ev.chunk_size, "group_size": ev.group_size, "segments": n_seg,
                        "resumed_segments": resumed,
                        "compilations": self.executor.compilations(ev)},

@@ -46,6 +46,11 @@ def _shard_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
+def _inputs_digest(manifest: dict[str, Any]) -> str | None:
+    inputs = manifest.get("inputs")
+    return inputs.get("digest") if isinstance(inputs, dict) else None
+
+
 def merge_shards(out_dir: str | Path, *, wait: bool = False) -> dict[str, Any]:
     out_dir = Path(out_dir)
     folders = sorted((out_dir / "shards").glob("*-of-*")) if (out_dir / "shards").is_dir() else []
@@ -70,6 +75,10 @@ def merge_shards(out_dir: str | Path, *, wait: bool = False) -> dict[str, Any]:
             if m["grid"]["sha256"] != first["grid"]["sha256"] or m["sweep_version"] != first["sweep_version"]:
                 raise OutputError(f"{out_dir}/shards: shard {m['shard']['index']} "
                                   "ran another grid or sweep version; rerun it")
+            if _inputs_digest(m) != _inputs_digest(first):
+                raise OutputError(f"{out_dir}/shards: shard {m['shard']['index']} ran other inputs than shard "
+                                  f"{first['shard']['index']} (a catalog entry, profile or trace file, or sweep's "
+                                  "code changed between them; the manifests' inputs differ); rerun it with --force")
         ordered = sorted(zip(manifests, folders), key=lambda mf: mf[0]["shard"]["index"])
         staging = Staging(out_dir, "merge-" + first["grid"]["sha256"][:12])
         staging.discard()
@@ -102,13 +111,16 @@ def merge_shards(out_dir: str | Path, *, wait: bool = False) -> dict[str, Any]:
                 actions[k] = actions.get(k, 0) + v
         manifest = {
             **{k: v for k, v in first.items()
-               if k not in ("shard", "rows", "files", "chunks", "timings_s", "run_key", "checksums")},
+               if k not in ("shard", "rows", "files", "chunks", "timings_s", "run_key", "checksums", "segments",
+                            "machines")},
+            "machines": {tag: record for m in manifests for tag, record in m.get("machines", {}).items()},
             "rows": {"grid_points": first["rows"]["grid_points"], "points_mode": first["rows"]["points_mode"],
                      **rows, "actions": actions},
             "files": {"points": sorted(points), "optimum": "optimum.parquet", "frontier": "frontier.parquet"},
             "checksums": dict(sorted(checksums.items())),
             "shards": {"count": count, "folders": [str(f.relative_to(out_dir)) for _, f in ordered],
-                       "timings_s": [m["timings_s"] for m, _ in ordered]},
+                       "timings_s": [m["timings_s"] for m, _ in ordered],
+                       "segments": [m.get("segments", []) for m, _ in ordered]},
         }
         staging.publish(manifest)
     return manifest
