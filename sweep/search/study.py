@@ -81,6 +81,8 @@ RESULT_FILE = "search.parquet"
 ROUND_ATTR, ROUND_SIZE_ATTR, OWNER_ATTR = "sweep_round", "sweep_round_size", "sweep_owner"
 STUDY_CREATE_TRIES = 8
 BUDGET_LOCK_FILE = ".search.lock"
+#: How long a SQLite statement waits for another process's lock before "database is locked".
+SQLITE_TIMEOUT_S = 60.0
 CONSTRAINTS = ("slo", "stable", "rho", "memory")
 _BIG = 1e6  # constraint value standing in for +inf / NaN violations
 
@@ -669,7 +671,7 @@ def _storage(search: SearchSpec, out_dir: Path) -> Any:
     from optuna.storages import RDBStorage
 
     if url.startswith("sqlite"):
-        return _fast_sqlite(RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}))
+        return _fast_sqlite(RDBStorage(url, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}}))
     url = resolve_url(url)
     if url.startswith("postgresql"):
         return _postgres_storage(url)
@@ -923,10 +925,30 @@ def _draw(study: Any, search: SearchSpec, dists: dict[str, Any], numbers: list[i
         study.sampler = _sampler(search, number)
         study._thread_local.cached_all_trials = None  # as `ask` does: the sampler reads the latest history
         trial = optuna.trial.Trial(study, trial_id)
+        stored = set(trial._cached_frozen_trial.params)
         for k, (name, dist) in enumerate(dists.items()):
-            trial._suggest(name, dist)
+            if name in stored:
+                _redraw(study, trial, name, dist)
+            else:
+                trial._suggest(name, dist)
             fault(f"search:param{k}")
         fault(f"search:ask{j}")
+
+
+def _redraw(study: Any, trial: Any, name: str, dist: Any) -> None:
+    """Draw parameter `name` of a trial that already has it, as `Trial._suggest` would, and
+    drop the value: the seeded sampler then stands where the first draw left it, so the
+    parameters still missing get the values an uninterrupted draw gives them (a random
+    sampler draws one value a parameter, in order). The stored value stays (a database
+    keeps one value a parameter)."""
+    from optuna import pruners
+
+    if dist.single():
+        return
+    if trial._is_relative_param(name, dist):
+        return  # drawn with the others, all at once, when the trial first needed them
+    frozen = trial._get_latest_trial()
+    study.sampler.sample_independent(pruners._filter_study(study, frozen), frozen, name, dist)
 
 
 def _tell(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats,
