@@ -79,6 +79,8 @@ ENUM_CHUNK = 1 << 15
 RESULT_FILE = "search.parquet"
 #: Trial user attributes: the round a trial was asked in, that round's size, who owns it.
 ROUND_ATTR, ROUND_SIZE_ATTR, OWNER_ATTR = "sweep_round", "sweep_round_size", "sweep_owner"
+#: Study system attribute prefix: a worker of the study (one key per owner session).
+WORKER_ATTR = "sweep_worker:"
 STUDY_CREATE_TRIES = 8
 BUDGET_LOCK_FILE = ".search.lock"
 #: How long a SQLite statement waits for another process's lock before "database is locked".
@@ -317,6 +319,7 @@ class Owner:
                                      "start": _start_ticks(os.getpid()), "session": uuid.uuid4().hex}
         self._conn: Any = None
         self._engine: Any = None
+        self._dead: set[str] = set()
         engine = getattr(storage, "engine", None)
         if engine is not None and engine.dialect.name == "postgresql":
             import sqlalchemy
@@ -367,6 +370,16 @@ class Owner:
         if attr.get("pid") == self.attr["pid"] and attr.get("start") == self.attr["start"]:
             return True  # an earlier call in this process (another session)
         return _start_ticks(int(attr.get("pid", -1))) != attr.get("start")
+
+    def gone(self, attr: Any) -> bool:
+        """`orphaned`, remembered for the sessions found dead (a session id never comes back)."""
+        session = str(attr.get("session")) if isinstance(attr, dict) else ""
+        if session in self._dead:
+            return True
+        if self.orphaned(attr):
+            self._dead.add(session)
+            return True
+        return False
 
     def _lock_free(self, session: str) -> bool:
         from sqlalchemy import text
@@ -754,11 +767,17 @@ def _sampler(search: SearchSpec, number: int) -> Any:
     import optuna
 
     seed = int.from_bytes(hashlib.sha256(f"{search.seed}/{number}".encode()).digest()[:4], "little")
+    # The first `startup` trial numbers are random draws; a later one is a TPE draw once 10
+    # trials are told (Optuna's least). One worker draws a trial numbered past `startup` only
+    # after its whole first round is told, so this is TPE's usual "until `startup` trials
+    # finish"; with several workers, whose first rounds end at different times, it keeps the
+    # random draws to `startup` rather than to every trial asked before that many finish.
+    startup = max(10, min(search.batch, search.trials // 4))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, constant_liar=True,
-            n_startup_trials=max(10, min(search.batch, search.trials // 4)),
+            n_startup_trials=startup if number < startup else 10,
         )
 
 
@@ -816,12 +835,16 @@ def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvalua
     """
     search = plan.search
     dists = _distributions(search)
+    study._storage.set_study_system_attr(study._study_id, WORKER_ATTR + owner.attr["session"], owner.attr)
     while True:
         owner.check()
         with budget:
             mine = _reserve_round(study, search, owner)
         if mine is None:
             return
+        if not mine:  # `batch` trials in flight: wait for a tell
+            time.sleep(random.uniform(0.05, 0.15))
+            continue
         fault("search:reserved")
         _draw(study, search, dists, mine, owner)
         fault("search:asked")
@@ -864,10 +887,14 @@ def _reserve_round(study: Any, search: SearchSpec, owner: Owner) -> list[int] | 
         # used its places since
         rest = min(size - len(asked), search.trials - used)
         return sorted(mine + _reserve(study, round_id, size, max(0, rest), owner))
-    others = {json.dumps(t.user_attrs.get(OWNER_ATTR), sort_keys=True, default=str) for t in running}
-    n = min(-(-search.batch // (1 + len(others))), search.trials - used)
-    if n <= 0:
+    if used >= search.trials:
         return None
+    workers = [attr for key, attr in study._storage.get_study_system_attrs(study._study_id).items()
+               if key.startswith(WORKER_ATTR) and not owner.gone(attr)]
+    share = -(-search.batch // max(1, len(workers)))
+    n = min(share, search.batch - len(running), search.trials - used)
+    if n <= 0:
+        return []
     return _reserve(study, _next_round(trials), n, n, owner)
 
 
