@@ -23,8 +23,9 @@ How a search runs:
   rho <= rho_max. They are set with `Trial.set_constraint`, which Optuna 5 reads for
   `best_trial(s)` and for TPE's constrained sampling (it replaces the deprecated
   `constraints_func` of the samplers; same semantics).
-* Sampler: TPE (multivariate, constant liar for the trials of a batch asked together),
-  seeded with `seed + worker`.
+* Sampler: TPE (multivariate, constant liar for the trials in flight), seeded by (seed,
+  trial number). Workers sharing a study reserve rounds under a short lock and draw their
+  parameters in parallel (`_optimise`).
 * Storage (`storage`): `sqlite` -> `OUT/search.db` (default, one process), `journal` ->
   `OUT/search.journal` (Optuna's journal file, several processes on one host), an RDB URL
   (`postgresql://...`, workers on many machines), or `memory` (nothing kept). A rerun
@@ -413,9 +414,10 @@ def _start_ticks(pid: int) -> int | None:
 
 
 class BudgetLock:
-    """Held while a process counts a study's trials and asks its next round, so workers
-    sharing a study never ask more than the budget (and never two trials at once, which on
-    a database could give two trials one number): a file lock beside a SQLite or journal
+    """Held while a process counts a study's trials and reserves its next round (inserts
+    its trials, without parameters; the drawing happens outside), so workers sharing a
+    study never ask more than the budget (and never create two trials at once, which on a
+    database could give two trials one number): a file lock beside a SQLite or journal
     storage, a transaction-level PostgreSQL advisory lock named by the study (released
     by the server when the transaction or the connection ends, whoever dies), nothing in
     memory. `scope`: the study (any name that every worker of the study spells the same)."""
@@ -826,10 +828,11 @@ def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvalua
     with none or some of them is completed the same way, so its draw is the one an
     uninterrupted run makes. *Tell*: one kernel call evaluates the round, each trial is told.
 
-    A worker's round is its share of `batch`: `batch` over the number of workers with
-    trials in flight (itself included), so that together they have about `batch` trials in
-    flight, as one process alone has, and each round is asked with the feedback of every
-    round told before it. Alone, a worker asks rounds of `batch`, and a round cut short by a
+    Each worker registers in the study (a study system attribute per owner session). A
+    worker's round is its share of `batch`, `batch` over the live workers (itself included),
+    and the study never has more than `batch` trials in flight (a worker waits for a tell),
+    so together they draw with the feedback one process has, and each round is asked with
+    the feedback of every round told before it. Alone, a worker asks rounds of `batch`, and a round cut short by a
     crash is completed with the same seeds before any of it is told: the history, and every
     later draw, equals an uninterrupted run's.
     """
