@@ -97,10 +97,23 @@ class PostgresServer:
                   "--auth-local=trust", "-E", "UTF8", "--locale=C")
         pwfile.unlink()
         self.port = _free_port()
+        self.start()
+        return self
+
+    def start(self) -> None:
+        """Start the server (again, after `stop`: the same data, the same port)."""
+        assert self.root is not None
         opts = " ".join([f"-p {self.port}", "-c listen_addresses=127.0.0.1", f"-c unix_socket_directories={self.root}"]
                         + [f"-c {k}={v}" for k, v in self.settings.items()])
-        self._run("pg_ctl", "-D", str(data), "-l", str(self.root / "log"), "-o", opts, "-w", "-t", "60", "start")
-        return self
+        self._run("pg_ctl", "-D", str(self.root / "data"), "-l", str(self.root / "log"), "-o", opts, "-w", "-t", "60",
+                  "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server, keeping its data: `fast` ends every session and shuts down
+        cleanly (as a service stop does), `immediate` as a crash would (recent commits may
+        be lost with synchronous_commit off)."""
+        assert self.root is not None
+        self._run("pg_ctl", "-D", str(self.root / "data"), "-m", mode, "-w", "-t", "60", "stop")
 
     def __exit__(self, *exc: object) -> None:
         if self.root is None:

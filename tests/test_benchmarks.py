@@ -163,7 +163,16 @@ def _cb_accuracy(out, text):
     assert "of comparisons within target" in text and "By region" in text
 
 
-CHECKS = {"cb_accuracy": _cb_accuracy,
+def _search_workers(out, text):
+    assert [r["workers"] for r in out["rows"]] == [1, 2]
+    for r in out["rows"]:  # the budget exact, shared, and the answer compared with the exact optimum
+        assert r["trials"] == r["complete"] == 16 and 1 <= r["owners"] <= r["workers"]
+        assert r["trials_per_s"] > 0 and r["exact"] > 0 and r["value"] >= r["exact"]
+    assert set(out["table"]) == {1, 2} and all(0.0 <= t["found_exact"] <= 1.0 for t in out["table"].values())
+    assert "trials/s" in text and "exact optimum" in text and "none twice (True)" in text
+
+
+CHECKS = {"cb_accuracy": _cb_accuracy, "search_workers": _search_workers,
           "cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
           "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy,
           "efficiency_fit": _efficiency_fit, "scale": _scale, "search": _search,

@@ -3,7 +3,9 @@ rerun with the same call, continues the study, and its trials (parameters, value
 and answers equal those of an uninterrupted search with the same seed.
 
 Crashes are injected with the `SWEEP_FAULT` hook (`NAME@N`: the N-th time the point is
-reached) at every kind of point of a round: while asking, after asking, while telling.
+reached) at every kind of point of a round: while reserving its trials, while drawing their
+parameters (a trial left with none or one of two), after asking, after the kernel call,
+between a trial's constraints and its tell, while telling.
 `tests/test_cli_signals.py` does the same with real SIGKILL, SIGTERM and SIGINT.
 """
 
@@ -19,7 +21,9 @@ from sweep.search import run_search
 #: 3 rounds of 8 trials then one of 4 (28 trials): crashes in the first and later rounds.
 KW = dict(trials=28, batch=8)
 CRASHES = ["search:ask0@1", "search:ask5@1", "search:ask3@3", "search:asked@2", "search:tell0@1", "search:tell6@2",
-           "search:tell2@4", "search:asked@4"]
+           "search:tell2@4", "search:asked@4",
+           # trials reserved without their parameters, one parameter of two drawn, evaluated, half told
+           "search:reserve3@2", "search:reserved@3", "search:param0@11", "search:evaluated@2", "search:constrained1@1"]
 
 
 def _history(out, storage):

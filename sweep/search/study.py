@@ -23,8 +23,9 @@ How a search runs:
   rho <= rho_max. They are set with `Trial.set_constraint`, which Optuna 5 reads for
   `best_trial(s)` and for TPE's constrained sampling (it replaces the deprecated
   `constraints_func` of the samplers; same semantics).
-* Sampler: TPE (multivariate, constant liar for the trials of a batch asked together),
-  seeded with `seed + worker`.
+* Sampler: TPE (multivariate, constant liar for the trials in flight), seeded by (seed,
+  trial number). Workers sharing a study reserve rounds under a short lock and draw their
+  parameters in parallel (`_optimise`).
 * Storage (`storage`): `sqlite` -> `OUT/search.db` (default, one process), `journal` ->
   `OUT/search.journal` (Optuna's journal file, several processes on one host), an RDB URL
   (`postgresql://...`, workers on many machines), or `memory` (nothing kept). A rerun
@@ -60,7 +61,7 @@ from sweep._faults import fault
 from sweep.decide.tables import dictionaries as table_dictionaries
 from sweep.decide.verdict import slo_met
 from sweep.engine.evaluate import catalog_tables, evaluate_values, jit_columns
-from sweep.errors import StorageError
+from sweep.errors import StorageError, SweepError, disk_full
 from sweep.grid.search_table import (
     EXACT_LIMIT,
     STORAGE_FILES,
@@ -79,8 +80,12 @@ ENUM_CHUNK = 1 << 15
 RESULT_FILE = "search.parquet"
 #: Trial user attributes: the round a trial was asked in, that round's size, who owns it.
 ROUND_ATTR, ROUND_SIZE_ATTR, OWNER_ATTR = "sweep_round", "sweep_round_size", "sweep_owner"
+#: Study system attribute prefix: a worker of the study (one key per owner session).
+WORKER_ATTR = "sweep_worker:"
 STUDY_CREATE_TRIES = 8
 BUDGET_LOCK_FILE = ".search.lock"
+#: How long a SQLite statement waits for another process's lock before "database is locked".
+SQLITE_TIMEOUT_S = 60.0
 CONSTRAINTS = ("slo", "stable", "rho", "memory")
 _BIG = 1e6  # constraint value standing in for +inf / NaN violations
 
@@ -205,12 +210,14 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
         out_dir.mkdir(parents=True, exist_ok=True)
     plan = make_plan(spec)
     evaluator = BatchEvaluator(plan, search.batch)
-    storage = open_storage(search, out_dir)
-    owner = Owner(storage)
     rows: list[dict[str, Any]] = []
     old = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage: Any = None
+    owner: Owner | None = None
     try:
+        storage = open_storage(search, out_dir)
+        owner = Owner(storage, source=spec.source)
         for scenario in plan.studies:
             t0 = time.perf_counter()
             stats = StudyStats(study_name(plan, scenario))
@@ -222,13 +229,78 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
             rows.extend(_rows(plan, study, stats, answers, exact))
             stats.seconds = round(time.perf_counter() - t0, 4)
             plan.stats.append(stats)
+    except SweepError:
+        raise
+    except Exception as exc:
+        if disk_full(exc) is not None:
+            raise  # a full disk is a resource error (exit 1, retried by schedulers): the caller's one line
+        failure = storage_failure(exc)
+        if failure is None:
+            raise
+        raise StorageError(spec.source, "search.storage", _hide_password(search.storage), failure) from None
     finally:
         optuna.logging.set_verbosity(old)
-        owner.close()
+        _quietly(owner.close if owner is not None else None)
         engine = getattr(storage, "engine", None)
         if engine is not None:  # close the connections (SQLite then folds its WAL back in)
-            engine.dispose()
+            _quietly(engine.dispose)
     return _result(plan, rows, evaluator)
+
+
+# --------------------------------------------------------------------------- storage failures
+
+
+#: errno values that say the storage's disk failed (full, quota, read-only, I/O).
+_DISK_ERRNOS = ("ENOSPC", "EDQUOT", "EROFS", "EIO")
+
+
+def storage_failure(exc: BaseException) -> str | None:
+    """The one-line rule of a study-storage failure anywhere in `exc`'s chain (None: not
+    one): a database that stopped answering or refused a statement (SQLAlchemy, psycopg,
+    Optuna's `StorageInternalError` around them), SQLite locked past its timeout or out of
+    disk, a journal file that cannot be written. Told trials are committed one by one, so
+    the study keeps them all: the rule says to rerun."""
+    import errno
+    import sqlite3
+
+    chain: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    disk = {getattr(errno, n) for n in _DISK_ERRNOS if hasattr(errno, n)}
+    hit: BaseException | None = None
+    for e in chain:
+        module = type(e).__module__.split(".")[0]
+        if (module in ("sqlalchemy", "psycopg", "psycopg2") or isinstance(e, sqlite3.Error)
+                or type(e).__name__ == "StorageInternalError"
+                or (isinstance(e, OSError) and e.errno in disk)):
+            hit = e  # the deepest one: the driver's own words
+    if hit is None:
+        return None
+    text = str(getattr(hit, "orig", None) or hit).strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    what = f"{type(hit).__name__}: {first}" if first else type(hit).__name__
+    if len(what) > 200:
+        what = what[:197] + "..."
+    low = what.lower()
+    if "locked" in low:
+        hint = "another process held the study locked too long; rerun to continue the study"
+    elif (isinstance(hit, OSError) and hit.errno in disk) or "disk" in low or "full" in low:
+        hint = "free the disk (or make it writable) and rerun to continue the study"
+    else:
+        hint = "start the database (or fix the connection) and rerun to continue the study"
+    return f"the study storage failed during the search ({what}); every told trial is kept: {hint}"
+
+
+def _quietly(fn: Any) -> None:
+    """Run a clean-up that may fail on a broken connection; its failure adds nothing."""
+    if fn is None:
+        return
+    try:
+        fn()
+    except Exception:
+        pass
 
 
 # --------------------------------------------------------------------------- owners and the budget
@@ -244,11 +316,13 @@ class Owner:
     find a silent peer within about a minute). A trial whose owner's lock can be taken is an
     orphan on any host; elsewhere only the processes of this host can be checked."""
 
-    def __init__(self, storage: Any = None) -> None:
+    def __init__(self, storage: Any = None, source: str = "search") -> None:
+        self.source = source
         self.attr: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
                                      "start": _start_ticks(os.getpid()), "session": uuid.uuid4().hex}
         self._conn: Any = None
         self._engine: Any = None
+        self._dead: set[str] = set()
         engine = getattr(storage, "engine", None)
         if engine is not None and engine.dialect.name == "postgresql":
             import sqlalchemy
@@ -280,7 +354,7 @@ class Owner:
             self._conn.execute(text("SELECT 1"))
             self._conn.commit()
         except Exception:
-            raise StorageError("search", "search.storage", "postgresql",
+            raise StorageError(self.source, "search.storage", "postgresql",
                                "this worker lost its connection to the database, "
                                "so other workers may take its trials over; rerun it to continue the study") from None
 
@@ -299,6 +373,16 @@ class Owner:
         if attr.get("pid") == self.attr["pid"] and attr.get("start") == self.attr["start"]:
             return True  # an earlier call in this process (another session)
         return _start_ticks(int(attr.get("pid", -1))) != attr.get("start")
+
+    def gone(self, attr: Any) -> bool:
+        """`orphaned`, remembered for the sessions found dead (a session id never comes back)."""
+        session = str(attr.get("session")) if isinstance(attr, dict) else ""
+        if session in self._dead:
+            return True
+        if self.orphaned(attr):
+            self._dead.add(session)
+            return True
+        return False
 
     def _lock_free(self, session: str) -> bool:
         from sqlalchemy import text
@@ -332,9 +416,10 @@ def _start_ticks(pid: int) -> int | None:
 
 
 class BudgetLock:
-    """Held while a process counts a study's trials and asks its next round, so workers
-    sharing a study never ask more than the budget (and never two trials at once, which on
-    a database could give two trials one number): a file lock beside a SQLite or journal
+    """Held while a process counts a study's trials and reserves its next round (inserts
+    its trials, without parameters; the drawing happens outside), so workers sharing a
+    study never ask more than the budget (and never create two trials at once, which on a
+    database could give two trials one number): a file lock beside a SQLite or journal
     storage, a transaction-level PostgreSQL advisory lock named by the study (released
     by the server when the transaction or the connection ends, whoever dies), nothing in
     memory. `scope`: the study (any name that every worker of the study spells the same)."""
@@ -603,7 +688,7 @@ def _storage(search: SearchSpec, out_dir: Path) -> Any:
     from optuna.storages import RDBStorage
 
     if url.startswith("sqlite"):
-        return _fast_sqlite(RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}}))
+        return _fast_sqlite(RDBStorage(url, engine_kwargs={"connect_args": {"timeout": SQLITE_TIMEOUT_S}}))
     url = resolve_url(url)
     if url.startswith("postgresql"):
         return _postgres_storage(url)
@@ -686,11 +771,17 @@ def _sampler(search: SearchSpec, number: int) -> Any:
     import optuna
 
     seed = int.from_bytes(hashlib.sha256(f"{search.seed}/{number}".encode()).digest()[:4], "little")
+    # The first `startup` trial numbers are random draws; a later one is a TPE draw once 10
+    # trials are told (Optuna's least). One worker draws a trial numbered past `startup` only
+    # after its whole first round is told, so this is TPE's usual "until `startup` trials
+    # finish"; with several workers, whose first rounds end at different times, it keeps the
+    # random draws to `startup` rather than to every trial asked before that many finish.
+    startup = max(10, min(search.batch, search.trials // 4))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, constant_liar=True,
-            n_startup_trials=max(10, min(search.batch, search.trials // 4)),
+            n_startup_trials=startup if number < startup else 10,
         )
 
 
@@ -728,46 +819,88 @@ def _encode(plan: _Plan, params: list[dict[str, Any]]) -> dict[str, np.ndarray]:
 
 def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats,
               budget: BudgetLock, owner: Owner) -> None:
-    """Run the study to its budget, in rounds of up to `batch` trials asked together.
+    """Run the study to its budget, in rounds of trials asked together.
 
-    Under the budget lock a process either takes over the RUNNING trials a dead process left
-    (finishing the round it was asking), or reserves the next round by asking it, so the
-    trials asked never exceed the budget. Every trial records its round and the round's
-    size: a round cut short by a crash is completed with the same seeds before any of it is
-    told, so the history, and every later draw, equals an uninterrupted run's.
+    A round goes in three steps. *Reserve* (under the budget lock, a few inserts): take over
+    the RUNNING trials of a dead owner, or create the next round's trials, RUNNING, without
+    parameters, each labelled in the same insert with its round, the round's size and its
+    owner, so the trials reserved never exceed the budget and no number is given twice.
+    *Draw* (no lock: workers sample in parallel): each reserved trial without all its
+    parameters gets them from TPE seeded by (seed, trial number); a trial a dead process left
+    with none or some of them is completed the same way, so its draw is the one an
+    uninterrupted run makes. *Tell*: one kernel call evaluates the round, each trial is told.
+
+    Each worker registers in the study (a study system attribute per owner session). A
+    worker's round is its share of `batch`, `batch` over the live workers (itself included),
+    and the study never has more than `batch` trials in flight (a worker waits for a tell),
+    so together they draw with the feedback one process has, and each round is asked with
+    the feedback of every round told before it. Alone, a worker asks rounds of `batch`, and a round cut short by a
+    crash is completed with the same seeds before any of it is told: the history, and every
+    later draw, equals an uninterrupted run's.
     """
-    from optuna.trial import TrialState
-
     search = plan.search
     dists = _distributions(search)
+    study._storage.set_study_system_attr(study._study_id, WORKER_ATTR + owner.attr["session"], owner.attr)
     while True:
         owner.check()
         with budget:
-            trials = study.get_trials(deepcopy=False)
-            orphans = [t for t in trials
-                       if t.state == TrialState.RUNNING and owner.orphaned(t.user_attrs.get(OWNER_ATTR))]
-            if orphans:
-                round_id, size = _round_of(trials, orphans[0])
-                if round_id is None:  # a round of its own
-                    round_id, asked, mine = _next_round(trials), [orphans[0]], [orphans[0].number]
-                else:
-                    asked = [t for t in trials if _round_of(trials, t)[0] == round_id]
-                    mine = [t.number for t in orphans if _round_of(trials, t)[0] == round_id]
-                for number in mine:
-                    trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
-                    study._storage.set_trial_user_attr(trial_id, ROUND_ATTR, round_id)
-                    study._storage.set_trial_user_attr(trial_id, ROUND_SIZE_ATTR, size)
-                    study._storage.set_trial_user_attr(trial_id, OWNER_ATTR, owner.attr)
-                mine += _ask(study, search, dists, round_id, size, max(0, size - len(asked)), len(trials), owner)
-            else:
-                used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) for t in trials)
-                n = min(search.batch, search.trials - used)
-                if n <= 0:
-                    return
-                round_id = _next_round(trials)
-                mine = _ask(study, search, dists, round_id, n, n, len(trials), owner)
+            mine = _reserve_round(study, search, owner)
+        if mine is None:
+            return
+        if not mine:  # `batch` trials in flight: wait for a tell
+            time.sleep(random.uniform(0.05, 0.15))
+            continue
+        fault("search:reserved")
+        _draw(study, search, dists, mine, owner)
         fault("search:asked")
-        _tell(plan, study, scenario, ev, stats, sorted(mine))
+        owner.check()
+        _tell(plan, study, scenario, ev, stats, mine)
+
+
+def _reserve_round(study: Any, search: SearchSpec, owner: Owner) -> list[int] | None:
+    """Under the budget lock: the trial numbers this worker evaluates next (None: the budget
+    is used up). Orphans first (one round of them at a time, completed to its size as far
+    as the budget allows), else a new round of this worker's share of `batch`."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    dead: dict[str, bool] = {}
+
+    def orphaned(t: Any) -> bool:
+        attr = t.user_attrs.get(OWNER_ATTR)
+        key = json.dumps(attr, sort_keys=True, default=str)
+        if key not in dead:
+            dead[key] = owner.orphaned(attr)
+        return dead[key]
+
+    running = [t for t in trials if t.state == TrialState.RUNNING]
+    orphans = [t for t in running if orphaned(t)]
+    used = sum(t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) for t in trials)
+    if orphans:
+        round_id, size = _round_of(trials, orphans[0])
+        if round_id is None:  # a round of its own
+            round_id, asked, mine = _next_round(trials), [orphans[0]], [orphans[0].number]
+        else:
+            asked = [t for t in trials if _round_of(trials, t)[0] == round_id]
+            mine = [t.number for t in orphans if _round_of(trials, t)[0] == round_id]
+        for number in mine:
+            trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+            study._storage.set_trial_user_attr(trial_id, ROUND_ATTR, round_id)
+            study._storage.set_trial_user_attr(trial_id, ROUND_SIZE_ATTR, size)
+            study._storage.set_trial_user_attr(trial_id, OWNER_ATTR, owner.attr)
+        # the rest of a round whose reservation was cut short, unless other workers have
+        # used its places since
+        rest = min(size - len(asked), search.trials - used)
+        return sorted(mine + _reserve(study, round_id, size, max(0, rest), owner))
+    if used >= search.trials:
+        return None
+    workers = [attr for key, attr in study._storage.get_study_system_attrs(study._study_id).items()
+               if key.startswith(WORKER_ATTR) and not owner.gone(attr)]
+    share = -(-search.batch // max(1, len(workers)))
+    n = min(share, search.batch - len(running), search.trials - used)
+    if n <= 0:
+        return []
+    return _reserve(study, _next_round(trials), n, n, owner)
 
 
 def _next_round(trials: list[Any]) -> int:
@@ -775,9 +908,10 @@ def _next_round(trials: list[Any]) -> int:
 
 
 def _round_of(trials: list[Any], t: Any) -> tuple[int | None, int]:
-    """(round id, round size) of trial `t`. A trial without them was asked by a process that
-    died before it could label it: it belongs to the round of the trial asked just before
-    it, when that round was still being asked; else it is a round of its own."""
+    """(round id, round size) of trial `t`. A trial without them was asked by an older sweep
+    (which labelled a trial after creating it) that died before it could label it: it
+    belongs to the round of the trial asked just before it, when that round was still being
+    asked; else it is a round of its own."""
     if ROUND_ATTR in t.user_attrs:
         return t.user_attrs[ROUND_ATTR], int(t.user_attrs.get(ROUND_SIZE_ATTR, 1))
     before = [u for u in trials if u.number < t.number and ROUND_ATTR in u.user_attrs]
@@ -789,24 +923,72 @@ def _round_of(trials: list[Any], t: Any) -> tuple[int | None, int]:
     return None, 1
 
 
-def _ask(study: Any, search: SearchSpec, dists: dict[str, Any], round_id: int, size: int, n: int,
-         number: int, owner: Owner) -> list[int]:
-    """Ask `n` more trials of round `round_id` (of `size`), starting at trial `number`."""
+def _reserve(study: Any, round_id: int, size: int, n: int, owner: Owner) -> list[int]:
+    """Create `n` RUNNING trials of round `round_id` (of `size`), without parameters; each
+    insert carries the round, its size and the owner (one transaction a trial, so no trial
+    is ever unlabelled)."""
+    from datetime import datetime
+
+    from optuna.trial import FrozenTrial, TrialState
+
     numbers = []
     for j in range(n):
-        study.sampler = _sampler(search, number + j)
-        trial = study.ask(dists)
-        trial.set_user_attr(ROUND_ATTR, round_id)
-        trial.set_user_attr(ROUND_SIZE_ATTR, size)
-        trial.set_user_attr(OWNER_ATTR, owner.attr)
-        numbers.append(trial.number)
-        fault(f"search:ask{j}")
+        template = FrozenTrial(number=-1, state=TrialState.RUNNING, value=None, values=None,
+                               datetime_start=datetime.now(), datetime_complete=None, params={}, distributions={},
+                               user_attrs={ROUND_ATTR: round_id, ROUND_SIZE_ATTR: size, OWNER_ATTR: owner.attr},
+                               system_attrs={}, intermediate_values={}, trial_id=-1)
+        trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+        numbers.append(study._storage.get_trial_number_from_id(trial_id))
+        fault(f"search:reserve{j}")
     return numbers
+
+
+def _draw(study: Any, search: SearchSpec, dists: dict[str, Any], numbers: list[int], owner: Owner) -> None:
+    """Give each trial of `numbers` (in number order) the parameters it lacks, drawn by TPE
+    seeded for its number (what `study.ask(dists)` does for a trial it creates). A trial
+    that already has some keeps them: the same seed and history draw the same values."""
+    import optuna
+
+    for j, number in enumerate(numbers):
+        trial_id = study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        if dists.keys() <= study._storage.get_trial_params(trial_id).keys():
+            continue
+        owner.check()
+        study.sampler = _sampler(search, number)
+        study._thread_local.cached_all_trials = None  # as `ask` does: the sampler reads the latest history
+        trial = optuna.trial.Trial(study, trial_id)
+        stored = set(trial._cached_frozen_trial.params)
+        for k, (name, dist) in enumerate(dists.items()):
+            if name in stored:
+                _redraw(study, trial, name, dist)
+            else:
+                trial._suggest(name, dist)
+            fault(f"search:param{k}")
+        fault(f"search:ask{j}")
+
+
+def _redraw(study: Any, trial: Any, name: str, dist: Any) -> None:
+    """Draw parameter `name` of a trial that already has it, as `Trial._suggest` would, and
+    drop the value: the seeded sampler then stands where the first draw left it, so the
+    parameters still missing get the values an uninterrupted draw gives them (a random
+    sampler draws one value a parameter, in order). The stored value stays (a database
+    keeps one value a parameter)."""
+    from optuna import pruners
+
+    if dist.single():
+        return
+    if trial._is_relative_param(name, dist):
+        return  # drawn with the others, all at once, when the trial first needed them
+    frozen = trial._get_latest_trial()
+    study.sampler.sample_independent(pruners._filter_study(study, frozen), frozen, name, dist)
 
 
 def _tell(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats,
           numbers: list[int]) -> None:
-    """Evaluate the trials `numbers` in one kernel call and tell each its values and constraints."""
+    """Evaluate the trials `numbers` in one kernel call and tell each its values and
+    constraints. A trial another worker has finished meanwhile (it took this one's trials
+    over while this one was cut off from the database) is left as it is: the same
+    parameters give the same values."""
     import optuna
 
     search = plan.search
@@ -816,16 +998,28 @@ def _tell(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator,
               for n in numbers]
     out = ev.evaluate(scenario, _encode(plan, [t.params for t in trials]))
     stats.search_calls += 1
+    fault("search:evaluated")
     values = objective_matrix(out, search.objectives, plan.spec.model)
     cons, _ = constraint_values(out, plan.spec.model)
+    told = 0
     for i, frozen in enumerate(trials):
         trial = optuna.trial.Trial(study, frozen._trial_id)
-        for name in CONSTRAINTS:
-            trial.set_constraint(name, float(cons[name][i]))
-        vals = [float(x) for x in values[i]]
-        study.tell(trial, vals if len(vals) > 1 else vals[0])
+        if trial._cached_frozen_trial.state.is_finished():
+            continue
+        try:
+            # a crash may have set some already (Optuna warns on setting one twice)
+            done = trial._cached_frozen_trial.system_attrs
+            for name in CONSTRAINTS:
+                if f"constraints:{name}" not in done:
+                    trial.set_constraint(name, float(cons[name][i]))
+            fault(f"search:constrained{i}")
+            vals = [float(x) for x in values[i]]
+            study.tell(trial, vals if len(vals) > 1 else vals[0], skip_if_finished=True)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        told += 1
         fault(f"search:tell{i}")
-    stats.trials_run += len(trials)
+    stats.trials_run += told
 
 
 def _answers(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator,
