@@ -10,14 +10,24 @@ Goal (issue 11, item 7): the continuous model within 3x of the windowed kernel. 
 ``--repeats`` after a warm-up call (compile).
 
     python benchmarks/cb_points.py [--max-log2 20] [--repeats 3] [--roofline] [--tiny]
+    python benchmarks/cb_points.py --against 38967f0 [--repeats 9]
+
+``--against REV``: `cb_point` as it was at git revision REV (its module file, loaded beside
+today's against today's helpers) timed on the same inputs in the same process, the two calls
+interleaved, so that other load on the machine hits both alike; prints the ratio of
+points/s (today / REV), best and median over the repeats (issue 24's goal: >= 0.5 against
+the revision before it).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,6 +139,45 @@ def best_time(f, args, repeats: int) -> float:
     return best
 
 
+def baseline_cb_point(rev: str):
+    """`cb_point` from `sweep/models/continuous/analytic.py` at git revision `rev`."""
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:sweep/models/continuous/analytic.py"],
+                         check=True, capture_output=True, text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as fh:
+        fh.write(src)
+    spec = importlib.util.spec_from_file_location(f"_analytic_at_{rev}", fh.name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    os.unlink(fh.name)
+    return module.cb_point
+
+
+def against(rev: str, lg_list: list[int], repeats: int) -> list[dict]:
+    """Today's `cb_point` against REV's, interleaved on the same inputs (see the docstring)."""
+    now, then = jax.jit(jax.vmap(cb_point)), jax.jit(jax.vmap(baseline_cb_point(rev)))
+    print(f"| points | cb_point today (pts/s) | cb_point at {rev} (pts/s) | today / {rev}, best | median |")
+    print("|---:|---:|---:|---:|---:|")
+    rows = []
+    for lg in lg_list:
+        n = 1 << lg
+        args = cb_inputs(n)
+        jax.block_until_ready(now(*args))
+        jax.block_until_ready(then(*args))
+        t_now, t_then = [], []
+        for _ in range(repeats):
+            for f, ts in ((now, t_now), (then, t_then)):
+                t = time.perf_counter()
+                jax.block_until_ready(f(*args))
+                ts.append(time.perf_counter() - t)
+        a, b = np.array(t_now), np.array(t_then)
+        rows.append({"points": n, "now_points_per_s": n / a.min(), "then_points_per_s": n / b.min(),
+                     "ratio_best": b.min() / a.min(), "ratio_median": float(np.median(b / a))})
+        r = rows[-1]
+        print(f"| 2^{lg} | {r['now_points_per_s']:,.0f} | {r['then_points_per_s']:,.0f} | {r['ratio_best']:.3f} "
+              f"| {r['ratio_median']:.3f} |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-log2", type=int, default=16)
@@ -137,10 +186,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--roofline", action="store_true",
                     help="step times from the refined roofline (the engine's operating line) instead of given ones")
     ap.add_argument("--smoke", "--tiny", dest="tiny", action="store_true", help="2^10 points, one repeat")
+    ap.add_argument("--against", metavar="REV", help="time cb_point against its version at git revision REV")
     args = ap.parse_args(argv)
     if args.tiny:
         args.min_log2 = args.max_log2 = 10
         args.repeats = 1
+    if args.against:
+        return {"rows": against(args.against, list(range(args.min_log2, args.max_log2 + 1, 2)), args.repeats)}
     cb = jax.jit(jax.vmap(cb_point))
     print(f"# analytic points/s (jax {jax.__version__}, {jax.devices()[0].platform}, "
           f"{os.cpu_count()} CPUs visible, load {os.getloadavg()[0]:.1f}); best of {args.repeats}\n")

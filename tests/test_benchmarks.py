@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -241,3 +243,17 @@ def test_executed_ops_counts_what_the_program_computes():
     assert 4.0 <= outer <= 7.0  # 1 exp + 3 products (+ XLA's own bookkeeping of the constant)
     loop = ops(lambda x: jax.lax.while_loop(lambda y: jnp.sum(y) < 1e6, lambda y: y * 2.0, x))
     assert loop.unknown_loops == 1
+
+
+def test_cb_points_against_a_revision(capsys):
+    """`cb_points.py --against REV` loads `cb_point` from git revision REV and times it beside
+    today's: against HEAD, the module itself (or the committed version of one being edited),
+    both columns filled and the ratios finite."""
+    if shutil.which("git") is None or subprocess.run(["git", "-C", str(BENCH), "rev-parse", "HEAD"],
+                                                     capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: --against reads the baseline from git")
+    out = _load(BENCH / "cb_points.py").main(["--smoke", "--against", "HEAD"])
+    (row,) = out["rows"]
+    assert row["now_points_per_s"] > 0 and row["then_points_per_s"] > 0
+    assert np.isfinite(row["ratio_best"]) and np.isfinite(row["ratio_median"])
+    assert "at HEAD" in capsys.readouterr().out

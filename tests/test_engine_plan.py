@@ -254,8 +254,8 @@ CONTINUOUS_SMOOTH = with_grid(CONTINUOUS, arrival_rps=3.0, prompt_cv=0.5, output
 @contextlib.contextmanager
 def converged_fixed_point(iterations: int = 80):
     """The continuous model with its step-time fixed point iterated `iterations` times
-    (the engine's 12 leave a relative residual up to ~1e-6 at the 99th percentile of random
-    points): every compiled program is dropped on entry and exit."""
+    (the engine's `N_FIXED` = 8 leave a relative residual up to ~2e-4 at the 99.9th percentile of
+    random points): every compiled program is dropped on entry and exit."""
     def clear() -> None:
         jax.clear_caches()
         for f in (engine_evaluate._compiled_chunk, engine_evaluate._compiled_finish, engine_evaluate._compiled_points):
@@ -278,8 +278,9 @@ def test_continuous_derivatives_match_central_differences():
     """The derivatives (implicit-function derivative of the step-time fixed point, then
     automatic differentiation of the rest) against central differences of the model with
     its fixed point solved to convergence, for every input and SLO latency (TTFT, TPOT and
-    E2E percentiles). Central differences of the published latencies (12 iterations) agree
-    to 1e-5: they also differentiate the iteration's small residual."""
+    E2E percentiles), to 3e-5 (7.7e-6 measured: the derivative is taken at the published
+    iterate, 8 iterations, not at the limit). Central differences of the published latencies agree
+    to 1e-4 (1.5e-5 measured): they also differentiate the iteration's small residual."""
     c = cols(grid(CONTINUOUS_SMOOTH, sensitivity={}))
     assert c["stable"].all()
     lats = ("ttft_p_ms", "tpot_p_ms", "e2e_p_ms")
@@ -290,8 +291,8 @@ def test_continuous_derivatives_match_central_differences():
         for i, lat in enumerate(lats):
             d = c[f"d_{lat.removesuffix('_ms')}_d_{key}"]
             assert np.all(np.isfinite(fd[key][i])) and np.all(fd[key][i] != 0.0)
-            np.testing.assert_allclose(d, fd[key][i], rtol=1e-6, err_msg=f"{lat} {key}")
-            np.testing.assert_allclose(d, published[i], rtol=1e-5, err_msg=f"{lat} {key}")
+            np.testing.assert_allclose(d, fd[key][i], rtol=3e-5, err_msg=f"{lat} {key}")
+            np.testing.assert_allclose(d, published[i], rtol=1e-4, err_msg=f"{lat} {key}")
 
 
 def test_the_fixed_point_derivative_is_the_limit_of_the_iterations():

@@ -241,7 +241,7 @@ def derivative_values(x: Mapping[str, Array], model: ServingModel, kw: Mapping[s
                       roofline: bool) -> dict[str, Array]:
     """The derivative columns of a batch of points, `DERIVATIVE_BLOCK` points at a time,
     after the model's `presolve` over the whole batch (an iterative solve inside a block
-    would run once per block: continuous serving's fixed point, 12 iterations)."""
+    would run once per block: continuous serving's fixed point, 8 iterations)."""
     xs = dict(x)
     xs.update(jax.vmap(lambda p: model.presolve(p, **kw))(dict(x)))
     block = DERIVATIVE_BLOCK_REVERSE if model.derivative_mode == "reverse" else DERIVATIVE_BLOCK
