@@ -72,6 +72,18 @@ class PostgresServer:
                 return "running as root and there is no unprivileged 'postgres' user to run the server as"
         return None
 
+    @classmethod
+    def require(cls) -> None:
+        """Skip the test when no server can be started here, or fail it where CI demands one
+        (`SWEEP_REQUIRE_POSTGRES=1`, set by `.ci/run`)."""
+        import pytest
+
+        why = cls.missing()
+        if why is not None:
+            if os.environ.get("SWEEP_REQUIRE_POSTGRES") == "1":
+                pytest.fail(why)
+            pytest.skip(why)
+
     def _run(self, *args: str, **kw: object) -> subprocess.CompletedProcess:
         assert self.bindir is not None
         return subprocess.run([str(self.bindir / args[0]), *args[1:]], check=True, capture_output=True, text=True,

@@ -40,11 +40,7 @@ KEEP = ("trial_number", "trials", "objective_value", "batch_size", "replicas", "
 
 @pytest.fixture(scope="module")
 def pg():
-    why = PostgresServer.missing()
-    if why is not None:
-        if os.environ.get("SWEEP_REQUIRE_POSTGRES") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    PostgresServer.require()
     with PostgresServer() as server:
         before = os.environ.get("PGPASSWORD")
         os.environ["PGPASSWORD"] = server.password

@@ -12,7 +12,6 @@ to the same exact budget).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -32,11 +31,7 @@ pytest.importorskip("psycopg")
 
 @pytest.fixture(scope="module")
 def pg():
-    why = PostgresServer.missing()
-    if why is not None:
-        if os.environ.get("SWEEP_REQUIRE_POSTGRES") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    PostgresServer.require()
     with PostgresServer() as server:
         yield server
 
