@@ -102,10 +102,24 @@ def read_bytes(path: str | Path, limit: int = MAX_INPUT_BYTES) -> bytes:
         if st.st_size > limit:
             raise InputFileError(path, f"has {st.st_size:,} bytes; an input file may have at most {limit:,} "
                                        f"({limit / 2**30:g} GiB)")
+        # Read what fstat reported plus one byte, then in 1 MiB pieces only if the file grew:
+        # `read(limit + 1)` would allocate the whole limit (1 GiB) up front for a small grid file.
+        parts: list[bytes] = []
+        size = 0
+        want = st.st_size + 1
         try:
-            data = f.read(limit + 1)
+            while size <= limit:
+                part = f.read(min(want, limit + 1 - size))
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+                if len(part) < want:  # a short read of a regular file is its end
+                    break
+                want = 1 << 20
         except OSError as exc:
             raise InputFileError(path, f"cannot be read ({exc.strerror})") from None
+        data = b"".join(parts)
     if len(data) > limit:  # grew while read
         raise InputFileError(path, f"has more than {limit:,} bytes; an input file may have at most {limit:,}")
     return data
