@@ -186,7 +186,13 @@ def test_checks_name_existing_scripts():
     assert set(CHECKS) <= {p.stem for p in SCRIPTS}, "checks for a benchmark script that is gone"
 
 
-@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.stem)
+#: Smoke runs that start real processes (a Dask cluster, PostgreSQL servers, worker processes)
+#: and take 25-95 s on 2 cores: run by `pytest -m slow`, the rest by the default suite.
+SLOW_SMOKE = {"cluster", "search_workers"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_SMOKE else p
+                                  for p in SCRIPTS], ids=lambda p: p.stem)
 def test_benchmark_smoke(path, capsys):
     before = _listing()
     cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None

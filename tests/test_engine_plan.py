@@ -274,6 +274,7 @@ def converged_fixed_point(iterations: int = 80):
 CONTINUOUS_KEYS = ("arrival_rps", "t_fixed_ms", "t_token_ms", "t_ctx_ms", "prompt_tokens", "output_tokens")
 
 
+@pytest.mark.slow  # about 90 s on 2 cores: it recompiles every program with the fixed point converged
 def test_continuous_derivatives_match_central_differences():
     """The derivatives (implicit-function derivative of the step-time fixed point, then
     automatic differentiation of the rest) against central differences of the model with
@@ -379,6 +380,7 @@ def test_a_presolved_fixed_point_gives_the_same_values_and_derivatives():
             np.testing.assert_allclose(a, b, rtol=1e-10, err_msg=f"{lats[i]} {names[j]}")
 
 
+@pytest.mark.slow  # about 40 s on 2 cores
 def test_continuous_derivatives_are_finite_wherever_the_latency_is():
     """No CV (exact square roots of zero spreads), no context cost, budgets and caps that
     bind: every derivative is finite where its latency is, NULL (unbounded) where it is not;

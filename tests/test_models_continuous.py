@@ -276,6 +276,7 @@ def test_simulated_latency_model_decides_on_the_simulator(tmp_path):
         assert row.b_max_slo == sub.batch_size.max() if len(sub) else pd.isna(row.b_max_slo)
 
 
+@pytest.mark.slow  # about 40 s on 2 cores
 def test_search_over_cap_budget_gpus_and_replicas(tmp_path):
     text = GRID.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-70b"').replace(
         "arrival_rps = [2.0, 12.0]", "arrival_rps = 6.0") + """

@@ -97,7 +97,14 @@ KILLS = ["search:reserve2@2", "search:reserved@1", "search:reserved@3", "search:
 LACKING = {"search:reserve2@2", "search:reserved@1", "search:reserved@3", "search:param0@11"}
 
 
-@pytest.mark.parametrize("point", KILLS)
+def _some_slow(points: list[str], default: set[str]) -> list:
+    """The points, those outside `default` marked slow: the default suite keeps one point of each
+    kind of step (about 15 s each on 2 cores), `pytest -m slow` runs the rest."""
+    return [p if p in default else pytest.param(p, marks=pytest.mark.slow) for p in points]
+
+
+@pytest.mark.parametrize("point", _some_slow(KILLS, {"search:reserve2@2", "search:param0@11", "search:evaluated@2",
+                                                 "search:tell5@3"}))
 def test_a_worker_killed_at_any_step_leaves_a_study_the_next_run_completes(pg, clean, tmp_path, monkeypatch, point):
     url = pg.create_database(_db(point))
     _faults.reset()
@@ -138,7 +145,7 @@ def _stop_at(pg: PostgresServer, point: str, monkeypatch) -> list[bool]:
 STOPS = ["search:reserve1@2", "search:param1@5", "search:evaluated@2", "search:tell3@2"]
 
 
-@pytest.mark.parametrize("point", STOPS)
+@pytest.mark.parametrize("point", _some_slow(STOPS, {"search:reserve1@2", "search:tell3@2"}))
 def test_a_server_stopped_at_any_step_is_one_line_and_the_next_run_completes(pg, clean, tmp_path, monkeypatch,
                                                                               capsys, point):
     from sweep.cli import main
