@@ -24,12 +24,12 @@ import math
 
 import numpy as np
 import pytest
+from test_grid_step_fit import TRUE, closed_loop, step_ms
 
 from sweep.cli import main
 from sweep.errors import ProfileError
 from sweep.grid import bench_results as br
 from sweep.grid.fit import fit_text
-from test_grid_step_fit import TRUE, closed_loop, step_ms
 
 MS = 1e3
 
