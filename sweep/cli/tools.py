@@ -15,7 +15,7 @@ import contextlib
 import math
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sweep.errors import CatalogError, OutputError, ResourceError, close_matches, disk_full
+from sweep.errors import CatalogError, OutputError, ProfileError, ResourceError, close_matches, disk_full
 
 if TYPE_CHECKING:
     from sweep.models.base import Param
@@ -36,10 +36,15 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     f = command(sub, "fit", "fit service times to a profile CSV: T_svc(B) = T_fixed + t_req B "
                 "(batch_size,latency_ms), or the continuous step time t_fixed + t_token n_tok + t_ctx n_ctx "
                 "from steps (n_tokens,n_ctx,step_ms) or a serving benchmark "
-                "(concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms)",
+                "(concurrency,prompt_tokens,output_tokens,ttft_ms,tpot_ms), or from the result files of "
+                "vllm bench serve, SGLang bench_serving or GenAI-Perf",
                 ["sweep fit grids/profiles/gpt3-a100.csv",
-                 "sweep fit grids/profiles/llama-3.1-8b-h100-nim.csv   # a serving benchmark: the step time"])
-    f.add_argument("profile", type=Path, help="CSV whose header names the shape; '#' comments allowed")
+                 "sweep fit grids/profiles/llama-3.1-8b-h100-nim.csv   # a serving benchmark: the step time",
+                 "sweep fit results/vllm-4.0qps-*.json results/vllm-inf-concurrency*.json   # vllm bench serve "
+                 "--save-result files"])
+    f.add_argument("profile", type=Path, nargs="+",
+                   help="one CSV whose header names the shape ('#' comments allowed), or serving benchmark result "
+                        "files (JSON / JSONL: vllm bench serve, SGLang bench_serving, GenAI-Perf), fitted together")
     f.set_defaults(handler=cmd_fit)
 
     k = command(sub, "kv", "KV-cache memory and the largest batch that fits, one model on one GPU type",
@@ -193,15 +198,27 @@ def _catalog(args: argparse.Namespace):
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    from sweep.grid import bench_results
     from sweep.grid.fit import fit_file
-    from sweep.grid.step_fit import StepFit
+    from sweep.grid.step_fit import StepFit, read_text
 
-    fit = fit_file(args.profile)
+    paths: list[Path] = args.profile
     console = _console()
+    texts = [read_text(p) for p in paths]
+    if len(paths) > 1 or bench_results.is_result_text(texts[0]):
+        for p, text in zip(paths, texts):
+            if not bench_results.is_result_text(text):
+                raise ProfileError(f"{p}: <file> = 'not JSON': several files are fitted together only as serving "
+                                   "benchmark results (JSON); fit a CSV profile on its own")
+        runs = [run for p, text in zip(paths, texts) for run in bench_results.read_runs(text, str(p))]
+        source = str(paths[0]) if len(paths) == 1 else f"{len(paths)} result files"
+        _print_runs(console, runs)
+        return _print_step_fit(console, Path(source), bench_results.fit_runs(runs, source))
+    fit = fit_file(paths[0])
     if isinstance(fit, StepFit):
-        return _print_step_fit(console, args.profile, fit)
+        return _print_step_fit(console, paths[0], fit)
     console.print(
-        f"[bold]{args.profile}[/bold]: T_svc(B) = T_fixed + t_req B fitted to {fit.n} rows, "
+        f"[bold]{paths[0]}[/bold]: T_svc(B) = T_fixed + t_req B fitted to {fit.n} rows, "
         f"{len(fit.residuals)} batch sizes"
     )
     se = fit.se_ms
@@ -234,10 +251,24 @@ def _print_covariance(console: Any, names: tuple[str, ...], cov: Any) -> None:
     console.print(t)
 
 
+def _print_runs(console: Any, runs: Sequence[Any]) -> None:
+    """The benchmark runs read from result files: their load and the means the fit uses."""
+    t = Table(title="benchmark runs (means; open loop: running count from Little's law)", title_justify="left")
+    for name in ("run", "tool", "load", "mean running", "prompt", "output", "TTFT ms", "TPOT ms"):
+        t.add_column(name, justify="left" if name in ("run", "tool") else "right")
+    for r in runs:
+        load = f"closed, {r.concurrency:g} clients" if r.workload == "closed" else f"open, {r.rate_rps:.4g} req/s"
+        running = f"{r.mean_concurrency:.3g}" if math.isfinite(r.mean_concurrency) else "-"
+        tpot = f"{r.tpot_ms:.4g}" if math.isfinite(r.tpot_ms) else "-"
+        t.add_row(escape(r.where), r.tool, load, running, f"{r.prompt_tokens:.5g}", f"{r.output_tokens:.5g}",
+                  f"{r.ttft_ms:.4g}", tpot)
+    console.print(t)
+
+
 def _print_step_fit(console: Any, path: Path, fit: Any) -> int:
     from sweep.grid.step_fit import PIN_SE
 
-    what = "steps" if fit.shape == "step" else "benchmark rows (closed loop: TTFT and TPOT equations)"
+    what = "steps" if fit.shape == "step" else "benchmark runs (TTFT and TPOT equations)"
     console.print(f"[bold]{escape(str(path))}[/bold]: T_step = t_fixed + t_token n_tok + t_ctx n_ctx fitted to "
                   f"{fit.rows} {what}, {fit.n} equations")
     for (name, unit), value, se in zip((("t_fixed_ms", "ms"), ("t_token_ms", "ms per token"),

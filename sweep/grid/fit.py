@@ -11,6 +11,10 @@ header names the shape.
 
 A serving model's `profile_kind` says which it accepts: "service" (the dynamic batcher's
 models) or "step" (continuous serving: step or request).
+
+A file whose text is JSON is a serving benchmark's own result file (vLLM `vllm bench serve
+--save-result`, SGLang `bench_serving` JSONL, GenAI-Perf's profile export): its runs are
+request rows, closed or open loop (`sweep.grid.bench_results`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sweep.errors import ProfileError
-from sweep.grid import profile, step_fit
+from sweep.grid import bench_results, profile, step_fit
 from sweep.grid.files import n_cells
 from sweep.grid.profile import Fit
 from sweep.grid.step_fit import REQUEST_COLUMNS, STEP_COLUMNS, StepFit
@@ -70,6 +74,11 @@ def _names(shape: str, header: set[str]) -> bool:
 
 
 def fit_text(text: str, source: str = "<profile>", kind: str | None = None) -> Fit | StepFit:
+    if bench_results.is_result_text(text):
+        if kind is not None and "request" not in KINDS[kind]:
+            raise ProfileError(f"{source}: <file> = 'a serving benchmark result': it fits continuous serving's step "
+                               "time; this grid needs a service profile 'batch_size,latency_ms'")
+        return bench_results.fit_runs(bench_results.read_runs(text, source), source)
     shape = detect(text, source, kind)
     if shape == "service":
         rows, numbers = profile.parse_profile(text, source)
