@@ -95,6 +95,17 @@ def _roofline_accuracy(out, text):
     assert "baseline: the published measurements" in text
 
 
+def _load_accuracy(out, text):
+    """The smoke run's three figures (one open loop at a rate, one at rate inf, one closed
+    loop) are each predicted, positive and finite; the summary lines docs/accuracy-load.md quotes."""
+    assert out["n"] == 3 and out["n_predicted"] == 3
+    assert {r["workload"] for r in out["rows"]} == {"open", "closed"}
+    for row in out["rows"]:
+        assert np.isfinite(row["predicted"]) and row["predicted"] > 0 and row["fixed_by"]
+    assert 0 <= out["within_20"] <= out["within_50"] <= 3
+    assert "all predicted figures: 3 of 3" in text and "expected to be fixed by" in text
+
+
 def _efficiency_fit(out, text):
     assert len(out["rows"]) >= 80 and out["within_20"]["loo_figures"] == 4
     for row in out["rows"]:
@@ -176,7 +187,7 @@ def _search_workers(out, text):
 
 CHECKS = {"cb_accuracy": _cb_accuracy, "search_workers": _search_workers,
           "cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
-          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy,
+          "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "load_accuracy": _load_accuracy,
           "efficiency_fit": _efficiency_fit, "scale": _scale, "search": _search,
           "simulate": _simulate}
 
@@ -187,8 +198,9 @@ def test_checks_name_existing_scripts():
 
 
 #: Smoke runs that start real processes (a Dask cluster, PostgreSQL servers, worker processes)
-#: and take 25-95 s on 2 cores: run by `pytest -m slow`, the rest by the default suite.
-SLOW_SMOKE = {"cluster", "search_workers"}
+#: and take 25-95 s on 2 cores, and load_accuracy (one compilation of the continuous grid
+#: point, ~50 s on 2 busy cores): run by `pytest -m slow`, the rest by the default suite.
+SLOW_SMOKE = {"cluster", "search_workers", "load_accuracy"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_SMOKE else p

@@ -1,0 +1,236 @@
+"""The continuous-serving model against published measurements of real servers under load
+(tests/data/load_measurements.csv; docs/accuracy-load.md).
+
+For every figure: the continuous-batching point as the engine builds it from the default
+catalog (`serving = "continuous"`, `latency_model = "analytic"`, the refined roofline's step
+times with the catalog's efficiency cells, paged KV in 16-token blocks; nothing is fitted
+to these figures), the metric it predicts, the measurement and their ratio; then the share
+of figures within 20% and 50%, overall and by workload, engine and metric, with the
+direction of the misses, and per figure the issue-25 feature expected to close its miss.
+
+How a row becomes a point (every choice here is the script's, not the source's):
+
+* open loop at a finite rate r: the open-loop steady state at ``arrival_rps = r``. Medians
+  are the model's percentile at q = 0.5 (``ttft_p_ms``, ``tpot_p_ms``, ``e2e_p_ms``); a
+  median ITL (every token gap, pooled) is predicted by the median TPOT: the model has no
+  per-token gap distribution.
+* open loop at rate inf (all requests at once): the run's throughput is the engine's
+  saturation throughput, predicted by ``capacity_rps`` (and ``capacity_rps`` x O tokens/s).
+* closed loop at concurrency N (no think time): the model has no closed loop. The mapping
+  used is Little's law: the open-loop rate lambda at which the mean number in the system
+  ``lambda x E2E_mean(lambda)`` equals N (bisection on log lambda below ``capacity_rps``);
+  TTFT and TPOT are then the means at that rate, output tokens/s ``lambda x O``. Closed-loop
+  rows are reported apart from the open-loop ones.
+* lengths: the row's means; where the source gives no CV (ShareGPT rows) ``ASSUMED_CV``.
+* engine limits the sources leave unstated: cap ``CAP`` running sequences, token budget
+  ``BUDGET[engine]`` (vLLM 0.6 without chunked prefill: max_model_len 4096; SGLang and
+  TensorRT-LLM: 8192), as the rows' settings column says.
+
+    .venv/bin/python benchmarks/load_accuracy.py [--smoke]
+
+(``--smoke``: three figures, one of each kind, nothing written: the test suite's check.)
+The full run writes benchmarks/results/load_accuracy.csv (one row per figure). About a
+minute: one compilation of the continuous point (~40 s on two busy cores), then ~30 ms a
+point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import sweep
+
+DATA = ROOT / "tests" / "data" / "load_measurements.csv"
+RESULTS = ROOT / "benchmarks" / "results" / "load_accuracy.csv"
+
+ASSUMED_CV = 1.0  # prompt and output length CV where the source gives none (ShareGPT rows)
+CAP = 256  # max running sequences (vLLM max_num_seqs default; the others' unstated limits)
+BUDGET = {"vllm": 4096, "sglang": 8192, "tensorrt-llm": 8192}  # tokens per step (module docstring)
+#: metric -> (model column, percentile q) for open-loop rows at a finite rate
+OPEN_COLUMNS = {"ttft_p50_ms": ("ttft_p_ms", 0.5), "tpot_p50_ms": ("tpot_p_ms", 0.5),
+                "itl_p50_ms": ("tpot_p_ms", 0.5), "e2e_p50_ms": ("e2e_p_ms", 0.5),
+                "ttft_mean_ms": ("ttft_mean_ms", 0.5), "tpot_mean_ms": ("tpot_mean_ms", 0.5),
+                "e2e_mean_ms": ("e2e_mean_ms", 0.5)}
+SMOKE_IDS = ("sgl060-llama-3.1-8b-a100-80gb-tp1-sglang-r4-ttft_p50",
+             "sgl060-llama-3.1-8b-a100-80gb-tp1-sglang-rinf-throughput_rps",
+             "nim180-llama-3.1-8b-h100-sxm-tp1-in1000-out1000-c25-tpot_mean")
+
+
+def read_rows(path: Path = DATA) -> list[dict[str, str]]:
+    """The figures of `path` (comment lines starting with # skipped), as strings."""
+    with path.open(newline="") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+def _num(s: str) -> float:
+    return math.inf if s.strip() == "inf" else float(s)
+
+
+class Predictor:
+    """The continuous model at one configuration and any rate: one single-point grid per
+    call, evaluated with chunk size 1 so that every call reuses one compiled program."""
+
+    def __init__(self, row: dict[str, str], q: float = 0.5) -> None:
+        cv = {k: float(row[k]) if row[k].strip() else ASSUMED_CV for k in ("prompt_tokens_cv", "output_tokens_cv")}
+        self.output_tokens = float(row["output_tokens_mean"])
+        self.grid = {
+            "model": row["model"], "gpu": row["gpu"], "gpus_per_replica": int(row["tensor_parallel"]),
+            "prompt_tokens": float(row["prompt_tokens_mean"]), "prompt_cv": cv["prompt_tokens_cv"],
+            "output_tokens": self.output_tokens, "output_cv": cv["output_tokens_cv"],
+            "batch_size": CAP, "max_batched_tokens": BUDGET[row["engine"]],
+            "weight_bytes_per_param": row["weight_dtype"], "kv_bytes_per_elem": row["kv_dtype"],
+            "ttft_slo_ms": math.inf, "tpot_slo_ms": math.inf, "slo_ms": 1e9, "percentile": q,
+        }
+
+    def at(self, rate: float) -> dict[str, float | None]:
+        """Every column of the point at `rate` requests/s (None where the model says NULL)."""
+        doc = {"name": "load-accuracy", "grid": {**self.grid, "arrival_rps": rate},
+               "options": {"serving": "continuous", "latency_model": "analytic", "kv_allocation": "paged",
+                           "block_tokens": 16}}
+        return sweep.evaluate(sweep.grid_from_dict(doc), chunk_size=1).to_pylist()[0]
+
+
+def closed_loop_rate(p: Predictor, clients: float, capacity: float) -> tuple[float, dict]:
+    """The open-loop rate whose mean number in the system (Little: rate x mean E2E) is
+    `clients`, by bisection on log rate in (0, capacity); and the point there."""
+    def in_system(rate: float) -> tuple[float, dict]:
+        pt = p.at(rate)
+        e2e = pt["e2e_mean_ms"]
+        return (math.inf if e2e is None or not pt["stable"] else rate * e2e / 1e3), pt
+
+    lo, hi = math.log(capacity) - 12.0, math.log(capacity * (1.0 - 1e-6))
+    pt_hi = in_system(math.exp(hi))
+    if pt_hi[0] <= clients:  # the open loop holds fewer than N even next to saturation
+        return math.exp(hi), pt_hi[1]
+    pt = pt_hi[1]
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        n, pt = in_system(math.exp(mid))
+        lo, hi = (mid, hi) if n < clients else (lo, mid)
+    return math.exp(0.5 * (lo + hi)), pt
+
+
+def predict(row: dict[str, str]) -> tuple[float | None, str]:
+    """The model's value of the row's metric and how it was obtained."""
+    metric = row["metric"]
+    if row["workload"] == "open" and _num(row["request_rate_rps"]) == math.inf:
+        pt = Predictor(row).at(1.0)
+        cap = pt["capacity_rps"]
+        if metric == "throughput_rps":
+            return cap, "capacity_rps"
+        if metric == "output_tok_s":
+            return cap * float(row["output_tokens_mean"]), "capacity_rps x O"
+        return None, f"not predicted (rate inf, {metric})"
+    if row["workload"] == "open":
+        col, q = OPEN_COLUMNS[metric]
+        pt = Predictor(row, q).at(_num(row["request_rate_rps"]))
+        how = col if metric != "itl_p50_ms" else f"{col} (ITL by TPOT)"
+        return pt[col], how
+    p = Predictor(row)
+    capacity = p.at(1.0)["capacity_rps"]
+    if capacity is None or not capacity > 0:
+        return None, "not predicted (no capacity)"
+    rate, pt = closed_loop_rate(p, float(row["concurrency"]), capacity)
+    if metric == "output_tok_s":
+        return rate * p.output_tokens, "closed via Little: lambda x O"
+    col = {"ttft_mean_ms": "ttft_mean_ms", "tpot_mean_ms": "tpot_mean_ms", "e2e_mean_ms": "e2e_mean_ms"}[metric]
+    return pt[col], f"closed via Little: {col}"
+
+
+def fixed_by(row: dict[str, str]) -> str:
+    """What is expected to close this figure's miss: an issue-25 feature, or something else
+    (the rules of docs/accuracy-load.md, "What the misses say")."""
+    engine, metric = row["engine"], row["metric"]
+    multi = "--num-scheduler-steps" in row["settings"]
+    if row["workload"] == "closed":
+        return "workload = closed + finite run" if metric.startswith("ttft") else "workload = closed"
+    if row["request_rate_rps"].strip() == "inf":
+        return "finite run + kv_admission = on_demand"
+    if metric.startswith("itl"):
+        return "per-token ITL + scheduler_steps" if multi else "per-token ITL"
+    if metric.startswith("e2e"):
+        return "length distribution + step times (not issue 25)"
+    if engine == "vllm" and multi and metric.startswith("ttft"):
+        return "scheduler_steps"
+    return "prefill_first + step times"
+
+
+def share(errs: list[float], tol: float) -> str:
+    n = sum(abs(e) <= tol for e in errs)
+    return f"{n}/{len(errs)}"
+
+
+def summarize(results: list[dict], key: Callable[[dict], str], title: str) -> list[str]:
+    """One line per group: figures, share within 20% and 50%, median ratio, misses low/high."""
+    lines = [f"{title:40s} {'n':>3s} {'<=20%':>7s} {'<=50%':>7s} {'median ratio':>12s} {'low':>4s} {'high':>4s}"]
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if r["predicted"] is not None:
+            groups.setdefault(key(r), []).append(r["predicted"] / r["measured"])
+    for g, ratios in sorted(groups.items()):
+        errs = [x - 1.0 for x in ratios]
+        low = sum(x < 0.8 for x in ratios)
+        high = sum(x > 1.2 for x in ratios)
+        med = sorted(ratios)[len(ratios) // 2]
+        lines.append(f"{g:40s} {len(ratios):3d} {share(errs, 0.2):>7s} {share(errs, 0.5):>7s} {med:12.2f} "
+                     f"{low:4d} {high:4d}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="three figures, nothing written (the test suite's check)")
+    args = ap.parse_args(argv)
+    rows = read_rows()
+    if args.smoke:
+        rows = [r for r in rows if r["id"] in SMOKE_IDS]
+    results = []
+    print(f"{'figure':62s} {'metric':14s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s}  how")
+    for row in rows:
+        value, how = predict(row)
+        measured = float(row["measured"])
+        ratio = value / measured if value is not None else None
+        results.append({"id": row["id"], "engine": row["engine"], "workload": row["workload"],
+                        "metric": row["metric"], "measured": measured, "predicted": value, "how": how,
+                        "fixed_by": fixed_by(row)})
+        shown = f"{value:9.2f} {ratio:6.2f}" if value is not None else f"{'-':>9s} {'-':>6s}"
+        print(f"{row['id'][:62]:62s} {row['metric']:14s} {measured:9.2f} {shown}  {how}")
+    predicted = [r for r in results if r["predicted"] is not None]
+    errs = [r["predicted"] / r["measured"] - 1.0 for r in predicted]
+    print()
+    print(f"all predicted figures: {len(predicted)} of {len(results)}; within 20%: {share(errs, 0.2)}, "
+          f"within 50%: {share(errs, 0.5)}; too low (< 0.8x): {sum(e < -0.2 for e in errs)}, "
+          f"too high (> 1.2x): {sum(e > 0.2 for e in errs)}")
+    for lines in (summarize(results, lambda r: r["workload"], "workload"),
+                  summarize(results, lambda r: f"{r['workload']} {r['engine']}", "workload, engine"),
+                  summarize(results, lambda r: r["metric"], "metric"),
+                  summarize(results, lambda r: r["fixed_by"], "expected to be fixed by")):
+        print()
+        print("\n".join(lines))
+    out = {"rows": results, "n": len(results), "n_predicted": len(predicted),
+           "within_20": sum(abs(e) <= 0.2 for e in errs), "within_50": sum(abs(e) <= 0.5 for e in errs)}
+    if not args.smoke:
+        RESULTS.parent.mkdir(exist_ok=True)
+        with RESULTS.open("w", newline="") as f:
+            w = csv.DictWriter(f, list(results[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(results)
+        print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
