@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from sweep.catalog import packaged_catalog
-from sweep.deploy import ENGINES, Memory, deployment, kv_share
+from sweep.deploy import ENGINES, deployment, kv_share
 from sweep.deploy.bench import MAX_RANGE_RATIO, lengths, prompts
 from sweep.deploy.memory import knob_text
 from sweep.errors import CatalogError, DeployError, GridError
@@ -147,16 +147,23 @@ def test_commands_use_only_real_flags(engine: str, budget: float, kv: float, wei
         assert exact["--max-total-tokens"] == str(int(dep.memory.kv_capacity_tokens))
     if engine == "trtllm":
         assert ("--max_num_tokens" in launch) == math.isfinite(budget)
-        config = dep.files[launch["--extra_llm_api_options"]]
         keys = FLAGS["trtllm"]["config_yaml"]["kv_cache_config"]
-        lines = config.splitlines()
-        assert lines[0] == "kv_cache_config:"
-        for line in lines[1:]:
-            key, _, value = line.strip().partition(": ")
-            assert key in keys
-            if keys[key] == "int":
-                int(value)
-        assert f"  dtype: {'fp8' if kv == 1.0 else 'auto'}" in lines
+        for argv, pinned in ((launch, False), (exact, True)):
+            lines = dep.files[argv["--extra_llm_api_options"]].splitlines()
+            assert lines[0] == "kv_cache_config:"
+            table = dict(line.strip().split(": ") for line in lines[1:])
+            assert set(table) <= set(keys)
+            assert 0.0 < float(table["free_gpu_memory_fraction"]) <= 1.0
+            assert table["dtype"] == ("fp8" if kv == 1.0 else "auto")
+            assert ("tokens_per_block" in table) == paged
+            assert table.get("max_tokens") == (str(int(dep.memory.kv_capacity_tokens)) if pinned else None)
+        # the YAML's table replaces the command line's: the fraction is in both
+        assert table_of(dep, launch)["free_gpu_memory_fraction"] == launch["--kv_cache_free_gpu_memory_fraction"]
+
+
+def table_of(dep: Any, launch: Mapping[str, str | None]) -> dict[str, str]:
+    lines = dep.files[launch["--extra_llm_api_options"]].splitlines()[1:]
+    return dict(line.strip().split(": ") for line in lines)
 
 
 def test_vendored_flags_name_their_source() -> None:
@@ -297,7 +304,7 @@ def test_lengths_and_prompt_count() -> None:
 def test_bad_inputs_are_one_line_errors() -> None:
     with pytest.raises(DeployError, match="did you mean 'vllm'"):
         deployment(row_for(), meta("vlm"))
-    with pytest.raises(DeployError, match="gpt3-175b.hf_id"):
+    with pytest.raises(DeployError, match=r"gpt3-175b\.hf_id"):
         deployment(row_for(model="gpt3-175b", tp=8, weights=2.0, kv=2.0), meta())
     assert deployment(row_for(model="gpt3-175b", tp=8, weights=2.0, kv=2.0), meta(),
                       model_id="/models/gpt3").model_id == "/models/gpt3"
@@ -350,7 +357,7 @@ def test_engine_option() -> None:
     with pytest.raises(GridError, match=r"options.engine = 'sglan': must be one of vllm, sglang, trtllm; "
                                         r"did you mean 'sglang'\?"):
         build(_grid({"engine": "sglan"}), source="t.toml")
-    with pytest.raises(GridError, match="options.engine = 3"):
+    with pytest.raises(GridError, match=r"options\.engine = 3"):
         build(_grid({"engine": 3}), source="t.toml")
     doc = _grid({"engine": "vllm", "serving": "dynamic"})
     with pytest.raises(GridError, match='serving is "dynamic"'):

@@ -140,13 +140,17 @@ def _trtllm(k: Knobs) -> Launch:
     yaml = ["kv_cache_config:", f"  dtype: {dtype or 'auto'}"]
     if k.paged:
         yaml.append(f"  tokens_per_block: {k.block_tokens}")
-    files = {"trtllm-config.yaml": "\n".join(yaml) + "\n"}
-    exact_files = {"trtllm-config-exact.yaml": "\n".join([*yaml, f"  max_tokens: {k.kv_capacity_tokens}"]) + "\n"}
     f = k.memory.trtllm_free_fraction()
     value = knob_text(f) if k.memory.fits and math.isfinite(f) else None
+    # the YAML's kv_cache_config replaces the one the command line builds, so the fraction goes
+    # in both; with max_tokens the engine takes the smaller of the two, so the exact file lets
+    # the whole free memory count and max_tokens bind
+    main = [*yaml, f"  free_gpu_memory_fraction: {value}"] if value is not None else yaml
+    exact_yaml = [*yaml, f"  max_tokens: {k.kv_capacity_tokens}", "  free_gpu_memory_fraction: 1.0"]
+    files = {"trtllm-config.yaml": "\n".join(main) + "\n", "trtllm-config-exact.yaml": "\n".join(exact_yaml) + "\n"}
     exact = [*argv, "--extra_llm_api_options", "trtllm-config-exact.yaml", "--port", str(PORTS["trtllm"])]
     argv += ["--extra_llm_api_options", "trtllm-config.yaml"]
     if value is not None:
         argv += ["--kv_cache_free_gpu_memory_fraction", value]
     argv += ["--port", str(PORTS["trtllm"])]
-    return Launch(argv, exact, ("--kv_cache_free_gpu_memory_fraction", value), {**files, **exact_files}, notes)
+    return Launch(argv, exact, ("--kv_cache_free_gpu_memory_fraction", value), files, notes)
