@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sweep.deploy.engines import ENGINES
 from sweep.errors import SweepError
 
 #: optimum.parquet columns naming a group's recommended point, the first present wins.
@@ -39,7 +40,7 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
     d.add_argument("filters", nargs="*", metavar="KEY=VALUE",
                    help="keep the scenario groups whose column KEY equals VALUE, down to one")
     d.add_argument("--point", type=int, default=None, metavar="ID", help="deploy this point_id instead")
-    d.add_argument("--engine", choices=("vllm", "sglang", "trtllm"), default=None,
+    d.add_argument("--engine", choices=ENGINES, default=None,
                    help="the engine (default: the grid's [options] engine, else vllm)")
     d.add_argument("--model-id", default=None, metavar="ID",
                    help="the checkpoint to load (default: the catalog's hf_id of the model)")
