@@ -34,6 +34,11 @@ class CatalogError(_Located):
     """A catalog entry (packaged, inline or from a user folder) is malformed."""
 
 
+class DeployError(_Located):
+    """A deployment cannot be written for a configuration: no checkpoint to load, a dtype the
+    engine lacks, a row that is not a continuous-serving point (`sweep.deploy`)."""
+
+
 class StorageError(_Located):
     """A search's study storage (SQLite, journal file, database URL) cannot be used."""
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "sweep"
 LAYERS: dict[str, int] = {
     "errors": 0, "_numerics": 0, "_gamma": 0, "_version": 0, "_faults": 0, "_domain": 0,
     "catalog": 1,
-    "models": 2,
+    "models": 2, "deploy": 2,
     "grid": 3,
     "decide": 4,
     "engine": 5,

@@ -67,6 +67,7 @@ _MODEL_FIELDS: dict[str, tuple[str, str]] = {
     "experts_per_token": ("int", "experts_per_token = 2"),
     "expert_param_fraction": ("float", "expert_param_fraction = 0.9656"),
     "description": ("str", 'description = "my fine-tune of Llama 3.1 70B"'),
+    "hf_id": ("str", 'hf_id = "meta-llama/Llama-3.1-70B-Instruct"'),
     "source": ("table", '[source] n_layers = "https://huggingface.co/.../config.json"'),
 }
 _MODEL_REQUIRED = ("attention", "n_layers", "hidden", "n_heads", "n_params")
@@ -136,7 +137,11 @@ GPU_DOMAINS: Mapping[str, Domain] = MappingProxyType({
 })
 
 # Fields that are not figures and so need no citation in [source].
-_NOT_FIGURES = frozenset({"description", "price_date", "price_note", "source"})
+_NOT_FIGURES = frozenset({"description", "hf_id", "price_date", "price_note", "source"})
+
+#: A Hugging Face Hub repository id ("owner/name") or a local checkpoint folder (absolute path):
+#: what an engine's launch command loads (`sweep.deploy`).
+HF_ID_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*|/\S+)$")
 
 MOE_FIELDS = ("n_experts", "experts_per_token", "expert_param_fraction")
 
@@ -154,6 +159,9 @@ class Model:
 
     Mixture of experts (SPEC 13): `n_experts` routed experts per MoE layer, `experts_per_token`
     of them per token, holding `expert_param_fraction` of `n_params`; all 0 for a dense model.
+
+    `hf_id`: the checkpoint an engine loads (a Hub repository id or a local folder; "" when the
+    model has no public weights), the MODEL of the launch commands `sweep.deploy` writes.
     """
 
     name: str
@@ -172,6 +180,7 @@ class Model:
     n_experts: int = 0
     experts_per_token: int = 0
     expert_param_fraction: float = 0.0
+    hf_id: str = ""
 
     @property
     def is_moe(self) -> bool:
@@ -348,6 +357,11 @@ def build_model(name: str, raw: Mapping[str, Any], origin: str, prefix: str = ""
     latent_width = _latent(v, origin, prefix)
     n_params, active_params = _params(v, origin, prefix)
     n_experts, k, fraction = _experts(v, origin, prefix)
+    hf_id = v.get("hf_id", "")
+    if hf_id and not HF_ID_RE.match(hf_id):
+        raise CatalogError(origin, prefix + "hf_id", hf_id,
+                           'must be a Hugging Face repository id "owner/name" or an absolute checkpoint folder, '
+                           'e.g. hf_id = "meta-llama/Llama-3.1-70B-Instruct"')
     return Model(
         name=name,
         attention=v["attention"],
@@ -365,6 +379,7 @@ def build_model(name: str, raw: Mapping[str, Any], origin: str, prefix: str = ""
         n_experts=n_experts,
         experts_per_token=k,
         expert_param_fraction=fraction,
+        hf_id=hf_id,
     )
 
 

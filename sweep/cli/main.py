@@ -211,6 +211,9 @@ def _parser() -> argparse.ArgumentParser:
     from sweep.cli import tools
 
     tools.add_commands(sub, command)  # sweep fit, kv, catalog, calibrate, report
+    from sweep.cli import deploy
+
+    deploy.add_command(sub, command)  # sweep deploy
     return p
 
 

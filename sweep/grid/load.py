@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.catalog import Catalog, load_catalog
+from sweep.deploy.engines import ENGINES
 from sweep.errors import CatalogError, GridError, did_you_mean
 from sweep.grid.files import InputFileError, read_bytes, read_text, resolve_in_grid
 from sweep.grid.schedule import ScheduleSpec, check_schedule_replicas, parse_schedule
@@ -48,7 +49,7 @@ KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
 TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation",
                   "schedule", "uncertainty", "sensitivity")
-OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction")
+OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction", "engine")
 PARTITION_KEYS = ("model", "gpu")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -269,7 +270,23 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
         raise GridError(source, "options.kv_allocation", alloc, f"must be one of {', '.join(KV_ALLOCATIONS)}")
     block = _option(raw, "block_tokens", source)
     reserve = _option(raw, "reserve_fraction", source)
-    return Options(serving, lm, alloc, block, float(reserve))
+    return Options(serving, lm, alloc, block, float(reserve), _engine(raw, serving, source))
+
+
+def _engine(raw: Mapping[str, Any], serving: str, source: str) -> str:
+    """`[options] engine`: the engine `sweep deploy` writes commands for (continuous serving only)."""
+    if "engine" not in raw:
+        return Options.engine
+    engine = raw["engine"]
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise GridError(source, "options.engine", engine,
+                        f"must be one of {', '.join(ENGINES)}{did_you_mean(str(engine).lower(), ENGINES)}, "
+                        'e.g. engine = "vllm"')
+    if serving != "continuous":
+        raise GridError(source, "options.engine", engine,
+                        f'names the engine of an iteration-level (continuous) deployment; serving is "{serving}": '
+                        'set serving = "continuous" or drop engine')
+    return engine
 
 
 def _option(raw: Mapping[str, Any], key: str, source: str) -> Any:

@@ -34,6 +34,9 @@ class Options:
     kv_allocation: str = "contiguous"
     block_tokens: int = 16
     reserve_fraction: float = 0.0
+    #: the serving engine `sweep.deploy` writes launch and benchmark commands for
+    #: (`serving = "continuous"`): vllm | sglang | trtllm
+    engine: str = "vllm"
 
 
 @dataclass(frozen=True)
