@@ -303,7 +303,8 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
         for k in raw:
             if k not in ("low", "high", "log"):
                 raise GridError(source, f"{where}.{k}", raw[k],
-                                "unknown range key; use {low, high} and optionally log = true")
+                                f"unknown range key{did_you_mean(str(k), ('low', 'high', 'log'))}; use {{low, high}} "
+                                "and optionally log = true")
         for k in ("low", "high"):
             if k not in raw:
                 raise GridError(source, where, dict(raw), f"a range needs '{k}', e.g. {_example(model, key)}")
