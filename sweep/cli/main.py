@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     where = r.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, metavar="ADDRESS",
                        help="run the segments as tasks on a running dask.distributed scheduler, e.g. tcp://head:8786 "
-                            "(needs sweep[cluster] and OUT on a file system the workers share)")
+                            "(needs sweep-capacity[cluster] and OUT on a file system the workers share)")
     where.add_argument("--workers", type=int_at_least_one, default=None, metavar="N",
                        help="run the segments as tasks on a LocalCluster of N worker processes started for the run")
     r.add_argument("--segment-points", type=int_at_least_one, default=None, metavar="N",

@@ -29,7 +29,7 @@ sealed, seals, verifies and publishes. The workers only evaluate and write:
 
 `DaskExecutor` is the run's executor (`sweep.runner.executors`) on a cluster, chosen by
 `sweep.runner.run.executor_for` when a run has `ClusterOptions`. Dask is an optional
-dependency (`pip install 'sweep[cluster]'`), imported only here (`_distributed`) and only
+dependency (`pip install 'sweep-capacity[cluster]'`), imported only here (`_distributed`) and only
 when a run asks for a cluster: without it, such a run is refused in one line before any work.
 """
 
@@ -81,7 +81,7 @@ CACHE_ENV = "SWEEP_CLUSTER_CACHE_DIR"
 #: For a scheduler's workers, without CACHE_ENV: this folder beside the output folder.
 SHARED_CACHE = ".sweep-jax-cache"
 CONNECT_TIMEOUT_S = 10.0
-NO_DASK = "running on a Dask cluster needs the cluster extra: pip install 'sweep[cluster]'"
+NO_DASK = "running on a Dask cluster needs the cluster extra: pip install 'sweep-capacity[cluster]'"
 
 
 def _distributed() -> ModuleType:
