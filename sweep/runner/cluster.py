@@ -367,9 +367,10 @@ class DaskExecutor(Executor):
 
     def _cache_dir(self, out_dir: Path) -> str | None:
         """The compilation cache the workers share: `$SWEEP_CLUSTER_CACHE_DIR` when set (""
-        turns it off), else the client's own (`$SWEEP_CACHE_DIR`, ~/.cache/sweep/jax) for a
-        LocalCluster, and for a scheduler's workers (other machines) a folder beside the
-        output folder, on the file system the run already needs them to share."""
+        turns it off), else the client's own (the CLI's `progress.compile_cache_dir()`:
+        $SWEEP_CACHE_DIR, ~/.cache/sweep/jax) for a LocalCluster, and for a scheduler's workers
+        (other machines) a folder beside the output folder, on the file system the run already
+        needs them to share."""
         if CACHE_ENV in os.environ:
             return os.environ[CACHE_ENV] or None
         own = getattr(jax.config, "jax_compilation_cache_dir", None) or None
