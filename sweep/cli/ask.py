@@ -294,7 +294,8 @@ def add_command(sub: Any, command: Any, exits: str) -> None:
     a.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
     a.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto",
                    help="auto: a bar on a terminal, JSON log lines otherwise")
-    a.add_argument("--top", type=int, default=10, metavar="N", help="scenario groups the summary shows (default 10)")
+    a.add_argument("--top", type=_positive_int, default=10, metavar="N",
+                   help="scenario groups the summary shows (default 10)")
     a.add_argument("--quiet", action="store_true", help="print the answer lines only")
     a.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")

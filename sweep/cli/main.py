@@ -111,6 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sweep", description="Capacity planning for batched inference serving.",
         epilog=epilog(["sweep run grids/seed-gpt3.toml --out runs/gpt3      # evaluate a grid, print its answers",
+                       "sweep ask --model llama-3.1-70b --gpu h100-sxm --isl 1500 --osl 300 --rate 40 --ttft-ms 2000 "
+                       "--tpot-ms 60   # a question from flags",
                        "sweep show runs/gpt3 model=gpt3-175b                # the answers of a finished run",
                        "sweep explain grids/seed-gpt3.toml --point 2        # one point's derivation, step by step",
                        "sweep report runs/gpt3                              # an HTML report",
