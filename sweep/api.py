@@ -25,7 +25,7 @@ import pyarrow as pa
 from sweep.catalog import Catalog
 from sweep.decide.tables import dictionaries, frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, catalog_tables
-from sweep.errors import GridError, OutputError
+from sweep.errors import GridError, OutputError, did_you_mean
 from sweep.grid import GridSpec, build, load
 from sweep.io.parquet import arrow_schema, record_batch
 from sweep.models.base import CATALOG_FIELDS, Step, efficiency_figures
@@ -125,8 +125,9 @@ def point_id_of(spec: GridSpec, filters: Mapping[str, str]) -> int:
         index = index * len(axis) + pos
     unknown = sorted(set(filters) - {a.key for a in spec.axes})
     if unknown:
+        keys = [a.key for a in spec.axes]
         raise GridError(spec.source, unknown[0], filters[unknown[0]],
-                        f"is not an axis of this grid; choose among {', '.join(a.key for a in spec.axes)}")
+                        f"is not an axis of this grid{did_you_mean(unknown[0], keys)}; choose among {', '.join(keys)}")
     return index
 
 

@@ -264,7 +264,9 @@ DISPLAY = ("cli", "reporting")
 #: Files of the display folders that are not about a run's results: the quick tools (`sweep fit`
 #: reads profile formats of each mode, `sweep kv` is the contiguous/paged KV calculator with its
 #: own flags), each with the reason.
-NOT_DISPLAY = {"cli/tools.py": "sweep fit / kv / calibrate speak profile formats and KV flags, not a run's results"}
+NOT_DISPLAY = {"cli/tools.py": "sweep fit / kv / calibrate speak profile formats and KV flags, not a run's results",
+               "cli/ask.py": "sweep ask writes a continuous-serving grid from flags and answers in its terms (TTFT, "
+                             "TPOT, engine knobs): a question for one serving mode, by design"}
 
 
 def _mode_words() -> tuple[set[str], set[str], set[str]]:

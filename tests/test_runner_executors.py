@@ -73,10 +73,10 @@ def test_a_cluster_run_without_dask_is_one_line_before_any_work(tmp_path, monkey
     monkeypatch.setitem(sys.modules, "distributed", None)  # `import distributed` raises ImportError
     g = tmp_path / "g.toml"
     g.write_text(WINDOWED)
-    with pytest.raises(OutputError, match=r"needs the cluster extra: pip install 'sweep\[cluster\]'"):
+    with pytest.raises(OutputError, match=r"needs the cluster extra: pip install 'sweep-capacity\[cluster\]'"):
         run_grid(spec.load(g), tmp_path / "out", cluster=ClusterOptions(workers=2))
     assert not (tmp_path / "out").exists()
     assert main(["run", str(g), "--out", str(tmp_path / "out"), "--workers", "2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "sweep[cluster]" in err, err
+    assert err.count("\n") == 1 and "sweep-capacity[cluster]" in err, err
     assert not (tmp_path / "out").exists()

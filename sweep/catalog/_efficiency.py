@@ -42,7 +42,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from sweep.errors import CatalogError
+from sweep.errors import CatalogError, did_you_mean
 
 from ._schema import Gpu, Model
 
@@ -183,7 +183,8 @@ def _cell(c: Any, origin: str, where: str, gpus: Mapping[str, Any] | None) -> Ce
         raise CatalogError(origin, where, c, f"must be a table, e.g. {_EXAMPLE}")
     for key in c:
         if key not in _CELL_FIELDS:
-            raise CatalogError(origin, f"{where}.{key}", c[key], f"unknown field; known: {', '.join(_CELL_FIELDS)}")
+            raise CatalogError(origin, f"{where}.{key}", c[key],
+                               f"unknown field{did_you_mean(str(key), _CELL_FIELDS)}; known: {', '.join(_CELL_FIELDS)}")
     for key, kind in _CELL_FIELDS.items():
         if key not in c:
             raise CatalogError(origin, f"{where}.{key}", "", f"is missing, e.g. {_EXAMPLE}")

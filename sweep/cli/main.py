@@ -94,12 +94,25 @@ def allow_outside_arg(p: argparse.ArgumentParser) -> None:
                         "DIR (repeatable); without it they must lie in the grid file's folder (the database: in OUT)")
 
 
+def out_arg(p: argparse.ArgumentParser, what: str = "output folder") -> None:
+    """`--out DIR`, by default runs/<grid file stem> in the working folder (`default_out`)."""
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help=f"{what} (default: runs/<grid file name without .toml>, e.g. runs/llm-fleet)")
+
+
+def default_out(grid: Path) -> Path:
+    """Where a grid's run goes without --out: runs/<grid file stem>, relative to the working folder."""
+    return Path("runs") / grid.stem
+
+
 def _parser() -> argparse.ArgumentParser:
     from sweep._version import __version__
 
     p = argparse.ArgumentParser(
         prog="sweep", description="Capacity planning for batched inference serving.",
         epilog=epilog(["sweep run grids/seed-gpt3.toml --out runs/gpt3      # evaluate a grid, print its answers",
+                       "sweep ask --model llama-3.1-70b --gpu h100-sxm --isl 1500 --osl 300 --rate 40 --ttft-ms 2000 "
+                       "--tpot-ms 60   # a question from flags",
                        "sweep show runs/gpt3 model=gpt3-175b                # the answers of a finished run",
                        "sweep explain grids/seed-gpt3.toml --point 2        # one point's derivation, step by step",
                        "sweep report runs/gpt3                              # an HTML report",
@@ -118,7 +131,7 @@ def _parser() -> argparse.ArgumentParser:
                  "sweep run grids/fleet-nightly.toml --out /shared/runs/fleet --scheduler tcp://head:8786   # Dask"],
                 EXITS_RUN)
     r.add_argument("grid", type=Path, help="grid file (TOML), see grids/example.toml")
-    r.add_argument("--out", type=Path, required=True, help="output folder")
+    out_arg(r)
     r.add_argument("--chunk-size", type=int_at_least_one, default=None,
                    help="points per evaluation chunk (bounds memory; default 65536)")
     r.add_argument("--memory-limit", type=int_at_least_one, default=None, metavar="MB",
@@ -144,7 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     where = r.add_mutually_exclusive_group()
     where.add_argument("--scheduler", default=None, metavar="ADDRESS",
                        help="run the segments as tasks on a running dask.distributed scheduler, e.g. tcp://head:8786 "
-                            "(needs sweep[cluster] and OUT on a file system the workers share)")
+                            "(needs sweep-capacity[cluster] and OUT on a file system the workers share)")
     where.add_argument("--workers", type=int_at_least_one, default=None, metavar="N",
                        help="run the segments as tasks on a LocalCluster of N worker processes started for the run")
     r.add_argument("--segment-points", type=int_at_least_one, default=None, metavar="N",
@@ -182,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
                   "# then: duckdb on runs/diurnal/schedule.parquet"],
                  EXITS_RUN)
     pl.add_argument("grid", type=Path, help="grid file with a [schedule] table, see grids/diurnal.toml")
-    pl.add_argument("--out", type=Path, required=True, help="output folder")
+    out_arg(pl)
     pl.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
     pl.add_argument("--wait", action="store_true", help="if another sweep is writing OUT, wait for it")
     pl.add_argument("--quiet", action="store_true", help="print nothing but errors")
@@ -200,16 +213,16 @@ def _parser() -> argparse.ArgumentParser:
                 ["for i in 1 2 3 4; do sweep search grids/search-fleet.toml --out runs/sf --quiet & done; wait",
                  "sweep run grids/search-fleet.toml --out runs/sf    # then publish search.parquet"], EXITS_RUN)
     w.add_argument("grid", type=Path, help="grid file with a [search] table")
-    w.add_argument("--out", type=Path, required=True,
-                   help="the folder of the shared storage (search.db / search.journal); workers hold it shared, "
-                        "a `sweep run` on it waits for them")
+    out_arg(w, "the folder of the shared storage (search.db / search.journal); workers hold it shared, a `sweep "
+               "run` on it waits for them")
     w.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                    help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
     allow_outside_arg(w)
     w.add_argument("--quiet", action="store_true")
     w.set_defaults(handler=_cmd_search)
-    from sweep.cli import tools
+    from sweep.cli import ask, tools
 
+    ask.add_command(sub, command, EXITS_RUN)  # sweep ask
     tools.add_commands(sub, command)  # sweep fit, kv, catalog, calibrate, report
     from sweep.cli import deploy
 
@@ -222,13 +235,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sweep.cli.summary import print_summary
     from sweep.grid import load
     from sweep.runner import Shard, run_grid
-    from sweep.runner.progress import ProgressReporter, enable_compile_cache
+    from sweep.runner.progress import ProgressReporter, compile_cache_dir, enable_compile_cache
 
     if args.chunk_size and args.memory_limit:
         from sweep.errors import OutputError
 
         raise OutputError(f"--chunk-size {args.chunk_size} and --memory-limit {args.memory_limit} both set the chunk "
                           f"size: give one (--memory-limit {args.memory_limit} alone sizes the chunk to the limit)")
+    if args.out is None:
+        args.out = default_out(args.grid)
     grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None,
                 allow_outside=args.allow_outside)
     shard = Shard.parse(args.shard) if args.shard else None
@@ -270,8 +285,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from sweep.errors import GridError
     from sweep.grid import load
     from sweep.runner import run_grid
-    from sweep.runner.progress import enable_compile_cache
+    from sweep.runner.progress import compile_cache_dir, enable_compile_cache
 
+    if args.out is None:
+        args.out = default_out(args.grid)
     grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None,
                 allow_outside=args.allow_outside)
     if grid.schedule is None:
@@ -317,6 +334,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog) if args.catalog else None
     grid = (_run_grid(args.grid, catalog) if args.grid.is_dir()
             else load(args.grid, catalog=catalog, allow_outside=args.allow_outside))
+    from sweep.runner.progress import compile_cache_dir, enable_compile_cache
+
+    enable_compile_cache(compile_cache_dir())  # the point's kernel compiles once, not on every explain
     print_explanation(explain(grid, point_id=args.point, filters=parse_filters(args.filters)))
     return EXIT_OK
 
@@ -344,17 +364,6 @@ def _run_grid(run_dir: Path, catalog: Any) -> Any:
     return build(doc, source=str(grid.get("file") or run_dir / "manifest.json"), text=text, catalog=catalog)
 
 
-def compile_cache_dir() -> str | None:
-    """Where compiled kernels persist across runs: $SWEEP_CACHE_DIR, else
-    $XDG_CACHE_HOME/sweep/jax or ~/.cache/sweep/jax; SWEEP_CACHE_DIR="" turns it off."""
-    import os
-
-    if "SWEEP_CACHE_DIR" in os.environ:
-        return os.environ["SWEEP_CACHE_DIR"] or None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "sweep", "jax")
-
-
 def _cmd_search(args: argparse.Namespace) -> int:
     """Several of these share one study (journal storage on one host, a database across
     hosts); the budget is shared exactly. `sweep run` on the same folder afterwards writes
@@ -364,9 +373,11 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from sweep.grid import load
     from sweep.grid.search_table import check_storage
     from sweep.io.lock import FolderLock
-    from sweep.runner.progress import enable_compile_cache
+    from sweep.runner.progress import compile_cache_dir, enable_compile_cache
     from sweep.search import run_search
 
+    if args.out is None:
+        args.out = default_out(args.grid)
     grid = load(args.grid, catalog=load_catalog(args.catalog) if args.catalog else None,
                 allow_outside=args.allow_outside)
     if grid.search is None:

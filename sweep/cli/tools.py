@@ -94,7 +94,7 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     _catalog_arg(cal)
     cal.set_defaults(handler=cmd_calibrate)
 
-    r = command(sub, "report", "write one self-contained HTML report of a finished run (needs sweep[report])",
+    r = command(sub, "report", "write one self-contained HTML report of a finished run (needs sweep-capacity[report])",
                 ["sweep report runs/gpt3", "sweep report runs/fleet --out fleet.html --png figures/"])
     r.add_argument("run_dir", type=Path, help="a finished run folder (the --out of `sweep run`)")
     r.add_argument("--out", type=Path, default=None, metavar="FILE", help="the HTML file (default RUN_DIR/report.html)")

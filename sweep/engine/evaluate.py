@@ -77,6 +77,16 @@ def plan_static(spec: GridSpec) -> tuple[Any, ...] | None:
     return (spec.uncertainty, spec.sensitivity, spec.roofline)
 
 
+def chunk_points(spec: GridSpec, chunk_size: int) -> int:
+    """The points of one chunk of `spec` asked for `chunk_size`: whole scenario groups, so
+    every decision reduces inside one chunk (with [uncertainty] a point is S evaluations, so
+    a chunk holds chunk_size / S points). Cheap: a finished run is recognised without
+    building an `Evaluator`."""
+    per_point = spec.uncertainty.samples if spec.uncertainty is not None else 1
+    groups = max(1, min(max(1, chunk_size // per_point), spec.n_points) // spec.group_size)
+    return groups * spec.group_size
+
+
 class Evaluator:
     """Evaluates a `GridSpec` chunk by chunk. Build once per run; compiles on first use."""
 
@@ -86,11 +96,7 @@ class Evaluator:
         self.n_points = spec.n_points
         self.row_size = spec.row_size
         self.group_size = spec.group_size
-        # Chunks hold whole groups, so every decision reduces inside one chunk.
-        # With [uncertainty] a point is S evaluations: a chunk holds chunk_size / S points.
-        per_point = spec.uncertainty.samples if spec.uncertainty is not None else 1
-        groups = max(1, min(max(1, chunk_size // per_point), self.n_points) // self.group_size)
-        self.chunk_size = groups * self.group_size
+        self.chunk_size = chunk_points(spec, chunk_size)
         self.n_chunks = math.ceil(self.n_points / self.chunk_size)
         self._axes = axis_arrays(spec)
         self._tables = catalog_tables(spec)

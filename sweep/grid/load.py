@@ -180,7 +180,8 @@ def _fit_profile(raw: Any, values: dict[str, list[Any]], source: str, model: Ser
         raise GridError(source, "profile", raw, f'must be a table, e.g. [profile] file = "{example}"')
     for k in raw:
         if k != "file":
-            raise GridError(source, f"profile.{k}", raw[k], "unknown profile key; expected file")
+            raise GridError(source, f"profile.{k}", raw[k],
+                            f"unknown profile key{did_you_mean(str(k), ['file'])}; expected file")
     file = raw.get("file")
     if not isinstance(file, str) or not file.strip():
         shapes = " or ".join(",".join(SHAPES[s]) for s in KINDS[kind])
@@ -202,7 +203,8 @@ def _check_top_level(doc: Mapping[str, Any], source: str) -> None:
     for key in doc:
         if key not in TOP_LEVEL_KEYS:
             raise GridError(source, key, doc[key],
-                            f"unknown top-level key; expected one of {', '.join(TOP_LEVEL_KEYS)}")
+                            f"unknown top-level key{did_you_mean(str(key), TOP_LEVEL_KEYS)}; "
+                            f"expected one of {', '.join(TOP_LEVEL_KEYS)}")
     for key in ("options", "output", "catalog"):
         if key in doc and not isinstance(doc[key], Mapping):
             raise GridError(source, key, doc[key], f"must be a table, e.g. [{key}]")
@@ -424,7 +426,8 @@ def _resolve_catalog(raw: Mapping[str, Any], source: str, base: Catalog | None) 
     for k in raw:
         if k not in ("models", "gpus"):
             raise GridError(source, f"catalog.{k}", raw[k],
-                            "unknown catalog table; use [catalog.models.NAME] or [catalog.gpus.NAME]")
+                            f"unknown catalog table{did_you_mean(str(k), ('models', 'gpus'))}; use "
+                            "[catalog.models.NAME] or [catalog.gpus.NAME]")
     models, gpus = raw.get("models", {}), raw.get("gpus", {})
     for k, t in (("models", models), ("gpus", gpus)):
         if not isinstance(t, Mapping) or not all(isinstance(v, Mapping) for v in t.values()):

@@ -265,7 +265,7 @@ def _has_password(url: str) -> bool:
 
 def resolve_url(url: str) -> str:
     """The URL SQLAlchemy opens: a `postgresql://` (or `postgres://`) URL that names no
-    driver gets psycopg 3, the `sweep[cluster]` extra's driver (psycopg2 when only that is
+    driver gets psycopg 3, the `sweep-capacity[cluster]` extra's driver (psycopg2 when only that is
     installed); a URL naming its driver (`postgresql+psycopg2://`) is kept."""
     m = _URL_RE.match(url)
     if m is None or m.group(2) or m.group(1).lower() not in ("postgresql", "postgres"):
@@ -303,7 +303,8 @@ def _param(key: str, raw: Any, source: str, model: ServingModel) -> SearchParam:
         for k in raw:
             if k not in ("low", "high", "log"):
                 raise GridError(source, f"{where}.{k}", raw[k],
-                                "unknown range key; use {low, high} and optionally log = true")
+                                f"unknown range key{did_you_mean(str(k), ('low', 'high', 'log'))}; use {{low, high}} "
+                                "and optionally log = true")
         for k in ("low", "high"):
             if k not in raw:
                 raise GridError(source, where, dict(raw), f"a range needs '{k}', e.g. {_example(model, key)}")
@@ -402,7 +403,7 @@ def check_storage(search: SearchSpec, out_dir: str | Path, timeout_s: float = ST
     except ImportError as exc:
         raise StorageError(search.source, "search.storage", shown,
                            f"the database driver is not installed ({exc.name or exc}); "
-                           "for PostgreSQL: pip install 'sweep[cluster]'") from None
+                           "for PostgreSQL: pip install 'sweep-capacity[cluster]'") from None
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(search.source, "search.storage", shown, f"cannot connect ({first[:160]})") from None

@@ -186,7 +186,8 @@ def _profile(v: Any, model: ServingModel, fit: Mapping[str, Any] | None,
         raise GridError(source, where, v, "must be a table, e.g. [uncertainty.profile] covariance = true")
     for f in v:
         if f != "covariance":
-            raise GridError(source, f"{where}.{f}", v[f], "unknown key; expected covariance")
+            raise GridError(source, f"{where}.{f}", v[f],
+                            f"unknown key{did_you_mean(str(f), ['covariance'])}; expected covariance")
     cov_flag = v.get("covariance", False)
     if not isinstance(cov_flag, bool):
         raise GridError(source, f"{where}.covariance", cov_flag, "must be true or false")
@@ -213,7 +214,8 @@ def parse_sensitivity(raw: Any, model: ServingModel, source: str) -> bool:
         raise GridError(source, "sensitivity", raw, "must be a table, e.g. [sensitivity] enabled = true")
     for k in raw:
         if k != "enabled":
-            raise GridError(source, f"sensitivity.{k}", raw[k], "unknown sensitivity key; expected enabled")
+            raise GridError(source, f"sensitivity.{k}", raw[k],
+                            f"unknown sensitivity key{did_you_mean(str(k), ['enabled'])}; expected enabled")
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
         raise GridError(source, "sensitivity.enabled", enabled, "must be true or false")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.errors import GridError
+from sweep.errors import GridError, did_you_mean
 from sweep.models.base import DTYPE_BYTES, DTYPE_KEYS, Param
 
 #: Values one axis may hold. A million values of one parameter is more than any figure or
@@ -77,7 +77,8 @@ def check_value(param: Param, v: Any, source: str, where: str, *, finite: bool =
         return v
     if param.key in DTYPE_KEYS and isinstance(v, str):
         if v.lower() not in DTYPE_BYTES:
-            raise GridError(source, where, v, f"unknown dtype; use bytes or one of {', '.join(DTYPE_BYTES)}")
+            raise GridError(source, where, v, f"unknown dtype{did_you_mean(v.lower(), DTYPE_BYTES)}; "
+                                              f"use bytes or one of {', '.join(DTYPE_BYTES)}")
         return DTYPE_BYTES[v.lower()]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         kind = "an integer" if param.kind == "int" else "a number"
@@ -114,7 +115,8 @@ def _range_size(param: Param, table: Mapping[str, Any], source: str) -> int:
     for k in table:
         if k not in allowed:
             raise GridError(source, f"{where}.{k}", table[k],
-                            "unknown range key; use {start, stop, num, scale} or {start, stop, step}")
+                            f"unknown range key{did_you_mean(str(k), sorted(allowed))}; "
+                            "use {start, stop, num, scale} or {start, stop, step}")
     for k in ("start", "stop"):
         if k not in table:
             raise GridError(source, where, dict(table),

@@ -14,7 +14,7 @@ laptop with no network.
   scenario picker, the print stylesheet;
 - `build_report`: the one entry point the CLI calls.
 
-The plotting stack is an optional extra: `pip install 'sweep[report]'`. Without it the
+The plotting stack is an optional extra: `pip install 'sweep-capacity[report]'`. Without it the
 command fails with one line saying so (`ReportError`, exit code 2).
 """
 

@@ -16,7 +16,7 @@ from sweep.models.views import AgainstLoad, AgainstSimulator, CapLines, Frontier
 from sweep.models.views import Figure as ViewFigure
 from sweep.reporting.data import ReportError, Run, Sample, answer_column
 
-EXTRA_HINT = "pip install 'sweep[report]'"
+EXTRA_HINT = "pip install 'sweep-capacity[report]'"
 
 
 def _read_errors() -> tuple[type[BaseException], ...]:

@@ -29,7 +29,7 @@ sealed, seals, verifies and publishes. The workers only evaluate and write:
 
 `DaskExecutor` is the run's executor (`sweep.runner.executors`) on a cluster, chosen by
 `sweep.runner.run.executor_for` when a run has `ClusterOptions`. Dask is an optional
-dependency (`pip install 'sweep[cluster]'`), imported only here (`_distributed`) and only
+dependency (`pip install 'sweep-capacity[cluster]'`), imported only here (`_distributed`) and only
 when a run asks for a cluster: without it, such a run is refused in one line before any work.
 """
 
@@ -81,7 +81,7 @@ CACHE_ENV = "SWEEP_CLUSTER_CACHE_DIR"
 #: For a scheduler's workers, without CACHE_ENV: this folder beside the output folder.
 SHARED_CACHE = ".sweep-jax-cache"
 CONNECT_TIMEOUT_S = 10.0
-NO_DASK = "running on a Dask cluster needs the cluster extra: pip install 'sweep[cluster]'"
+NO_DASK = "running on a Dask cluster needs the cluster extra: pip install 'sweep-capacity[cluster]'"
 
 
 def _distributed() -> ModuleType:
@@ -367,9 +367,10 @@ class DaskExecutor(Executor):
 
     def _cache_dir(self, out_dir: Path) -> str | None:
         """The compilation cache the workers share: `$SWEEP_CLUSTER_CACHE_DIR` when set (""
-        turns it off), else the client's own (`$SWEEP_CACHE_DIR`, ~/.cache/sweep/jax) for a
-        LocalCluster, and for a scheduler's workers (other machines) a folder beside the
-        output folder, on the file system the run already needs them to share."""
+        turns it off), else the client's own (the CLI's `progress.compile_cache_dir()`:
+        $SWEEP_CACHE_DIR, ~/.cache/sweep/jax) for a LocalCluster, and for a scheduler's workers
+        (other machines) a folder beside the output folder, on the file system the run already
+        needs them to share."""
         if CACHE_ENV in os.environ:
             return os.environ[CACHE_ENV] or None
         own = getattr(jax.config, "jax_compilation_cache_dir", None) or None

@@ -154,6 +154,22 @@ class ProgressReporter:
         print(json.dumps(obj), file=self.stream, flush=True)
 
 
+#: The environment variable naming the compilation cache's folder ("" turns the cache off).
+CACHE_DIR_ENV = "SWEEP_CACHE_DIR"
+
+
+def compile_cache_dir() -> str | None:
+    """Where compiled kernels persist across runs (every command that evaluates a kernel, and
+    a LocalCluster's workers): $SWEEP_CACHE_DIR, else $XDG_CACHE_HOME/sweep/jax or
+    ~/.cache/sweep/jax; SWEEP_CACHE_DIR="" turns it off (None)."""
+    import os
+
+    if CACHE_DIR_ENV in os.environ:
+        return os.environ[CACHE_DIR_ENV] or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sweep", "jax")
+
+
 _CACHE_SETTINGS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
                    "jax_persistent_cache_min_entry_size_bytes")
 

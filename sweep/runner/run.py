@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from sweep._version import __version__
 from sweep.decide.schedule import ROW_FACTS, schedule_table
 from sweep.decide.verdict import ACTIONS
-from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
+from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, chunk_points
 from sweep.errors import OutputError, ResourceError, disk_full
 from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
@@ -159,17 +159,17 @@ def run_grid(
     shard = shard or Shard()
     if chunk_size is None or limit_chunk is not None:  # not given, or set by the memory limit
         chunk_size = executor.chunk_size(spec, limit_chunk or DEFAULT_CHUNK)
-    evaluator = Evaluator(spec, chunk_size)
+    points_per_chunk = chunk_points(spec, chunk_size)  # the Evaluator (device arrays, jit) only when work is left
     if segment_points is None:
-        segment_points = executor.segment_points(spec, evaluator.chunk_size)
-    seg = max(1, segment_points // evaluator.chunk_size) * evaluator.chunk_size
+        segment_points = executor.segment_points(spec, points_per_chunk)
+    seg = max(1, segment_points // points_per_chunk) * points_per_chunk
     if spec.schedule is not None and shard.count > 1:
         raise OutputError(f"{spec.source}: a grid with [schedule] plans across every scenario group; "
                           "run it without --shard")
     # Every input the results depend on (grid, catalog entries, profile and trace files,
     # the engine: `sweep.runner.identity`) and the settings that cut the run into segments.
     inputs = run_inputs(spec)
-    key = [inputs["digest"], __version__, shard.index, shard.count, evaluator.chunk_size, seg]
+    key = [inputs["digest"], __version__, shard.index, shard.count, points_per_chunk, seg]
     run_key = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
     created = not target.exists()
     with FolderLock(target, what="sweep run", wait=wait) as lock:
@@ -182,6 +182,7 @@ def run_grid(
             staging = Staging(target, run_key)
             if force:
                 staging.discard()
+            evaluator = Evaluator(spec, chunk_size)
             return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor,
                         inputs).execute()
         except Exception as exc:  # a full disk at any write: the staging, the points, the search's study, publishing
