@@ -282,10 +282,8 @@ class AnswerView:
         keep = [c for c in self.checks if any(math.isfinite(float(rows[c[2]][i])) for i in picks)]
         return keep or list(self.checks[:1])
 
-    def headers(self, label: str, checks: Sequence[tuple[str, str, str]], model: ServingModel | None = None) -> list[str]:
-        """The headers of `cells`; with `model`, the cap and the knobs also name their engine flags."""
-        names = [self.cap_column, *(knob[1] for knob in self.knobs)]
-        heads = [head(model, k) for k in names] if model is not None else names
+    def headers(self, label: str, checks: Sequence[tuple[str, str, str]]) -> list[str]:
+        heads = [self.cap_column, *(knob[1] for knob in self.knobs)]
         q = label.split(" ")[0]
         for name, _, _ in checks:
             heads += [f"{label} ms", "SLO ms"] if len(self.checks) == 1 else [f"{name} {q} ms", f"{name} SLO ms"]
@@ -318,10 +316,11 @@ class AnswerView:
 REC, RUNNER = PREFIXES
 
 
-def head(model: ServingModel, key: str) -> str:
-    """A column's header: its name, and under it the serving engine's flag where it has one."""
-    engine = model.views.engine(key)
-    return f"{key}\n({engine})" if engine else key
+def engine_legend(model: ServingModel, keys: Sequence[str]) -> str:
+    """`engine flags: batch_size = max_num_seqs, ...` for the columns `keys` the serving
+    engine names differently ("" when none does)."""
+    pairs = [f"{k} = {e}" for k in dict.fromkeys(keys) if (e := model.views.engine(k))]
+    return "engine flags: " + ", ".join(pairs) if pairs else ""
 
 
 def _runner_up(run: RunFolder, view: AnswerView, rows: Mapping[str, np.ndarray], i: int) -> str:
@@ -333,7 +332,8 @@ def _runner_up(run: RunFolder, view: AnswerView, rows: Mapping[str, np.ndarray],
     parts = [f"{views.axis(d.cap).symbol or d.cap} {fmt(cap, 0)}"]
     for sfx, key, dtype, inf in view.knobs:
         v = float(rows[answer_name(RUNNER, sfx)][i])
-        parts.append(f"{views.axis(key).symbol or key} {inf if math.isinf(v) else fmt(v, 0 if dtype == 'int64' else 1)}")
+        value = inf if math.isinf(v) else fmt(v, 0 if dtype == "int64" else 1)
+        parts.append(f"{views.axis(key).symbol or key} {value}")
     parts += [f"{g} {fmt(rows[answer_name(RUNNER, '_' + g)][i], 0)}" for g in d.group_axes
               if answer_name(RUNNER, "_" + g) in rows]
     cost = answer_name(RUNNER, "_cost_usd_per_hour")
@@ -378,8 +378,8 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
     checks = view.active(rows, shown)
     gpus = [c for role, c, _ in shown_cols if role == "gpus"]
     rest = [(c, lab) for role, c, lab in shown_cols if role != "gpus"]
-    heads = [*(head(model, k) for k in run.varying), *(head(model, g) for g in d.group_axes if answer_name(
-        REC, "_" + g) in rows), *(["GPUs"] if gpus else []), *view.headers(label, checks, model),
+    heads = [*run.varying, *(g for g in d.group_axes if answer_name(REC, "_" + g) in rows),
+             *(["GPUs"] if gpus else []), *view.headers(label, checks),
         *(lab for _, lab in rest), *(f"{run.model.views.check_name(lat)} p5-p95 ms" for lat, _, _ in bands),
         "runner-up"]
     caveats = [(c, col) for c, col in caveats if col in rows]
@@ -400,7 +400,9 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
         cells.append(_runner_up(run, view, rows, int(i)))
         cells_of.append(cells)
     if len(shown):
-        fit_table(console, title, heads, cells_of, keep=(head(model, view.cap_column),), left=("runner-up",))
+        legend = engine_legend(model, [*run.varying, *d.group_axes, view.cap_column, *(k[1] for k in view.knobs)])
+        fit_table(console, title, heads, cells_of, keep=(view.cap_column,), left=("runner-up",),
+                  legend=legend)
     for c, _ in caveats:
         if flagged[c.flag]:
             console.print("* " + c.text.format(n=len(flagged[c.flag]), shown=len(shown)), markup=False,
@@ -446,10 +448,10 @@ def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], pick
              console: Console) -> None:
     """Groups without an answer but with a feasible point, at their most replicas (cheapest
     first): why, and the point with the lowest mean latency (b_latency_opt)."""
-    model, d = run.model, run.model.decisions
+    d = run.model.decisions
     checks = view.active(rows, picks)
-    heads = [*(head(model, k) for k in run.varying), *(head(model, g) for g in d.group_axes), "reason",
-             *view.headers(label, checks, model), "USD/h"]
+    heads = [*run.varying, *d.group_axes, "reason",
+             *view.headers(label, checks), "USD/h"]
     cells_of = []
     for i in picks:
         cells = [_scenario_cell(rows[k][i]) for k in run.varying]
@@ -457,7 +459,8 @@ def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], pick
                   *view.cells(rows, i, "b_latency_opt", checks), fmt(rows["cost_usd_per_hour"][i], 2)]
         cells_of.append(cells)
     fit_table(console, f"without an answer, at the {run.model.views.size_most}: the {d.cap} with the lowest "
-                       f"{d.mean_latency} (b_latency_opt)", heads, cells_of, left=("reason",))
+                       f"{d.mean_latency} (b_latency_opt)", heads, cells_of, keep=("reason", view.cap_column),
+              left=("reason",))
 
 
 # --------------------------------------------------------------------------- search

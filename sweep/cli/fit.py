@@ -1,6 +1,6 @@
 """Terminal tables that fit the console and never cut a value.
 
-`fit_table` prints rows of already formatted cells: columns whose value is the same on
+`fit_table` prints a title, then rows of already formatted cells: columns whose value is the same on
 every shown row are stated once above the table (`for every row: gpu = h100-sxm, ...`);
 every column is as wide as its longest value (a value is never wrapped nor elided with
 rich's `…`); headers wrap at `_` and spaces to fit, first not at all, then to at least 10
@@ -65,11 +65,15 @@ def table_width(widths: Sequence[int]) -> int:
 
 
 def fit_table(console: Console, title: str, heads: Sequence[str], rows: Sequence[Sequence[str]],
-              *, keep: Sequence[str] = (), left: Sequence[str] = ()) -> None:
-    """Print `rows` (cells as plain text) under `heads` so that no value is cut: see the
-    module's docstring. `keep`: headers never moved above the table; `left`: headers whose
-    column is left-aligned (the rest are right-aligned, numbers)."""
+              *, keep: Sequence[str] = (), left: Sequence[str] = (), legend: str = "") -> None:
+    """Print `title`, `legend` (a line, if any), then `rows` (cells as plain text) under
+    `heads` so that no value is cut: see the module's docstring. `keep`: headers never moved
+    above the table; `left`: headers whose column is left-aligned (the rest are right-aligned,
+    numbers)."""
     heads, rows, constant = split_constant(heads, rows, keep)
+    console.print(title, markup=False)
+    if legend:
+        console.print(legend, markup=False)
     if constant:
         console.print("for every row: " + ", ".join(f"{h} = {v}" for h, v in constant), markup=False,
                       soft_wrap=False)
@@ -83,7 +87,7 @@ def fit_table(console: Console, title: str, heads: Sequence[str], rows: Sequence
             wrapped = [wrap_header(h, max(v, floor, _longest_word(h))) for h, v in zip(heads, values)]
         widths = [max(v, _header_width(h)) for v, h in zip(values, wrapped)]
         if table_width(widths) <= console.width:
-            t = Table(title=title, title_justify="left")
+            t = Table()  # the title above, not in the table: a narrow table would fold it
             for h, w in zip(wrapped, widths):
                 t.add_column(escape(h), justify="left" if h in left or h.replace("\n", " ") in left else "right",
                              width=w, no_wrap=True, overflow="fold")
@@ -92,7 +96,6 @@ def fit_table(console: Console, title: str, heads: Sequence[str], rows: Sequence
             console.print(t)
             return
     # stacked: one row per paragraph, `header value` fields the console wraps between
-    console.print(title, markup=False)
     for n, r in enumerate(rows, 1):
         text = Text(f"{n}. ")
         for j, (h, c) in enumerate(zip(heads, r)):
