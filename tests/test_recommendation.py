@@ -76,7 +76,9 @@ def _brute(points: pd.DataFrame, group_size: int, cap: str, latency: str, sign: 
     """Per group: point_ids meeting every SLO with rho <= rho_max, in the recommendation's order."""
     p = points.copy()
     p["group"] = p.point_id // group_size
-    ok = p[p.feasible & p.slo_ok & (p.rho <= p.rho_max)].copy()
+    # within rho_max: a feasible point meeting every SLO whose action is not near_saturation
+    # (the operating rule's rho > rho_max, docs/model.md)
+    ok = p[p.feasible & p.slo_ok & (p.action != "near_saturation")].copy()
     ok["lat"] = sign * ok[latency]
     ok["negcap"] = -ok[cap]
     ok = ok.sort_values(["group", "cost_usd_per_hour", "replicas", "negcap", "lat", "point_id"])
@@ -126,7 +128,7 @@ def test_b_max_slo_honours_rho_max_and_a_group_says_what_binds(tmp_path):
     points = sweep.evaluate(spec).to_pandas()
     opt, _ = sweep.decide(spec)
     opt = opt.to_pandas()
-    within = points.feasible & points.slo_ok & (points.rho <= points.rho_max)
+    within = points.feasible & points.slo_ok & (points.action != "near_saturation")
     meets = points.feasible & points.slo_ok
     rows = points.point_id // (len(points) // len(opt))
     for _, r in opt.iterrows():

@@ -262,6 +262,8 @@ def test_report_draws_the_modes_figures_and_tables(toy, tmp_path):
     assert "Sojourn against concurrency" in html and "most slots under the SLO (b_max_slo)" in html
     assert f"c = 8: sojourn {_sojourn_p99(50, 8):,.2f} ms" in html
     assert "<th>slots</th><th>sojourn ms</th>" in html  # the Cheapest plan table, in the mode's columns
-    assert "b_max_slo: the most slots meeting the SLO" in html and "The toy queue" in html
+    # the derivation follows the recommendation, the card marked THE ANSWER (issue 27)
+    assert "recommended: the recommendation: the cheapest configuration" in html and "The toy queue" in html
+    assert "THE ANSWER: the recommendation" in html
     # the figures the other modes draw are listed, not drawn, naming the modes that draw them
     assert "throughput" in result.skipped and f'serving = "{SERVING}"' in result.skipped["throughput"]

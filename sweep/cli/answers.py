@@ -324,20 +324,23 @@ def engine_legend(model: ServingModel, keys: Sequence[str]) -> str:
 
 
 def _runner_up(run: RunFolder, view: AnswerView, rows: Mapping[str, np.ndarray], i: int) -> str:
-    """The runner-up in one cell: its cap and knobs by symbol, its group-axis values, its cost."""
+    """The runner-up in one short cell: what differs from the recommendation (its cap and
+    knobs by symbol, its group-axis values), then its cost or `same price`; `none`."""
     views, d = run.model.views, run.model.decisions
-    cap = rows[answer_name(RUNNER, view.cap)][i]
-    if math.isinf(float(cap)):
+    if math.isinf(float(rows[answer_name(RUNNER, view.cap)][i])):
         return "none"
-    parts = [f"{views.axis(d.cap).symbol or d.cap} {fmt(cap, 0)}"]
-    for sfx, key, dtype, inf in view.knobs:
-        v = float(rows[answer_name(RUNNER, sfx)][i])
-        value = inf if math.isinf(v) else fmt(v, 0 if dtype == "int64" else 1)
-        parts.append(f"{views.axis(key).symbol or key} {value}")
-    parts += [f"{g} {fmt(rows[answer_name(RUNNER, '_' + g)][i], 0)}" for g in d.group_axes
-              if answer_name(RUNNER, "_" + g) in rows]
-    cost = answer_name(RUNNER, "_cost_usd_per_hour")
-    return ", ".join(parts) + (f": {fmt(rows[cost][i], 2)} USD/h" if cost in rows else "")
+    fields = [(views.axis(d.cap).symbol or d.cap, view.cap, "int64", "inf"),
+              *((views.axis(key).symbol or key, sfx, dtype, inf) for sfx, key, dtype, inf in view.knobs),
+              *((g, "_" + g, "int64", "inf") for g in d.group_axes if answer_name(RUNNER, "_" + g) in rows)]
+    parts = []
+    for name, sfx, dtype, inf in fields:
+        v, mine = float(rows[answer_name(RUNNER, sfx)][i]), float(rows[answer_name(REC, sfx)][i])
+        if v != mine:
+            parts.append(f"{name} {inf if math.isinf(v) else fmt(v, 0 if dtype == 'int64' else 1)}")
+    cost, rec_cost = answer_name(RUNNER, "_cost_usd_per_hour"), answer_name(REC, "_cost_usd_per_hour")
+    price = ("same price" if float(rows[cost][i]) == float(rows[rec_cost][i])
+             else f"{fmt(rows[cost][i], 2)} USD/h")
+    return f"{', '.join(parts) or 'the same'} ({price})"
 
 
 def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:

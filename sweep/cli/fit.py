@@ -3,8 +3,8 @@
 `fit_table` prints a title, then rows of already formatted cells: columns whose value is the same on
 every shown row are stated once above the table (`for every row: gpu = h100-sxm, ...`);
 every column is as wide as its longest value (a value is never wrapped nor elided with
-rich's `…`); headers wrap at `_` and spaces to fit, first not at all, then to at least 10
-characters, then to their longest word; and when even that is wider than the console, each
+rich's `…`); headers wrap at `_` and spaces to fit, first not at all, then to at least 16, 14, ...
+8 characters, then to their longest word; and when even that is wider than the console, each
 row is printed stacked, one `header value` list per row, which the console wraps between
 fields.
 """
@@ -19,8 +19,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-#: The narrowest a header is wrapped to before the table is stacked instead.
-HEADER_FLOOR = 10
+#: The widths headers are wrapped to, widest first, before they wrap to their longest word
+#: and then the table is stacked instead.
+HEADER_FLOORS: tuple[int, ...] = (16, 14, 12, 10, 8)
 _WORD = re.compile(r"[^_ ]+[_ ]?|[_ ]")
 
 
@@ -80,7 +81,7 @@ def fit_table(console: Console, title: str, heads: Sequence[str], rows: Sequence
     if not heads:
         return
     values = [max((len(r[j]) for r in rows), default=0) for j in range(len(heads))]
-    for floor in (None, HEADER_FLOOR, 0):
+    for floor in (None, *HEADER_FLOORS, 0):
         if floor is None:
             wrapped = list(heads)
         else:
