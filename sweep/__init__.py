@@ -24,7 +24,17 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_threefry_partitionable", True)
 
 from sweep._version import __version__  # noqa: E402
-from sweep.api import MAX_IN_MEMORY, Explanation, decide, evaluate, explain, grid_from_dict, load_grid, run  # noqa: E402
+from sweep.api import (  # noqa: E402
+    MAX_IN_MEMORY,
+    Explanation,
+    decide,
+    evaluate,
+    explain,
+    grid_from_dict,
+    load_grid,
+    recommendation,
+    run,
+)
 from sweep.catalog import Catalog, load_catalog, packaged_catalog  # noqa: E402
 from sweep.errors import (  # noqa: E402
     CatalogError,
@@ -71,6 +81,7 @@ __all__ = [
     "load_grid",
     "merge_shards",
     "packaged_catalog",
+    "recommendation",
     "run",
     "run_search",
     "simulate",

@@ -20,9 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sweep.catalog import Catalog
+from sweep.decide.recommend import picks
+from sweep.decide.recommend import recommendation as recommend_one
+from sweep.decide.reduce import REASONS
 from sweep.decide.tables import dictionaries, frontier_columns, frontier_rows, optimum_columns, optimum_rows
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, catalog_tables
 from sweep.errors import GridError, OutputError, did_you_mean
@@ -104,6 +108,34 @@ class Explanation:
     row: dict[str, Any]  # every column, file units; names decoded; +inf where unbounded
     steps: list[Step] | None  # None: the serving model has no derivation yet
     figures: dict[str, float] = field(default_factory=dict)  # the catalog figures of its model and GPU
+    #: why this point: its scenario group's recommendation, or why the group has none ("" when
+    #: the point was named by --point or by a decision axis)
+    chosen: str = ""
+
+
+def recommendation(run_dir: str | Path, group: int | None = None,
+                   filters: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The recommendation of a finished run (`sweep.decide.recommend.recommendation`): of
+    scenario group `group`, or the cheapest over the groups whose optimum.parquet columns equal
+    `filters` (e.g. {"model": "llama-3.1-70b", "arrival_rps": 40.0}); None when none has one."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from sweep.io.published import check_run
+    from sweep.models import get_model
+
+    manifest = check_run(Path(run_dir))
+    serving, latency_model = manifest.get("serving"), manifest.get("latency_model")
+    model = get_model(serving, latency_model) if serving else get_model(latency_model=latency_model)
+    table = pq.read_table(Path(run_dir) / "optimum.parquet")
+    for key, value in (filters or {}).items():
+        if key not in table.column_names:
+            raise OutputError(f"{run_dir}: recommendation filter {key}={value}: optimum.parquet has no column {key!r}")
+        col = table.column(key)
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        table = table.filter(pc.fill_null(pc.equal(col, value), False))
+    return recommend_one(table.to_pydict(), model, group)
 
 
 def point_id_of(spec: GridSpec, filters: Mapping[str, str]) -> int:
@@ -132,13 +164,29 @@ def point_id_of(spec: GridSpec, filters: Mapping[str, str]) -> int:
 
 
 def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, str] | None = None) -> Explanation:
-    """Evaluate one point (by `point_id`, or the first matching `filters`) and derive it."""
-    pid = point_id_of(spec, filters or {}) if point_id is None else int(point_id)
+    """Evaluate one point and derive it: `point_id`, or where `filters` name a decision axis
+    (replicas, the cap, a knob) the first point matching them, else the recommendation of the
+    first scenario group matching them (`sweep.decide.recommend`: what `sweep run`, `sweep
+    show`, `sweep report` and optimum.parquet recommend), or that group's first point when it
+    has none."""
+    filters = filters or {}
+    pid = point_id_of(spec, filters) if point_id is None else int(point_id)
     if not 0 <= pid < spec.n_points:
         raise GridError(spec.source, "--point", pid,
                         f"must lie in [0, {spec.n_points - 1}] (the grid's point_id range)")
     ev = Evaluator(spec, chunk_size=spec.group_size)
     chunk = ev.chunk(pid // ev.chunk_size)
+    chosen = ""
+    if point_id is None and not set(filters) & set(spec.model.decisions.decision_axes):
+        rec, _ = picks(spec.model, chunk.columns, spec.group_size)
+        if rec[0] >= 0:
+            pid = chunk.start + int(rec[0])
+            chosen = ("the recommendation of its scenario group (group_id "
+                      f"{pid // spec.group_size}): the cheapest configuration meeting every SLO with rho <= rho_max")
+        else:
+            binding = REASONS[int(np.max(chunk.rows["reason"]))]
+            chosen = (f"its scenario group (group_id {pid // spec.group_size}) has no recommendation "
+                      f"({binding} binds): its first point")
     i = pid - chunk.start
     names = _dictionaries(spec)
     row: dict[str, Any] = {}
@@ -153,4 +201,4 @@ def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, s
     options = {"kv_allocation": spec.options.kv_allocation, "block_tokens": spec.options.block_tokens,
                "reserve_fraction": spec.options.reserve_fraction}
     steps = spec.model.derivation(row, figures, options)
-    return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps, figures)
+    return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps, figures, chosen)

@@ -46,14 +46,32 @@ def answered(tmp_path_factory) -> tuple[Path, str]:
     return out, buf.getvalue()
 
 
+def table_rows(block: str) -> list[dict[str, str]]:
+    """The first rich table of `block` as one dict per row (header lines joined per column)."""
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("┃"))
+    heads: list[str] = []
+    rows: list[dict[str, str]] = []
+    for line in lines[start:]:
+        if line.startswith("┃"):
+            cells = [c.strip() for c in line.strip().strip("┃").split("┃")]
+            heads = cells if not heads else [f"{a}{'' if a.endswith('_') else ' '}{b}".strip()
+                                             for a, b in zip(heads, cells)]
+        elif line.startswith("│"):
+            rows.append(dict(zip(heads, (c.strip() for c in line.strip().strip("│").split("│")))))
+        elif line.startswith("└"):
+            break
+    return rows
+
+
 def test_run_ends_with_the_decisions_cheapest_first(answered):
     out, text = answered
-    assert "decisions per scenario group, cheapest first" in text and "P99 gaussian" in text
+    assert "recommendation per scenario group, cheapest first" in text and "P99 gaussian" in text
     assert "replicas" in text and "batch_size" in text and "batch_window_ms" in text and "USD/h" in text
     assert f"full tables: {out}/optimum.parquet" in text and "sweep show" in text
     # the 4 groups (gpu x arrival_rps): the cheap ones listed, the overloaded ones counted with a reason
     answers, closest = text.split("scenario groups: no replica count")
-    costs = [float(m) for m in re.findall(r"│\s+([0-9.]+) │\n", answers)]
+    costs = [float(r["USD/h"]) for r in table_rows(answers)]
     assert costs == sorted(costs) and len(costs) == 2
     # the groups without an answer, at their most replicas (4): cheapest first too
     costs = [float(m) for m in re.findall(r"│\s+([0-9.]+) │\n", closest)]
@@ -65,11 +83,11 @@ def test_show_prints_the_same_from_the_files(answered, capsys):
     out, text = answered
     assert main(["show", str(out)]) == 0
     shown = capsys.readouterr().out
-    table = lambda t: t[t.index("decisions per"):t.index("full tables")]  # noqa: E731
+    table = lambda t: t[t.index("recommendation per"):t.index("full tables")]  # noqa: E731
     assert table(shown) == table(text)
     assert main(["show", str(out), "gpu=h100-sxm", "arrival_rps=50", "--top", "1"]) == 0
     one = capsys.readouterr().out
-    assert "h100-sxm" in one and "a100-80gb" not in one.split("decisions per")[1]
+    assert "h100-sxm" in one and "a100-80gb" not in one.split("recommendation per")[1]
 
 
 def test_show_refuses_in_one_line(tmp_path, answered, capsys):
@@ -101,7 +119,7 @@ def test_a_search_run_prints_its_answers_not_the_placeholder_grid(tmp_path, caps
     assert main(["run", str(grid), "--out", str(tmp_path / "s"), "--progress", "none"]) == 0
     text = capsys.readouterr().out
     assert "search: each study's best trials" in text and "min_cost+max_capacity" in text
-    assert "placeholder value" in text and "decisions per scenario group" not in text
+    assert "placeholder value" in text and "recommendation per scenario group" not in text
     assert main(["show", str(tmp_path / "s")]) == 0
     assert "search: each study's best trials" in capsys.readouterr().out
 
@@ -190,23 +208,25 @@ def test_a_continuous_run_answers_in_ttft_and_tpot(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "TTFT P99" in text and "TPOT P99" in text and "tok/s/user" in text  # the per-point table
     assert "action and SLOs checked against the P99 analytic estimates: ttft_p_ms <= 500 ms, tpot_p_ms <= 40 ms" in text
-    decisions = text[text.index("decisions per scenario group"):text.index("full tables")]
+    decisions = text[text.index("recommendation per scenario group"):text.index("full tables")]
     for head in ("batch_size", "max_batched_tokens", "TTFT P99 ms", "TTFT SLO ms", "TPOT P99 ms", "TPOT SLO ms",
                  "tok_s_per_user", "USD/h"):
         assert head in decisions, head
     assert "latency_ms" not in decisions and "window" not in decisions
     opt = pq.read_table(out / "optimum.parquet").to_pandas()
-    at = opt[opt.is_replicas_min].sort_values("replicas_min_cost_usd_per_hour")
+    at = opt[opt.is_recommended].sort_values("recommended_cost_usd_per_hour")
     first = at.iloc[0]
-    row = re.search(r"│ llama-3\.1-8b │\s+([0-9.]+) │\s+(\d+) │\s+(\d+) │\s+(\S+) │\s+([0-9.]+) │", decisions)
-    assert (row and int(row.group(3)) == first.replicas_min_batch
-            and row.group(4) == f"{first.replicas_min_max_batched_tokens:.0f}")
-    assert float(row.group(5)) == pytest.approx(first.replicas_min_ttft_p_ms, abs=0.05)
+    row = table_rows(decisions)[0]
+    assert int(row["batch_size"]) == first.recommended_batch
+    # the budget is the same on both shown rows: stated once above the table
+    assert f"max_batched_tokens = {first.recommended_max_batched_tokens:.0f}" in decisions
+    assert float(row["TTFT P99 ms"]) == pytest.approx(first.recommended_ttft_p_ms, abs=0.05)
     assert "no replica count of the grid meets every SLO" in decisions and "out_of_memory 2" in decisions
     assert "without an answer" not in decisions  # no feasible point to show there
     assert main(["show", str(out), "model=llama-3.1-8b", "arrival_rps=40"]) == 0
     shown = capsys.readouterr().out
-    assert "TTFT P99 ms" in shown and "mixtral" not in shown.split("decisions per")[1]
+    assert "TTFT P99 ms" in table_rows(shown.split("recommendation per")[1])[0]
+    assert "mixtral" not in shown.split("recommendation per")[1]
 
 
 def test_a_continuous_search_prints_its_answers(tmp_path, capsys):
@@ -270,7 +290,7 @@ def test_a_decision_on_an_untrusted_point_says_so_and_how_to_simulate(tmp_path, 
     out = tmp_path / "o"
     assert main(["run", str(grid), "--out", str(out), "--progress", "none"]) == 0
     text = capsys.readouterr().out
-    decisions = text[text.index("decisions per scenario group"):text.index("full tables")]
+    decisions = text[text.index("recommendation per scenario group"):text.index("full tables")]
     opt = pq.read_table(out / "optimum.parquet").to_pandas()
     at = opt[opt.is_replicas_min]
     assert len(at) == 1 and (~at.replicas_min_analytic_trusted).all() == caveat

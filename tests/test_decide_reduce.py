@@ -18,12 +18,12 @@ def brute_row(r):
     n = len(r["batch"])
     feas = [i for i in range(n) if r["feasible"][i]]
     meets = [i for i in feas if r["latency"][i] <= r["slo"][i]]
-    b_max_slo = min(meets, key=lambda i: (-r["batch"][i], r["latency"][i], i)) if meets else -1
     lat_opt = min(feas, key=lambda i: (r["e_resp"][i], r["batch"][i], i)) if feas else -1
     slo_opt = min(meets, key=lambda i: (-r["capacity"][i], r["latency"][i], i)) if meets else -1
     head = [i for i in meets if r["rho"][i] <= r["rho_max"][i]]
     pick = min(head, key=lambda i: (-r["batch"][i], r["latency"][i], i)) if head else -1
-    return b_max_slo, lat_opt, slo_opt, pick
+    # b_max_slo honours rho_max (issue 27): the same rule as the replicas_min pick
+    return pick, lat_opt, slo_opt, pick
 
 
 def test_reduce_row_matches_brute_force():

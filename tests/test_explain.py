@@ -94,7 +94,10 @@ def test_the_report_explains_each_scenarios_answer(tmp_path, root):
                  "--quiet"]) == 0
     html = build_report(tmp_path / "w").path.read_text()
     assert "How the answer was derived" in html and "data-scenario-html='explain'" in html
-    assert "b_max_slo: the largest batch meeting the SLO" in html and "E[T] = E[W] + E[T_batch] + E[T_svc]" in html
+    # the derivation follows the recommendation (issue 27)
+    assert "recommended: the recommendation: the cheapest configuration" in html
+    assert "THE ANSWER: the recommendation" in html  # the card the derivation follows, marked
+    assert "E[T] = E[W] + E[T_batch] + E[T_svc]" in html
 
 
 # --------------------------------------------------------------------------- continuous serving

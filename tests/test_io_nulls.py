@@ -26,6 +26,7 @@ import pytest
 
 import sweep
 from sweep.cli import main
+from sweep.decide.recommend import PREFIXES
 from sweep.decide.tables import ANSWERS, answer_name, frontier_columns, optimum_columns
 from sweep.io.columns import all_point_columns
 from sweep.models import REGISTRY
@@ -76,7 +77,7 @@ def test_every_nullable_column_names_what_explains_a_null(key):
     model = REGISTRY[key]
     cols = model.columns
     tables = {"points": cols, "frontier": frontier_columns(cols), "optimum": optimum_columns(model, cols)}
-    answer_fields = {answer_name(p, s) for p in ANSWERS for s, *_ in model.decisions.answer_fields}
+    answer_fields = {answer_name(p, s) for p in (*ANSWERS, *PREFIXES) for s, *_ in model.decisions.answer_fields}
     for table, columns in tables.items():
         flags = {c.name for c in columns if c.dtype == "bool"}
         point_flags = {c.name for c in cols if c.dtype == "bool"}

@@ -223,7 +223,7 @@ def test_the_run_answers_in_the_modes_own_columns(toy):
     assert f"{_sojourn_p99(50, 8):.2f}" in text and "50.0% " in text
     assert "action and SLO checked against P99 exact (sojourn_p_ms)" in text
     # the decisions: the cap by its own name, the checked latency, the SLO
-    decisions = text[text.index("decisions per scenario group"):text.index("full tables")]
+    decisions = text[text.index("recommendation per scenario group"):text.index("full tables")]
     for head in ("concurrency", "P99 exact ms", "SLO ms", "USD/h"):
         assert head in decisions, head
     opt = pq.read_table(out / "optimum.parquet").to_pylist()
@@ -236,7 +236,7 @@ def test_the_run_answers_in_the_modes_own_columns(toy):
 def test_show_prints_the_same(toy):
     _, out, text = toy
     shown = _cli(["show", str(out)])
-    part = lambda t: t[t.index("decisions per"):t.index("full tables")]  # noqa: E731
+    part = lambda t: t[t.index("recommendation per"):t.index("full tables")]  # noqa: E731
     assert part(shown) == part(text) and "per point (toy queue" in shown
     one = _cli(["show", str(out), "arrival_rps=400", "replicas=2"])
     assert f"{_sojourn_p99(400, 8, 2):.2f}" in one
@@ -262,6 +262,8 @@ def test_report_draws_the_modes_figures_and_tables(toy, tmp_path):
     assert "Sojourn against concurrency" in html and "most slots under the SLO (b_max_slo)" in html
     assert f"c = 8: sojourn {_sojourn_p99(50, 8):,.2f} ms" in html
     assert "<th>slots</th><th>sojourn ms</th>" in html  # the Cheapest plan table, in the mode's columns
-    assert "b_max_slo: the most slots meeting the SLO" in html and "The toy queue" in html
+    # the derivation follows the recommendation, the card marked THE ANSWER (issue 27)
+    assert "recommended: the recommendation: the cheapest configuration" in html and "The toy queue" in html
+    assert "THE ANSWER: the recommendation" in html
     # the figures the other modes draw are listed, not drawn, naming the modes that draw them
     assert "throughput" in result.skipped and f'serving = "{SERVING}"' in result.skipped["throughput"]

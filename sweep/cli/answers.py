@@ -8,11 +8,13 @@ knob), so a new serving model's runs print the same way. Reads are
 bounded: `optimum.parquet` with a few projected columns, `points/` only when the selection
 is small.
 
-- **Decisions**, per scenario group (top N, cheapest first): at `replicas_min`, the fewest
-  replicas for which some configuration meets the SLO with rho <= rho_max, the cap and knobs
-  chosen there, the latency that was checked against the SLO (its latency model and percentile
-  named), and the fleet's cost. Groups with no such configuration are counted with their
-  reasons.
+- **Decisions**, per scenario group (top N, cheapest first): the recommendation
+  (`sweep.decide.recommend`: the cheapest configuration meeting every SLO with rho <=
+  rho_max), its replicas, GPUs, cap and knobs (headers name the engine's flags), the latency
+  checked against the SLO (its latency model and percentile named), its price per hour and
+  per million tokens or requests, the `[uncertainty]` / `[sensitivity]` columns the grid
+  asked for, and the runner-up. Groups with no such configuration are counted with the
+  constraint that binds. Tables fit the console (`sweep.cli.fit`): no value is ever cut.
 - **Search answers** (`[search]`): each study's best trials with their searched values,
   checked latency, cost and gap to the exact optimum.
 - **Where the full tables are**, and a query to start from.
@@ -38,7 +40,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sweep.decide.tables import answer_name
+from sweep.cli.fit import fit_table
+from sweep.decide.recommend import PREFIXES, answer_name, band_columns, shown_columns
 from sweep.errors import SweepError
 from sweep.io.published import check_run
 from sweep.models import ServingModel, get_model
@@ -309,68 +312,122 @@ class AnswerView:
 
 # --------------------------------------------------------------------------- decisions
 
+#: The answer the decisions table shows per scenario group, and its runner-up.
+REC, RUNNER = PREFIXES
+
+
+def engine_legend(model: ServingModel, keys: Sequence[str]) -> str:
+    """`engine flags: batch_size = max_num_seqs, ...` for the columns `keys` the serving
+    engine names differently ("" when none does)."""
+    pairs = [f"{k} = {e}" for k in dict.fromkeys(keys) if (e := model.views.engine(k))]
+    return "engine flags: " + ", ".join(pairs) if pairs else ""
+
+
+def _runner_up(run: RunFolder, view: AnswerView, rows: Mapping[str, np.ndarray], i: int) -> str:
+    """The runner-up in one short cell: what differs from the recommendation (its cap and
+    knobs by symbol, its group-axis values), then its cost or `same price`; `none`."""
+    views, d = run.model.views, run.model.decisions
+    if math.isinf(float(rows[answer_name(RUNNER, view.cap)][i])):
+        return "none"
+    fields = [(views.axis(d.cap).symbol or d.cap, view.cap, "int64", "inf"),
+              *((views.axis(key).symbol or key, sfx, dtype, inf) for sfx, key, dtype, inf in view.knobs),
+              *((g, "_" + g, "int64", "inf") for g in d.group_axes if answer_name(RUNNER, "_" + g) in rows)]
+    parts = []
+    for name, sfx, dtype, inf in fields:
+        v, mine = float(rows[answer_name(RUNNER, sfx)][i]), float(rows[answer_name(REC, sfx)][i])
+        if v != mine:
+            parts.append(f"{name} {inf if math.isinf(v) else fmt(v, 0 if dtype == 'int64' else 1)}")
+    cost, rec_cost = answer_name(RUNNER, "_cost_usd_per_hour"), answer_name(REC, "_cost_usd_per_hour")
+    price = ("same price" if float(rows[cost][i]) == float(rows[rec_cost][i])
+             else f"{fmt(rows[cost][i], 2)} USD/h")
+    return f"{', '.join(parts) or 'the same'} ({price})"
+
 
 def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
-    """Per scenario group, cheapest first: replicas_min and its configuration."""
+    """Per scenario group, cheapest first: the recommendation (the cheapest configuration
+    meeting every SLO with rho <= rho_max), its price, the planning columns the grid asked
+    for, and the runner-up; then the groups without one, with the constraint that binds."""
     model, d = run.model, run.model.decisions
     view = AnswerView.of(model)
-    cost = "replicas_min_cost_usd_per_hour"
+    names = pq.read_schema(run.path / "optimum.parquet").names
+    if "is_recommended" not in names:
+        raise ShowError(f"{run.path / 'optimum.parquet'}: written by a sweep without the recommendation columns; "
+                        "run the grid again (sweep run GRID --out DIR --force)")
+    shown_cols = shown_columns(model, REC, names)
+    bands = band_columns(model, REC, names)
+    groups_at = [answer_name(REC, "_" + g) for g in d.group_axes]
+    runner = [answer_name(RUNNER, view.cap), *(answer_name(RUNNER, k[0]) for k in view.knobs),
+              *(answer_name(RUNNER, "_" + g) for g in d.group_axes), answer_name(RUNNER, "_cost_usd_per_hour")]
     caveats = _caveats(run)
-    wanted = ["group_id", *d.group_axes, d.size, "reason", "is_replicas_min", "replicas_min", cost, "percentile",
-              "cost_usd_per_hour", *view.slos(), *view.columns("replicas_min"), *view.columns("b_latency_opt"),
-              *run.varying, *(col for _, col in caveats)]
+    wanted = ["group_id", *d.group_axes, d.size, "reason", "group_reason", "is_recommended", "percentile",
+              "cost_usd_per_hour", *view.slos(), *view.columns(REC), *groups_at, *(c for _, c, _ in shown_cols),
+              *(c for b in bands for c in b[1:]), *runner, *view.columns("b_latency_opt"), *run.varying,
+              *(col for _, col in caveats)]
     table = run.optimum(wanted)
     if table.num_rows == 0:
         console.print("decisions: no optimum row matches the filters" if run.filters
                       else "decisions: optimum.parquet is empty")
         return
     rows = to_host(table)
-    at_min = rows["is_replicas_min"]
+    cost = answer_name(REC, "_cost_usd_per_hour")
     groups = np.unique(rows["group_id"])
-    found = rows["group_id"][at_min]
-    order = np.flatnonzero(at_min)
+    order = np.flatnonzero(rows["is_recommended"])
     order = order[np.lexsort((rows["group_id"][order], rows[cost][order]))]
     shown = order[:top]
     label = latency_label(run.latency_name, rows.get("percentile"))
     slo = "the SLO" if len(view.checks) == 1 else "every SLO"
-    title = (f"decisions per scenario group, cheapest first: the fewest {d.size} meeting {slo} "
+    title = (f"recommendation per scenario group, cheapest first: the cheapest configuration meeting {slo} "
              f"(checked against {label}) with {d.utilisation} <= rho_max")
     checks = view.active(rows, shown)
-    t = Table(title=title, title_justify="left")
-    for name in (*run.varying, d.size, *view.headers(label, checks), "USD/h"):
-        t.add_column(name, justify="right")
+    gpus = [c for role, c, _ in shown_cols if role == "gpus"]
+    rest = [(c, lab) for role, c, lab in shown_cols if role != "gpus"]
+    heads = [*run.varying, *(g for g in d.group_axes if answer_name(REC, "_" + g) in rows),
+             *(["GPUs"] if gpus else []), *view.headers(label, checks),
+        *(lab for _, lab in rest), *(f"{run.model.views.check_name(lat)} p5-p95 ms" for lat, _, _ in bands),
+        "runner-up"]
     caveats = [(c, col) for c, col in caveats if col in rows]
     flagged = {c.flag: [int(i) for i in shown if not bool(rows[col][i])] for c, col in caveats}
     marked = {i for hits in flagged.values() for i in hits}
+    cells_of = []
     for i in shown:
-        cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
-        answer = view.cells(rows, int(i), "replicas_min", checks)
+        cells = [_scenario_cell(rows[k][i]) for k in run.varying]
+        cells += [fmt(rows[c][i], 0) for c in groups_at if c in rows]
+        cells += [fmt(rows[c][i], 0) for c in gpus]
+        answer = view.cells(rows, int(i), REC, checks)
         if int(i) in marked:  # the cap of an answer that rests on a flagged point
             answer[0] += "*"
-        cells += [fmt(rows["replicas_min"][i], 0), *answer, fmt(rows[cost][i], 2)]
-        t.add_row(*cells)
+        cells += answer
+        cells += [fmt(rows[c][i], 3 if "/M" in lab or "P(" in lab else 2 if lab == "USD/h" else 1)
+                  for c, lab in rest]
+        cells += [f"{fmt(rows[lo][i])}-{fmt(rows[hi][i])}" for _, lo, hi in bands]
+        cells.append(_runner_up(run, view, rows, int(i)))
+        cells_of.append(cells)
     if len(shown):
-        console.print(t)
+        legend = engine_legend(model, [*run.varying, *d.group_axes, view.cap_column, *(k[1] for k in view.knobs)])
+        fit_table(console, title, heads, cells_of, keep=(view.cap_column,), left=("runner-up",),
+                  legend=legend)
     for c, _ in caveats:
         if flagged[c.flag]:
             console.print("* " + c.text.format(n=len(flagged[c.flag]), shown=len(shown)), markup=False,
                           soft_wrap=True)
-    with_answer = len(np.unique(found))
-    if with_answer > len(shown):
-        console.print(f"... {with_answer - len(shown):,} more scenario groups with an answer (--top N shows more)")
+    found = np.unique(rows["group_id"][order])
+    if len(found) > len(shown):
+        console.print(f"... {len(found) - len(shown):,} more scenario groups with an answer (--top N shows more)")
     missing = np.setdiff1d(groups, found)
     if len(missing):
-        # Why: each such group's row at its largest size (replicas) names the first constraint that failed.
+        # Why: the constraint that binds in each group (group_reason: the furthest any row got).
+        first: dict[int, int] = {}
         last: dict[int, int] = {}
         for i in np.flatnonzero(np.isin(rows["group_id"], missing)):
             g = int(rows["group_id"][i])
+            first.setdefault(g, int(i))
             if g not in last or rows[d.size][i] > rows[d.size][last[g]]:
                 last[g] = int(i)
-        reasons = Counter(str(rows["reason"][i]) for i in last.values())
+        reasons = Counter(str(rows["group_reason"][i]) for i in first.values())
         why = ", ".join(f"{r} {n:,}" for r, n in reasons.most_common())
         words = run.model.views
         console.print(f"{len(missing):,} of {len(groups):,} scenario groups: no {words.size_count} of the grid meets "
-                      f"{slo} with {d.utilisation} <= rho_max (at the {words.size_most}: {why})")
+                      f"{slo} with {d.utilisation} <= rho_max (the constraint that binds: {why})")
         room = top - len(shown)
         # the closest configuration where there is one: a feasible point that misses the SLO
         near = [i for i in last.values() if math.isfinite(float(rows[answer_name("b_latency_opt", view.cap)][i]))]
@@ -381,12 +438,12 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
 
 def _caveats(run: RunFolder) -> list[tuple[Caveat, str]]:
     """The model's caveats (`Views.caveats`) that apply to this run, each with the
-    optimum.parquet column of its flag at replicas_min."""
+    optimum.parquet column of its flag at the recommendation."""
     out = []
     for c in run.model.views.caveats:
         sfx = _field(run.model, c.flag)
         if sfx is not None and (not c.latency_models or run.latency_model in c.latency_models):
-            out.append((c, answer_name("replicas_min", sfx)))
+            out.append((c, answer_name(REC, sfx)))
     return out
 
 
@@ -396,17 +453,17 @@ def _closest(run: RunFolder, view: AnswerView, rows: dict[str, np.ndarray], pick
     first): why, and the point with the lowest mean latency (b_latency_opt)."""
     d = run.model.decisions
     checks = view.active(rows, picks)
-    t = Table(title=f"without an answer, at the {run.model.views.size_most}: the {d.cap} with the lowest "
-                    f"{d.mean_latency} (b_latency_opt)", title_justify="left")
-    for name in (*run.varying, *d.group_axes, "reason", *view.headers(label, checks), "USD/h"):
-        t.add_column(name, justify="right")
+    heads = [*run.varying, *d.group_axes, "reason",
+             *view.headers(label, checks), "USD/h"]
+    cells_of = []
     for i in picks:
-        cells = [escape(_scenario_cell(rows[k][i])) for k in run.varying]
-        cells += [*(fmt(rows[g][i], 0) for g in d.group_axes), str(rows["reason"][i]),
-                  *view.cells(rows, i, "b_latency_opt", checks),
-                  fmt(rows["cost_usd_per_hour"][i], 2)]
-        t.add_row(*cells)
-    console.print(t)
+        cells = [_scenario_cell(rows[k][i]) for k in run.varying]
+        cells += [*(fmt(rows[g][i], 0) for g in d.group_axes), str(rows["group_reason"][i]),
+                  *view.cells(rows, i, "b_latency_opt", checks), fmt(rows["cost_usd_per_hour"][i], 2)]
+        cells_of.append(cells)
+    fit_table(console, f"without an answer, at the {run.model.views.size_most}: the {d.cap} with the lowest "
+                       f"{d.mean_latency} (b_latency_opt)", heads, cells_of, keep=("reason", view.cap_column),
+              left=("reason",))
 
 
 # --------------------------------------------------------------------------- search
@@ -469,7 +526,7 @@ def print_where(run: RunFolder, console: Console) -> None:
         parts.append(f"{run.path}/search.parquet")
     console.print("full tables: " + ", ".join(parts), markup=False, soft_wrap=True)
     console.print(f"more: sweep show {run.path} [key=value ...] [--top N]; sweep report {run.path}; "
-                  f"duckdb -c \"SELECT * FROM '{run.path}/optimum.parquet' WHERE is_replicas_min\"",
+                  f"duckdb -c \"SELECT * FROM '{run.path}/optimum.parquet' WHERE is_recommended\"",
                   markup=False, soft_wrap=True)
 
 

@@ -33,6 +33,9 @@ def print_explanation(e: Explanation, console: Console | None = None) -> None:
     inputs = ", ".join(f"{k} = {_value(e.row[k])}" for k in headline if k in e.row
                        and not (k in slos and _value(e.row[k]) == "inf"))  # an SLO of inf is none
     console.print(f"[bold]{escape(e.grid)}[/bold], point_id {e.point_id} ({escape(e.model)}): {escape(inputs)}")
+    if e.chosen:
+        console.print(f"this point: {e.chosen} (--point ID or a decision axis, e.g. replicas=2, names another)",
+                      markup=False)
     if e.steps is None:
         console.print(f"the serving model {e.model} has no step-by-step derivation yet; its columns:", markup=False)
         t = Table(show_header=False)

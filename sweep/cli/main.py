@@ -183,7 +183,8 @@ def _parser() -> argparse.ArgumentParser:
                   "sweep explain grids/example.toml model=llama-3.1-70b batch_size=32 replicas=2"])
     ex.add_argument("grid", type=Path, help="grid file (TOML), or a finished run folder (the grid it was made from)")
     ex.add_argument("filters", nargs="*", metavar="KEY=VALUE",
-                    help="choose the point by its axis values (the first match in grid order)")
+                    help="choose the point by its axis values: with a decision axis (replicas, the cap, a knob) the "
+                         "first match in grid order, else the recommendation of the first matching scenario group")
     ex.add_argument("--point", type=int, default=None, metavar="ID", help="the point_id (as in the output files)")
     ex.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
                     help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")

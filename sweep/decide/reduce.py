@@ -36,8 +36,11 @@ RULES_BY_SAMPLE = "_rules_ok_by_sample"
 #: The bands of replicas_min: nearest-rank percentiles over the scenarios.
 REPLICAS_BANDS: tuple[int, ...] = (5, 50, 95)
 
-#: `reason` codes for rows: the first constraint that left no candidate.
-REASONS: tuple[str, ...] = ("ok", "out_of_memory", "unstable", "proxy_invalid", "slo_violated")
+#: `reason` codes for rows: the first constraint that left no candidate, in the order the
+#: rules apply (`near_saturation`: some feasible point meets every SLO, but none with
+#: utilisation <= rho_max). Codes past 0 rise with how far the row got, so a group's binding
+#: constraint is its rows' largest code (`sweep.decide.recommend`).
+REASONS: tuple[str, ...] = ("ok", "out_of_memory", "unstable", "proxy_invalid", "slo_violated", "near_saturation")
 
 
 class Row(NamedTuple):
@@ -68,16 +71,19 @@ def _argbest(mask: Array, primary: Array, secondary: Array) -> tuple[Array, Arra
 def reduce_row(r: Row, frontier: Array) -> dict[str, Array]:
     """Every per-row answer of SPEC 6 for one row of K points, given its Pareto mask."""
     meets = r.feasible & r.slo_ok
-    b_max_slo, has_slo = _argbest(meets, r.batch, r.latency)
+    has_slo = jnp.any(meets)
     lat_opt, has_feasible = _argbest(r.feasible, -r.e_resp, r.batch)
     slo_opt, _ = _argbest(meets, r.capacity, r.latency)
+    # b_max_slo and the replicas_min pick are one rule: the largest cap meeting every SLO
+    # with rho <= rho_max (a point above rho_max is near saturation, never an answer).
     headroom = counts_for_replicas_min(r.feasible, r.slo_ok, r.rho, r.rho_max)
-    rmin_pick, row_ok = _argbest(headroom, r.batch, r.latency)
+    b_max_slo, row_ok = _argbest(headroom, r.batch, r.latency)
+    rmin_pick = b_max_slo
     knee = knee_index(r.capacity, r.latency, frontier)
     reason = jnp.where(
         ~jnp.any(r.mem_ok), 1,
         jnp.where(~jnp.any(r.mem_ok & r.stable), 2,
-                  jnp.where(~has_feasible, 3, jnp.where(~has_slo, 4, 0))),
+                  jnp.where(~has_feasible, 3, jnp.where(~has_slo, 4, jnp.where(~row_ok, 5, 0)))),
     )
     return {
         "b_max_slo_idx": b_max_slo,

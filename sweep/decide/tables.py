@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from sweep.decide.recommend import answer_name, recommend_rows, recommendation_columns
 from sweep.decide.reduce import REASONS, REPLICAS_BANDS
 from sweep.decide.verdict import ACTIONS
 from sweep.models.base import NO_ANSWER, SERVICE_SOURCES, WHEN_UNCERTAINTY, Column, Decisions, ServingModel
@@ -29,7 +30,7 @@ def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str], *,
         "service_source": list(SERVICE_SOURCES),
     }
     if decisions:
-        out.update({"reason": list(REASONS), "method": ["exact"]})
+        out.update({"reason": list(REASONS), "group_reason": list(REASONS), "method": ["exact"]})
     return out
 
 
@@ -61,18 +62,14 @@ def answer_texts(d: Decisions, checks: tuple[tuple[str, str], ...] = _DEFAULT_CH
     better = "lowest" if d.latency_sign > 0 else "highest"
     direction = "down" if d.latency_sign > 0 else "up"
     return {
-        "b_max_slo": f"the point with the largest {d.cap} among those with {slo} (docs/model.md, decisions); "
-                     f"ties: {better} {d.latency}",
+        "b_max_slo": f"the point with the largest {d.cap} among those with {slo} and {d.utilisation} <= rho_max "
+                     f"(docs/model.md, decisions); ties: {better} {d.latency}",
         "b_latency_opt": f"the feasible point with the smallest {d.mean_latency}; ties: smallest {d.cap}",
         "slo_opt": f"the point with the most {d.capacity} among those with {slo} (the SLO-optimal point); "
                    f"ties: {better} {d.latency}",
         "knee": f"the knee of the row's frontier ({d.capacity} up, {d.latency} {direction}; docs/model.md, decisions)",
         "replicas_min": f"the point at replicas_min: the largest {d.cap} with {slo} and {d.utilisation} <= rho_max",
     }
-
-
-def answer_name(prefix: str, suffix: str) -> str:
-    return prefix + suffix if (prefix, suffix) != ("replicas_min", "") else "replicas_min_batch"
 
 
 def answer_columns(model: ServingModel, point_columns: tuple[Column, ...] = ()) -> tuple[Column, ...]:
@@ -113,9 +110,10 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
         Column("n_feasible", "int64", "points", "Feasible points in the row."),
         Column("n_frontier", "int64", "points", "Pareto points of the row (rows of frontier.parquet)."),
         Column("reason", "dict", "-",
-               f"ok, or the first constraint that left no feasible {d.cap}: out_of_memory | unstable | "
+               f"ok, or the first constraint that left no {d.cap} to answer: out_of_memory | unstable | "
                "proxy_invalid (stable, but the latency estimate is unbounded) | "
-               f"slo_violated (no feasible point with {slo})."),
+               f"slo_violated (no feasible point with {slo}) | "
+               f"near_saturation (some point meets it, but none with {d.utilisation} <= rho_max)."),
         Column("replicas_min", "int64", size_unit(model),
                f"Per scenario group: the fewest {d.size} of the grid's {' x '.join(d.group_axes)} axis for which "
                f"some {d.cap} has {slo} and {d.utilisation} <= rho_max; NULL when none does. "
@@ -127,6 +125,7 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
                null_when=NO_ANSWER),
         *(replicas_band_columns(d, slo, size_unit(model)) if "p_slo_breach" in present else ()),
         *answer_columns(model, point_columns),
+        *recommendation_columns(model, point_columns),
         Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
     )
 
@@ -222,6 +221,8 @@ def optimum_rows(model: ServingModel, cols: Mapping[str, np.ndarray], rows: Mapp
                 out[answer_name(prefix, suffix)] = np.where(has, value.astype(np.float64), np.inf)
             else:  # a flag or a name: false / the first name where there is none
                 out[answer_name(prefix, suffix)] = np.where(has, value, np.zeros_like(value))
+    out.update(recommend_rows(model, cols, rows["reason"], row_size, rows_per_group,
+                              [c.name for c in model.columns if c.name in cols]))
     out["method"] = np.zeros(n_rows, dtype=np.int32)
     return out
 

@@ -423,6 +423,9 @@ class Views:
     figures: tuple[Figure, ...] = ()
     #: scenario labels of axes beyond the generic ones: column -> template ("S_max {:g}")
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: the serving engine's flag for a scenario column, where it has one (vLLM's
+    #: `tensor_parallel_size`); a row axis names its own (`Axis.engine`)
+    engine_names: Mapping[str, str] = field(default_factory=dict)
     #: the mean latency b_latency_opt minimises, in words ("E[T]", "mean E2E")
     mean_name: str = "mean latency"
     #: `Decisions.size` in prose: "no {size_count} of the grid meets ...", "at the {size_most}"
@@ -434,6 +437,11 @@ class Views:
     def axis(self, key: str) -> Axis:
         """How row axis `key` reads (its name throughout, if undeclared)."""
         return next((a for a in self.axes if a.key == key), Axis(key, key, key, key, key))
+
+    def engine(self, key: str) -> str:
+        """The serving engine's name for column `key` ("" where it has none)."""
+        axis = next((a for a in self.axes if a.key == key), None)
+        return axis.engine if axis is not None else self.engine_names.get(key, "")
 
     def check_name(self, latency: str) -> str:
         return next((c.name for c in self.checks if c.latency == latency), latency)

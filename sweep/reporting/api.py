@@ -302,8 +302,11 @@ def _build(run: Run, out_path: Path, png_dir: str | Path | None, t0: float) -> R
                         [f.id for f in figs if f.drawn], {f.id: f.note for f in figs if not f.drawn}, pngs)
 
 
-#: The answers whose point a scenario's derivation shows: the first the row has.
-EXPLAIN_ANSWERS = ("b_max_slo", "knee", "b_latency_opt")
+#: The answers whose point a scenario's derivation shows: the first the row has (the
+#: group's recommendation, THE answer, wherever there is one).
+EXPLAIN_ANSWERS = ("recommended", "b_max_slo", "knee", "b_latency_opt")
+#: How the derivation's heading names the recommendation.
+RECOMMENDED_WHAT = "the recommendation: the cheapest configuration meeting every SLO with rho <= rho_max"
 
 
 def _per(f: ViewFigure) -> str:
@@ -327,6 +330,7 @@ def _explanations(run: Run, rows: list[dict[str, Any]], ids: list[str], T: Any) 
     """Per scenario row: the derivation of its chosen point (`ServingModel.derivation`)."""
     model = run.model
     what = {card.prefix: card.what for card in model.views.answers.cards}
+    what.setdefault(EXPLAIN_ANSWERS[0], RECOMMENDED_WHAT)
     chosen: dict[str, tuple[int, str]] = {}
     for r, sid in zip(rows, ids):
         for prefix in EXPLAIN_ANSWERS:

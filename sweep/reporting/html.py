@@ -110,6 +110,8 @@ table.data tr.marked td { font-weight: 650; }
 .chip { display: inline-block; padding: 0 6px; border-radius: 9px; font-size: 12px; color: #fff; }
 .answers { display: grid; grid-template-columns: repeat(auto-fill, minmax(240px, 1fr)); gap: 6px 16px; margin: 8px 0; }
 .answers div { border-left: 3px solid var(--accent); padding: 2px 8px; background: var(--bg); }
+.the-answer { border: 2px solid var(--accent); padding: 6px 10px; margin: 8px 0; background: var(--bg); }
+.the-answer b { display: block; font-size: 13px; font-weight: 700; }
 .answers b { display: block; font-size: 12px; color: var(--muted); font-weight: 600; }
 footer { padding: 14px 28px; color: var(--muted); border-top: 1px solid var(--line); font-size: 12px; }
 @media print {

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from sweep.decide.recommend import PREFIXES, answer_name, band_columns, shown_columns
 from sweep.models import ServingModel
 from sweep.models.views import Cell
 from sweep.reporting.data import Run, Sample, answer_column, no_answer, row_keys, unbounded
@@ -105,6 +106,7 @@ def answers_html(r: dict[str, Any], model: ServingModel) -> str:
     """A scenario row's answers (the model's `Answers` cards), its SLOs, counts and cost."""
     views = model.views
     items = [(card.title, _answer_text(r, card.prefix, model)) for card in views.answers.cards]
+    answer = recommendation_text(r, model)
     rm = r.get("replicas_min")
     if rm is not None:
         cost = r.get("replicas_min_cost_usd_per_hour")
@@ -116,8 +118,38 @@ def answers_html(r: dict[str, Any], model: ServingModel) -> str:
             f"{int(r.get('n_feasible', 0)) if not unbounded(r.get('n_feasible', 0)) else 0:,} of "
             f"{int(r.get('n_points', 0)) if not unbounded(r.get('n_points', 0)) else 0:,} points feasible; "
             f"reason: {r.get('reason')}; cost {fmt(r.get('cost_usd_per_hour'), 2)} USD/h at these replicas")
-    return (f"<p class='scenario-head'>{esc(head)}</p><div class='answers'>"
+    the = ("" if answer is None else
+           f"<div class='the-answer'><b>THE ANSWER: the recommendation (cheapest meeting every SLO with "
+           f"{esc(model.decisions.utilisation)} &lt;= rho_max)</b>{esc(answer)}</div>")
+    return (f"<p class='scenario-head'>{esc(head)}</p>{the}<div class='answers'>"
             + "".join(f"<div><b>{esc(k)}</b>{esc(v)}</div>" for k, v in items) + "</div>")
+
+
+def recommendation_text(r: dict[str, Any], model: ServingModel) -> str | None:
+    """The scenario group's recommendation in one line: its answer text, group-axis values,
+    GPUs, prices, the planning columns, and the runner-up; `none (<binding constraint>)`
+    where the group has none; None for a run without the recommendation columns."""
+    if "group_reason" not in r:
+        return None
+    text = _answer_text(r, PREFIXES[0], model)
+    if text == "none":
+        return f"none: {r.get('group_reason')} binds"
+    d = model.decisions
+    parts = [f"{fmt(r.get(answer_name(PREFIXES[0], '_' + g)), 0)} {g}" for g in d.group_axes
+             if r.get(answer_name(PREFIXES[0], '_' + g)) is not None]
+    names = list(r)
+    for role, col, label in shown_columns(model, PREFIXES[0], names):
+        x = r.get(col)
+        if role == "gpus":
+            parts.append(f"{fmt(x, 0)} GPUs")
+        else:
+            parts.append(f"{label} {fmt(x, 2 if label == 'USD/h' else 3)}")
+    for lat, lo, hi in band_columns(model, PREFIXES[0], names):
+        parts.append(f"{model.views.check_name(lat)} p5-p95 {fmt(r.get(lo))}-{fmt(r.get(hi))} ms")
+    runner = _answer_text(r, PREFIXES[1], model)
+    cost = r.get(answer_name(PREFIXES[1], "_cost_usd_per_hour"))
+    tail = f"; runner-up: {runner}" + (f", USD/h {fmt(cost, 2)}" if runner != "none" else "")
+    return f"{text}; {', '.join(parts)}{tail}"
 
 
 def _cell_html(cell: Cell, p: Mapping[str, np.ndarray], i: int) -> str:
@@ -369,7 +401,8 @@ def body_html(figs: list[Figure], plan_table: str, search_table: str, scen: Samp
         "with the columns its serving mode declares.</p>"
         f"{notes}<div data-scenario-html='answers'></div><div data-scenario-html='table'></div></section>"),
         ("<section class='block long' id='sec-explain'><h2>How the answer was derived</h2>"
-         "<p class='caption'>The chosen point of the selected scenario row (b_max_slo, else the knee, else the lowest "
+         "<p class='caption'>The chosen point of the selected scenario row (the recommendation, else b_max_slo, "
+         "else the knee, else the lowest "
          f"{esc(model.views.mean_name)}) derived step by step"
          + (f" with the formulas of {esc(docs)}" if docs else "") + ", as <code>sweep explain</code> prints it."
          "</p><div data-scenario-html='explain'></div></section>"),

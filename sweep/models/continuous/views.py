@@ -131,6 +131,7 @@ VIEWS = Views(
                             "max_batched_tokens", "replicas")),
     ),
     mean_name="mean E2E",
+    engine_names={"gpus_per_replica": "tensor_parallel_size"},
     caveats=(Caveat(
         "analytic_trusted",
         "{n} of the {shown} decisions above rest on a point outside the region where the analytic model was shown "
