@@ -13,8 +13,8 @@ the ETA (`resumed` in the log line says how many points were found done).
 A grid with `[search]` runs its Optuna studies after the points: the bar gets a second line
 (trials done/total, trials/s, ETA, the best feasible value so far) and the log `search`
 events, e.g. {"event": "search", "grid": "search-fleet", "study": 2, "studies": 2,
-"study_name": "...", "done": 384, "total": 512, "pct": 75.0, "trials_per_s": 0.7,
-"eta_s": 183.4, "objective": "min_cost", "best": 140.0, "best_trial": 124, "feasible": 51},
+"study_name": "...", "done": 320, "total": 384, "pct": 83.33, "trials_per_s": 6.65,
+"eta_s": 9.6, "objective": "min_cost", "best": 140.0, "best_trial": 124, "feasible": 51},
 the heartbeat repeating the last one while a round of trials computes.
 """
 
