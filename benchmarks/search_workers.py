@@ -2,8 +2,9 @@
 PostgreSQL study, and the answer's quality at equal budget.
 
 Each run is one fresh study (a fresh database on a throwaway local PostgreSQL server,
-`tests/_postgres.py`, fsync on, asynchronous commit) of `grids/search-fleet.toml`'s 1000
-requests/s scenario (gpu x gpus_per_replica x replicas x batch_size: 98,304 combinations,
+`tests/_postgres.py`, fsync on, asynchronous commit) of a dynamic-batching Llama 3.1 70B
+scenario at 1000 requests/s, the second study of `grids/search-fleet.toml` before that
+example moved to continuous serving (gpu x gpus_per_replica x replicas x batch_size: 98,304 combinations,
 min_cost under a P99 SLO), `--trials` trials in rounds of `--batch`, started as N `sweep
 search` processes at once. trials/s counts the COMPLETE trials over the span from the first
 trial's start to the last one's end (process start-up and compilation excluded); wall s is
@@ -36,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the throwaway PostgreSQL server of the tests
 
-#: grids/search-fleet.toml at 1000 requests/s only (its second study), with the budget,
+#: the former (dynamic-batching) grids/search-fleet.toml at 1000 requests/s only, with the budget,
 #: round size, seed and storage of each run.
 STUDY = """
 name = "search-workers"

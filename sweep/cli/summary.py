@@ -156,7 +156,7 @@ def _cell_text(cell: Cell, rows: Mapping[str, np.ndarray], i: int) -> str:
     if cell.percent:
         text = "-" if not math.isfinite(v) else f"{100.0 * v:.1f}%"
     elif not math.isfinite(v):
-        text = "-" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        text = "-" if math.isnan(v) else (cell.undefined or "inf" if v > 0 else "-inf")
     else:
         text = cell.fmt.format(v) if cell.fmt else f"{v:.{cell.digits}f}"
     if cell.flag and not rows[cell.flag][i]:

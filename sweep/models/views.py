@@ -71,7 +71,9 @@ class Cell:
     it shows, and how: `digits` after the point, or `fmt` (a template for a finite value, e.g.
     "{:g} ms"), or as a percentage (`percent`, one digit). `flag` (a bool column) appends
     `flag_text` where it is false (" (unstable)"). `left`: a left-aligned key column shown
-    first (a knob); `varies`: shown only where the column takes more than one value."""
+    first (a knob); `varies`: shown only where the column takes more than one value.
+    `undefined`: the text where the column is +inf because it has no value there (a rate
+    without a steady state, NULL in the files), instead of `inf` (unbounded)."""
 
     header: str
     column: str
@@ -82,6 +84,7 @@ class Cell:
     flag_text: str = ""
     left: bool = False
     varies: bool = False
+    undefined: str = ""
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,7 @@ def _cell_html(cell: Cell, p: Mapping[str, np.ndarray], i: int) -> str:
     if cell.percent:
         text = fmt(100 * v if not unbounded(v) else v) + "%"
     elif unbounded(v):
-        text = fmt(v)
+        text = cell.undefined or fmt(v)
     elif cell.fmt:
         text = cell.fmt.format(v)
     else:

@@ -9,6 +9,13 @@ job arrays, CI): one JSON object per line on stderr at least every `interval_s` 
 Rates count only the points this process computed, over the time since it started
 computing: after a resume, the segments found sealed neither inflate the rate nor shorten
 the ETA (`resumed` in the log line says how many points were found done).
+
+A grid with `[search]` runs its Optuna studies after the points: the bar gets a second line
+(trials done/total, trials/s, ETA, the best feasible value so far) and the log `search`
+events, e.g. {"event": "search", "grid": "search-fleet", "study": 2, "studies": 2,
+"study_name": "...", "done": 320, "total": 384, "pct": 83.33, "trials_per_s": 6.65,
+"eta_s": 9.6, "objective": "min_cost", "best": 140.0, "best_trial": 124, "feasible": 51},
+the heartbeat repeating the last one while a round of trials computes.
 """
 
 from __future__ import annotations
@@ -19,7 +26,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from sweep.search.study import SearchStatus
 
 
 class ProgressReporter:
@@ -46,6 +56,10 @@ class ProgressReporter:
         self._last = 0.0
         self._state: tuple[int, int, int] | None = None  # (done, total, computed)
         self._logged: tuple[int, int] | None = None  # (done, total) of the last line: the end is logged once
+        self._search: SearchStatus | None = None  # the search's last status, once it has begun
+        self._search_t0 = 0.0  # when the search began (its rate's clock), and the trials told then
+        self._search_told0 = 0
+        self._search_task: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._heart: threading.Thread | None = None
@@ -66,12 +80,12 @@ class ProgressReporter:
 
             self._bar = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]} points/s"), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(),
+                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[best]}"),
                 console=Console(file=self.stream), transient=False,
             )
             self._bar.start()
-            self._task = self._bar.add_task(self.grid, total=None, rate="-")
+            self._task = self._bar.add_task(self.grid, total=None, rate="- points/s", best="")
         elif self.mode == "log":
             self._emit({"event": "start", "grid": self.grid})
             if self._beats:
@@ -91,12 +105,45 @@ class ProgressReporter:
             self._state = (done, total, computed)
             rate = self.rate(computed, now)
             if self.mode == "bar":
-                self._bar.update(self._task, completed=done, total=total, rate=f"{rate:,.0f}")
+                self._bar.update(self._task, completed=done, total=total, rate=f"{rate:,.0f} points/s")
             elif self.mode == "log" and (now - self._last >= self.interval_s
                                          or (done >= total and self._logged != (done, total))):
                 self._log(now)
 
+    def search(self, status: SearchStatus) -> None:
+        """The search's progress (`sweep.search.run_search`'s `progress`): trials done of the
+        budget, the best feasible value so far; the rate counts the trials this process told
+        since the search began, so resumed trials do not shorten the ETA."""
+        now = self._clock()
+        with self._lock:
+            if self._search is None:
+                self._search_t0, self._search_told0 = now, status.told
+            first = self._search is None or self._search.study_index != status.study_index
+            self._search = status
+            rate, _ = self._search_rate(now)
+            if self.mode == "bar":
+                best = ("" if status.best is None
+                        else f"best {status.objective} {status.best:,.6g} (trial {status.best_trial})")
+                fields = {"completed": status.done, "total": status.total, "rate": f"{rate:,.1f} trials/s",
+                          "best": best}
+                if self._search_task is None:
+                    self._search_task = self._bar.add_task(f"{self.grid} search", **fields)
+                else:
+                    self._bar.update(self._search_task, **fields)
+            elif self.mode == "log" and (first or now - self._last >= self.interval_s or status.done >= status.total):
+                self._log(now)
+
+    def _search_rate(self, now: float) -> tuple[float, float | None]:
+        """(trials/s this process told since the search began, seconds left at that rate)."""
+        assert self._search is not None
+        st = self._search
+        rate = (st.told - self._search_told0) / max(now - self._search_t0, 1e-9)
+        return rate, ((st.total - st.done) / rate if rate > 0 else None)
+
     def _log(self, now: float) -> None:
+        if self._search is not None:
+            self._log_search(now)
+            return
         assert self._state is not None
         done, total, computed = self._state
         self._last = now
@@ -109,6 +156,17 @@ class ProgressReporter:
         if done > computed:
             line["resumed"] = done - computed
         self._emit(line)
+
+    def _log_search(self, now: float) -> None:
+        assert self._search is not None
+        st = self._search
+        self._last = now
+        rate, eta = self._search_rate(now)
+        self._emit({"event": "search", "grid": self.grid, "study": st.study_index, "studies": st.studies,
+                    "study_name": st.study, "done": st.done, "total": st.total,
+                    "pct": round(100.0 * st.done / max(st.total, 1), 2), "trials_per_s": round(rate, 2),
+                    "eta_s": None if eta is None else round(eta, 1), "objective": st.objective,
+                    "best": st.best, "best_trial": st.best_trial, "feasible": st.feasible})
 
     def _heartbeat(self) -> None:
         """The heartbeat thread (log mode): `beat` every interval (at most every second)."""

@@ -132,10 +132,11 @@ def run_grid(
 
     Holds the output folder's lock for the whole run (`LockedError` when another process
     writes it, unless `wait`). `note` gets one line per thing a person should know (a
-    damaged segment computed again). A full disk raises `ResourceError` after removing the
-    run's staging folder. `memory_limit_mb` sets the chunk size, the points' row-group size
-    and the simulator's budget (`sweep.runner.memory`), or refuses a limit below the least
-    the grid needs.
+    damaged segment computed again); a `progress` with a `search` method (a
+    `sweep.runner.progress.ProgressReporter`) also hears the `[search]` studies' trials.
+    A full disk raises `ResourceError` after removing the run's staging folder.
+    `memory_limit_mb` sets the chunk size, the points' row-group size and the simulator's
+    budget (`sweep.runner.memory`), or refuses a limit below the least the grid needs.
 
     `cluster` runs the segments as tasks on a `dask.distributed` cluster (a running
     scheduler, or a LocalCluster of N worker processes; `sweep.runner.cluster`): the workers
@@ -251,6 +252,7 @@ class _Run:
         self.stats: dict[str, Any] = {"points_written": 0, "optimum": 0, "frontier": 0, "feasible": 0,
                                       "actions": [0] * len(ACTIONS)}
         self.kept: list[dict[str, np.ndarray]] = []  # every row, for small grids (terminal summary)
+        self.search_s: float | None = None  # the [search] studies' seconds (timed apart from the grid)
 
     def report(self, done: int) -> None:
         """Progress: after every chunk in process (the reporter rate-limits what it prints),
@@ -285,7 +287,9 @@ class _Run:
         self.timings["write"] += time.perf_counter() - w0
         search_meta = None
         if self.spec.search is not None and self.shard.count == 1:
+            s0 = time.perf_counter()
             search_meta = self._search()
+            self.search_s = time.perf_counter() - s0
         manifest = self._manifest(stats, n_seg, resumed)
         if search_meta is not None:
             manifest["search"] = search_meta
@@ -356,7 +360,8 @@ class _Run:
         """Run the `[search]` studies; their answers go through the same writer and staging."""
         from sweep.search import RESULT_FILE, run_search
 
-        result = run_search(self.spec, self.staging.out_dir)
+        # a reporter with a `search` method (`sweep.runner.progress.ProgressReporter`) shows the trials
+        result = run_search(self.spec, self.staging.out_dir, progress=getattr(self.progress, "search", None))
         schema = arrow_schema(result.columns, {**self.meta, "search": result.meta})
         writer = DatasetWriter(self.staging.final, schema, single_file=RESULT_FILE)
         if result.num_rows:
@@ -368,7 +373,7 @@ class _Run:
 
     def _manifest(self, stats: dict[str, Any], n_seg: int, resumed: int) -> dict[str, Any]:
         spec, ev = self.spec, self.ev
-        total = time.perf_counter() - self.t0
+        total = time.perf_counter() - self.t0 - (self.search_s or 0.0)  # the grid's run; the search apart
         final = self.staging.final
         points = (sorted(str(p.relative_to(final)) for p in (final / "points").rglob("*.parquet"))
                   if (final / "points").exists() else [])
@@ -410,5 +415,6 @@ class _Run:
                        "compilations": self.executor.compilations(ev)},
             "executor": self.executor.manifest(),
             "timings_s": {**{k: round(v, 4) for k, v in self.timings.items()},
-                          "total": round(total, 4), "points_per_s": round(n / max(total, 1e-9), 1)},
+                          "total": round(total, 4), "points_per_s": round(n / max(total, 1e-9), 1),
+                          **({"search": round(self.search_s, 4)} if self.search_s is not None else {})},
         }

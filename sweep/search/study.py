@@ -20,9 +20,9 @@ How a search runs:
   `stable` lambda/capacity-1, `rho` rho-rho_max, `memory` (batch_size-b_mem_max)/batch_size.
   Each value's sign is forced to agree with the boolean verdict the kernel reports, so
   Optuna's feasibility is exactly the planner's: stable & mem_ok & latency_ms <= slo_ms &
-  rho <= rho_max. They are set with `Trial.set_constraint`, which Optuna 5 reads for
-  `best_trial(s)` and for TPE's constrained sampling (it replaces the deprecated
-  `constraints_func` of the samplers; same semantics).
+  rho <= rho_max. They are stored as one list in the trial system attribute `constraints`
+  (`CONSTRAINTS_ATTR`), which Optuna reads for `best_trial(s)` and TPE's constrained
+  sampling and Optuna Dashboard reads to mark feasibility.
 * Sampler: TPE (multivariate, constant liar for the trials in flight), seeded by (seed,
   trial number). Workers sharing a study reserve rounds under a short lock and draw their
   parameters in parallel (`_optimise`).
@@ -51,6 +51,7 @@ import socket
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,14 @@ STUDY_CREATE_TRIES = 8
 BUDGET_LOCK_FILE = ".search.lock"
 #: How long a SQLite statement waits for another process's lock before "database is locked".
 SQLITE_TIMEOUT_S = 60.0
+#: The constraints, in the order of the values stored under `CONSTRAINTS_ATTR`.
 CONSTRAINTS = ("slo", "stable", "rho", "memory")
+#: The trial system attribute holding a trial's constraint values as one list, <= 0 feasible:
+#: Optuna's `_CONSTRAINTS_KEY`, the form its samplers' `constraints_func` writes and that
+#: `Trial.constraints`, `best_trial(s)` and TPE read (as keys "0".."3"), and the only one
+#: Optuna Dashboard reads (`trial_system_attrs["constraints"]`, feasible when every value is
+#: <= 0). `Trial.set_constraint`'s one key per name ("constraints:slo") the dashboard ignores.
+CONSTRAINTS_ATTR = "constraints"
 _BIG = 1e6  # constraint value standing in for +inf / NaN violations
 
 #: Columns of search.parquet before and after the point columns of the answer.
@@ -149,6 +157,32 @@ class StudyStats:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class SearchStatus:
+    """Where a search stands, for a progress display: told after each round of trials.
+
+    `done` counts COMPLETE trials over every study (a study counts at most its budget; the
+    studies still to come count 0), of `total` = trials x studies; `told` those this process
+    told (the rate's numerator: trials resumed from the storage are not). `best` is the best
+    feasible value of the first objective in the current study so far (None: no feasible
+    trial yet), at trial `best_trial`; `feasible` counts its feasible trials."""
+
+    study: str
+    study_index: int  # 1-based
+    studies: int
+    done: int
+    total: int
+    told: int
+    objective: str
+    best: float | None
+    best_trial: int | None
+    feasible: int
+
+
+#: Hears a `SearchStatus` after each round of trials (and when each study opens).
+SearchProgress = Callable[[SearchStatus], None]
+
+
 @dataclass
 class SearchResult:
     """The answers of every study: columns (declared), rows, dictionaries, run facts."""
@@ -190,8 +224,11 @@ class _Plan:
 # --------------------------------------------------------------------------- public entry
 
 
-def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResult:
+def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0,
+               progress: SearchProgress | None = None) -> SearchResult:
     """Run (or resume) every study of `spec.search`; return one row per answer.
+
+    `progress` hears a `SearchStatus` when each study opens and after each round of trials.
 
     The study storage lives in `out_dir` (so reruns resume); the caller writes the answers
     (`sweep.runner` publishes them as search.parquet with the rest of the run). Single
@@ -218,12 +255,19 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
     try:
         storage = open_storage(search, out_dir)
         owner = Owner(storage, source=spec.source)
-        for scenario in plan.studies:
+        done_before = told_before = 0
+        for index, scenario in enumerate(plan.studies):
             t0 = time.perf_counter()
             stats = StudyStats(study_name(plan, scenario))
             study = _open_study(plan, stats.name, storage, worker)
             budget = BudgetLock(search, out_dir, storage, scope=stats.name)
-            _optimise(plan, study, scenario, evaluator, stats, budget, owner)
+            tell = None
+            if progress is not None:
+                tell = functools.partial(_report, progress, plan, study, stats, index, done_before, told_before)
+                tell()
+            _optimise(plan, study, scenario, evaluator, stats, budget, owner, tell)
+            done_before += min(len(_complete(study)), search.trials)
+            told_before += stats.trials_run
             answers = _answers(plan, study, scenario, evaluator, stats)
             exact = exact_solution(plan, scenario, stats) if search.enumerable else None
             rows.extend(_rows(plan, study, stats, answers, exact))
@@ -245,6 +289,25 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0) -> SearchResul
         if engine is not None:  # close the connections (SQLite then folds its WAL back in)
             _quietly(engine.dispose)
     return _result(plan, rows, evaluator)
+
+
+def _report(progress: SearchProgress, plan: _Plan, study: Any, stats: StudyStats, index: int, done_before: int,
+            told_before: int) -> None:
+    """Tell `progress` where the search stands: study `index` (0-based) has its COMPLETE
+    trials counted (every worker's) and its best feasible first-objective value so far."""
+    search, model = plan.search, plan.spec.model
+    complete = _complete(study)
+    feasible = [t for t in complete if all(v <= 0.0 for v in t.constraints.values())]
+    best = None
+    if feasible:
+        sign = -1.0 if model.objectives[search.objectives[0]][1] == "maximize" else 1.0
+        best = min(feasible, key=lambda t: (sign * t.values[0], t.number))
+    progress(SearchStatus(
+        study=stats.name, study_index=index + 1, studies=len(plan.studies),
+        done=done_before + min(len(complete), search.trials), total=search.trials * len(plan.studies),
+        told=told_before + stats.trials_run, objective=search.objectives[0],
+        best=None if best is None else float(best.values[0]), best_trial=None if best is None else best.number,
+        feasible=len(feasible)))
 
 
 # --------------------------------------------------------------------------- storage failures
@@ -655,9 +718,11 @@ def constraint_values(out: dict[str, np.ndarray], model: ServingModel) -> tuple[
         mem_graded = _graded((batch - out["b_mem_max"]) / batch)
     else:
         mem_graded = np.where(mem_ok, -1.0, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):  # no capacity (weights that do not fit): +inf, graded
+        load = np.asarray(out["lambda_per_replica_rps"], float) / np.asarray(out["capacity_rps"], float)
     verdicts = {
         "slo": (slo_ok, slo_graded),
-        "stable": (np.asarray(out["stable"], bool), _graded(out["lambda_per_replica_rps"] / out["capacity_rps"] - 1.0)),
+        "stable": (np.asarray(out["stable"], bool), _graded(load - 1.0)),
         "rho": (rho <= np.asarray(out["rho_max"]), _graded(rho - out["rho_max"])),
         "memory": (mem_ok, mem_graded),
     }
@@ -751,6 +816,7 @@ def _open_study(plan: _Plan, name: str, storage: Any, worker: int) -> Any:
             study.set_user_attr("sweep_search", {
                 "grid": plan.spec.name, "grid_file": plan.spec.source,
                 "objectives": list(search.objectives), "searched": list(search.keys),
+                "constraints": list(CONSTRAINTS),  # the order of each trial's CONSTRAINTS_ATTR values
             })
         except Exception as exc:  # another worker set it at the same moment: the same value
             if not _is_race(exc):
@@ -818,8 +884,9 @@ def _encode(plan: _Plan, params: list[dict[str, Any]]) -> dict[str, np.ndarray]:
 
 
 def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator, stats: StudyStats,
-              budget: BudgetLock, owner: Owner) -> None:
-    """Run the study to its budget, in rounds of trials asked together.
+              budget: BudgetLock, owner: Owner, told: Callable[[], None] | None = None) -> None:
+    """Run the study to its budget, in rounds of trials asked together (`told`, if given,
+    is called after each round is told: the progress display).
 
     A round goes in three steps. *Reserve* (under the budget lock, a few inserts): take over
     the RUNNING trials of a dead owner, or create the next round's trials, RUNNING, without
@@ -855,6 +922,8 @@ def _optimise(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvalua
         fault("search:asked")
         owner.check()
         _tell(plan, study, scenario, ev, stats, mine)
+        if told is not None:
+            told()
 
 
 def _reserve_round(study: Any, search: SearchSpec, owner: Owner) -> list[int] | None:
@@ -1007,11 +1076,10 @@ def _tell(plan: _Plan, study: Any, scenario: dict[str, Any], ev: BatchEvaluator,
         if trial._cached_frozen_trial.state.is_finished():
             continue
         try:
-            # a crash may have set some already (Optuna warns on setting one twice)
-            done = trial._cached_frozen_trial.system_attrs
-            for name in CONSTRAINTS:
-                if f"constraints:{name}" not in done:
-                    trial.set_constraint(name, float(cons[name][i]))
+            # a crash may have set them already (before the tell)
+            if CONSTRAINTS_ATTR not in trial._cached_frozen_trial.system_attrs:
+                study._storage.set_trial_system_attr(frozen._trial_id, CONSTRAINTS_ATTR,
+                                                     [float(cons[name][i]) for name in CONSTRAINTS])
             fault(f"search:constrained{i}")
             vals = [float(x) for x in values[i]]
             study.tell(trial, vals if len(vals) > 1 else vals[0], skip_if_finished=True)

@@ -122,7 +122,7 @@ def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: 
     ttft = parts["ttft_mean"] * 1e3 if parts else _f(row, "ttft_mean_ms")
     tpot = parts["tpot_mean"] * 1e3 if parts else _f(row, "tpot_mean_ms")
     out["e2e_mean_ms"] = ttft + (o1 - 1.0) * tpot
-    out["tok_s_per_user"] = 1e3 / tpot if math.isfinite(tpot) and tpot > 0 else 0.0
+    out["tok_s_per_user"] = 1e3 / tpot if math.isfinite(tpot) and tpot > 0 else INF  # NULL: no steady state
     out["output_tok_s"] = lam * o1
     cost_h = _f(row, "cost_usd_per_hour")
     out["cost_usd_per_mtok"] = (cost_h / (lam * o1 * _f(row, "replicas", 1.0)) / 3600.0 * 1e6 if row.get("stable")

@@ -221,7 +221,9 @@ COLUMNS: tuple[Column, ...] = (
            "Output tokens/s per GPU this cap and budget sustain: capacity_rps x output_tokens / gpus_per_replica "
            "(the frontier's throughput axis, as capacity_rps is in dynamic serving)."),
     Column("tok_s_per_user", "float64", "tokens/s",
-           "1000 / tpot_mean_ms: the speed one user sees (0 where not stable: the limit of 1000 / an unbounded TPOT)."),
+           "1000 / tpot_mean_ms: the speed one user sees; NULL (undefined: no steady state, TPOT unbounded) "
+           "where not stable.",
+           null_when="stable"),
     Column("kv_util", "float64", "-", "Time-average share of C reserved by running sequences."),
     Column("analytic_trusted", "bool", "-",
            "The point lies inside the region where the analytic model was shown accurate "
@@ -490,7 +492,8 @@ class ContinuousModel(ServingModel):
             "e2e_p_ms": gate(r["e2e_p"] * MS),
             "output_tok_s": out_tok,
             "tok_s_per_gpu": jnp.where(mem_ok, r["capacity_rps"], 0.0) * x["output_tokens"] / gpus,
-            "tok_s_per_user": jnp.where(stable, 1e3 / jnp.where(stable, tpot_ms, 1.0), 0.0),
+            # no steady state, no speed a user sees: +inf is the engine's NULL (never the limit 0)
+            "tok_s_per_user": jnp.where(stable, 1e3 / jnp.where(stable, tpot_ms, 1.0), INF),
             "kv_util": jnp.where(stable, r["kv_util"], 1.0),
             "analytic_trusted": trusted,
             "cost_usd_per_hour": cost_h,
@@ -583,7 +586,8 @@ class ContinuousSimulation(HostPass):
             out["mean_running"] = out["sim_mean_running"]
             out["output_tok_s"] = sim["output_tok_s"]
             tpot = out["tpot_mean_ms"]
-            out["tok_s_per_user"] = np.where(steady & (tpot > 0), 1e3 / np.where(tpot > 0, tpot, 1.0), 0.0)
+            fast = steady & (tpot > 0)
+            out["tok_s_per_user"] = np.where(fast, 1e3 / np.where(fast, tpot, 1.0), np.inf)  # NULL where unsteady
             out["kv_util"] = sim["kv_util"]
             rate = out["output_tok_s"] * cols["replicas"]
             ok = steady & (rate > 0)
