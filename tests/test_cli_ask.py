@@ -124,18 +124,25 @@ def test_ask_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     lines = capsys.readouterr().out.strip().splitlines()
     out = Path("runs") / "ask-llama-3.1-70b-h100-sxm-40rps-1500x300"  # the default --out
     assert (out / "manifest.json").is_file() and Path("q.toml").is_file()
-    # the answer is the cheapest group answer of optimum.parquet, priced per output token by
+    # the answer is the run's recommendation: the cheapest recommended configuration over the
+    # scenario groups of optimum.parquet (ties: the lower group_id), priced per output token by
     # USD/h / (rate x output tokens x 3600 s) x 1e6
-    rows = [r for r in pq.read_table(out / "optimum.parquet").to_pylist()
-            if r["is_replicas_min"] and r["replicas_min"] is not None]
-    best = min(rows, key=lambda r: (r["replicas_min_cost_usd_per_hour"], r["replicas_min"] * r["gpus_per_replica"]))
-    usd = best["replicas_min_cost_usd_per_hour"]
+    rows = [r for r in pq.read_table(out / "optimum.parquet").to_pylist() if r["is_recommended"]]
+    best = min(rows, key=lambda r: (r["recommended_cost_usd_per_hour"], r["group_id"]))
+    usd = best["recommended_cost_usd_per_hour"]
     answer = next(line for line in lines if line.startswith("answer: "))
-    assert f"{best['replicas_min']} x h100-sxm TP {best['gpus_per_replica']}" in answer
+    assert f"{best['recommended_replicas']} x h100-sxm TP {best['gpus_per_replica']}" in answer
     assert f"${usd:,.2f}/h" in answer
     assert f"${usd / (40.0 * 300.0 * 3600.0) * 1e6:,.3f} per M output tokens" in answer
-    assert best["replicas_min_rho"] <= best["rho_max"] and best["replicas_min_tpot_p_ms"] <= 60.0
+    assert best["recommended_rho"] <= best["rho_max"] and best["recommended_tpot_p_ms"] <= 60.0
     assert any(line.startswith("runner-up: ") for line in lines)
+    # without --quiet (the run is found complete) it also prints the launch and benchmark
+    # commands of the recommendation and writes them beside the run (sweep deploy)
+    assert main(["ask", *FLAGS]) == 0
+    text = capsys.readouterr().out
+    assert "vllm serve " in text and "vllm bench serve" in text
+    assert f"--max-num-seqs {best['recommended_batch']}" in text
+    assert (out / "deploy" / "launch.sh").is_file() and (out / "deploy" / "bench.sh").is_file()
     # the saved grid reproduces the run: into the same folder it is the identical finished run,
     # and into its default folder (runs/q) it writes the same answers
     assert main(["run", "q.toml", "--out", str(out)]) == 0

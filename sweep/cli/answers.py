@@ -528,6 +528,12 @@ def print_where(run: RunFolder, console: Console) -> None:
     console.print(f"more: sweep show {run.path} [key=value ...] [--top N]; sweep report {run.path}; "
                   f"duckdb -c \"SELECT * FROM '{run.path}/optimum.parquet' WHERE is_recommended\"",
                   markup=False, soft_wrap=True)
+    from sweep.deploy.plan import NEEDED
+
+    if set(NEEDED) <= {c.name for c in run.model.columns}:  # a model sweep deploy can deploy
+        console.print(f"deploy: sweep deploy {run.path} [key=value ...] prints the recommendation's engine launch and "
+                      "benchmark commands and the figures the benchmark should print (docs/deploy.md)",
+                      markup=False, soft_wrap=True)
 
 
 def print_answers(run: RunFolder, console: Console, top: int = TOP) -> None:

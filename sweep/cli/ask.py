@@ -200,57 +200,72 @@ def to_toml(doc: Mapping[str, Any], header: str = "") -> str:
 # --------------------------------------------------------------------------- the answer
 
 
-def _answers(optimum_path: Path) -> list[dict[str, Any]]:
-    """One row per scenario group that has an answer (the fewest replicas meeting every SLO
-    within rho_max), cheapest first; ties: fewer GPUs, then the lower P99 TTFT."""
+def _groups(optimum_path: Path) -> dict[int, dict[str, Any]]:
+    """Each scenario group's GPU and tensor-parallel size, by group_id."""
     import pyarrow.parquet as pq
 
-    rows = [r for r in pq.read_table(optimum_path).to_pylist()
-            if r.get("is_replicas_min") and r.get("replicas_min") is not None
-            and r.get("replicas_min_cost_usd_per_hour") is not None]
-
-    def key(r: dict[str, Any]) -> tuple[float, float, float]:
-        ttft = r.get("replicas_min_ttft_p_ms")
-        return (r["replicas_min_cost_usd_per_hour"], r["replicas_min"] * r["gpus_per_replica"],
-                math.inf if ttft is None else ttft)
-
-    return sorted(rows, key=key)
+    rows = pq.read_table(optimum_path, columns=["group_id", "gpu", "gpus_per_replica"]).to_pylist()
+    return {int(r["group_id"]): {"gpu": str(r["gpu"]), "gpus_per_replica": r["gpus_per_replica"]} for r in rows}
 
 
-def _per_mtok(usd_per_hour: float, tokens_per_s: float) -> float | None:
-    """USD per million tokens at `tokens_per_s` served; None (no figure) when nothing is served."""
-    return usd_per_hour / (tokens_per_s * 3600.0) * 1e6 if tokens_per_s > 0 else None
+def answer(out_dir: Path) -> dict[str, Any] | None:
+    """The run's recommendation over every scenario group (`sweep.api.recommendation`): the
+    cheapest configuration meeting every SLO within rho_max, and the runner-up."""
+    from sweep.api import recommendation
+
+    return recommendation(out_dir)
 
 
-def answer_lines(q: AskQuestion, optimum_path: Path) -> list[str]:
-    """The answer and the runner-up as text lines (no answer: why, and what to widen)."""
-    rows = _answers(optimum_path)
-    if not rows:
+def answer_lines(q: AskQuestion, out_dir: Path) -> list[str]:
+    """The recommendation and the runner-up as text lines (no answer: why, and what to widen)."""
+    optimum_path = out_dir / "optimum.parquet"
+    rec = answer(out_dir)
+    if rec is None or rec.get("recommended") is None:
         return [f"no answer: no configuration of the grid meets every SLO within rho_max at {q.rate_rps:g} req/s; "
-                f"the reasons per scenario group are in {optimum_path} (column reason); widen --max-replicas, "
+                f"the reasons per scenario group are in {optimum_path} (column group_reason); widen --max-replicas, "
                 "relax an SLO or add a GPU"]
+    groups = _groups(optimum_path)
 
-    def line(label: str, r: dict[str, Any]) -> str:
-        usd = r["replicas_min_cost_usd_per_hour"]
-        out_mtok = _per_mtok(usd, q.rate_rps * q.output_tokens)
-        all_mtok = _per_mtok(usd, q.rate_rps * (q.prompt_tokens + q.output_tokens))
-        gpus = r["replicas_min"] * r["gpus_per_replica"]
-        budget = r.get("replicas_min_max_batched_tokens")
-        figures = ", ".join(f"{name} {r[col]:,.1f} ms" for name, col in (("TTFT", "replicas_min_ttft_p_ms"),
-                                                                        ("TPOT", "replicas_min_tpot_p_ms"))
+    def line(label: str, r: dict[str, Any], group: int) -> str:
+        g = groups[group]
+        budget = r.get("max_batched_tokens")
+        figures = ", ".join(f"{name} {r[col]:,.1f} ms" for name, col in (("TTFT", "ttft_p_ms"), ("TPOT", "tpot_p_ms"))
                             if r.get(col) is not None)
-        price = f"${usd:,.2f}/h"
-        if out_mtok is not None and all_mtok is not None:
-            price += f", ${out_mtok:,.3f} per M output tokens (${all_mtok:,.3f} per M tokens in + out)"
-        return (f"{label}: {r['replicas_min']} x {r['gpu']} TP {r['gpus_per_replica']} ({gpus} GPUs), "
-                f"max_num_seqs {r['replicas_min_batch']}, max_num_batched_tokens "
-                f"{'inf' if budget is None else budget}: {price}; P{100 * q.percentile:g} {figures}, "
-                f"rho {r['replicas_min_rho']:.2f}")
+        price = f"${r['cost_usd_per_hour']:,.2f}/h"
+        if r.get("cost_usd_per_m_output_tok") is not None:
+            price += f", ${r['cost_usd_per_m_output_tok']:,.3f} per M output tokens"
+        if r.get("cost_usd_per_m_total_tok") is not None:
+            price += f" (${r['cost_usd_per_m_total_tok']:,.3f} per M tokens in + out)"
+        rho = f", rho {r['rho']:.2f}" if r.get("rho") is not None else ""
+        return (f"{label}: {r['replicas']} x {g['gpu']} TP {g['gpus_per_replica']} ({r['gpus']} GPUs), "
+                f"max_num_seqs {r['batch_size']}, max_num_batched_tokens {'inf' if budget is None else budget}: "
+                f"{price}; P{100 * q.percentile:g} {figures}{rho}")
 
-    out = [line("answer", rows[0])]
-    if len(rows) > 1:
-        out.append(line("runner-up", rows[1]))
+    out = [line("answer", rec["recommended"], int(rec["group_id"]))]
+    if rec.get("runner_up") is not None:
+        out.append(line("runner-up", rec["runner_up"], int(rec["runner_up"].get("group_id", rec["group_id"]))))
     return out
+
+
+def deploy_lines(out_dir: Path, grid: Any, rec: dict[str, Any] | None, *, write: bool = True) -> list[str]:
+    """The recommendation's launch and benchmark commands (vLLM unless the grid names another
+    engine), written to OUT/deploy/ (`sweep deploy`); empty when there is no recommendation."""
+    if rec is None or rec.get("recommended") is None:
+        return []
+    from sweep.cli.answers import RunFolder
+    from sweep.cli.deploy import _row
+    from sweep.deploy import deployment, meta_of
+    from sweep.deploy.plan import _shell
+
+    pid = int(rec["recommended"]["point_id"])
+    dep = deployment(_row(RunFolder.open(out_dir, {}), grid, pid), meta_of(grid))
+    lines = ["launch (each replica):", *("  " + x for x in _shell(dep.launch).splitlines()),
+             "check it (one replica at its share of the load):", *("  " + x for x in _shell(dep.bench).splitlines())]
+    if write:
+        written = dep.write(out_dir)
+        lines.append(f"written: {written[0].parent}/ (the figures that benchmark should print: "
+                     f"{written[0]}; sweep deploy {out_dir} --point {pid})")
+    return lines
 
 
 # --------------------------------------------------------------------------- the command
@@ -374,8 +389,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print_summary(grid, result, top=args.top)
         if args.save_grid is not None:
             print(f"grid: {args.save_grid} (sweep run {args.save_grid} --out {out} reproduces this run)")
-    for line in answer_lines(q, result.out_dir / "optimum.parquet"):
+    for line in answer_lines(q, result.out_dir):
         print(line)
+    if not args.quiet:
+        for line in deploy_lines(result.out_dir, grid, answer(result.out_dir)):
+            print(line)
     return 0
 
 
