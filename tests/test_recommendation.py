@@ -175,6 +175,11 @@ def test_the_terminal_explain_and_the_api_give_the_same_recommendation(cb_run):
     got = sweep.recommendation(out)
     assert got["group_id"] == best.group_id and got["recommended"]["point_id"] == best.recommended_point_id
     assert got["recommended"]["cost_usd_per_m_output_tok"] == best.recommended_cost_usd_per_m_output_tok
+    # over several groups the runner-up is the next group's recommendation (another hardware
+    # choice), not the best group's same-hardware twin
+    second = opt[opt.is_recommended].sort_values(["recommended_cost_usd_per_hour", "group_id"]).iloc[1]
+    assert got["runner_up"]["group_id"] == second.group_id
+    assert got["runner_up"]["point_id"] == second.recommended_point_id
     big = sweep.recommendation(out, filters={"model": "llama-3.1-70b"})
     row = opt[(opt.model == "llama-3.1-70b") & opt.is_recommended].sort_values("recommended_cost_usd_per_hour")
     assert big["recommended"]["point_id"] == row.recommended_point_id.iloc[0]

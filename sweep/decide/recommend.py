@@ -194,8 +194,10 @@ def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
     "recommended": {point column: value}, "runner_up": {...} or None, "group_reason"}. Field
     names are point column names (`batch_size`, `max_batched_tokens`, `replicas`, `ttft_p_ms`,
     ...) plus `gpus` and the prices `cost_usd_per_m_requests`, `cost_usd_per_m_output_tok`,
-    `cost_usd_per_m_total_tok`. With `group` None, the runner-up is the next cheapest over the
-    selection: the best group's own runner-up or another group's recommendation.
+    `cost_usd_per_m_total_tok`. With `group` None the runner-up is the next group's
+    recommendation (another GPU, tensor-parallel size or model: the alternative a planner
+    weighs), with its "group_id"; the best group's own runner-up (often the same hardware at
+    the same price with another knob) only where no other group has a recommendation.
     """
     names = list(table)
     n = len(table["group_id"]) if "group_id" in table else 0
@@ -227,8 +229,7 @@ def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
                            "group_reason": REASONS[0]}
     if group is None and len(at) > 1:
         other = answer("recommended", at[1])
-        mine = out["runner_up"]
-        if other is not None and (mine is None or other["cost_usd_per_hour"] < mine["cost_usd_per_hour"]):
+        if other is not None:
             out["runner_up"] = {**other, "group_id": _plain(table["group_id"][at[1]])}
     return out
 
