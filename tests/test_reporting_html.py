@@ -323,5 +323,5 @@ def test_missing_extra_is_one_line(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
-    with pytest.raises(ReportError, match=r"pip install 'sweep\[report\]'"):
+    with pytest.raises(ReportError, match=r"pip install 'sweep-capacity\[report\]'"):
         build_report("anything")
