@@ -148,6 +148,13 @@ def test_risk_makes_decisions_require_a_small_breach_probability():
     risky = cols(doc)
     np.testing.assert_array_equal(risky["slo_ok"], free["slo_ok"] & (free["p_slo_breach"] <= 0.05))
     assert (free["slo_ok"] & (free["p_slo_breach"] > 0.05)).any()  # the constraint bites somewhere
+    # and the action says so (issue 27: a point that breaches too often was still "ok"): where
+    # risk takes slo_ok away, action is slo_violated unless it was unstable or out of memory
+    bitten = free["slo_ok"] & ~risky["slo_ok"]
+    worse = np.isin(free["action"], ["unstable", "out_of_memory"])
+    assert (bitten & ~worse).any() and set(free["action"][bitten & ~worse]) - {"slo_violated"}
+    assert set(risky["action"][bitten & ~worse]) == {"slo_violated"}
+    np.testing.assert_array_equal(risky["action"][~bitten | worse], free["action"][~bitten | worse])
 
 
 def _optimum(doc: dict) -> dict[str, np.ndarray]:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sweep.decide.reduce import RULES_BY_SAMPLE, reduce_chunk
-from sweep.decide.verdict import verdict, within_risk
+from sweep.decide.verdict import ACTION_CODE, verdict, within_risk
 from sweep.engine.plan import plan_values
 from sweep.grid.spec import GridSpec
 from sweep.models.base import (
@@ -232,7 +232,12 @@ def take_verdict(model: ServingModel, out: Mapping[str, jax.Array], risk: float 
         rho=out["_rho_rules"], rho_max=out["rho_max"], rho_min=out["rho_min"],
     )
     slo_ok = within_risk(v.slo_ok, out.get("p_slo_breach"), risk)
-    return {"slo_ok": slo_ok, "feasible": v.feasible, "action": v.action}
+    # a point that meets its SLO at the grid's values but breaches it in more than `risk` of
+    # the scenarios is slo_violated too (below unstable and out_of_memory, as without risk)
+    at_risk = v.slo_ok & ~slo_ok
+    worse = (v.action == ACTION_CODE["unstable"]) | (v.action == ACTION_CODE["out_of_memory"])
+    action = jnp.where(at_risk & ~worse, ACTION_CODE["slo_violated"], v.action)
+    return {"slo_ok": slo_ok, "feasible": v.feasible, "action": action}
 
 
 def evaluate_values(
