@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sweep.cli.tools import int_at_least_one
 from sweep.errors import GridError, OutputError
 
 #: Tensor-parallel sizes tried (GPUs per replica); a size whose weights leave no KV room is left out.
@@ -300,7 +301,7 @@ def add_command(sub: Any, command: Any, exits: str) -> None:
                    help="highest utilisation an answer may run at (the grid's default, 0.85)")
     a.add_argument("--weights", default="bf16", metavar="DTYPE", help="weight dtype: bf16 (default), fp8, int4, ...")
     a.add_argument("--kv-dtype", default="bf16", metavar="DTYPE", help="KV-cache dtype: bf16 (default), fp8, ...")
-    a.add_argument("--max-replicas", type=_positive_int, default=None, metavar="N",
+    a.add_argument("--max-replicas", type=int_at_least_one, default=None, metavar="N",
                    help=f"largest replica count tried (default: {REPLICAS_PER_RPS} per req/s of the rate, "
                         f"{N_REPLICAS} to {MAX_REPLICAS})")
     a.add_argument("--out", type=Path, default=None, metavar="DIR", help="output folder (default runs/ask-<question>)")
@@ -309,7 +310,7 @@ def add_command(sub: Any, command: Any, exits: str) -> None:
     a.add_argument("--force", action="store_true", help="run even if an identical finished run is in OUT")
     a.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto",
                    help="auto: a bar on a terminal, JSON log lines otherwise")
-    a.add_argument("--top", type=_positive_int, default=10, metavar="N",
+    a.add_argument("--top", type=int_at_least_one, default=10, metavar="N",
                    help="scenario groups the summary shows (default 10)")
     a.add_argument("--quiet", action="store_true", help="print the answer lines only")
     a.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
@@ -317,34 +318,24 @@ def add_command(sub: Any, command: Any, exits: str) -> None:
     a.set_defaults(handler=cmd_ask)
 
 
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
-    return v
+def _finite(lo: float, *, strict: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number above `lo` (`strict`) or at least `lo`."""
+    rule = f"{'>' if strict else '>='} {lo:g}"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not ((v > lo if strict else v >= lo) and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number {rule}")
+        return v
+
+    return parse
 
 
-def _non_negative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (v >= 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
-    return v
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 1")
-    return v
+_positive = _finite(0.0, strict=True)
+_non_negative = _finite(0.0, strict=False)
 
 
 def question(args: argparse.Namespace) -> AskQuestion:
