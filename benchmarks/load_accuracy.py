@@ -165,10 +165,10 @@ def _load(row: dict[str, str]) -> float:
 
 
 #: metric prefix -> the efficiency a light-load figure calibrates: a decode step (TPOT) is
-#: bound by memory bandwidth. TTFT is not used: at light load it is mostly not compute (a
-#: request's fixed costs: HTTP, tokenization, scheduling), and fitting `eta_flops` to it drove
-#: that to 0.07-0.19 and made every mixed step slow (held-out TPOT 1.69x measured; 17/42 within
-#: 20% against 26/57 with bandwidth alone; docs/accuracy-load.md)
+#: bound by memory bandwidth. TTFT is not used: its misses are not a compute rate (multi-step
+#: windows, closed-loop synchronized prompts), and fitting `eta_flops` to it drove that to
+#: 0.07-0.19 and made every mixed step slow (held-out TPOT 1.69x measured; 17/42 within 20%
+#: against 26/57 with bandwidth alone; docs/accuracy-load.md)
 CALIBRATES = {"tpot": "eta_bw"}
 CAL_ITERATIONS = 6
 
