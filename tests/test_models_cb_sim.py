@@ -467,3 +467,51 @@ def test_invalid_input_is_rejected():
         simulate_requests([0.0, 1.0], [1.5, 1], [1, 1], cap=1, t_fixed=1.0, t_token=0.0)
     empty = simulate_continuous({k: np.empty(0) for k in cb_sim.PARAM_KEYS}, SMALL)
     assert all(v.shape == (0,) for v in empty.values())
+
+
+# --------------------------------------------------------------------------------------
+# scheduler_policy = "prefill_first" (docs/continuous.md, "Engine variants")
+# --------------------------------------------------------------------------------------
+
+
+def test_prefill_first_hand_case_matches_reference():
+    """The hand-traced case of tests/test_cb_reference_engines.py (a prompt step pauses the
+    decoder: r1's prompt runs alone in [2.0, 3.5]) through the JAX simulator."""
+    _, j, n = _both([0.0, 0.5], np.array([10.0, 5.0]), np.array([3.0, 2.0]), cap=4, t_fixed=1.0, t_token=0.1,
+                    scheduler_policy="prefill_first")
+    np.testing.assert_allclose(j["first_s"][:n], [2.0, 3.5], rtol=1e-12)
+    np.testing.assert_allclose(j["finish_s"][:n], [5.8, 4.7], rtol=1e-12)
+
+
+def test_prefill_first_random_cases_match_reference():
+    """Seeded random scenarios under prefill_first, every knob as in the chunked test above:
+    request by request and step by step (the step's n_ctx leaves the paused decoders out)."""
+    rng = np.random.default_rng(23)
+    paused = 0
+    for case in range(10):
+        n = 250
+        lam = rng.uniform(0.5, 40.0)
+        a = np.cumsum(rng.exponential(1.0 / lam, n))
+        if case % 3 == 0:
+            a = np.round(a, 1)
+        p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
+        o = np.maximum(1, np.round(rng.lognormal(2.5, 0.8, n)))
+        cap = int(rng.integers(1, 9))
+        kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
+                  kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
+                  block_tokens=int(rng.choice([1, 16])),
+                  queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
+                  t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
+                  t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
+                  z=rng.standard_normal(40_000), scheduler_policy="prefill_first")
+        r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
+        _assert_same(r, _jax(a, p, o, **kw))
+        # steps that prefill while sequences decode: the policy really paused someone
+        paused += sum(1 for pre, run, tok in zip(r.step_prefill, r.step_running, r.step_tok)
+                      if pre > 0 and tok == pre and run > 1)
+    assert paused > 0
+
+
+def test_unknown_scheduler_policy_is_refused():
+    with pytest.raises(CBSimulationError, match="scheduler_policy = 'fcfs'"):
+        simulate_requests([0.0], [1], [1], cap=1, t_fixed=1.0, t_token=0.0, scheduler_policy="fcfs")

@@ -106,6 +106,7 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
         "serving": spec.options.serving,
         "latency_model": spec.options.latency_model,
         "kv_allocation": spec.options.kv_allocation,
+        "scheduler_policy": spec.options.scheduler_policy,
     }
 
 

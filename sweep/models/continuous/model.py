@@ -519,7 +519,8 @@ class ContinuousModel(ServingModel):
             return None
         return ContinuousSimulation(spec.simulation, decides=self.needs_host_pass,
                                     paged=spec.options.kv_allocation == "paged",
-                                    block_tokens=float(spec.options.block_tokens))
+                                    block_tokens=float(spec.options.block_tokens),
+                                    scheduler_policy=spec.options.scheduler_policy)
 
 
 class SimulatedContinuous(ContinuousModel):
@@ -538,8 +539,10 @@ class SimulatedContinuous(ContinuousModel):
 class ContinuousSimulation(HostPass):
     """The iteration-level simulator (`sweep.models.continuous.sim`) on one chunk's points."""
 
-    def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float) -> None:
+    def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float,
+                 scheduler_policy: str = "chunked") -> None:
         self.options = options
+        self.scheduler_policy = scheduler_policy
         self.decides = decides
         self.block = block_tokens if paged else 1.0
         self.trace = np.asarray(options.trace_times) if options.trace_times else None
@@ -562,7 +565,7 @@ class ContinuousSimulation(HostPass):
         }
         settings = CBSimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
         sim = simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
-                                  scenario_ids=cols["point_id"][:n])
+                                  scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy)
         pad = np.minimum(np.arange(len(cols["point_id"])), n - 1)
         sim = {k: np.asarray(v)[pad] for k, v in sim.items()}
         steady = sim["stable"].astype(bool) & cols["mem_ok"]

@@ -235,14 +235,20 @@ def _prefix_sums(x):
 
 
 def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int, record: int,
-         max_iters: jax.Array, n_lanes: int) -> _Out:
+         max_iters: jax.Array, n_lanes: int, prefill_first: bool = False) -> _Out:
     """Simulate J jobs (replications) on ``n_lanes`` (static, <= J) lanes. ``a``,
     ``prompt``, ``output`` float64[J, n] (sorted arrivals, integer-valued lengths); ``p``
     float64[J] per job; ``noise(job, ks)`` -> float64[B] the standard normals of steps
     ``ks`` (int32[B]) of one job (int32 scalar); ``t0``/``t1`` float64[J] the measurement
     span. Static: ``slots`` a power of two >= every job's cap (running sequences);
     ``block`` the steps of noise a lane holds at a time; ``record``
-    per-step records kept for lane 0's first job (0 = none).
+    per-step records kept for lane 0's first job (0 = none); ``prefill_first``: the
+    scheduler policy of that name (a step with prompt tokens carries no decode token).
+
+    Departures are kept on the *decode clock* ``kd``, the steps that carried every decoding
+    sequence's token: every step under ``chunked`` (``kd == k``), the steps without prompt
+    tokens under ``prefill_first``. A sequence whose prefill completes when ``kd`` steps
+    have decoded emits its last token at the end of decode step ``kd + O - 2``.
 
     A lane that finishes its job takes the next one (a work queue). One loop iteration
     handles, per lane, in SPEC order: the step start (phase 0); up to ``_ARR_WINDOW``
@@ -265,7 +271,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
     zero_f = jnp.zeros(n_lanes, f64)
     inf_l = jnp.full(n_lanes, jnp.inf)
     fresh = dict(  # a lane's scalar state at the start of a job
-        k=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
+        k=zero_i, kd=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
         q=zero_i, dlo=jnp.full(n_lanes, -1, i32), dhi=jnp.full(n_lanes, -1, i32),
         running=zero_i, n_adm=zero_i, pf=zero_i, reserved=zero_f, cache=zero_f,
         adm_tok=zero_f, pre_tok=zero_f, nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,
@@ -438,22 +444,31 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         running = s["running"].astype(f64)
         n_pre = s["n_adm"] - s["pf"]
         n_dec = running - n_pre.astype(f64)
-        chunk = jnp.where(run & (n_pre > 0), jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec),
-                          0.0)
+        if prefill_first:  # a step with prompt tokens pauses every decoder, and has the whole budget
+            prefilling = run & (n_pre > 0)
+            chunk = jnp.where(prefilling, jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget), 0.0)
+            n_dec = jnp.where(prefilling, 0.0, n_dec)
+        else:
+            chunk = jnp.where(run & (n_pre > 0), jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec),
+                              0.0)
         decode = run & (n_pre == 0)  # a pure-decode step: it may run on
         n_tok = n_dec + chunk
-        ctx0 = s["cache"] + chunk
+        held0 = s["cache"] + chunk  # the KV held once the step's tokens are written
+        if prefill_first:  # ... of which the step reads the prefilling sequences' only
+            ctx0 = jnp.where(n_pre > 0, s["pre_tok"] - (s["nb"] - s["np_"]) + chunk, held0)
+        else:
+            ctx0 = held0
         alpha = p.t_fixed + p.t_token * n_tok + p.t_ctx * ctx0  # step i of the run lasts
         beta = p.t_ctx * n_dec  # (alpha + beta i) m_i
-        l_dep = jnp.minimum(jnp.min(s["dep"], axis=1) - k, _L_CAP - 1) + 1  # the next departure
+        l_dep = jnp.minimum(jnp.min(s["dep"], axis=1) - s["kd"], _L_CAP - 1) + 1  # the next departure
         # the run stops before the first step that starts at or after tau: the head's
         # arrival when it could then be resolved, and the measurement span's ends
         tau_h = jnp.where((h < n) & (over2 | fits2) & (ha > start), ha, jnp.inf)
         tau_s = jnp.where(start < t0, t0, jnp.where(start <= t1, jnp.nextafter(t1, jnp.inf), jnp.inf))
         tau = jnp.minimum(tau_h, tau_s)
         l_max = jnp.minimum(l_dep, _L_CAP)
-        (run, empty, decode, running, n_dec, chunk, n_tok, ctx0, alpha, beta, tau,
-         l_max) = pin(s, run, empty, decode, running, n_dec, chunk, n_tok, ctx0, alpha,
+        (run, empty, decode, running, n_dec, chunk, n_tok, ctx0, held0, alpha, beta, tau,
+         l_max) = pin(s, run, empty, decode, running, n_dec, chunk, n_tok, ctx0, held0, alpha,
                       beta, tau, l_max)
 
         def f_det(i):  # start offset of step i of the run, no noise
@@ -522,7 +537,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         f_last = jnp.where(n_run == 1, 0.0, f_last)
         end = start + f_run
         s_last = start + f_last
-        ctx_last = ctx0 + n_dec * (ln - 1.0)
+        ctx_last = held0 + n_dec * (ln - 1.0)  # held, paused sequences included
         # statistics over [t0, t1]: a run starting before t0 stops at the first step that
         # starts at or after it, one starting inside at the first that starts after t1, so
         # only its last step can cross either end
@@ -530,8 +545,8 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         before = run & (start < t0)
         ov_last = jnp.maximum(0.0, jnp.minimum(end, t1) - jnp.maximum(s_last, t0))
         ov_in = jnp.minimum(end, t1) - start
-        ctx_dur = jnp.where(n_run == 1, ctx0 * f_run,
-                            ctx0 * alpha * g0 + (ctx0 * beta + n_dec * alpha) * g1 + n_dec * beta * g2)
+        ctx_dur = jnp.where(n_run == 1, held0 * f_run,
+                            held0 * alpha * g0 + (held0 * beta + n_dec * alpha) * g1 + n_dec * beta * g2)
         cached_in = ctx_dur - ctx_last * jnp.maximum(0.0, end - t1)
         end_in = (end >= t0) & (end <= t1)
         ov = jnp.where(inside, ov_in, jnp.where(before, ov_last, 0.0))
@@ -564,21 +579,23 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         s["t"] = jnp.where(run, end, jnp.where(empty, start, s["t"]))
         k = k + jnp.where(run, n_run, 0)
         s["k"] = k
+        decoded = run & (n_dec > 0) if prefill_first else run  # the decode clock moved
+        s["kd"] = s["kd"] + jnp.where(decoded, n_run, 0)
         s["pre_tok"] = s["pre_tok"] + chunk
         s["cache"] = s["cache"] + jnp.where(run, chunk + n_dec * ln, 0.0)
         s["ph"] = jnp.where(run, 2, jnp.where(empty, 0, s["ph"]))
-        run, end, k = pin(s, run, end, k)
+        run, end, k, decoded = pin(s, run, end, k, decoded)
 
         # -- phase 2: every departure of the run's last step, one prefill completion -------
-        k_last = k - 1
-        dmask = run[:, None] & (s["dep"] == k_last[:, None])
+        kd_last, k_last = s["kd"] - 1, k - 1
+        dmask = decoded[:, None] & (s["dep"] == kd_last[:, None])
         n_gone = jnp.sum(dmask, axis=1).astype(i32)
         # integer sums (exact; XLA:CPU would hand a float reduction to a library kernel,
         # which the single-kernel loop cannot contain)
         gone_c = jnp.sum(jnp.where(dmask, s["pay_c"], 0), axis=1).astype(f64)
         gone_r = jnp.sum(jnp.where(dmask, s["pay_r"], 0), axis=1).astype(f64)
         logged = n_gone > 0  # the end of a departure step, looked up by the departing requests
-        putj("logk", s["logn"], k_last, logged)
+        putj("logk", s["logn"], kd_last, logged)
         putj("logt", s["logn"], end, logged)
         s["logn"] = s["logn"] + logged.astype(i32)
         in2 = alive & (s["ph"] == 2)
@@ -587,7 +604,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         j = s["nj"].astype(i32)
         o1 = s["no"] == 1.0  # O = 1: leaves at the end of its prefill step
         book = cmp & ~o1
-        d_step = k_last + s["no"].astype(i32) - 1
+        d_step = s["kd"] + s["no"].astype(i32) - 2  # its O - 1 decode steps are the next ones
         later.append(("fs", (job, j), jnp.stack([t_end, d_step.astype(f64)], axis=1),
                       cmp & (job < n_jobs)))
         free = jnp.argmax((s["dep"] == big) | dmask, axis=1).astype(i32)
@@ -762,6 +779,16 @@ def step_normals(settings: CBSimSettings, scenario_id: int, replication: int, n_
 # --------------------------------------------------------------------------------------
 
 
+#: `scheduler_policy` values (docs/continuous.md, "Engine variants")
+SCHEDULER_POLICIES = ("chunked", "prefill_first")
+
+
+def _prefill_first(policy: str, who: str) -> bool:
+    if policy not in SCHEDULER_POLICIES:
+        raise CBSimulationError(f"{who}: scheduler_policy = {policy!r}: one of {', '.join(SCHEDULER_POLICIES)}")
+    return policy == "prefill_first"
+
+
 def _pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -772,9 +799,9 @@ def _slots(cap_max, n: int) -> int:
     return max(16, _pow2(int(min(float(cap_max), n))))
 
 
-@partial(jax.jit, static_argnames=("slots", "record"),
+@partial(jax.jit, static_argnames=("slots", "record", "prefill_first"),
          **_JIT_OPTIONS)
-def _lane_jit(a, pp, oo, params, z, *, slots, record):
+def _lane_jit(a, pp, oo, params, z, *, slots, record, prefill_first=False):
     p = _Params(*(v[None] for v in params))
     nz = z.shape[0]
 
@@ -785,7 +812,7 @@ def _lane_jit(a, pp, oo, params, z, *, slots, record):
     max_iters = jnp.int32(8 * n) + jnp.sum(pp + oo).astype(jnp.int32)
     return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], slots=slots,
                 block=_NOISE_BLOCK, record=record,
-                max_iters=max_iters, n_lanes=1)
+                max_iters=max_iters, n_lanes=1, prefill_first=prefill_first)
 
 
 def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike, *,
@@ -793,7 +820,7 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                       kv_capacity_tokens: float = np.inf, block_tokens: float = 1.0,
                       queue_capacity: float = np.inf, t_fixed: float, t_token: float,
                       t_ctx: float = 0.0, service_cv: float = 0.0, z: ArrayLike | None = None,
-                      record_steps: int = 0) -> dict[str, Any]:
+                      record_steps: int = 0, scheduler_policy: str = "chunked") -> dict[str, Any]:
     """Per-request outcome of ONE replication on given arrivals, lengths and step noise.
 
     ``arrivals`` sorted float64[n] (s); ``prompt``, ``output`` integers >= 1; ``z``
@@ -828,7 +855,8 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                             block_tokens, queue_capacity, t_fixed, t_token,
                                             t_ctx, service_cv))
     out = _lane_jit(a, pp, oo, params, zz if zz.size else np.zeros(1),
-                    slots=_slots(cap, a.size), record=int(record_steps))
+                    slots=_slots(cap, a.size), record=int(record_steps),
+                    prefill_first=_prefill_first(scheduler_policy, "simulate_requests"))
     status = np.asarray(out.status[0])
     first, finish = np.asarray(out.first_s[0]), np.asarray(out.finish_s[0])
     adm = status == 0
@@ -873,9 +901,9 @@ def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace)
     return a, pp, oo, jnp.max(oo)
 
 
-@partial(jax.jit, static_argnames=("warmup", "reps", "slots", "lanes"),
+@partial(jax.jit, static_argnames=("warmup", "reps", "slots", "lanes", "prefill_first"),
          **_JIT_OPTIONS)
-def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes):
+def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes, prefill_first=False):
     """Simulate every replication (job) of a chunk on ``lanes`` lanes; per-job statistics
     and measured per-request TTFT / TPOT / E2E (``+inf`` where they do not exist)."""
     global _TRACES
@@ -898,7 +926,7 @@ def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes):
     max_iters = jnp.minimum(bound, 2.0**31 - 1).astype(jnp.int32)
     out = _run(a, pp, oo, params, noise, t0, t1, slots=slots, block=_NOISE_BLOCK, record=0,
                max_iters=max_iters,
-               n_lanes=min(lanes, n_jobs))
+               n_lanes=min(lanes, n_jobs), prefill_first=prefill_first)
     return _lane_summary(out, a, oo, params, warmup)
 
 
@@ -1049,6 +1077,7 @@ def simulate_continuous(
     scenario_ids: ArrayLike | None = None,
     max_lanes: int = _DEFAULT_MAX_LANES,
     lanes: int = _DEFAULT_LANES,
+    scheduler_policy: str = "chunked",
 ) -> dict[str, np.ndarray]:
     """Simulate every scenario; float64[S] (bool for ``stable``) per output, SI units.
 
@@ -1061,7 +1090,9 @@ def simulate_continuous(
     optionally ``prompt_tokens`` / ``output_tokens`` (integers >= 1) replayed as well.
     ``scenario_ids`` key each scenario's random streams (default: positions).
     ``max_lanes`` bounds the replications (jobs) per compiled chunk (memory) and ``lanes``
-    the lanes that run them, each taking the next job when its own ends.
+    the lanes that run them, each taking the next job when its own ends. ``scheduler_policy``:
+    ``"chunked"`` (SPEC 10's rule 3) or ``"prefill_first"`` (docs/continuous.md, "Engine
+    variants").
 
     Returns, for each of ``ttft``, ``tpot``, ``e2e``: ``{name}_mean_s``, ``{name}_p_s``
     and their 95% half-widths ``{name}_mean_hw_s``, ``{name}_p_hw_s``; ``mean_running``,
@@ -1073,6 +1104,7 @@ def simulate_continuous(
     `percentile_tag` (q) (e.g. ``ttft_p50_s`` for 0.5).
     """
     use_trace = trace is not None
+    prefill_first = _prefill_first(scheduler_policy, "simulate_continuous")
     p = _validate(params, need_lam=not use_trace)
     s = p["cap"].shape[0]
     reps = int(settings.replications)
@@ -1140,7 +1172,7 @@ def simulate_continuous(
         summ, ttft, tpot, e2e = (np.asarray(x) for x in _chunk_sim(
             seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps,
             slots=_slots(np.max(p["cap"][take]), n),
-            lanes=int(lanes)))
+            lanes=int(lanes), prefill_first=prefill_first))
         used = (hi - lo) * reps
         summ = summ[:used]
         n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)
