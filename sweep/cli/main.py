@@ -228,6 +228,9 @@ def _parser() -> argparse.ArgumentParser:
     from sweep.cli import deploy
 
     deploy.add_command(sub, command)  # sweep deploy
+    from sweep.cli import predict
+
+    predict.add_command(sub, command)  # sweep predict-benchmark
     return p
 
 
