@@ -30,10 +30,14 @@ see one companion too many. As ``n`` grows, ``X`` rises to the open model's capa
 
 The left side rises from 0 (``X -> 0``) to ``+inf`` (``lam_seen`` at the open model's
 capacity, where its E2E is unbounded), so the root is found by bisection (`N_BISECT`
-halvings of ``[0, min(n / (E2E_1 + Z), capacity n / (n - 1))]``: the response is at least
-a lone request's, and the open model must stay stable). TTFT, TPOT and E2E (means and the
+halvings of ``[0, min(n / (E2E_1 + Z), capacity)]``: the response is at least a lone
+request's, and no population drives an engine past its capacity, where the open model
+stays stable at ``lam_seen < X``). TTFT, TPOT and E2E (means and the
 ``q``-quantile) are the open model's at ``lam_seen``; the request throughput is ``X`` and
-the output token throughput ``X E[O]``.
+the output token throughput ``X E[O]``. Where no root lies below the capacity (more clients
+than the engine serves at once; ``saturated``), ``X`` is the capacity, the response is the
+law's ``n / X - Z``, and its excess over the open model's E2E is a wait for a slot, added to
+TTFT and E2E (means and quantiles).
 
 Accuracy against the simulated closed loop (the reference scheduler with completion-driven
 arrivals, `sweep.testing.cb_reference`): tests/test_models_cb_closed.py and
@@ -59,12 +63,13 @@ _OUT = ("ttft_mean", "ttft_p", "tpot_mean", "tpot_p", "e2e_mean", "e2e_p", "mean
 
 def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
               kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
-              arrival_theorem: bool = True) -> dict[str, Array]:
+              arrival_theorem: bool | Array = True) -> dict[str, Array]:
     """The closed loop of ``clients`` users with mean think time ``think_s`` (s) for one point
     (see the module docstring); the other arguments are `analytic.cb_point`'s, float64
     scalars in SI units.
 
     Returns float64 scalars: ``throughput_rps`` (X, requests per second), ``output_tok_s``,
+    ``saturated`` (bool: X is the capacity),
     ``lam_seen`` (the rate the open model is evaluated at), ``capacity_rps`` (the open
     model's), and that model's ``ttft_mean``, ``ttft_p``, ``tpot_mean``, ``tpot_p``,
     ``e2e_mean``, ``e2e_p``, ``mean_running`` and ``step_mean`` at ``lam_seen`` (s). Every
@@ -73,7 +78,7 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
     z = jnp.asarray(think_s, jnp.float64)
     rest = (prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
             block_tokens, t_fixed, t_token, t_ctx, service_cv, q)
-    share = (n - 1.0) / n if arrival_theorem else jnp.ones_like(n)
+    share = jnp.where(jnp.asarray(arrival_theorem), (n - 1.0) / n, jnp.ones_like(n))
 
     # One loop whose body holds the open model once (it compiles once, not three times):
     # iteration 0 evaluates a lone request (the bracket), the next N_BISECT halve the
@@ -82,8 +87,7 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
         lo, up, _ = st
         mid = jnp.where(i == N_BISECT + 1, lo, 0.5 * (lo + up))
         r = cb_point(jnp.where(i == 0, 0.0, mid * share), *rest)  # cb_point floors the rate at 1e-300
-        hi0 = n / (r["e2e_mean"] + z)
-        hi0 = jnp.where(share > 0.0, jnp.minimum(hi0, r["capacity_rps"] / jnp.where(share > 0.0, share, 1.0)), hi0)
+        hi0 = jnp.minimum(n / (r["e2e_mean"] + z), r["capacity_rps"])
         e2e = r["e2e_mean"]
         low = jnp.isfinite(e2e) & (mid * (jnp.where(jnp.isfinite(e2e), e2e, 0.0) + z) < n)
         halving = (i > 0) & (i <= N_BISECT)
@@ -98,12 +102,20 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
     x, _, r = lax.fori_loop(0, N_BISECT + 2, body, (zero, zero, r0))
     capacity = r["capacity_rps"]
     out = {k: r[k] for k in _OUT}
-    out.update(throughput_rps=x, output_tok_s=x * jnp.asarray(output_mean, jnp.float64), lam_seen=x * share,
+    # Where even the capacity leaves the law's left side below n (more clients than the engine
+    # serves at once: the bracket's top is the capacity) the response is the law's, n / X - Z,
+    # and the excess over the open model's is a wait for a slot, before the first token.
+    # Elsewhere the excess is the bisection's residual (2^-60 of the bracket).
+    excess = jnp.maximum(n / x - z - r["e2e_mean"], 0.0)
+    for k in ("ttft_mean", "ttft_p", "e2e_mean", "e2e_p"):
+        out[k] = out[k] + excess
+    out.update(saturated=excess > 1e-6 * out["e2e_mean"], throughput_rps=x,
+               output_tok_s=x * jnp.asarray(output_mean, jnp.float64), lam_seen=x * share,
                capacity_rps=capacity)
     return out
 
 
-_closed_jit = jax.jit(cb_closed, static_argnames=("arrival_theorem",))
+_closed_jit = jax.jit(cb_closed)
 
 
 def closed_loop(clients: int, think_s: float, *, prompt_mean: float, prompt_cv: float, output_mean: float,
@@ -120,8 +132,8 @@ def closed_loop(clients: int, think_s: float, *, prompt_mean: float, prompt_cv: 
     out: dict[str, Any] = {}
     for q in quantiles or (0.5,):  # one compiled kernel, q traced: the root is found again per q (microseconds)
         r = _closed_jit(jnp.float64(clients), jnp.float64(think_s), *params, jnp.float64(q),
-                        arrival_theorem=arrival_theorem)
-        out.update({k: float(v) for k, v in r.items() if not k.endswith("_p")})
+                        arrival_theorem=jnp.asarray(bool(arrival_theorem)))
+        out.update({k: (bool(v) if k == "saturated" else float(v)) for k, v in r.items() if not k.endswith("_p")})
         for m in ("ttft", "tpot", "e2e"):
             out.setdefault(f"{m}_q", {})[float(q)] = float(r[f"{m}_p"])
     return out
