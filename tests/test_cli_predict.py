@@ -36,7 +36,8 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], needle: str, capsys: pyte
 
 
 def test_unknown_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--model", "llama-9", "--gpu", "h100-sxm", "--input-len", "500", "--output-len", "40", "--request-rate", "4"]
+    argv = ["--model", "llama-9", "--gpu", "h100-sxm", "--input-len", "500", "--output-len", "40",
+            "--request-rate", "4"]
     assert main(["predict-benchmark", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and "llama-9" in err
@@ -55,7 +56,8 @@ def _num(cell: str) -> float:
 
 @pytest.mark.slow
 def test_from_flags_open_and_closed(capsys: pytest.CaptureFixture[str]) -> None:
-    for extra, closed in ((["--request-rate", "4"], False), (["--request-rate", "inf", "--max-concurrency", "4"], True)):
+    runs = ((["--request-rate", "4"], False), (["--request-rate", "inf", "--max-concurrency", "4"], True))
+    for extra, closed in runs:
         assert main(["predict-benchmark", *FLAGS, *extra, "--num-prompts", "60", "--replications", "2"]) == 0
         text = capsys.readouterr().out
         assert "Serving Benchmark Result" in text
@@ -70,9 +72,8 @@ def test_from_flags_open_and_closed(capsys: pytest.CaptureFixture[str]) -> None:
 def test_from_a_run_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A finished run's point: its row's coefficients, and the printed figures are `simulate`'s
     and `analytic`'s for that configuration."""
-    from sweep.cli.answers import RunFolder
+    from sweep.cli.answers import RunFolder, run_grid_spec
     from sweep.cli.deploy import _row
-    from sweep.cli.main import _run_grid
 
     grid = tmp_path / "chat.toml"
     grid.write_text("""name = "chat"
@@ -101,7 +102,7 @@ kv_allocation = "paged"
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "batch_size 32" in text
-    spec = _run_grid(out, None)
+    spec = run_grid_spec(out, None)
     cfg = config_from_row(_row(RunFolder.open(out, {}), spec, 1), 16.0, "test")
     bench = Benchmark(80, 3.0, None)
     sim = simulate(cfg, bench, 3, 4)

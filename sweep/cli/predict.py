@@ -106,11 +106,10 @@ def _block(spec: Any) -> float:
 
 def config_from_run(run_dir: Path, point: int, catalog: Any) -> BenchConfig:
     """A finished run's point (its points/ row, else evaluated again)."""
-    from sweep.cli.answers import RunFolder
+    from sweep.cli.answers import RunFolder, run_grid_spec
     from sweep.cli.deploy import _row
-    from sweep.cli.main import _run_grid
 
-    spec = _run_grid(run_dir, catalog)
+    spec = run_grid_spec(run_dir, catalog)
     if not 0 <= point < spec.n_points:
         raise PredictBenchmarkError(str(run_dir), "--point", point,
                                     f"must lie in [0, {spec.n_points - 1}] (the run's point_id range)")
