@@ -117,3 +117,15 @@ kv_allocation = "paged"
     assert _figure(text, "P99 ITL (ms)")[1] == "-"  # the analytic model has no ITL quantile
     assert main([*argv[:3], "99", *argv[4:]]) == 2
     assert "--point" in capsys.readouterr().err
+
+
+def test_a_burst_without_a_limit_has_no_analytic_figure() -> None:
+    """All prompts at once and no concurrency limit: no steady state, so no analytic figure
+    (never a made-up number), and the reason says so."""
+    from sweep.cli.predict import BenchConfig
+
+    cfg = BenchConfig(prompt_mean=500.0, prompt_cv=0.0, output_mean=40.0, output_cv=0.0, cap=16.0,
+                      max_batched_tokens=2048.0, kv_capacity_tokens=math.inf, block_tokens=16.0, t_fixed=0.01,
+                      t_token=3e-5, t_ctx=1e-7, service_cv=0.0, label="test")
+    model, basis = analytic(cfg, Benchmark(100, math.inf, None))
+    assert model == {} and "burst" in basis
