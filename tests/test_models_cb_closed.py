@@ -185,6 +185,26 @@ def test_itl_hand_traced() -> None:
     assert fig["output_tok_s"] == pytest.approx(5 / 3.5) and fig["total_tok_s"] == pytest.approx(7 / 3.5)
 
 
+def test_itl_from_token_times_is_the_step_logs() -> None:
+    """The reference records every token's time; under the base scheduler its gaps are the
+    step log's (`itl_gaps`), and under prefill_first, where a prompt step pauses the decoders
+    (a gap of two steps), the step log's reading is refused rather than wrong."""
+    rng = np.random.default_rng(11)
+    n = 150
+    a = np.cumsum(rng.exponential(0.05, n))
+    p, o = rng.integers(10, 3000, n), rng.integers(1, 100, n)
+    kw = dict(cap=16, max_batched_tokens=1024.0, t_fixed=0.01, t_token=1e-4, t_ctx=1e-7)
+    res = ref.simulate(a, p, o, **kw)
+    by_tokens = run_figures(a, p, o, res.first_s, res.finish_s, token_s=res.token_s)
+    by_steps = run_figures(a, p, o, res.first_s, res.finish_s, res.step_start, res.step_dur)
+    for k in ("itl_mean", "itl_q0.5", "itl_q0.99"):
+        assert by_tokens[k] == pytest.approx(by_steps[k], rel=1e-12)
+    pf = ref.simulate(a, p, o, scheduler_policy="prefill_first", **kw)
+    assert math.isfinite(run_figures(a, p, o, pf.first_s, pf.finish_s, token_s=pf.token_s)["itl_q0.99"])
+    with pytest.raises(CBSimulationError, match="O - 1"):
+        itl_gaps(pf.first_s, pf.finish_s, o, pf.step_start, pf.step_dur)
+
+
 def test_itl_refuses_a_short_step_log() -> None:
     res = ref.simulate([0.0, 0.0], [1, 1], [3, 2], cap=2, t_fixed=1.0, t_token=0.1)
     with pytest.raises(CBSimulationError, match="O - 1"):

@@ -192,8 +192,8 @@ def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATION
                         kv_capacity=cfg.kv_capacity_tokens, block_tokens=int(cfg.block_tokens),
                         t_fixed=cfg.t_fixed, t_token=cfg.t_token, t_ctx=cfg.t_ctx, service_cv=cfg.service_cv, z=z,
                         clients=bench.max_concurrency, think_s=think)
-        runs.append(run_figures(res.arrival_s, p, o, res.first_s, res.finish_s, res.step_start, res.step_dur,
-                                bench.quantiles))
+        runs.append(run_figures(res.arrival_s, p, o, res.first_s, res.finish_s, quantiles=bench.quantiles,
+                                token_s=res.token_s))
     return replicate(runs)
 
 

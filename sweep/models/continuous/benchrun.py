@@ -80,13 +80,17 @@ def itl_gaps(first_s: ArrayLike, finish_s: ArrayLike, output: ArrayLike, step_st
 
 def run_figures(arrival_s: ArrayLike, prompt: ArrayLike, output: ArrayLike, first_s: ArrayLike,
                 finish_s: ArrayLike, step_start: ArrayLike | None = None, step_dur: ArrayLike | None = None,
-                quantiles: Sequence[float] = (0.5, 0.99)) -> dict[str, float]:
+                quantiles: Sequence[float] = (0.5, 0.99),
+                token_s: Sequence[Sequence[float]] | None = None) -> dict[str, float]:
     """What one finite run prints (SI units): `FIGURES` (duration from the first request sent
     to the last completion; throughputs over it, the total counting prompt tokens), and for
     each metric of `METRICS` its ``{m}_mean`` and ``{m}_q{q}`` per quantile (numpy's linear
     interpolation). A request that was not admitted (``first_s`` infinite) does not count.
-    ITL needs the step log (``step_start``, ``step_dur``); without it the ITL figures are
-    absent. A metric with no value (no request of O >= 2) is ``+inf``."""
+    ITL comes from each request's token times (``token_s``, the reference scheduler's, right
+    under every engine variant), else from the step log (``step_start``, ``step_dur``;
+    `itl_gaps`: one token per decoding sequence per step, the base scheduler); without
+    either the ITL figures are absent. A metric with no value (no request of O >= 2) is
+    ``+inf``."""
     a, p, o, first, finish = (np.asarray(x, np.float64) for x in (arrival_s, prompt, output, first_s, finish_s))
     done = np.isfinite(first) & np.isfinite(finish)
     duration = float(np.max(finish[done]) - np.min(a)) if np.any(done) else 0.0
@@ -99,7 +103,10 @@ def run_figures(arrival_s: ArrayLike, prompt: ArrayLike, output: ArrayLike, firs
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = (finish[two] - first[two]) / (o[two] - 1.0)
     values = {"ttft": first[done] - a[done], "tpot": tpot, "e2e": finish[done] - a[done]}
-    if step_start is not None and step_dur is not None:
+    if token_s is not None:
+        gaps = [np.diff(np.asarray(token_s[j], np.float64)) for j in np.flatnonzero(done)]
+        values["itl"] = np.concatenate(gaps) if gaps else np.empty(0)
+    elif step_start is not None and step_dur is not None:
         values["itl"] = itl_gaps(np.where(done, first, np.inf), finish, o, step_start, step_dur)
     for m in METRICS:
         if m not in values:
