@@ -11,15 +11,16 @@ the last completion. It prints, over the completed requests:
   request of O tokens contributes O - 1 gaps), with mean, median and percentiles (numpy's
   linear interpolation, as the benchmark computes them).
 
-Under the scheduler of SPEC 10 a decoding sequence emits one token at the end of every
-step from its first token to its last, so request ``j``'s gaps are the durations of the
-steps that end in ``(first_j, finish_j]``: the per-token ITL follows from the per-request
-first and last token times and the step log (start, duration), with no per-token record.
+The reference scheduler records every token's time, and the gaps are read from them. The
+JAX simulator records none; under the base scheduler of SPEC 10 a decoding sequence emits
+one token at the end of every step from its first token to its last, so request ``j``'s
+gaps are the durations of the steps that end in ``(first_j, finish_j]``: the per-token ITL
+follows from the per-request first and last token times and the step log (start, duration).
 `run_figures` computes one run's figures from those; `replicate` averages replications with
 95% Student-t half-widths; `finite_run` runs replications of an open-loop finite run in the
 JAX simulator (`sim.simulate_requests`). Closed loops (completion-driven arrivals) are
-simulated by `sweep.testing.cb_reference.simulate(..., clients=)`, whose output
-`run_figures` reads the same way.
+simulated by `sweep.testing.cb_reference.simulate(..., clients=)`, whose token times
+`run_figures` reads (``token_s``).
 """
 
 from __future__ import annotations
