@@ -105,7 +105,7 @@ def run_figures(arrival_s: ArrayLike, prompt: ArrayLike, output: ArrayLike, firs
         tpot = (finish[two] - first[two]) / (o[two] - 1.0)
     values = {"ttft": first[done] - a[done], "tpot": tpot, "e2e": finish[done] - a[done]}
     if token_s is not None:
-        gaps = [np.diff(np.asarray(token_s[j], np.float64)) for j in np.flatnonzero(done)]
+        gaps = [np.diff(np.asarray(token_s[int(j)], np.float64)) for j in np.flatnonzero(done)]
         values["itl"] = np.concatenate(gaps) if gaps else np.empty(0)
     elif step_start is not None and step_dur is not None:
         values["itl"] = itl_gaps(np.where(done, first, np.inf), finish, o, step_start, step_dur)
