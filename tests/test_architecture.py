@@ -281,7 +281,9 @@ DISPLAY = ("cli", "reporting")
 #: own flags), each with the reason.
 NOT_DISPLAY = {"cli/tools.py": "sweep fit / kv / calibrate speak profile formats and KV flags, not a run's results",
                "cli/ask.py": "sweep ask writes a continuous-serving grid from flags and answers in its terms (TTFT, "
-                             "TPOT, engine knobs): a question for one serving mode, by design"}
+                             "TPOT, engine knobs): a question for one serving mode, by design",
+               "cli/predict.py": "sweep predict-benchmark predicts one continuous-serving configuration's benchmark "
+                                 "from its step coefficients and engine knobs: one serving mode, by design"}
 
 
 def _mode_words() -> tuple[set[str], set[str], set[str]]:

@@ -68,6 +68,7 @@ Measurement (SPEC 10, "Measurement conventions") is in :func:`measure`.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -128,6 +129,7 @@ class Result:
     step_running: list[int] = field(default_factory=list)  # running after admission
     step_reserved: list[int] = field(default_factory=list)  # reserved KV tokens (on demand: held blocks' tokens)
     step_emitted: list[int] = field(default_factory=list)  # tokens emitted at its end
+    arrival_s: list[float] = field(default_factory=list)  # when each request was sent (closed loop: set by the run)
 
 
 def reservation(prompt: int, output: int, block_tokens: int) -> int:
@@ -148,16 +150,43 @@ def simulate(
     arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_capacity=math.inf,
     block_tokens=1, queue_capacity=math.inf, t_fixed, t_token, t_ctx=0.0, service_cv=0.0,
     z=None, vllm_admission=False, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve",
+    clients=None, think_s=None,
 ) -> Result:
     """Run one replication. ``arrivals`` sorted seconds; ``prompt``/``output`` integers
     >= 1; ``z`` standard normals, one per step (needed only when ``service_cv > 0``).
     ``scheduler_policy``, ``scheduler_steps`` and ``kv_admission`` are the engine variants
-    of the module docstring; their defaults are the base scheduler."""
+    of the module docstring; their defaults are the base scheduler.
+
+    ``clients = c`` (an integer >= 1) makes the arrivals completion-driven (a closed loop,
+    SPEC 10.1 ``workload = "closed"``, and `vllm bench serve --max-concurrency c`): request
+    ``j`` is sent at ``max(arrivals[j], the time a client is free)``, clients taken in
+    request order as they become free (FIFO, like the benchmark's semaphore); a client is
+    free at the start, and again ``think_s[j]`` seconds (default 0) after its request ``j``
+    finishes, or at once when ``j`` is dropped or rejected. ``arrivals`` are then the earliest
+    send times (all 0: a pure closed loop; Poisson times: `--request-rate` under a
+    concurrency limit), and ``Result.arrival_s`` the send times."""
     if scheduler_policy not in POLICIES or kv_admission not in KV_ADMISSIONS or int(scheduler_steps) < 1:
         raise ValueError(f"scheduler_policy {scheduler_policy!r}, kv_admission {kv_admission!r}, "
                          f"scheduler_steps {scheduler_steps!r}: see POLICIES, KV_ADMISSIONS, steps >= 1")
-    a = [float(x) for x in arrivals]
-    n = len(a)
+    gen = [float(x) for x in arrivals]
+    n = len(gen)
+    closed = clients is not None
+    a = [math.inf] * n if closed else gen
+    free: list[float] = [-math.inf] * int(clients) if closed else []  # a heap of the times clients are free
+    think = [0.0] * n if think_s is None else [float(x) for x in think_s]
+    sent = 0  # requests sent so far (closed loop)
+
+    def send(until: float) -> None:
+        """Send, in request order, every request whose send time is <= until: exact, as every
+        client free time <= until is known by then (a finish at a step end is known at it)."""
+        nonlocal sent
+        while closed and sent < n and free and max(gen[sent], free[0]) <= until:
+            a[sent] = max(gen[sent], heapq.heappop(free))
+            sent += 1
+
+    def next_send() -> float:
+        return max(gen[sent], free[0]) if closed and sent < n and free else math.inf
+
     big_n, big_m = int(cap), float(max_batched_tokens)
     big_c, big_k = float(kv_capacity), float(queue_capacity)
     on_demand, k_steps, b = kv_admission == "on_demand", int(scheduler_steps), int(block_tokens)
@@ -205,12 +234,18 @@ def simulate(
         if not running and not waiting:
             if i >= n:
                 break
-            s = max(t, a[i])  # idle: the next arrival (or one that came during the last step)
+            nxt = a[i] if i < sent or not closed else next_send()
+            if math.isinf(nxt):  # pragma: no cover - a closed loop always has a free client when idle
+                break
+            s = max(t, nxt)  # idle: the next arrival (or one that came during the last step)
         else:
             s = t
+        send(s)
         while i < n and a[i] <= s:  # arrivals in time for this step join (or are dropped)
             if big_k < inf and sum(1 for w in waiting if isinstance(w, int)) >= big_k:
                 res.status[i] = DROPPED
+                if closed:
+                    heapq.heappush(free, a[i])
             else:
                 waiting.append(i)
             i += 1
@@ -227,6 +262,8 @@ def simulate(
                 if back is None and r > big_c:
                     res.status[j] = REJECTED
                     waiting.popleft()
+                    if closed:
+                        heapq.heappush(free, s)
                     continue
                 if len(running) >= big_n:
                     break
@@ -315,6 +352,8 @@ def simulate(
             if not q.finished and q.emitted == q.output:
                 q.finished = True
                 res.finish_s[q.req] = end
+                if closed:
+                    heapq.heappush(free, end + think[q.req])
         res.step_emitted.append(emitted)
         if window_starts:
             decode_window = not (scheduler_policy == "prefill_first" and n_prefill > 0)
@@ -323,6 +362,7 @@ def simulate(
             window -= 1
         t = end
         k += 1
+    res.arrival_s = list(a)
     for j in range(n):
         if res.status[j] == ADMITTED:
             res.ttft_s[j] = res.first_s[j] - a[j]
