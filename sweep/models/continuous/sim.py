@@ -901,7 +901,9 @@ def _jobs_jit(seed, sid, rid, a, pp, oo, params, *, slots, lanes, cached):
     out = _run(a, pp, oo, _Params(*params), noise, a[:, 0], a[:, -1], slots=slots,
                block=_NOISE_BLOCK, record=0, max_iters=max_iters, n_lanes=min(lanes, n_jobs),
                cached=cached)
-    return out.status, out.first_s, out.finish_s
+    # the whole record: returning only some of its fields trips XLA:CPU's emitter on the
+    # single-kernel loop ("All or none of the slices should have an explicit index")
+    return out
 
 
 def simulate_jobs(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
@@ -937,10 +939,11 @@ def simulate_jobs(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
     _check(arrs, "simulate_jobs")
     sid = np.broadcast_to(np.asarray(scenario_ids, np.int64), (n_jobs,)) % (1 << 31)
     rid = np.broadcast_to(np.asarray(replications, np.int64), (n_jobs,)) % (1 << 31)
-    status, first, finish = (np.asarray(x) for x in _jobs_jit(
+    out = _jobs_jit(
         jnp.uint32(seed), jnp.asarray(sid, jnp.int32), jnp.asarray(rid, jnp.int32), jnp.asarray(a),
         jnp.asarray(pp), jnp.asarray(oo), tuple(jnp.asarray(arrs[k]) for k in SCHEDULER_KEYS),
-        slots=_slots(np.max(arrs["cap"]), a.shape[1]), lanes=int(lanes), cached=bool(cached)))
+        slots=_slots(np.max(arrs["cap"]), a.shape[1]), lanes=int(lanes), cached=bool(cached))
+    status, first, finish = np.asarray(out.status), np.asarray(out.first_s), np.asarray(out.finish_s)
     admit = np.full(a.shape, np.nan)
     if cached:
         admit, first = first, np.where(status == 0, a, np.inf)
