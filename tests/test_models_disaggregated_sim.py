@@ -94,16 +94,17 @@ def _pad_cb(a, p, o, n):
             np.concatenate([o, np.full(k, 2.0)]))
 
 
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_agrees_with_the_two_simulators_composed(replicas):
+@pytest.mark.parametrize(("replicas", "t_max"), [(1, 0.02), (2, 0.02), (1, np.inf), (2, np.inf)])
+def test_agrees_with_the_two_simulators_composed(replicas, t_max):
     """The same stream through `batch_sim.simulate_requests` (each prefill replica's requests
     alone), first tokens plus transfers sorted per decode replica (ties in request order),
     then `continuous.sim.simulate_requests(cached=True)` per decode replica: the same
     times for every request. With two prefill replicas a replica's input ends at its own
     last arrival in the separate run but at the stream's last arrival here (the flush of
-    the last window, module docstring), so each replica's last batch is left out."""
+    the last window, module docstring), so each replica's last batch is left out. T_max =
+    inf is the full-batch regime (only the end of input closes the last window)."""
     a, p, o, up, ud, z = _stream(3, gap=0.015)
-    sysp = dict(SYSTEM, prefill_replicas=float(replicas), prefill_service_cv=0.4, decode_cap=3.0,
+    sysp = dict(SYSTEM, prefill_replicas=float(replicas), prefill_t_max_s=t_max, prefill_service_cv=0.4, decode_cap=3.0,
                 decode_kv_capacity_tokens=720.0, decode_block_tokens=16.0, decode_t_ctx=1e-6)
     r = ds.simulate_disaggregated_requests(a, p, o, up, ud, sysp, batch_z=z)
     first = np.full(N, np.nan)
@@ -163,21 +164,24 @@ def test_batched_driver_is_the_per_request_one_on_its_draws():
 
 @pytest.mark.slow  # a few hundred thousand simulated requests (~20-40 s)
 def test_summary_light_load_overload_and_determinism():
-    """Two scenarios, four replications: a light one (its mean TTFT is near the closed form
-    T_max + T_svc(1) of a lone request, within a batching effect) and one whose prefill pool
-    is overloaded (20 rps on one replica serving at most B / T_svc(B) = 4 / 0.07 = 57 rps is
-    fine; 200 rps is not): stable = False with infinite latencies. The same seed repeats
-    the numbers bit for bit."""
+    """Three scenarios, four replications: a light one (its mean TTFT is near the closed
+    form T_max + T_svc(1) of a lone request, within a batching effect); one whose prefill
+    pool is overloaded (one replica serves at most B / T_svc(B) = 4 / 0.07 = 57 rps: 200 rps
+    is too many); one whose decode pool is (3 replicas of cap 1, each request holding its
+    slot for 19 steps of >= 10 ms: at most 3 / 0.19 = 16 rps, offered 30 rps on 2 prefill
+    replicas that keep up): stable = False with infinite latencies for both. The same seed
+    repeats the numbers bit for bit."""
     st = ds.DisaggSimSettings(n_requests=2000, warmup=200, replications=4, seed=1)
-    base = dict(arrival_rps=1.0, prompt_mean=200.0, prompt_cv=0.5, output_mean=20.0, output_cv=0.5)
-    params = {k: [v, v] for k, v in {**base, **SYSTEM}.items()}
-    params["arrival_rps"] = [1.0, 200.0]
-    params["prefill_replicas"] = [1.0, 1.0]
+    base = dict(arrival_rps=1.0, prompt_mean=200.0, prompt_cv=0.0, output_mean=20.0, output_cv=0.0)
+    params = {k: [v, v, v] for k, v in {**base, **SYSTEM}.items()}
+    params["arrival_rps"] = [1.0, 200.0, 30.0]
+    params["prefill_replicas"] = [1.0, 1.0, 2.0]
+    params["decode_cap"] = [6.0, 6.0, 1.0]
     res = ds.simulate_disaggregated(params, st, more_percentiles=(0.5,))
     again = ds.simulate_disaggregated(params, st, more_percentiles=(0.5,))
     for k in res:
         np.testing.assert_array_equal(res[k], again[k], err_msg=k)
-    assert res["stable"].tolist() == [True, False]
+    assert res["stable"].tolist() == [True, False, False]
     lone = SYSTEM["prefill_t_max_s"] + SYSTEM["prefill_t_fixed_s"] + SYSTEM["prefill_t_req_s"]
     assert abs(res["ttft_mean_s"][0] - lone) < 0.05 * lone
     assert np.isinf(res["e2e_p_s"][1]) and np.isinf(res["ttft_mean_hw_s"][1])
