@@ -335,6 +335,32 @@ def test_cached_prompts_light_load_hand_formula():
     np.testing.assert_array_equal(j["admit_s"], a)
 
 
+@pytest.mark.slow  # compiles the batched per-request kernel twice (~15-30 s each)
+@pytest.mark.parametrize("cached", [False, True])
+def test_simulate_jobs_is_simulate_requests_per_job(cached):
+    """The batched per-request entry point: each job is `simulate_requests` on its own
+    arrivals, lengths and parameters, with the step noise of lane (scenario id,
+    replication) (`step_normals`)."""
+    rng = np.random.default_rng(14)
+    jobs, n = 3, N_PAD
+    a = np.cumsum(rng.exponential(0.03, (jobs, n)), axis=1)
+    p = rng.integers(1, 200, (jobs, n)).astype(float)
+    o = rng.integers(2 if cached else 1, 40, (jobs, n)).astype(float)
+    par = dict(cap=np.array([2.0, 4.0, 8.0]), max_batched_tokens=np.array([64.0, np.inf, 256.0]),
+               kv_capacity_tokens=np.array([600.0, np.inf, 2000.0]), block_tokens=np.array([16.0, 1.0, 4.0]),
+               queue_capacity=np.array([np.inf, 5.0, np.inf]), t_fixed=np.array([0.01, 0.02, 0.005]),
+               t_token=np.array([1e-4, 0.0, 5e-4]), t_ctx=np.array([1e-6, 1e-7, 0.0]),
+               service_cv=np.array([0.0, 0.5, 0.3]))
+    sid, rid = np.array([4, 9, 9]), np.array([0, 1, 70000])
+    res = cb_sim.simulate_jobs(a, p, o, par, scenario_ids=sid, replications=rid, seed=3, cached=cached)
+    for j in range(jobs):
+        z = step_normals(CBSimSettings(seed=3), int(sid[j]), int(rid[j]), 4000)
+        one = _jax(a[j], p[j], o[j], z=z, cached=cached, **{k: float(v[j]) for k, v in par.items()})
+        np.testing.assert_array_equal(res["status"][j], one["status"])
+        for key in ("first_s", "finish_s") + (("admit_s",) if cached else ()):
+            np.testing.assert_allclose(res[key][j], one[key], rtol=1e-12, err_msg=key)
+
+
 def test_cached_prompts_need_two_output_tokens():
     with pytest.raises(CBSimulationError, match=r"output\[1\] = 1"):
         simulate_requests([0.0, 1.0], [4, 4], [2, 1], cap=1, t_fixed=1.0, t_token=0.0, cached=True)

@@ -94,6 +94,7 @@ def _pad_cb(a, p, o, n):
             np.concatenate([o, np.full(k, 2.0)]))
 
 
+@pytest.mark.slow  # compiles the two simulators' per-request kernels for its shapes (~20-30 s)
 @pytest.mark.parametrize(("replicas", "t_max"), [(1, 0.02), (2, 0.02), (1, np.inf), (2, np.inf)])
 def test_agrees_with_the_two_simulators_composed(replicas, t_max):
     """The same stream through `batch_sim.simulate_requests` (each prefill replica's requests
@@ -195,6 +196,10 @@ def test_invalid_input_is_rejected():
         ds.simulate_disaggregated_requests(a, p, o, up, ud, {k: v for k, v in SYSTEM.items() if k != "decode_cap"})
     with pytest.raises(ds.DisaggSimulationError, match=r"prefill_replicas\[0\] = 0.0: must be an integer >= 1"):
         ds.simulate_disaggregated_requests(a, p, o, up, ud, dict(SYSTEM, prefill_replicas=0.0))
+    with pytest.raises(ds.DisaggSimulationError, match=r"decode_replicas\[0\] = 65536.0: must be < 65536"):
+        ds.simulate_disaggregated_requests(a, p, o, up, ud, dict(SYSTEM, decode_replicas=65536.0))
+    with pytest.raises(ds.DisaggSimulationError, match="replications must be in"):
+        ds.simulate_disaggregated({k: [1.0] for k in ds.PARAM_KEYS}, ds.DisaggSimSettings(replications=0))
     with pytest.raises(ds.DisaggSimulationError, match="decode_max_batched_tokens"):
         ds.simulate_disaggregated_requests(a, p, o, up, ud, dict(SYSTEM, decode_max_batched_tokens=2.0))
     with pytest.raises(ds.DisaggSimulationError, match="link_bytes_per_s"):

@@ -163,6 +163,11 @@ def _validate(params: Mapping[str, ArrayLike], keys: tuple[str, ...], who: str) 
             if k in arrs and not np.all(ok(arrs[k])):
                 i = int(np.argmax(~ok(arrs[k])))
                 raise DisaggSimulationError(f"{who}: {k}[{i}] = {float(arrs[k][i])!r}: {rule}")
+    many = arrs["decode_replicas"] >= _DECODE_REP
+    if np.any(many):
+        i = int(np.argmax(many))
+        raise DisaggSimulationError(f"{who}: decode_replicas[{i}] = {float(arrs['decode_replicas'][i])!r}: must be "
+                                    f"< {_DECODE_REP} (each replica keys its own random stream)")
     low = arrs["decode_max_batched_tokens"] < arrs["decode_cap"]
     if np.any(low):
         i = int(np.argmax(low))
@@ -455,8 +460,8 @@ def simulate_disaggregated(params: Mapping[str, ArrayLike], settings: DisaggSimS
     p = _validate(params, PARAM_KEYS, "simulate_disaggregated")
     s = p["arrival_rps"].shape[0]
     reps = int(settings.replications)
-    if reps < 1 or settings.warmup < 0 or settings.n_requests < 4:
-        raise DisaggSimulationError("simulate_disaggregated: replications must be >= 1, warmup >= 0 and "
+    if not 1 <= reps <= 32766 or settings.warmup < 0 or settings.n_requests < 4:
+        raise DisaggSimulationError("simulate_disaggregated: replications must be in [1, 32766], warmup >= 0 and "
                                     "n_requests >= 4")
     try:
         q = np.broadcast_to(np.asarray(percentile, np.float64), (s,)).copy()
