@@ -213,3 +213,21 @@ def test_invalid_input_is_rejected():
         ds.simulate_disaggregated({**w, **SYSTEM, "arrival_rps": np.inf})
     empty = ds.simulate_disaggregated({k: np.empty(0) for k in ds.PARAM_KEYS})
     assert all(v.shape == (0,) for v in empty.values())
+
+
+@pytest.mark.slow  # 4 x 6000 simulated requests, compiled for their own shapes (~20-30 s)
+def test_prefill_pool_of_single_batches_is_md1():
+    """B_max = 1 on one prefill replica is M/D/1 with S = t_fixed + t_req = 0.05 s: at
+    lambda = 10/s (rho = 0.5) Pollaczek-Khinchine gives the mean wait lambda S^2 / (2 (1 -
+    rho)) = 0.025 s, so mean TTFT = 0.075 s; the simulated mean must cover it within four
+    of its 95% half-widths."""
+    st = ds.DisaggSimSettings(n_requests=5000, warmup=1000, replications=4, seed=2)
+    w = dict(arrival_rps=10.0, prompt_mean=100.0, prompt_cv=0.5, output_mean=8.0, output_cv=0.5)
+    sysp = dict(SYSTEM, prefill_replicas=1.0, prefill_b_max=1.0, prefill_t_fixed_s=0.04, prefill_t_req_s=0.01)
+    res = ds.simulate_disaggregated({k: [v] for k, v in {**w, **sysp}.items()}, st)
+    assert res["stable"][0]
+    hw = res["ttft_mean_hw_s"][0]
+    assert 0 < hw < 0.005
+    assert abs(res["ttft_mean_s"][0] - 0.075) < 4 * hw
+    np.testing.assert_allclose(res["prefill_service_mean_s"][0], 0.05, rtol=1e-12)
+    assert abs(res["prefill_wait_mean_s"][0] - 0.025) < 4 * res["prefill_wait_mean_hw_s"][0]
