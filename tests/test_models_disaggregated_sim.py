@@ -85,6 +85,9 @@ def test_requests_keep_their_identity():
                                                 + (o - 1) * r["decode_tpot_s"])[go], rtol=1e-12)
     assert np.sum(r["decode_wait_s"][go] > 0) > 10  # slots were contended
     assert np.mean(r["prefill_service_s"] > 0.05) > 0.1  # batches of several formed
+    # batch-mates share one first-token time exactly (ties at decode go in request order)
+    _, size = np.unique(r["first_s"], return_counts=True)
+    np.testing.assert_array_equal(np.sort(size)[::-1][:3], 4)  # full batches of B_max = 4
 
 
 def _pad_cb(a, p, o, n):

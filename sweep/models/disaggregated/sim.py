@@ -221,12 +221,12 @@ def replication_draws(settings: DisaggSimSettings, scenario_id: int, replication
 def _lanes(lane: np.ndarray, n_lanes: int, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Requests (flat) grouped into lanes: ``order`` lists the requests lane by lane (each
     lane's in its own order); returns each request's position in its lane, the count per
-    lane and the padded lane length (a multiple of ``_PAD``)."""
+    lane and the padded lane length (a multiple of ``_PAD`` above every count)."""
     counts = np.bincount(lane, minlength=n_lanes)
     start = np.concatenate([[0], np.cumsum(counts)[:-1]])
     pos = np.empty(lane.shape[0], np.int64)
     pos[order] = np.arange(order.shape[0]) - start[lane[order]]
-    width = max(_PAD, -(-int(counts.max(initial=1)) // _PAD) * _PAD)
+    width = -(-(int(counts.max(initial=0)) + 1) // _PAD) * _PAD  # at least one padding entry per lane
     return pos, counts, width
 
 
@@ -236,7 +236,7 @@ def _batcher_lanes(a, z, b, tm, tf, tr, cv):
 
     def lane(a, z, b, tm, tf, tr, cv):
         r = simulate_lane(a, z, b, tm, tf, tr, one, inf, cv, any_capacity=False, max_workers=1)
-        return r.batch_index, r.latency_s
+        return r.batch_index, r.closed, r.close_done_s
 
     return jax.vmap(lane)(a, z, b, tm, tf, tr, cv)
 
@@ -262,9 +262,16 @@ def _prefill(a, zb, rp, sysp, a_end):
 
     b_max, t_max = per_lane("prefill_b_max"), per_lane("prefill_t_max_s")
     tf, tr, cv = per_lane("prefill_t_fixed_s"), per_lane("prefill_t_req_s"), per_lane("prefill_service_cv")
-    bid, lat = (np.asarray(x) for x in _batcher_lanes(*(jnp.asarray(x) for x in (la, lz, b_max, t_max, tf, tr, cv))))
+    bid, closed, comp_at = (np.asarray(x) for x in _batcher_lanes(
+        *(jnp.asarray(x) for x in (la, lz, b_max, t_max, tf, tr, cv))))
+    # batch k of a lane ends at the completion logged by the k-th closing step (every real
+    # request's batch closes by the first padding step, except a last window that is
+    # not full under T_max = inf, which the end-of-input rule below sets)
+    comp = np.full((n_lanes, width + 1), np.nan)
+    ll, kk = np.nonzero(closed)
+    comp[ll, (np.cumsum(closed, axis=1) - 1)[ll, kk]] = comp_at[ll, kk]
     real = np.arange(width)[None, :] < counts[:, None]
-    done = np.where(real, la + lat, np.nan)
+    done = np.where(real, comp[np.arange(n_lanes)[:, None], np.clip(bid, 0, width)], np.nan)
     # batch sizes and openers (a lane's batch indices are non-decreasing along it)
     key = np.where(real, np.arange(n_lanes)[:, None] * (width + 1) + bid, -1).ravel()
     flat_real = real.ravel()
