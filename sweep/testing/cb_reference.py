@@ -63,6 +63,17 @@ decision) and ``kv_admission = "on_demand"`` (blocks as tokens are cached; the m
 admitted sequence is preempted and recomputes its prompt plus its generated tokens). The
 defaults are the base scheduler above.
 
+Prompts already cached (``cached=True``; the decode pool of disaggregated serving,
+SPEC 11): a request arrives with its first token emitted and its ``P`` prompt tokens in
+KV. Queueing, admission and its reservation ``P + O`` are rules 1-2 unchanged; once
+admitted it is a decoding sequence (``prefilled = P``, ``emitted = 1``), so rule 3 gives
+it one token per step from its admission step, rule 4 counts ``P`` plus the tokens emitted
+before the step, and rule 5 makes it leave at the end of the step that emits token ``O``.
+Every ``O`` must be >= 2 (an O = 1 request never reaches a decode pool). Its ``first_s``
+(and its first ``token_s``) is its arrival (the first token is in hand when it arrives), so
+``ttft_s`` is 0 and ``tpot_s`` = (finish - arrival) / (O - 1). Defined with
+``kv_admission = "reserve"`` only.
+
 Measurement (SPEC 10, "Measurement conventions") is in :func:`measure`.
 """
 
@@ -150,7 +161,7 @@ def simulate(
     arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_capacity=math.inf,
     block_tokens=1, queue_capacity=math.inf, t_fixed, t_token, t_ctx=0.0, service_cv=0.0,
     z=None, vllm_admission=False, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve",
-    clients=None, think_s=None,
+    clients=None, think_s=None, cached=False,
 ) -> Result:
     """Run one replication. ``arrivals`` sorted seconds; ``prompt``/``output`` integers
     >= 1; ``z`` standard normals, one per step (needed only when ``service_cv > 0``).
@@ -164,7 +175,10 @@ def simulate(
     free at the start, and again ``think_s[j]`` seconds (default 0) after its request ``j``
     finishes, or at once when ``j`` is dropped or rejected. ``arrivals`` are then the earliest
     send times (all 0: a pure closed loop; Poisson times: `--request-rate` under a
-    concurrency limit), and ``Result.arrival_s`` the send times."""
+    concurrency limit), and ``Result.arrival_s`` the send times. ``cached``: prompts already
+    cached (module docstring; every output >= 2, reserve admission only)."""
+    if cached and (kv_admission != "reserve" or any(int(x) < 2 for x in output)):
+        raise ValueError("cached prompts need kv_admission = 'reserve' and every output >= 2")
     if scheduler_policy not in POLICIES or kv_admission not in KV_ADMISSIONS or int(scheduler_steps) < 1:
         raise ValueError(f"scheduler_policy {scheduler_policy!r}, kv_admission {kv_admission!r}, "
                          f"scheduler_steps {scheduler_steps!r}: see POLICIES, KV_ADMISSIONS, steps >= 1")
@@ -286,6 +300,10 @@ def simulate(
                                 target=int(prompt[j]))
                     admitted += 1
                     res.admit_step[j], res.admit_s[j] = k, s
+                    if cached:  # prompt in KV, first token emitted before arrival
+                        back.prefilled, back.emitted = back.target, 1
+                        res.first_s[j] = a[j]
+                        res.token_s[j].append(a[j])
                     reserved += back.reserve
                 running.append(back)  # admission order: a readmitted sequence is the most recent
         chunk, decoding, paused = compose()

@@ -119,12 +119,14 @@ from sweep.errors import SweepError
 
 __all__ = [
     "PARAM_KEYS",
+    "SCHEDULER_KEYS",
     "CBSimSettings",
     "CBSimulationError",
     "lengths",
     "percentile_tag",
     "replication_draws",
     "simulate_continuous",
+    "simulate_jobs",
     "simulate_requests",
     "step_normals",
     "student_t975",
@@ -235,7 +237,7 @@ def _prefix_sums(x):
 
 
 def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int, record: int,
-         max_iters: jax.Array, n_lanes: int, prefill_first: bool = False) -> _Out:
+         max_iters: jax.Array, n_lanes: int, prefill_first: bool = False, cached: bool = False) -> _Out:
     """Simulate J jobs (replications) on ``n_lanes`` (static, <= J) lanes. ``a``,
     ``prompt``, ``output`` float64[J, n] (sorted arrivals, integer-valued lengths); ``p``
     float64[J] per job; ``noise(job, ks)`` -> float64[B] the standard normals of steps
@@ -243,7 +245,12 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
     span. Static: ``slots`` a power of two >= every job's cap (running sequences);
     ``block`` the steps of noise a lane holds at a time; ``record``
     per-step records kept for lane 0's first job (0 = none); ``prefill_first``: the
-    scheduler policy of that name (a step with prompt tokens carries no decode token).
+    scheduler policy of that name (a step with prompt tokens carries no decode token);
+    ``cached``: prompts arrive already cached (see :func:`simulate_requests`; every
+    ``output >= 2``): an admitted request goes straight to the decoding table (departure at
+    decode step ``kd + O - 2``, ``kd`` the decode clock when it is admitted), its cache
+    ``P + 1`` (prompt and first token) joins the running sum, and the first column of ``fs``
+    holds its admission time.
 
     Departures are kept on the *decode clock* ``kd``, the steps that carried every decoding
     sequence's token: every step under ``chunked`` (``kd == k``), the steps without prompt
@@ -415,21 +422,32 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         ok, over, _, r = resolvable(h, ha, hp, ho, s["running"], s["reserved"])
         can = adm_ok & ok
         adm = can & ~over  # a rejection (over) needs no write: status is derived
-        adm_tok = s["adm_tok"] + jnp.where(adm, hp, 0.0)
-        row = jnp.stack([adm_tok, h.astype(f64), hp, ho], axis=1)
-        (s["ring"],) = _lane_set([(s["ring"], (lane, s["n_adm"] & (slots - 1)), row, adm)],
-                                 n_lanes)
         if record:
             putj("admit_s", h, start, adm)
-        first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
-        s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
-        s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
-        s["np_"] = jnp.where(first_rank, hp, s["np_"])
-        s["no"] = jnp.where(first_rank, ho, s["no"])
-        s["adm_tok"] = adm_tok
+        if cached:  # no prefill: straight to the decoding table, token 2 at step k's end
+            d_adm = s["kd"] + ho.astype(i32) - 2
+            slot = jnp.argmax(s["dep"] == big, axis=1).astype(i32)
+            hot = adm[:, None] & (jnp.arange(slots, dtype=i32)[None, :] == slot[:, None])
+            s["dep"] = jnp.where(hot, d_adm[:, None], s["dep"])
+            s["pay_c"] = jnp.where(hot, (hp + ho).astype(i64)[:, None], s["pay_c"])
+            s["pay_r"] = jnp.where(hot, r.astype(i64)[:, None], s["pay_r"])
+            s["cache"] = s["cache"] + jnp.where(adm, hp + 1.0, 0.0)
+            later.append(("fs", (job, h), jnp.stack([start, d_adm.astype(f64)], axis=1),
+                          adm & (job < n_jobs)))
+        else:
+            adm_tok = s["adm_tok"] + jnp.where(adm, hp, 0.0)
+            row = jnp.stack([adm_tok, h.astype(f64), hp, ho], axis=1)
+            (s["ring"],) = _lane_set([(s["ring"], (lane, s["n_adm"] & (slots - 1)), row, adm)],
+                                     n_lanes)
+            first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
+            s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
+            s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
+            s["np_"] = jnp.where(first_rank, hp, s["np_"])
+            s["no"] = jnp.where(first_rank, ho, s["no"])
+            s["adm_tok"] = adm_tok
+            s["n_adm"] = s["n_adm"] + adm.astype(i32)
         s["running"] = s["running"] + adm.astype(i32)
         s["reserved"] = s["reserved"] + jnp.where(adm, r, 0.0)
-        s["n_adm"] = s["n_adm"] + adm.astype(i32)
         s["q"] = s["q"] - can.astype(i32)
         h, ha, hp, ho = head(h + can.astype(i32))
         s["h"] = h
@@ -799,9 +817,9 @@ def _slots(cap_max, n: int) -> int:
     return max(16, _pow2(int(min(float(cap_max), n))))
 
 
-@partial(jax.jit, static_argnames=("slots", "record", "prefill_first"),
+@partial(jax.jit, static_argnames=("slots", "record", "prefill_first", "cached"),
          **_JIT_OPTIONS)
-def _lane_jit(a, pp, oo, params, z, *, slots, record, prefill_first=False):
+def _lane_jit(a, pp, oo, params, z, *, slots, record, prefill_first=False, cached=False):
     p = _Params(*(v[None] for v in params))
     nz = z.shape[0]
 
@@ -812,7 +830,7 @@ def _lane_jit(a, pp, oo, params, z, *, slots, record, prefill_first=False):
     max_iters = jnp.int32(8 * n) + jnp.sum(pp + oo).astype(jnp.int32)
     return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], slots=slots,
                 block=_NOISE_BLOCK, record=record,
-                max_iters=max_iters, n_lanes=1, prefill_first=prefill_first)
+                max_iters=max_iters, n_lanes=1, prefill_first=prefill_first, cached=cached)
 
 
 def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike, *,
@@ -820,7 +838,8 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                       kv_capacity_tokens: float = np.inf, block_tokens: float = 1.0,
                       queue_capacity: float = np.inf, t_fixed: float, t_token: float,
                       t_ctx: float = 0.0, service_cv: float = 0.0, z: ArrayLike | None = None,
-                      record_steps: int = 0, scheduler_policy: str = "chunked") -> dict[str, Any]:
+                      record_steps: int = 0, scheduler_policy: str = "chunked",
+                      cached: bool = False) -> dict[str, Any]:
     """Per-request outcome of ONE replication on given arrivals, lengths and step noise.
 
     ``arrivals`` sorted float64[n] (s); ``prompt``, ``output`` integers >= 1; ``z``
@@ -832,6 +851,17 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
     with ``record_steps = R`` the first R steps' ``step_start``, ``step_dur``,
     ``step_tok``, ``step_prefill``, ``step_ctx``, ``step_running``, ``step_reserved``,
     ``step_emitted``.
+
+    ``cached=True``: prompts arrive already cached (the decode pool of disaggregated
+    serving, SPEC 11). A request arrives with its first token emitted and its ``P`` prompt
+    tokens in KV; it is queued and admitted as in SPEC 10 (reservation ``P + O``, paged),
+    no step carries its prompt tokens, ``n_ctx`` counts its ``P`` cached tokens plus the
+    tokens emitted before the step (the first one included), and it emits tokens
+    ``2 .. O``, one per step, from the step it is admitted at. Every ``output`` must be
+    >= 2 (an O = 1 request is complete at its first token and never reaches a decode
+    pool). Then ``admit_s`` is always returned, ``first_s`` is the arrival (the first
+    token is in hand when the request arrives), ``ttft_s`` 0 and ``tpot_s = (finish -
+    arrival) / (O - 1)`` (the wait for a slot included).
     """
     a = np.asarray(arrivals, np.float64)
     pp = np.asarray(prompt, np.float64)
@@ -843,6 +873,10 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
         raise CBSimulationError("simulate_requests: arrivals must be finite and sorted")
     if np.any(pp < 1) or np.any(oo < 1) or np.any(pp != np.round(pp)) or np.any(oo != np.round(oo)):
         raise CBSimulationError("simulate_requests: prompt and output must be integers >= 1")
+    if cached and np.any(oo < 2):
+        i = int(np.argmax(oo < 2))
+        raise CBSimulationError(f"simulate_requests: output[{i}] = {oo[i]:g}: with cached prompts every "
+                                "request must have O >= 2 (its first token was emitted before it arrived)")
     vals = dict(cap=cap, max_batched_tokens=max_batched_tokens,
                 kv_capacity_tokens=kv_capacity_tokens, block_tokens=block_tokens,
                 queue_capacity=queue_capacity, t_fixed=t_fixed, t_token=t_token, t_ctx=t_ctx,
@@ -856,13 +890,15 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                             t_ctx, service_cv))
     out = _lane_jit(a, pp, oo, params, zz if zz.size else np.zeros(1),
                     slots=_slots(cap, a.size), record=int(record_steps),
-                    prefill_first=_prefill_first(scheduler_policy, "simulate_requests"))
+                    prefill_first=_prefill_first(scheduler_policy, "simulate_requests"), cached=bool(cached))
     status = np.asarray(out.status[0])
     first, finish = np.asarray(out.first_s[0]), np.asarray(out.finish_s[0])
     adm = status == 0
+    admit = np.asarray(out.admit_s[0]) if record_steps else np.full(a.shape, np.nan)
+    if cached:  # the kernel's first-token column holds the admission time
+        admit, first = first, np.where(adm, a, np.inf)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(adm & (oo >= 2), (finish - first) / np.maximum(oo - 1.0, 1.0), np.nan)
-    admit = np.asarray(out.admit_s[0]) if record_steps else np.full(a.shape, np.nan)
     res: dict[str, Any] = {
         "status": status, "admit_s": admit, "first_s": first,
         "finish_s": finish, "ttft_s": np.where(adm, first - a, np.inf),
@@ -876,6 +912,72 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                   "step_ctx", "step_running", "step_reserved", "step_emitted")):
             res[name] = rec[:, j]
     return res
+
+
+SCHEDULER_KEYS = ("cap", "max_batched_tokens", "kv_capacity_tokens", "block_tokens", "queue_capacity",
+                  "t_fixed", "t_token", "t_ctx", "service_cv")
+
+
+@partial(jax.jit, static_argnames=("slots", "lanes", "cached"), **_JIT_OPTIONS)
+def _jobs_jit(seed, sid, rid, a, pp, oo, params, *, slots, lanes, cached):
+    step_keys = jax.vmap(lambda s, r: _lane_keys(seed, s, r)[1])(sid, rid)
+    n_jobs, n = a.shape
+
+    def noise(job, ks):
+        return _step_normal(step_keys[jnp.minimum(job, n_jobs - 1)], ks)
+
+    bound = jnp.sum(8.0 * n + jnp.sum(pp + oo, axis=1))  # iterations never exceed it
+    max_iters = jnp.minimum(bound, 2.0**31 - 1).astype(jnp.int32)
+    out = _run(a, pp, oo, _Params(*params), noise, a[:, 0], a[:, -1], slots=slots,
+               block=_NOISE_BLOCK, record=0, max_iters=max_iters, n_lanes=min(lanes, n_jobs),
+               cached=cached)
+    # the whole record: returning only some of its fields trips XLA:CPU's emitter on the
+    # single-kernel loop ("All or none of the slices should have an explicit index")
+    return out
+
+
+def simulate_jobs(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
+                  params: Mapping[str, ArrayLike], *, scenario_ids: ArrayLike, replications: ArrayLike,
+                  seed: int = 0, cached: bool = False, lanes: int = _DEFAULT_LANES) -> dict[str, np.ndarray]:
+    """Per-request outcomes of J independent replications (jobs) on given arrivals and
+    lengths, all at once: the batched form of :func:`simulate_requests`.
+
+    ``arrivals`` float64[J, n] (each row sorted), ``prompt``, ``output`` [J, n] integers
+    >= 1 (>= 2 with ``cached``); ``params`` one value per job (float64[J]) for each of
+    ``SCHEDULER_KEYS``; job ``j``'s step noise is that of :func:`simulate_continuous`'s lane
+    (``scenario_ids[j]``, ``replications[j]``) under ``seed`` (:func:`step_normals`). Returns
+    ``status`` int32[J, n] (0 admitted, 1 dropped, 2 rejected), ``admit_s`` (only with
+    ``cached``; else NaN), ``first_s`` and ``finish_s`` float64[J, n] (``inf`` unless
+    admitted; with ``cached`` ``first_s`` is the arrival, as in :func:`simulate_requests`).
+    """
+    a = np.asarray(arrivals, np.float64)
+    pp = np.asarray(prompt, np.float64)
+    oo = np.asarray(output, np.float64)
+    if a.ndim != 2 or a.shape[1] == 0 or pp.shape != a.shape or oo.shape != a.shape:
+        raise CBSimulationError("simulate_jobs: arrivals, prompt and output must be equal-shape [J, n] arrays")
+    if not np.all(np.isfinite(a)) or np.any(np.diff(a, axis=1) < 0):
+        raise CBSimulationError("simulate_jobs: arrivals must be finite and sorted in each row")
+    if np.any(pp < 1) or np.any(oo < (2 if cached else 1)) or np.any(pp != np.round(pp)) or np.any(oo != np.round(oo)):
+        raise CBSimulationError("simulate_jobs: prompt and output must be integers >= 1 (output >= 2 with "
+                                "cached prompts)")
+    n_jobs = a.shape[0]
+    arrs = {}
+    for k in SCHEDULER_KEYS:
+        if k not in params:
+            raise CBSimulationError(f"simulate_jobs: missing parameter {k}; need {list(SCHEDULER_KEYS)}")
+        arrs[k] = np.broadcast_to(np.asarray(params[k], np.float64), (n_jobs,)).copy()
+    _check(arrs, "simulate_jobs")
+    sid = np.broadcast_to(np.asarray(scenario_ids, np.int64), (n_jobs,)) % (1 << 31)
+    rid = np.broadcast_to(np.asarray(replications, np.int64), (n_jobs,)) % (1 << 31)
+    out = _jobs_jit(
+        jnp.uint32(seed), jnp.asarray(sid, jnp.int32), jnp.asarray(rid, jnp.int32), jnp.asarray(a),
+        jnp.asarray(pp), jnp.asarray(oo), tuple(jnp.asarray(arrs[k]) for k in SCHEDULER_KEYS),
+        slots=_slots(np.max(arrs["cap"]), a.shape[1]), lanes=int(lanes), cached=bool(cached))
+    status, first, finish = np.asarray(out.status), np.asarray(out.first_s), np.asarray(out.finish_s)
+    admit = np.full(a.shape, np.nan)
+    if cached:
+        admit, first = first, np.where(status == 0, a, np.inf)
+    return {"status": status, "admit_s": admit, "first_s": first, "finish_s": finish}
 
 
 # --------------------------------------------------------------------------------------

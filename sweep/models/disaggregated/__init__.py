@@ -1,0 +1,1 @@
+"""Disaggregated prefill and decode (`serving = "disaggregated"`): prefill batchers feed decode engines."""
