@@ -91,6 +91,15 @@ E2E) within SPEC 10's targets (87.5% before the slot chain, the prompt-law prefi
 fitted-law percentiles); the misses gather at loads of 0.85 and more of the capacity (the
 `analytic_trusted` flag, `confidence.py`) and in the P99 of TPOT and TTFT.
 
+Prompts already cached (``prefilled=True``: the decode pool of disaggregated serving, SPEC 11):
+requests arrive with their prompt's KV in place and their first token emitted elsewhere, so the
+engine prefills nothing. ``pw`` (the share of the prompt this engine prefills, 1 or 0) scales
+every prompt-*work* term: a request brings ``O - 1`` new tokens (``a1``), ``E[D] = O - 1``
+steps, cache ``a2 - p1`` (no prefill step), no budget bound and no prefill phase (``T_p = 0``:
+the "TTFT" is the wait for a slot plus the step in progress); its KV still holds ``P`` (the
+reservation ``P + O`` and ``t_c (P + O / 2)`` of ``T_d``). With one sequence at a time its
+TPOT is ``t_f + t_t + t_c (P + O / 2)``, exact. ``pw = 1`` leaves every value unchanged.
+
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
 the exact integer rounding of lengths; see docs/continuous.md for what neither models.
 """
@@ -315,15 +324,15 @@ def _slot_chain(lam, c, capacity, rho_tok):
     return dict(p_wait=jnp.clip(p_wait, 0.0, 1.0), w_q=lq / lam)
 
 
-def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv) -> dict[str, Array]:
+def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw) -> dict[str, Array]:
     """Everything about one point that the fixed point does not change: the request moments,
     the slots (step 2), sustainability (step 6) and the fixed point's constants (step 3), as
     a dict: a function of `cb_point`'s inputs alone."""
     # -- request moments ------------------------------------------------------------------
     p2 = p1 * p1 * (1.0 + pcv * pcv)
     o2 = o1 * o1 * (1.0 + ocv * ocv)
-    a1 = p1 + o1 - 1.0
-    a2 = o1 * p1 + 0.5 * (o2 - o1)
+    a1 = pw * p1 + o1 - 1.0
+    a2 = o1 * p1 + 0.5 * (o2 - o1) - (1.0 - pw) * p1  # prefilled: no prefill step holding P
     # time-weighted mean reservation (a request holds it ~ its O steps) and fragmentation
     r_mean = p1 + o1 + 0.5 * (blk - 1.0)
     r_w = (p1 * o1 + o2) / o1 + 0.5 * (blk - 1.0)
@@ -339,13 +348,14 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv) -> d
 
     # -- sustainability (step 6) ------------------------------------------------------------
     rho_tok = lam * (tt * a1 + tc * a2)
-    dec_share = (o1 - 1.0) / o1  # decoders among running sequences at saturation (M = inf)
+    # decoders among running sequences at saturation (M = inf); prefilled: all of them
+    dec_share = jnp.where(pw > 0.0, (o1 - 1.0) / o1, 1.0)
     b_sat = jnp.maximum(bud - c * dec_share, 1.0)
-    n_chunks = jnp.maximum(1.0, p1 / b_sat)
-    e_d = o1 - 1.0 + n_chunks
+    n_chunks = jnp.where(pw > 0.0, jnp.maximum(1.0, p1 / b_sat), 0.0)
+    e_d = jnp.where(pw > 0.0, o1 - 1.0 + n_chunks, jnp.maximum(o1 - 1.0, 1e-9))
     cap_steps = 1.0 / (tf * e_d / c + tt * a1 + tc * a2)
-    t_sat = tf + tt * jnp.minimum(bud, c * dec_share + p1 * c / e_d) + tc * c * a2 / e_d
-    cap_budget = jnp.where(budget_fin, b_sat / (p1 * t_sat), INF)
+    t_sat = tf + tt * jnp.minimum(bud, c * dec_share + pw * p1 * c / e_d) + tc * c * a2 / e_d
+    cap_budget = jnp.where(budget_fin & (pw > 0.0), b_sat / (p1 * t_sat), INF)
     capacity = jnp.minimum(cap_steps, cap_budget)
     stable = (lam < capacity) & (c >= 1.0) & ~(kv_fin & (c_kv < 1.0))
 
@@ -373,7 +383,7 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv) -> d
 
 #: the fixed point's constants (`_maps`' keyword arguments): `cb_point`'s inputs or `_prelude`'s
 _ENV = ("lam", "p1", "p2", "o1", "c", "capacity", "rho_tok", "tf", "tt", "tc", "c_bar", "m2", "bud", "inv_o",
-        "t_own", "rho_cap")
+        "t_own", "rho_cap", "pw")
 
 
 def _env(raw: dict[str, Array], pre: dict[str, Array] | None = None) -> dict[str, Array]:
@@ -382,7 +392,7 @@ def _env(raw: dict[str, Array], pre: dict[str, Array] | None = None) -> dict[str
     return {k: raw[k] if k in raw else pre[k] for k in _ENV}
 
 
-def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap):
+def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap, pw):
     """The fixed point's parts (step 2), the prefill phase (step 4) and its map
     ``(T_d, T_p) -> (T_d', T_p')`` (step 3), closed over one point's quantities (its keyword
     arguments, the ``env`` of `_fixed_point`), so that `_fixed_point` can differentiate the
@@ -407,10 +417,10 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         r_seen = jnp.clip(er2 / a_load, 1.0, c)
         slack = jnp.maximum(1.0 - rho_tok / u, 1e-9)
         t_bar = tf / slack
-        pi = lam * p1 * t_bar / u
+        pi = lam * pw * p1 * t_bar / u
         f_dec = (o1 - 1.0) * td / es
         var_r = jnp.maximum(er2 - a_load * a_load, 0.0)
-        var_tok = lam * t_bar / u * p2  # compound-Poisson prompt tokens per step
+        var_tok = lam * t_bar / u * pw * p2  # compound-Poisson prompt tokens per step
         var_t = ((tt + tc) ** 2 * var_tok + (tt + tc * c_bar) ** 2 * var_r) * m2 \
             + (m2 - 1.0) * t_bar * t_bar
         et2 = t_bar * t_bar + var_t
@@ -422,11 +432,11 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         dec_a = g["a"] * g["f_dec"]
         ctx_a = g["a"] * c_bar
         # companions: prompts that arrived during the step in progress (length-biased)
-        comp = lam * p1 * g["u"] * g["et2"] / g["t_bar"]
+        comp = lam * pw * p1 * g["u"] * g["et2"] / g["t_bar"]
         b_step = jnp.maximum(bud - dec_a, 1.0)
         step_base = tf + tt * dec_a + tc * ctx_a
         per_tok_c = step_base / b_step + tt + tc
-        rho_pf = jnp.minimum(lam * p1 * per_tok_c, 0.999)
+        rho_pf = jnp.minimum(lam * pw * p1 * per_tok_c, 0.999)
         backlog = jnp.where(jnp.isfinite(bud) & (bud < 1e299), rho_pf * p2 / (2.0 * p1 * (1.0 - rho_pf)), 0.0)
         # the request's prompt P (lognormal) fits the step it is admitted to when
         # P <= B - ahead (the companions and the backlog ahead of it): one step; longer
@@ -459,11 +469,12 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         v2 = per_tok_c ** 2 * jnp.maximum(safe_div(q2, f2, f2 > 1e-300, 0.0) - pm2 * pm2, 0.0)
         var_tp = (jnp.where(some1, f1 * (v1 + (one_step - tp_mean) ** 2), 0.0)
                   + jnp.where(some2, f2 * (v2 + (chunked - tp_mean) ** 2), 0.0))
-        return dict(tp=tp_mean,
-                    last=jnp.where(some2 & (bud < 1e299), f1 * one_step + f2 * full, one_step),
+        # prefilled (pw = 0): no prefill phase at all
+        return dict(tp=pw * tp_mean,
+                    last=pw * jnp.where(some2 & (bud < 1e299), f1 * one_step + f2 * full, one_step),
                     wait_pf=backlog * per_tok_c,
                     rho_pf=jnp.where(backlog > 0.0, rho_pf, 0.0),
-                    var_tp=jnp.maximum(var_tp, 0.0),
+                    var_tp=pw * jnp.maximum(var_tp, 0.0),
                     comp=comp)
 
     def step(td, tp):
@@ -495,7 +506,7 @@ def _fixed_point(env: dict[str, Array]) -> tuple[Array, Array]:
         return (1.0 - w) * td + w * td_new, (1.0 - w) * tp + w * tp_new
 
     td0 = env["t_own"] / jnp.maximum(1.0 - env["rho_tok"], 1e-9)
-    tp0 = env["tf"] + (env["tt"] + env["tc"]) * env["p1"]
+    tp0 = env["pw"] * (env["tf"] + (env["tt"] + env["tc"]) * env["p1"])
     return lax.fori_loop(0, N_FIXED, update, (td0, tp0))
 
 
@@ -557,8 +568,9 @@ def _at_state_jvp(primals, tangents):
 
 
 def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
-         block_tokens, t_fixed, t_token, t_ctx, service_cv) -> dict[str, Array]:
-    """`cb_point`'s inputs as float64, with the two floors every formula relies on."""
+         block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled=False) -> dict[str, Array]:
+    """`cb_point`'s inputs as float64, with the two floors every formula relies on, and
+    ``pw``, the share of the prompt the engine prefills (0 where prompts arrive cached)."""
     lam = jnp.maximum(_f64(lam), 1e-300)
     p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
     n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens, block_tokens))
@@ -566,26 +578,28 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     # a step takes at least 1 ps: the mean step time divides several ratios (0/0 at t_f = 0)
     tf = jnp.maximum(tf, 1e-12)
     return dict(lam=lam, p1=p1, pcv=pcv, o1=o1, ocv=ocv, n_cap=n_cap, budget=budget, kv=kv, blk=blk, tf=tf, tt=tt,
-                tc=tc, cv=cv)
+                tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0))
 
 
 def cb_state(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
-             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q) -> tuple[Array, Array]:
+             kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
+             prefilled: bool = False) -> tuple[Array, Array]:
     """The step-time fixed point (T_d, T_p) of `cb_point` with the same arguments, for its
     ``state=`` (`ContinuousModel.presolve`)."""
     return _fixed_point(_env(_raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
-                                  kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv)))
+                                  kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled)))
 
 
 def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
-             state: tuple[Array, Array] | None = None) -> dict[str, Array]:
+             state: tuple[Array, Array] | None = None, prefilled: bool = False) -> dict[str, Array]:
     """Continuous-batching model for one point (see the module docstring).
 
     Arguments: float64 scalars, SI (``lam`` 1/s, token counts, seconds);
     ``max_batched_tokens`` and ``kv_capacity_tokens`` may be ``inf``; ``q`` in (0, 1).
     ``state``: the fixed point (T_d, T_p) when already solved for these arguments
     (`cb_state`); the outputs are the same, and it is differentiated implicitly.
+    ``prefilled``: prompts arrive already cached (module docstring): no prefill work.
 
     Returns float64 scalars (``stable`` bool): ``stable``, ``capacity_rps``,
     ``mean_running``, ``step_mean`` (s), ``ttft_mean``, ``ttft_p``, ``tpot_mean``,
@@ -597,7 +611,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     token-budget bounds whose minimum is ``capacity_rps``).
     """
     raw = _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
-               block_tokens, t_fixed, t_token, t_ctx, service_cv)
+               block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled)
     lam, p1, o1, kv, blk, tf, tt, tc = (raw[k] for k in ("lam", "p1", "o1", "kv", "blk", "tf", "tt", "tc"))
     q = _f64(q)
     z = ndtri(q)
@@ -626,7 +640,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     # (linear in P, lognormal), the step in progress, the companions' prompts, the prompt
     # backlog ahead (chunked: 0 with probability 1 - rho_pf, else exponential) and noise.
     var_resid = jnp.maximum(g["u"] * g["et2"] / 3.0 - resid * resid, 0.0)
-    var_comp = (tt + tc) ** 2 * lam * p2 * g["u"] * g["et2"] / g["t_bar"]
+    var_comp = (tt + tc) ** 2 * lam * raw["pw"] * p2 * g["u"] * g["et2"] / g["t_bar"]
     var_pf = pf["wait_pf"] ** 2 * jnp.maximum(2.0 / jnp.maximum(pf["rho_pf"], 1e-12) - 1.0, 0.0)
     shift = jnp.minimum(tf, tp)
     mean0 = resid + tp - shift
