@@ -4,6 +4,8 @@ SPEC 10's accuracy targets of the simulator on a small fixed sweep."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -183,3 +185,26 @@ def test_mixture_quantile_against_bisection():
     assert np.all(np.isfinite(got))
     err = np.abs(got / ref - 1.0)
     assert np.mean(err <= 1e-3) >= 0.98 and err.max() <= 0.06, (np.mean(err <= 1e-3), err.max())
+
+
+def test_prefill_first_adds_the_prompt_steps_fixed_cost():
+    """Under prefill_first the token work is chunked's, and every prompt step between two of a
+    decoder's steps costs t_f more. With t_token = t_ctx = 0 and an unlimited budget a decode
+    step takes t_f under chunked, and T = t_f (1 + 1 - e^(-lam T)) under prefill_first (one
+    prompt step whenever a prompt arrived in the meantime, Poisson): the closed form's fixed
+    point, solved here by iteration, at light load (P(wait) ~ 0)."""
+    lam, tf = 5.0, 0.01
+    args = (lam, 500.0, 0.5, 100.0, 0.5, 64.0, math.inf, math.inf, 16.0, tf, 0.0, 0.0, 0.0, 0.9)
+    chunked = cb_point(*args)
+    pf = cb_point(*args, prefill_first=True)
+    t = tf
+    for _ in range(50):
+        t = tf * (2.0 - math.exp(-lam * t))
+    assert float(chunked["tpot_mean"]) == pytest.approx(tf, rel=1e-9)
+    assert float(pf["tpot_mean"]) == pytest.approx(t, rel=1e-4)
+    # sustainability: per request (O - 1) / c decode steps and (1 - e^-mu) / mu prompt steps,
+    # mu = c / (O - 1), each of t_f (the token work is 0 here)
+    c, o1 = 64.0, 100.0
+    mu = c / (o1 - 1.0)
+    assert float(pf["capacity_rps"]) == pytest.approx(1.0 / (tf * ((o1 - 1.0) / c + -math.expm1(-mu) / mu)), rel=1e-9)
+    assert float(pf["capacity_rps"]) < float(chunked["capacity_rps"])

@@ -374,7 +374,7 @@ def test_prefill_first_grids_simulate_the_policy(tmp_path):
 
 @pytest.mark.parametrize("options, rule", [
     ('scheduler_policy = "prefil_first"', "must be one of chunked, prefill_first; did you mean 'prefill_first'"),
-    ('scheduler_policy = "prefill_first"', 'is simulated only (the analytic model follows "chunked")'),
+    ("scheduler_policy = 1", "must be one of chunked, prefill_first"),
     ('serving = "dynamic"\nscheduler_policy = "chunked"', "how an iteration-level (continuous) engine"),
 ])
 def test_bad_scheduler_policy_is_one_line(tmp_path, capsys, options, rule):

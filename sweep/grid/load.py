@@ -276,12 +276,11 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
     block = _option(raw, "block_tokens", source)
     reserve = _option(raw, "reserve_fraction", source)
     return Options(serving, lm, alloc, block, float(reserve), _engine(raw, serving, source),
-                   _scheduler_policy(raw, serving, lm, source))
+                   _scheduler_policy(raw, serving, source))
 
 
-def _scheduler_policy(raw: Mapping[str, Any], serving: str, latency_model: str, source: str) -> str:
-    """`[options] scheduler_policy`: how a continuous engine composes its steps. `prefill_first`
-    is simulated only: the analytic model follows `chunked` (docs/continuous.md)."""
+def _scheduler_policy(raw: Mapping[str, Any], serving: str, source: str) -> str:
+    """`[options] scheduler_policy`: how a continuous engine composes its steps (docs/continuous.md)."""
     if "scheduler_policy" not in raw:
         return Options.scheduler_policy
     policy = raw["scheduler_policy"]
@@ -293,10 +292,6 @@ def _scheduler_policy(raw: Mapping[str, Any], serving: str, latency_model: str, 
         raise GridError(source, "options.scheduler_policy", policy,
                         f'is how an iteration-level (continuous) engine composes a step; serving is "{serving}": '
                         'set serving = "continuous" or drop scheduler_policy')
-    if policy != "chunked" and latency_model != "simulated":
-        raise GridError(source, "options.scheduler_policy", policy,
-                        f'is simulated only (the analytic model follows "chunked"): set latency_model = '
-                        f'"simulated" (latency_model is "{latency_model}")')
     return policy
 
 

@@ -36,6 +36,7 @@ labels ``load``, ``capacity_rps`` (what ``lam`` was scaled from), ``model``, ``g
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -103,8 +104,9 @@ def _line(x, prompt, output, budget, kv_per_token):
     return rl.step_line(p, prompt, output, budget, kv_per_token, x["attn_width"], x["n_layers"])
 
 
-def draw(n: int, seed: int) -> dict[str, np.ndarray]:
-    """``n`` configurations drawn at random from the domain in the module docstring."""
+def draw(n: int, seed: int, *, prefill_first: bool = False) -> dict[str, np.ndarray]:
+    """``n`` configurations drawn at random from the domain in the module docstring (loads
+    relative to the capacity of the scheduler policy: `prefill_first`, or `chunked`)."""
     rng = np.random.default_rng(seed)
     engines = _engines()
     cols: dict[str, list] = {k: [] for k in CB_KEYS + ("load", "model", "gpu", "tp", "weight_bytes",
@@ -143,26 +145,27 @@ def draw(n: int, seed: int) -> dict[str, np.ndarray]:
     out = {k: np.array(v) for k, v in cols.items()}
     for k in CB_KEYS + ("load", "tp", "weight_bytes", "kv_slots"):
         out[k] = out[k].astype(np.float64)
-    unit = analytic({**out, "lam": np.ones(n)}, 0.5)["capacity_rps"]
+    unit = analytic({**out, "lam": np.ones(n)}, 0.5, prefill_first=prefill_first)["capacity_rps"]
     out["capacity_rps"] = unit
     out["lam"] = out["load"] * unit
     return out
 
 
-def analytic(p: dict[str, np.ndarray], q: float) -> dict[str, np.ndarray]:
-    """`cb_point` at every configuration of ``p`` (arrays under `CB_KEYS`), percentile ``q``."""
+def analytic(p: dict[str, np.ndarray], q: float, *, prefill_first: bool = False) -> dict[str, np.ndarray]:
+    """`cb_point` at every configuration of ``p`` (arrays under `CB_KEYS`), percentile ``q``,
+    under the `prefill_first` scheduler policy or `chunked`."""
     n = p["lam"].shape[0]
-    out = _vmapped(*(jnp.asarray(p[k], jnp.float64) for k in CB_KEYS), jnp.full(n, q))
+    out = _VMAPPED[prefill_first](*(jnp.asarray(p[k], jnp.float64) for k in CB_KEYS), jnp.full(n, q))
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-_vmapped = jax.jit(jax.vmap(cb_point))
+_VMAPPED = {ff: jax.jit(jax.vmap(functools.partial(cb_point, prefill_first=ff))) for ff in (False, True)}
 
 
-def analytic_all(p: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def analytic_all(p: dict[str, np.ndarray], *, prefill_first: bool = False) -> dict[str, np.ndarray]:
     """`analytic` at every percentile of `QS`: its outputs at q = 0.9, plus ``{m}_{name}``
     for m in ttft, tpot, e2e and every name of `QS`."""
-    outs = {name: analytic(p, q) for name, q in QS.items()}
+    outs = {name: analytic(p, q, prefill_first=prefill_first) for name, q in QS.items()}
     a = dict(outs["p90"])
     for name in QS:
         for m in ("ttft", "tpot", "e2e"):

@@ -100,6 +100,17 @@ the "TTFT" is the wait for a slot plus the step in progress); its KV still holds
 reservation ``P + O`` and ``t_c (P + O / 2)`` of ``T_d``). With one sequence at a time its
 TPOT is ``t_f + t_t + t_c (P + O / 2)``, exact. ``pw = 1`` leaves every value unchanged.
 
+Scheduler policy ``prefill_first`` (``ff = 1``; docs/continuous.md, "Engine variants"): a step
+with prompt tokens carries no decode token. The token work is the same as under ``chunked``
+(every prompt and decode token, and the cache each step reads, is still processed once), but
+the prompts now take steps of their own, each paying ``t_f``: between two of a decoder's
+steps come ``(1 - e^-m) max(1, m P / M)`` prompt steps when ``m = lam T_d`` prompts arrived
+meanwhile (Poisson), so ``T_d = (t_own + burst + t_f (1 - e^-m) ...) / (1 - rho_tok)``; at
+full occupancy ``m = c / (O - 1)`` (one admission per departure). A prompt's own step carries
+no decoder (the whole budget ``M``, no decoders' cache), and sustainability counts
+``(O - 1) / c`` decode steps and ``(1 - e^-mu) / mu`` prompt steps per request
+(``mu = c / (O - 1)``), with no budget bound.
+
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
 the exact integer rounding of lengths; see docs/continuous.md for what neither models.
 """
@@ -285,6 +296,13 @@ def _mix_quantile(q, z, w, shift, one, two):
     return shift + jnp.where(mean > 0.0, x, 0.0)
 
 
+def _pf_steps(m, p_over_m):
+    """prefill_first: the prompt steps between two of a decoder's steps, when ``m`` prompts
+    arrive (Poisson) in the meantime: one step if any arrived (probability ``1 - e^-m``), more
+    where their tokens exceed the budget (``p_over_m`` = mean prompt / budget)."""
+    return -jnp.expm1(-m) * jnp.maximum(1.0, m * p_over_m)
+
+
 def _slot_chain(lam, c, capacity, rho_tok):
     """The requests present as a birth-death chain with state-dependent departures. All
     running sequences share every step: with ``r`` running, a step costs ``t_f`` plus the
@@ -324,7 +342,7 @@ def _slot_chain(lam, c, capacity, rho_tok):
     return dict(p_wait=jnp.clip(p_wait, 0.0, 1.0), w_q=lq / lam)
 
 
-def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw) -> dict[str, Array]:
+def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, ff) -> dict[str, Array]:
     """Everything about one point that the fixed point does not change: the request moments,
     the slots (step 2), sustainability (step 6) and the fixed point's constants (step 3), as
     a dict: a function of `cb_point`'s inputs alone."""
@@ -353,9 +371,17 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw) 
     b_sat = jnp.maximum(bud - c * dec_share, 1.0)
     n_chunks = jnp.where(pw > 0.0, jnp.maximum(1.0, p1 / b_sat), 0.0)
     e_d = jnp.where(pw > 0.0, o1 - 1.0 + n_chunks, jnp.maximum(o1 - 1.0, 1e-9))
-    cap_steps = 1.0 / (tf * e_d / c + tt * a1 + tc * a2)
+    # prefill_first: the decode steps (o1 - 1 a request, c at a time) and one prompt step after
+    # every decode step in which a sequence left and another was admitted: at full occupancy
+    # mu = c / (o1 - 1) admissions a decode step, so 1 - e^-mu prompt steps a decode step,
+    # each of mu / (1 - e^-mu) prompts on average (more steps where they exceed the budget)
+    mu_sat = c / jnp.maximum(o1 - 1.0, 1.0)
+    pf_steps = -jnp.expm1(-mu_sat) / mu_sat * jnp.maximum(1.0, mu_sat * p1 / bud)
+    fixed_req = jnp.where(ff > 0.0, tf * (jnp.maximum(o1 - 1.0, 0.0) / c + pw * pf_steps), tf * e_d / c)
+    cap_steps = 1.0 / (fixed_req + tt * a1 + tc * a2)
     t_sat = tf + tt * jnp.minimum(bud, c * dec_share + pw * p1 * c / e_d) + tc * c * a2 / e_d
-    cap_budget = jnp.where(budget_fin & (pw > 0.0), b_sat / (p1 * t_sat), INF)
+    # (prefill_first gives prompts steps of their own, with the whole budget: more steps, above)
+    cap_budget = jnp.where(budget_fin & (pw > 0.0) & (ff == 0.0), b_sat / (p1 * t_sat), INF)
     capacity = jnp.minimum(cap_steps, cap_budget)
     stable = (lam < capacity) & (c >= 1.0) & ~(kv_fin & (c_kv < 1.0))
 
@@ -383,7 +409,7 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw) 
 
 #: the fixed point's constants (`_maps`' keyword arguments): `cb_point`'s inputs or `_prelude`'s
 _ENV = ("lam", "p1", "p2", "o1", "c", "capacity", "rho_tok", "tf", "tt", "tc", "c_bar", "m2", "bud", "inv_o",
-        "t_own", "rho_cap", "pw")
+        "t_own", "rho_cap", "pw", "ff")
 
 
 def _env(raw: dict[str, Array], pre: dict[str, Array] | None = None) -> dict[str, Array]:
@@ -392,7 +418,7 @@ def _env(raw: dict[str, Array], pre: dict[str, Array] | None = None) -> dict[str
     return {k: raw[k] if k in raw else pre[k] for k in _ENV}
 
 
-def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap, pw):
+def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap, pw, ff):
     """The fixed point's parts (step 2), the prefill phase (step 4) and its map
     ``(T_d, T_p) -> (T_d', T_p')`` (step 3), closed over one point's quantities (its keyword
     arguments, the ``env`` of `_fixed_point`), so that `_fixed_point` can differentiate the
@@ -429,8 +455,9 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
 
     def t_prefill(g, td, exact=True):
         # decoders and cache an arrival finds (time average, PASTA)
-        dec_a = g["a"] * g["f_dec"]
-        ctx_a = g["a"] * c_bar
+        # (prefill_first: a prompt step carries no decode token and reads no decoder's cache)
+        dec_a = g["a"] * g["f_dec"] * (1.0 - ff)
+        ctx_a = g["a"] * c_bar * (1.0 - ff)
         # companions: prompts that arrived during the step in progress (length-biased)
         comp = lam * pw * p1 * g["u"] * g["et2"] / g["t_bar"]
         b_step = jnp.maximum(bud - dec_a, 1.0)
@@ -483,8 +510,10 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         g = parts(td, tp, exact=False)
         pf = t_prefill(g, td, exact=False)
         burst = (tt + tc) * lam * p1 * jnp.maximum(pf["last"] - td, 0.0) * inv_o
-        td_free = (t_own + burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
-        td_sat = (t_own + burst) / jnp.maximum(1.0 - rho_cap, 1e-9)
+        own = t_own + burst + ff * pw * tf * _pf_steps(lam * td, p1 / bud)
+        td_free = own / jnp.maximum(1.0 - rho_tok, 1e-9)
+        own_sat = t_own + burst + ff * pw * tf * _pf_steps(c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud)
+        td_sat = own_sat / jnp.maximum(1.0 - rho_cap, 1e-9)
         return (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free), pf["tp"]
 
     return parts, t_prefill, step
@@ -568,9 +597,11 @@ def _at_state_jvp(primals, tangents):
 
 
 def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
-         block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled=False) -> dict[str, Array]:
-    """`cb_point`'s inputs as float64, with the two floors every formula relies on, and
-    ``pw``, the share of the prompt the engine prefills (0 where prompts arrive cached)."""
+         block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled=False,
+         prefill_first=False) -> dict[str, Array]:
+    """`cb_point`'s inputs as float64, with the two floors every formula relies on,
+    ``pw``, the share of the prompt the engine prefills (0 where prompts arrive cached), and
+    ``ff``, 1 under the `prefill_first` scheduler policy (0: `chunked`)."""
     lam = jnp.maximum(_f64(lam), 1e-300)
     p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
     n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens, block_tokens))
@@ -578,21 +609,23 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     # a step takes at least 1 ps: the mean step time divides several ratios (0/0 at t_f = 0)
     tf = jnp.maximum(tf, 1e-12)
     return dict(lam=lam, p1=p1, pcv=pcv, o1=o1, ocv=ocv, n_cap=n_cap, budget=budget, kv=kv, blk=blk, tf=tf, tt=tt,
-                tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0))
+                tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0), ff=_f64(1.0 if prefill_first else 0.0))
 
 
 def cb_state(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
-             prefilled: bool = False) -> tuple[Array, Array]:
+             prefilled: bool = False, prefill_first: bool = False) -> tuple[Array, Array]:
     """The step-time fixed point (T_d, T_p) of `cb_point` with the same arguments, for its
     ``state=`` (`ContinuousModel.presolve`)."""
     return _fixed_point(_env(_raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
-                                  kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled)))
+                                  kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled,
+                                  prefill_first)))
 
 
 def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
-             state: tuple[Array, Array] | None = None, prefilled: bool = False) -> dict[str, Array]:
+             state: tuple[Array, Array] | None = None, prefilled: bool = False,
+             prefill_first: bool = False) -> dict[str, Array]:
     """Continuous-batching model for one point (see the module docstring).
 
     Arguments: float64 scalars, SI (``lam`` 1/s, token counts, seconds);
@@ -600,6 +633,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     ``state``: the fixed point (T_d, T_p) when already solved for these arguments
     (`cb_state`); the outputs are the same, and it is differentiated implicitly.
     ``prefilled``: prompts arrive already cached (module docstring): no prefill work.
+    ``prefill_first``: the scheduler policy of that name (module docstring).
 
     Returns float64 scalars (``stable`` bool): ``stable``, ``capacity_rps``,
     ``mean_running``, ``step_mean`` (s), ``ttft_mean``, ``ttft_p``, ``tpot_mean``,
@@ -611,7 +645,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     token-budget bounds whose minimum is ``capacity_rps``).
     """
     raw = _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
-               block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled)
+               block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled, prefill_first)
     lam, p1, o1, kv, blk, tf, tt, tc = (raw[k] for k in ("lam", "p1", "o1", "kv", "blk", "tf", "tt", "tc"))
     q = _f64(q)
     z = ndtri(q)

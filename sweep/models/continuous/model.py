@@ -410,10 +410,11 @@ class ContinuousModel(ServingModel):
             service_source=spec.service_source,
             block_tokens=float(spec.options.block_tokens),
             reserve_fraction=spec.options.reserve_fraction,
+            prefill_first=spec.options.scheduler_policy == "prefill_first",
         )
 
     def _engine(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
-                reserve_fraction: float) -> dict[str, Any]:
+                reserve_fraction: float, prefill_first: bool = False) -> dict[str, Any]:
         """One point's engine before the queueing model: step-time coefficients, arrival
         rate, KV capacity and memory verdict, and the arguments of `cb_point` (`args`)."""
         gpus = x["gpus_per_replica"]
@@ -446,17 +447,17 @@ class ContinuousModel(ServingModel):
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
         """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
         per point for `[sensitivity]`'s derivative program (see `ServingModel.presolve`)."""
-        td, tp = analytic.cb_state(*self._engine(x, **static)["args"])
+        td, tp = analytic.cb_state(*self._engine(x, **static)["args"], prefill_first=static.get("prefill_first", False))
         return {STATE_TD: td, STATE_TP: tp}
 
     def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
-              reserve_fraction: float) -> dict[str, Array]:
+              reserve_fraction: float, prefill_first: bool = False) -> dict[str, Array]:
         e = self._engine(x, paged=paged, service_source=service_source, block_tokens=block_tokens,
                          reserve_fraction=reserve_fraction)
         gpus, weights, roof, tf, tt, tc, lam, free, c_tok, mem_ok = (
             e[k] for k in ("gpus", "weights", "roof", "tf", "tt", "tc", "lam", "free", "c_tok", "mem_ok"))
         state = (x[STATE_TD], x[STATE_TP]) if STATE_TD in x else None
-        r = analytic.cb_point(*e["args"], state=state)
+        r = analytic.cb_point(*e["args"], state=state, prefill_first=prefill_first)
         stable = r["stable"] & mem_ok
         rho = jnp.where(r["capacity_rps"] > 0, lam / jnp.where(r["capacity_rps"] > 0, r["capacity_rps"], 1.0), INF)
 
