@@ -130,7 +130,7 @@ def build(
     models = tuple(_lookup(catalog.model, n, source, "grid.model") for n in values["model"])
     gpus = tuple(_lookup(catalog.gpu, n, source, "grid.gpu") for n in values["gpu"])
     axes = tuple(Axis(p.key, tuple(values[p.key])) for p in model.params if p.key in values)
-    return GridSpec(
+    spec = GridSpec(
         name=name,
         source=source,
         text=text,
@@ -151,6 +151,8 @@ def build(
         sensitivity=sensitivity,
         schedule=schedule,
     )
+    model.check_catalog(spec)
+    return spec
 
 
 def _with_schedule_rates(grid: Mapping[str, Any], schedule: ScheduleSpec, source: str) -> dict[str, Any]:
