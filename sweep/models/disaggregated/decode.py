@@ -117,8 +117,9 @@ class DecodePool(ServingModel):
     decisions: ClassVar[Decisions] = Decisions(
         row_axes=("max_batched_tokens", "batch_size"), group_axes=("replicas",), size="gpus",
         capacity="capacity_rps", latency="sojourn_p_ms", mean_latency="sojourn_mean_ms", utilisation="rho")
-    row_constant: ClassVar[tuple[str, ...]] = ("gpus_per_replica", "replicas", "lambda_per_replica_rps",
-                                               "kv_capacity_tokens", "gpus", "cost_usd_per_hour")
+    row_constant: ClassVar[tuple[str, ...]] = (
+        "gpus_per_replica", "replicas", "prompt_cv", "output_tokens", "output_cv", "tpot_slo_ms",
+        "lambda_per_replica_rps", "kv_capacity_tokens", "weights_gb", "free_gb", "gpus", "cost_usd_per_hour")
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (("tpot_p_ms", "tpot_slo_ms"),)
     coefficient_keys: ClassVar[tuple[str, ...]] = ()
     monotone_in_load: ClassVar[tuple[str, ...]] = ("lambda_per_replica_rps", "rho")

@@ -36,7 +36,7 @@ class LinkEntry:
 LINKS: dict[str, LinkEntry] = {e.name: e for e in (
     LinkEntry(NVLINK, None, 5e-6,
               "the GPU catalog's interconnect_bytes_per_s (NVLink, one direction per GPU), e.g. H100 SXM "
-              "450 GB/s: https://www.nvidia.com/en-us/data-center/h100/"),
+              "450 GB/s: https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"),
     LinkEntry("ib-ndr", 400e9 / 8, 10e-6,
               "InfiniBand NDR, 400 Gb/s per port (ConnectX-7): "
               "https://docs.nvidia.com/networking/display/ConnectX7VPI/Introduction"),

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax.numpy as jnp
@@ -40,6 +40,7 @@ from sweep.models.compose import SHARED, Link, Stage, Tandem, tandem
 from sweep.models.disaggregated.decode import DecodePool
 from sweep.models.disaggregated.links import LINKS, NVLINK
 from sweep.models.disaggregated.prefill import PrefillPool
+from sweep.models.views import Check, Views
 
 if TYPE_CHECKING:
     from sweep.grid.spec import GridSpec
@@ -125,8 +126,14 @@ class DisaggregatedModel(Tandem):
     params: ClassVar[tuple[Param, ...]] = _TANDEM.params
     columns: ClassVar[tuple[Column, ...]] = _TANDEM.columns + OWN_COLUMNS
     echo: ClassVar[tuple[str, ...]] = tuple(k for k in _TANDEM.echo if k not in _LINK_KEYS)
-    decisions: ClassVar[Decisions] = _TANDEM.decisions
-    row_constant: ClassVar[tuple[str, ...]] = _TANDEM.row_constant
+    #: the tandem's, and the TTFT and TPOT of each answer (the SLOs the answers check)
+    decisions: ClassVar[Decisions] = replace(_TANDEM.decisions, answer_fields=(
+        *_TANDEM.decisions.answer_fields, ("_ttft_p_ms", "ttft_p_ms", "float64", "ms"),
+        ("_tpot_p_ms", "tpot_p_ms", "float64", "ms"), ("_total_gpus", "total_gpus", "int64", "GPUs")))
+    views: ClassVar[Views] = Views(checks=(Check("ttft_p_ms", "TTFT"), Check("tpot_p_ms", "TPOT"),
+                                           Check("e2e_p_ms", "E2E")))
+    row_constant: ClassVar[tuple[str, ...]] = (*_TANDEM.row_constant, "slo_ms", "link_bytes_per_s", "link_latency_s",
+                                               "transfer_ms")
     monotone_in_load: ClassVar[tuple[str, ...]] = _TANDEM.monotone_in_load
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = _TANDEM.slo_checks
     objectives: ClassVar[dict[str, tuple[str, str]]] = {

@@ -115,8 +115,10 @@ class PrefillPool(ServingModel):
     decisions: ClassVar[Decisions] = Decisions(
         row_axes=("batch_window_ms", "batch_size"), group_axes=("replicas",), size="gpus",
         capacity="capacity_rps", latency="ttft_p_ms", mean_latency="ttft_mean_ms", utilisation="rho")
-    row_constant: ClassVar[tuple[str, ...]] = ("gpus_per_replica", "replicas", "lambda_per_replica_rps", "gpus",
-                                               "cost_usd_per_hour")
+    row_constant: ClassVar[tuple[str, ...]] = (
+        "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "ttft_slo_ms", "percentile",
+        "rho_max", "rho_min", "service_cv", "weight_bytes_per_param", "kv_bytes_per_elem", "lambda_per_replica_rps",
+        "weights_gb", "free_gb", "gpus", "cost_usd_per_hour")
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = (("ttft_p_ms", "ttft_slo_ms"),)
     coefficient_keys: ClassVar[tuple[str, ...]] = ()
     monotone_in_load: ClassVar[tuple[str, ...]] = ("lambda_per_replica_rps",)
