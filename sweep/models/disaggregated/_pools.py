@@ -40,7 +40,8 @@ def fill(model: ServingModel, values: dict[str, list[Any]], where: Callable[[str
     if given and len(given) != len(STEP_KEYS):
         missing = [k for k in STEP_KEYS if k not in values]
         raise GridError(source, where(missing[0]), None,
-                        "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none (roofline estimate from the catalogs)")
+                        "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none "
+                        "(roofline estimate from the catalogs)")
     if given:
         for key in ROOFLINE_KEYS:
             if key in values:

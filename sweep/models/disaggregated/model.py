@@ -27,7 +27,7 @@ the end-to-end percentile is the union bound over the two pools (an upper bound)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from sweep.errors import GridError
-from sweep.models.base import Column, Decisions, Domain, Param
+from sweep.models.base import SERVICE_SOURCES, Column, Decisions, Domain, Param
 from sweep.models.compose import SHARED, Link, Stage, Tandem, tandem
 from sweep.models.disaggregated.decode import DecodePool
 from sweep.models.disaggregated.links import LINKS, NVLINK
@@ -103,8 +103,21 @@ _TANDEM = tandem(Stage("prefill", PrefillPool(), shared=POOL_SHARED, latency="tt
                  serving=SERVING, link=KvTransfer())
 _LINK_KEYS = tuple(p.key for p in _TANDEM.link.params)
 
-#: The mode's own columns after the tandem's.
+#: The mode's own columns after the tandem's: the fleet's price per token, and the fleet-wide
+#: summaries every serving mode reports (the display code reads them whatever the mode).
 OWN_COLUMNS: tuple[Column, ...] = (
+    Column("replicas", "int64", "replicas", "Replicas over both pools: prefill_replicas + decode_replicas."),
+    Column("gpus_per_replica", "float64", "GPUs",
+           "GPUs per replica over the fleet, total_gpus / replicas (each pool's own: prefill_gpus_per_replica, "
+           "decode_gpus_per_replica)."),
+    Column("batch_size", "int64", "sequences", "The fleet's cap: the decode pool's decode_batch_size."),
+    Column("service_source", "dict", "-", "Where both pools' step-time coefficients came from: given | roofline."),
+    Column("weights_gb", "float64", "GB", "n_params x weight_bytes_per_param: the weights one replica of either pool "
+           "holds."),
+    Column("free_gb", "float64", "GB",
+           "HBM left for the KV cache in a replica of the tighter pool: the smaller of prefill_free_gb and "
+           "decode_free_gb (negative: the weights do not fit)."),
+    Column("weights_fit", "bool", "-", "The weights fit in a replica of both pools (free_gb >= 0)."),
     Column("output_tok_s", "float64", "tokens/s", "Output tokens per second of the fleet: arrival_rps x output_tokens "
            "when stable, else what the busier pool sustains."),
     Column("cost_usd_per_mtok", "float64", "USD",
@@ -188,8 +201,18 @@ class DisaggregatedModel(Tandem):
         tok_s = jnp.where(stable, x["arrival_rps"] * o1, fleet)
         ok = stable & (tok_s > 0.0)
         per_mtok = jnp.where(ok, out["cost_usd_per_hour"] / jnp.where(ok, tok_s, 1.0) / 3600.0 * 1e6, INF)
+        replicas = x["prefill_replicas"] + x["decode_replicas"]
+        free_gb = jnp.minimum(out["prefill_free_gb"], out["decode_free_gb"])
+        source = dict(static[self.first.name])["service_source"]
         return {
             **out,
+            "replicas": replicas,
+            "gpus_per_replica": out["total_gpus"] / replicas,
+            "batch_size": x["decode_batch_size"],
+            "service_source": jnp.asarray(SERVICE_SOURCES.index(source), dtype=jnp.int32),
+            "weights_gb": out["prefill_weights_gb"],
+            "free_gb": free_gb,
+            "weights_fit": free_gb >= 0.0,
             "link_bytes_per_s": link.bandwidth(x),
             "link_latency_s": x["link_latency_s"],
             "transfer_ms": link.delay_ms(x),
