@@ -111,6 +111,10 @@ def test_light_load_matches_the_closed_forms(points):
     assert r["cost_usd_per_mtok"] == pytest.approx(7.5 / (0.001 * 100 * 3600) * 1e6)
     # the percentiles lie above the means and the union bound covers the end to end
     assert r["ttft_p_ms"] >= r["ttft_mean_ms"] and r["e2e_p_ms"] >= r["e2e_mean_ms"]
+    # `sweep explain`'s derivation: the three stages and the end to end, with these numbers
+    steps = DisaggregatedModel().derivation(r)
+    assert [s.title.split(":")[0] for s in steps] == ["Prefill pool", "KV transfer", "Decode pool", "End to end"]
+    assert steps[1].lines[0][1].startswith("125.0 MiB") and steps[3].lines[2][2] == "3 GPUs"
 
 
 @pytest.mark.slow

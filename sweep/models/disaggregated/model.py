@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from sweep.errors import GridError
-from sweep.models.base import SERVICE_SOURCES, Column, Decisions, Domain, Param
+from sweep.models.base import SERVICE_SOURCES, Column, Decisions, Domain, Param, Step, num
 from sweep.models.compose import SHARED, Link, Stage, Tandem, tandem
 from sweep.models.disaggregated.decode import DecodePool
 from sweep.models.disaggregated.links import LINKS, NVLINK
@@ -189,6 +189,10 @@ class DisaggregatedModel(Tandem):
         (P + O <= C), and the transfer alone leaves room under the end-to-end SLO."""
         check_split(spec)
 
+    def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
+                   options: Mapping[str, Any] | None = None) -> list[Step] | None:
+        return derivation(row)
+
     # -- evaluation -----------------------------------------------------------------------
 
     def point(self, x: Mapping[str, Array], *args: Any, **static: Any) -> dict[str, Array]:
@@ -219,6 +223,50 @@ class DisaggregatedModel(Tandem):
             "output_tok_s": tok_s,
             "cost_usd_per_mtok": per_mtok,
         }
+
+
+def derivation(row: Mapping[str, Any]) -> list[Step]:
+    """docs/disaggregated.md's three stages with one point's numbers (`sweep explain`)."""
+    g = row.get
+
+    def ms(key: str) -> str:
+        return num(g(key), "ms")
+
+    kv_mib = ""
+    transfer, latency, bandwidth = g("transfer_ms"), g("link_latency_s"), g("link_bytes_per_s")
+    if transfer is not None and latency is not None and bandwidth:
+        kv_bytes = (float(transfer) / MS - float(latency)) * float(bandwidth)
+        kv_mib = f"{kv_bytes / 2**20:,.1f} MiB"
+    return [
+        Step("Prefill pool: the batcher over prefill batches", "docs/disaggregated.md#what-it-models", (
+            ("T_svc(B) = T_fixed + t_req B", f"{num(g('prefill_t_svc_fixed_ms'))} + "
+             f"{num(g('prefill_t_svc_per_prompt_ms'))} x {g('prefill_batch_size')}", ms("prefill_t_svc_ms")),
+            ("capacity = B / T_svc(B), per replica", f"{g('prefill_batch_size')} / {ms('prefill_t_svc_ms')}",
+             num(g("prefill_capacity_rps"), "requests/s")),
+            ("TTFT = wait + batching delay + prefill", f"{ms('prefill_wait_mean_ms')} + "
+             f"{ms('prefill_batching_mean_ms')} + {ms('prefill_service_mean_ms')}", ms("ttft_mean_ms")),
+            ("TTFT at the percentile", f"q = {g('percentile')}", ms("ttft_p_ms")),
+        )),
+        Step("KV transfer", "docs/disaggregated.md#what-it-models", (
+            ("transfer = kv_bytes_per_token P / link_bytes_per_s + link_latency_s",
+             f"{kv_mib} / {num(g('link_bytes_per_s'), 'bytes/s')} + {num(g('link_latency_s'), 's')}",
+             ms("transfer_ms")),
+        )),
+        Step("Decode pool: continuous batching, prompts cached", "docs/disaggregated.md#what-it-models", (
+            ("T = t_fixed + t_token n_tok + t_ctx n_ctx", f"{num(g('decode_step_fixed_ms'))} + "
+             f"{num(g('decode_step_token_ms'))} n_tok + {num(g('decode_step_ctx_ms'))} n_ctx (ms)",
+             num(g("decode_capacity_rps"), "requests/s per replica")),
+            ("wait for a slot (and the step in progress)", f"rho = {num(g('decode_rho'))}", ms("decode_wait_mean_ms")),
+            ("TPOT", f"mean running {num(g('decode_mean_running'))}", ms("tpot_mean_ms")),
+            ("decode sojourn = wait + (O - 1) TPOT", f"O = {num(g('output_tokens'))}", ms("decode_sojourn_mean_ms")),
+        )),
+        Step("End to end", "docs/disaggregated.md#what-it-models", (
+            ("E2E = TTFT + transfer + decode sojourn", f"{ms('ttft_mean_ms')} + {ms('transfer_ms')} + "
+             f"{ms('decode_sojourn_mean_ms')}", ms("e2e_mean_ms")),
+            ("E2E at q <= each pool's at (1 + q) / 2, plus the transfer", f"q = {g('percentile')}", ms("e2e_p_ms")),
+            ("GPUs = prefill + decode", f"{g('prefill_gpus')} + {g('decode_gpus')}", num(g("total_gpus"), "GPUs")),
+        )),
+    ]
 
 
 def _values(spec: GridSpec, key: str) -> tuple[Any, ...]:
