@@ -163,10 +163,13 @@ def test_cached_prompts_at_light_load_against_the_closed_form():
     ("decode_replicas = 0", "grid.decode_replicas", "must be"),
     ("link_bytes_per_s = 1e3\nslo_ms = 5000", "grid.link_bytes_per_s", "KV transfer alone"),
     ("prompt_tokens = 600000", "grid.decode_gpus_per_replica", "fewer than one transferred request"),
+    ('link = "pigeon"', "grid.link", "is not a known link"),
+    ("[search]\nobjective = \"min_gpus\"\ntrials = 8\n[search.params]\ndecode_replicas = {low = 1, high = 4}", "search",
+     "cannot be searched"),
 ])
 def test_bad_splits_are_refused_in_one_line_and_nothing_is_written(tmp_path, extra, key, words):
-    text = GRID.format(extra=extra)
-    for line in extra.splitlines():  # the override replaces the grid's own line
+    text = GRID.format(extra=extra if extra.startswith("[") else "")
+    for line in ([] if extra.startswith("[") else extra.splitlines()):  # the override replaces the grid's own line
         k = line.split(" = ")[0]
         text = "\n".join(ln for ln in text.splitlines() if not ln.startswith(f"{k} = ")) + ""
         text = text.replace("[grid]\n", f"[grid]\n{line}\n")

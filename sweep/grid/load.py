@@ -151,7 +151,7 @@ def build(
         sensitivity=sensitivity,
         schedule=schedule,
     )
-    model.check_catalog(spec)
+    model.check_spec(spec)
     return spec
 
 

@@ -184,9 +184,14 @@ class DisaggregatedModel(Tandem):
         filled, facts = super().fill(out, where, source)
         return filled, {**facts, "link": entry.name}
 
-    def check_catalog(self, spec: GridSpec) -> None:
+    def check_spec(self, spec: GridSpec) -> None:
         """Rules that need the catalog: a decode replica holds one transferred request
-        (P + O <= C), and the transfer alone leaves room under the end-to-end SLO."""
+        (P + O <= C), and the transfer alone leaves room under the end-to-end SLO; and no
+        [search] yet (the search reads a single pool's load)."""
+        if spec.search is not None:
+            raise GridError(spec.source, "search", "[search]",
+                            f'serving = "{SERVING}" cannot be searched with Optuna yet; sweep the split as [grid] axes '
+                            "(prefill_replicas = [1, 2, 3], decode_replicas = [1, 2, 3])")
         check_split(spec)
 
     def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
@@ -274,7 +279,7 @@ def _values(spec: GridSpec, key: str) -> tuple[Any, ...]:
 
 
 def check_split(spec: GridSpec) -> None:
-    """The two catalog rules of `DisaggregatedModel.check_catalog` (module docstring); raises
+    """The two catalog rules of `DisaggregatedModel.check_spec` (module docstring); raises
     `GridError` naming the grid key and the value that breaks one."""
     src = spec.source
     paged = spec.options.kv_allocation == "paged"
