@@ -7,6 +7,9 @@ times with the catalog's efficiency cells, paged KV in 16-token blocks; nothing 
 to these figures), the metric it predicts, the measurement and their ratio; then the share
 of figures within 20% and 50%, overall and by workload, engine and metric, with the
 direction of the misses, and per figure the issue-25 feature expected to close its miss.
+Beside it, the same prediction with one calibration per setup (`calibrate`: the HBM
+bandwidth efficiency `eta_bw` fitted to the setup's lightest-load TPOT), and its share over
+the figures not used to calibrate.
 
 How a row becomes a point (every choice here is the script's, not the source's):
 
@@ -83,7 +86,7 @@ class Predictor:
     """The continuous model at one configuration and any rate: one single-point grid per
     call, evaluated with chunk size 1 so that every call reuses one compiled program."""
 
-    def __init__(self, row: dict[str, str], q: float = 0.5) -> None:
+    def __init__(self, row: dict[str, str], q: float = 0.5, eta: dict[str, float] | None = None) -> None:
         cv = {k: float(row[k]) if row[k].strip() else ASSUMED_CV for k in ("prompt_tokens_cv", "output_tokens_cv")}
         self.output_tokens = float(row["output_tokens_mean"])
         self.grid = {
@@ -92,7 +95,7 @@ class Predictor:
             "output_tokens": self.output_tokens, "output_cv": cv["output_tokens_cv"],
             "batch_size": CAP, "max_batched_tokens": BUDGET[row["engine"]],
             "weight_bytes_per_param": row["weight_dtype"], "kv_bytes_per_elem": row["kv_dtype"],
-            "ttft_slo_ms": math.inf, "tpot_slo_ms": math.inf, "slo_ms": 1e9, "percentile": q,
+            "ttft_slo_ms": math.inf, "tpot_slo_ms": math.inf, "slo_ms": 1e9, "percentile": q, **(eta or {}),
         }
 
     def at(self, rate: float) -> dict[str, float | None]:
@@ -123,11 +126,12 @@ def closed_loop_rate(p: Predictor, clients: float, capacity: float) -> tuple[flo
     return math.exp(0.5 * (lo + hi)), pt
 
 
-def predict(row: dict[str, str]) -> tuple[float | None, str]:
-    """The model's value of the row's metric and how it was obtained."""
+def predict(row: dict[str, str], eta: dict[str, float] | None = None) -> tuple[float | None, str]:
+    """The model's value of the row's metric and how it was obtained (`eta`: the grid's
+    efficiency keys, `eta_bw` and `eta_flops`, in place of the catalog's)."""
     metric = row["metric"]
     if row["workload"] == "open" and _num(row["request_rate_rps"]) == math.inf:
-        pt = Predictor(row).at(1.0)
+        pt = Predictor(row, eta=eta).at(1.0)
         cap = pt["capacity_rps"]
         if metric == "throughput_rps":
             return cap, "capacity_rps"
@@ -136,10 +140,10 @@ def predict(row: dict[str, str]) -> tuple[float | None, str]:
         return None, f"not predicted (rate inf, {metric})"
     if row["workload"] == "open":
         col, q = OPEN_COLUMNS[metric]
-        pt = Predictor(row, q).at(_num(row["request_rate_rps"]))
+        pt = Predictor(row, q, eta).at(_num(row["request_rate_rps"]))
         how = col if metric != "itl_p50_ms" else f"{col} (ITL by TPOT)"
         return pt[col], how
-    p = Predictor(row)
+    p = Predictor(row, eta=eta)
     capacity = p.at(1.0)["capacity_rps"]
     if capacity is None or not capacity > 0:
         return None, "not predicted (no capacity)"
@@ -148,6 +152,56 @@ def predict(row: dict[str, str]) -> tuple[float | None, str]:
         return rate * p.output_tokens, "closed via Little: lambda x O"
     col = {"ttft_mean_ms": "ttft_mean_ms", "tpot_mean_ms": "tpot_mean_ms", "e2e_mean_ms": "e2e_mean_ms"}[metric]
     return pt[col], f"closed via Little: {col}"
+
+
+def setup_of(row: dict[str, str]) -> tuple[str, ...]:
+    """The rows measured on one setup: engine and version, model, GPU, TP, lengths and loop."""
+    return tuple(row[k] for k in ("engine", "engine_version", "model", "gpu", "tensor_parallel",
+                                  "prompt_tokens_mean", "output_tokens_mean", "workload"))
+
+
+def _load(row: dict[str, str]) -> float:
+    return _num(row["request_rate_rps"]) if row["workload"] == "open" else float(row["concurrency"])
+
+
+#: metric prefix -> the efficiency a light-load figure calibrates: a decode step (TPOT) is
+#: bound by memory bandwidth. TTFT is not used: its misses are not a compute rate (multi-step
+#: windows, closed-loop synchronized prompts), and fitting `eta_flops` to it drove that to
+#: 0.07-0.19 and made every mixed step slow (held-out TPOT 1.69x measured; 17/42 within 20%
+#: against 26/57 with bandwidth alone; docs/accuracy-load.md)
+CALIBRATES = {"tpot": "eta_bw"}
+CAL_ITERATIONS = 6
+
+
+def calibrate(rows: list[dict[str, str]]) -> tuple[dict[tuple[str, ...], dict[str, float]], set[str]]:
+    """Per setup, the efficiencies of `CALIBRATES` (`eta_bw`) such that the model reproduces
+    the setup's lightest-load TPOT figure (its lowest rate, or concurrency); and the ids of
+    those figures (used to calibrate, so left out of the calibrated share).
+
+    Fixed-point iteration on the ratio: a step's time is inversely proportional to the
+    efficiency of the resource that bounds it, so eta <- eta x predicted / measured, from
+    the catalog's values, `CAL_ITERATIONS` times, clipped to the grid's domain (0.001, 1]."""
+    setups: dict[tuple[str, ...], list[dict[str, str]]] = {}
+    for row in rows:
+        setups.setdefault(setup_of(row), []).append(row)
+    out, used = {}, set()
+    for key, group in setups.items():
+        light = min(_load(r) for r in group if math.isfinite(_load(r)))
+        targets = {CALIBRATES[r["metric"].split("_")[0]]: r for r in group
+                   if _load(r) == light and r["metric"].split("_")[0] in CALIBRATES}
+        if not targets:
+            continue
+        first = Predictor(next(iter(targets.values()))).at(1.0)
+        eta = {name: float(first[name]) for name in targets}
+        for _ in range(CAL_ITERATIONS):
+            for name, r in targets.items():
+                value, _how = predict(r, eta)
+                if value is None:
+                    break
+                eta[name] = min(1.0, max(1e-3, eta[name] * value / float(r["measured"])))
+        out[key] = eta
+        used |= {r["id"] for r in targets.values()}
+    return out, used
 
 
 def fixed_by(row: dict[str, str]) -> str:
@@ -173,13 +227,14 @@ def share(errs: list[float], tol: float) -> str:
     return f"{n}/{len(errs)}"
 
 
-def summarize(results: list[dict], key: Callable[[dict], str], title: str) -> list[str]:
-    """One line per group: figures, share within 20% and 50%, median ratio, misses low/high."""
+def summarize(results: list[dict], key: Callable[[dict], str], title: str, column: str = "predicted") -> list[str]:
+    """One line per group: figures, share within 20% and 50%, median ratio, misses low/high
+    (of `column`: the default catalog's prediction, or the calibrated one)."""
     lines = [f"{title:40s} {'n':>3s} {'<=20%':>7s} {'<=50%':>7s} {'median ratio':>12s} {'low':>4s} {'high':>4s}"]
     groups: dict[str, list[float]] = {}
     for r in results:
-        if r["predicted"] is not None:
-            groups.setdefault(key(r), []).append(r["predicted"] / r["measured"])
+        if r[column] is not None:
+            groups.setdefault(key(r), []).append(r[column] / r["measured"])
     for g, ratios in sorted(groups.items()):
         errs = [x - 1.0 for x in ratios]
         low = sum(x < 0.8 for x in ratios)
@@ -197,31 +252,55 @@ def main(argv: list[str] | None = None) -> dict:
     rows = read_rows()
     if args.smoke:
         rows = [r for r in rows if r["id"] in SMOKE_IDS]
+    cal, used = calibrate(rows)
     results = []
-    print(f"{'figure':62s} {'metric':14s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s}  how")
+    print(f"{'figure':62s} {'metric':14s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s} {'calib.':>9s} "
+          f"{'ratio':>6s}  how")
     for row in rows:
         value, how = predict(row)
+        eta = cal.get(setup_of(row))
+        value_cal = predict(row, eta)[0] if eta is not None else None
         measured = float(row["measured"])
         ratio = value / measured if value is not None else None
         results.append({"id": row["id"], "engine": row["engine"], "workload": row["workload"],
                         "metric": row["metric"], "measured": measured, "predicted": value, "how": how,
-                        "fixed_by": fixed_by(row)})
+                        "fixed_by": fixed_by(row), "predicted_calibrated": value_cal,
+                        "calibration_figure": row["id"] in used,
+                        "eta_bw": None if eta is None else eta.get("eta_bw"),
+                        "eta_flops": None if eta is None else eta.get("eta_flops")})
         shown = f"{value:9.2f} {ratio:6.2f}" if value is not None else f"{'-':>9s} {'-':>6s}"
-        print(f"{row['id'][:62]:62s} {row['metric']:14s} {measured:9.2f} {shown}  {how}")
+        shown_cal = (f"{value_cal:9.2f} {value_cal / measured:6.2f}" if value_cal is not None
+                     else f"{'-':>9s} {'-':>6s}")
+        mark = " *" if row["id"] in used else ""
+        print(f"{row['id'][:62]:62s} {row['metric']:14s} {measured:9.2f} {shown} {shown_cal}  {how}{mark}")
     predicted = [r for r in results if r["predicted"] is not None]
     errs = [r["predicted"] / r["measured"] - 1.0 for r in predicted]
+    held = [r for r in results if r["predicted_calibrated"] is not None and not r["calibration_figure"]]
+    errs_cal = [r["predicted_calibrated"] / r["measured"] - 1.0 for r in held]
+    print()
+    print("calibrated efficiencies per setup (from its lightest-load TPOT; * above):")
+    for key, eta in cal.items():
+        print(f"  {' '.join(key[:5]):60s} " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(eta.items())))
     print()
     print(f"all predicted figures: {len(predicted)} of {len(results)}; within 20%: {share(errs, 0.2)}, "
           f"within 50%: {share(errs, 0.5)}; too low (< 0.8x): {sum(e < -0.2 for e in errs)}, "
           f"too high (> 1.2x): {sum(e > 0.2 for e in errs)}")
+    print(f"calibrated, the {len(used)} calibration figures left out: within 20%: {share(errs_cal, 0.2)}, "
+          f"within 50%: {share(errs_cal, 0.5)}; too low: {sum(e < -0.2 for e in errs_cal)}, "
+          f"too high: {sum(e > 0.2 for e in errs_cal)}")
     for lines in (summarize(results, lambda r: r["workload"], "workload"),
                   summarize(results, lambda r: f"{r['workload']} {r['engine']}", "workload, engine"),
                   summarize(results, lambda r: r["metric"], "metric"),
-                  summarize(results, lambda r: r["fixed_by"], "expected to be fixed by")):
+                  summarize(results, lambda r: r["fixed_by"], "expected to be fixed by"),
+                  summarize(held, lambda r: f"{r['workload']} {r['engine']}", "calibrated: workload, engine",
+                            "predicted_calibrated"),
+                  summarize(held, lambda r: r["metric"], "calibrated: metric", "predicted_calibrated")):
         print()
         print("\n".join(lines))
     out = {"rows": results, "n": len(results), "n_predicted": len(predicted),
-           "within_20": sum(abs(e) <= 0.2 for e in errs), "within_50": sum(abs(e) <= 0.5 for e in errs)}
+           "within_20": sum(abs(e) <= 0.2 for e in errs), "within_50": sum(abs(e) <= 0.5 for e in errs),
+           "calibration": cal, "n_held_out": len(held), "within_20_calibrated": sum(abs(e) <= 0.2 for e in errs_cal),
+           "within_50_calibrated": sum(abs(e) <= 0.5 for e in errs_cal)}
     if not args.smoke:
         RESULTS.parent.mkdir(exist_ok=True)
         with RESULTS.open("w", newline="") as f:

@@ -11,31 +11,40 @@ frontiers, exact reductions) -> `engine` (jit + vmap over chunks) -> `search` (O
 below) -> `cli` (the `sweep` command).
 
 Importing `sweep` switches JAX to float64 (`jax_enable_x64`): every kernel is written for
-it. This is the one place that does so.
+it. This is the one place that does so. JAX itself is imported only when something needs it
+(a kernel, a simulator): `sweep show` and a rerun that finds its answers on disk start in a
+fraction of a second. Before JAX is imported the switch is its environment variables
+(`JAX_ENABLE_X64`, read when JAX starts); after, `jax.config`. The names below are loaded
+on first use (PEP 562), so `import sweep` is cheap and `sweep.evaluate` works as before.
 """
 
 from __future__ import annotations
 
-import jax
+import importlib
+import os
+import sys
+from typing import TYPE_CHECKING, Any
 
-jax.config.update("jax_enable_x64", True)
-# The simulators' random streams: JAX's default since 0.5, set here so that every supported
-# release (0.4.35 on) draws the same numbers from the same seed.
-jax.config.update("jax_threefry_partitionable", True)
+#: JAX settings every kernel and simulator relies on: float64 everywhere, and the simulators'
+#: random streams (JAX's default since 0.5, set so that every supported release, 0.4.35 on,
+#: draws the same numbers from the same seed).
+JAX_SETTINGS = {"jax_enable_x64": True, "jax_threefry_partitionable": True}
+
+
+def _configure_jax() -> None:
+    if "jax" in sys.modules:  # imported before sweep: switch it now
+        import jax
+
+        for name, value in JAX_SETTINGS.items():
+            jax.config.update(name, value)
+    else:  # read by JAX when it is first imported (each flag's default comes from its upper-case variable)
+        for name, value in JAX_SETTINGS.items():
+            os.environ[name.upper()] = "1" if value else "0"
+
+
+_configure_jax()
 
 from sweep._version import __version__  # noqa: E402
-from sweep.api import (  # noqa: E402
-    MAX_IN_MEMORY,
-    Explanation,
-    decide,
-    evaluate,
-    explain,
-    grid_from_dict,
-    load_grid,
-    recommendation,
-    run,
-)
-from sweep.catalog import Catalog, load_catalog, packaged_catalog  # noqa: E402
 from sweep.errors import (  # noqa: E402
     CatalogError,
     GridError,
@@ -45,13 +54,55 @@ from sweep.errors import (  # noqa: E402
     StorageError,
     SweepError,
 )
-from sweep.grid import GridSpec  # noqa: E402
-from sweep.grid.profile import fit_file  # noqa: E402
-from sweep.models import REGISTRY, ServingModel, get_model  # noqa: E402
-from sweep.models.dynamic.batch_sim import SimSettings, simulate  # noqa: E402
-from sweep.models.shared.memory import kv_answer  # noqa: E402
-from sweep.runner import RunResult, merge_shards  # noqa: E402
-from sweep.search import run_search  # noqa: E402
+
+#: public name -> the module that defines it, imported on first use
+_LAZY = {
+    **dict.fromkeys(("MAX_IN_MEMORY", "Explanation", "decide", "evaluate", "explain", "grid_from_dict", "load_grid",
+                     "recommendation", "run"), "sweep.api"),
+    **dict.fromkeys(("Catalog", "load_catalog", "packaged_catalog"), "sweep.catalog"),
+    "GridSpec": "sweep.grid",
+    "fit_file": "sweep.grid.profile",
+    **dict.fromkeys(("REGISTRY", "ServingModel", "get_model"), "sweep.models"),
+    **dict.fromkeys(("SimSettings", "simulate"), "sweep.models.dynamic.batch_sim"),
+    "kv_answer": "sweep.models.shared.memory",
+    **dict.fromkeys(("RunResult", "merge_shards"), "sweep.runner"),
+    "run_search": "sweep.search",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sweep' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, eagerly
+    from sweep.api import (
+        MAX_IN_MEMORY,
+        Explanation,
+        decide,
+        evaluate,
+        explain,
+        grid_from_dict,
+        load_grid,
+        recommendation,
+        run,
+    )
+    from sweep.catalog import Catalog, load_catalog, packaged_catalog
+    from sweep.grid import GridSpec
+    from sweep.grid.profile import fit_file
+    from sweep.models import REGISTRY, ServingModel, get_model
+    from sweep.models.dynamic.batch_sim import SimSettings, simulate
+    from sweep.models.shared.memory import kv_answer
+    from sweep.runner import RunResult, merge_shards
+    from sweep.search import run_search
 
 __all__ = [
     "MAX_IN_MEMORY",

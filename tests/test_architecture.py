@@ -1,7 +1,8 @@
 """The dependency graph: every import, module level or inside a function, goes down the
 layers (README, "Architecture"), so there is no import cycle between layers and no
 function-local import hiding one; within a layer, no two modules import each other, however
-indirectly. Imports under `if TYPE_CHECKING:` are annotations only and are not counted."""
+indirectly. Imports under `if TYPE_CHECKING:` are annotations only and are not counted; a module bound
+with `sweep._lazy.lazy_module("sweep.x")` is imported on first use, and counts like an import."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "sweep"
 
 #: Layer of each top-level part of the package, lowest first.
 LAYERS: dict[str, int] = {
-    "errors": 0, "_numerics": 0, "_gamma": 0, "_version": 0, "_faults": 0, "_domain": 0,
+    "errors": 0, "_lazy": 0, "_numerics": 0, "_gamma": 0, "_version": 0, "_faults": 0, "_domain": 0,
     "catalog": 1,
     "models": 2, "deploy": 2,
     "grid": 3,
@@ -47,10 +48,19 @@ def _counted(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skip]
 
 
+def _lazy_imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, module) of every `lazy_module("NAME")` call: an import that happens on first use."""
+    return [(node.lineno, node.args[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "lazy_module"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, imported sweep module) for every absolute import outside `if TYPE_CHECKING:` blocks."""
-    out = []
-    for node in _counted(ast.parse(path.read_text())):
+    """(line, imported sweep module) for every absolute import outside `if TYPE_CHECKING:` blocks,
+    lazy ones included."""
+    tree = ast.parse(path.read_text())
+    out = [(line, name) for line, name in _lazy_imports(tree) if name.split(".")[0] == "sweep"]
+    for node in _counted(tree):
         if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
                 and node.module.split(".")[0] == "sweep"):
             if node.module == "sweep":  # from sweep import x: x is a part of the package
@@ -83,7 +93,12 @@ def _edges(module: str, path: Path, modules: dict[str, Path]) -> dict[str, int]:
         return name or None
 
     out: dict[str, int] = {}
-    for node in _counted(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for line, name in _lazy_imports(tree):
+        target = longest(name) if name.split(".")[0] == "sweep" else None
+        if target is not None and target != module:
+            out.setdefault(target, line)
+    for node in _counted(tree):
         targets: list[str | None] = []
         if isinstance(node, ast.Import):
             targets = [longest(a.name) for a in node.names if a.name.split(".")[0] == "sweep"]
@@ -227,11 +242,11 @@ def test_the_cycle_finder_finds_cycles():
 def test_the_graph_resolves_every_kind_of_import(tmp_path):
     """`from sweep.x import y` is the module sweep.x.y when there is one, else sweep.x;
     relative imports resolve against the importing package; TYPE_CHECKING imports are not
-    counted."""
+    counted; a `lazy_module("sweep.x")` binding is."""
     pkg = tmp_path / "sweep"
     (pkg / "a").mkdir(parents=True)
     files = {
-        "__init__.py": "from sweep.a import b\n",
+        "__init__.py": "from sweep.a import b\nc = lazy_module('sweep.a.c.NAME')\n",
         "a/__init__.py": "from .b import thing\nfrom . import c\n",
         "a/b.py": "import sweep.a.c.missing\ndef f():\n    from sweep.a.c import NAME\n",
         "a/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sweep import a\nfrom ..a import b\n",
@@ -239,7 +254,7 @@ def test_the_graph_resolves_every_kind_of_import(tmp_path):
     for rel, text in files.items():
         (pkg / rel).write_text(text)
     graph = import_graph(pkg)
-    assert graph == {"sweep": {"sweep.a.b": 1}, "sweep.a": {"sweep.a.b": 1, "sweep.a.c": 2},
+    assert graph == {"sweep": {"sweep.a.b": 1, "sweep.a.c": 2}, "sweep.a": {"sweep.a.b": 1, "sweep.a.c": 2},
                      "sweep.a.b": {"sweep.a.c": 1}, "sweep.a.c": {"sweep.a.b": 4}}
     assert cycles(graph) == [["sweep.a.b", "sweep.a.c"]]
 
@@ -266,7 +281,9 @@ DISPLAY = ("cli", "reporting")
 #: own flags), each with the reason.
 NOT_DISPLAY = {"cli/tools.py": "sweep fit / kv / calibrate speak profile formats and KV flags, not a run's results",
                "cli/ask.py": "sweep ask writes a continuous-serving grid from flags and answers in its terms (TTFT, "
-                             "TPOT, engine knobs): a question for one serving mode, by design"}
+                             "TPOT, engine knobs): a question for one serving mode, by design",
+               "cli/predict.py": "sweep predict-benchmark predicts one continuous-serving configuration's benchmark "
+                                 "from its step coefficients and engine knobs: one serving mode, by design"}
 
 
 def _mode_words() -> tuple[set[str], set[str], set[str]]:

@@ -104,6 +104,12 @@ def _load_accuracy(out, text):
         assert np.isfinite(row["predicted"]) and row["predicted"] > 0 and row["fixed_by"]
     assert 0 <= out["within_20"] <= out["within_50"] <= 3
     assert "all predicted figures: 3 of 3" in text and "expected to be fixed by" in text
+    # the closed-loop figure is its setup's only TPOT, so it calibrates eta_bw and reproduces
+    # itself (fixed-point iteration to within 1%), and is left out of the calibrated share
+    (closed,) = [r for r in out["rows"] if r["workload"] == "closed"]
+    assert closed["calibration_figure"] and 1e-3 <= closed["eta_bw"] <= 1.0
+    assert closed["predicted_calibrated"] == pytest.approx(closed["measured"], rel=0.01) or closed["eta_bw"] == 1.0
+    assert out["n_held_out"] == 0 and "calibrated, the 1 calibration figures left out" in text
 
 
 def _efficiency_fit(out, text):

@@ -189,9 +189,16 @@ def test_knobs_by_hand() -> None:
     dep = deployment(row, meta("sglang"))
     assert dep.memory.sglang_mem_fraction() == pytest.approx(71_999_883_264 / 80e9, rel=1e-15)
     assert dep.knob == ("--mem-fraction-static", "0.9000")
-    # vLLM: U = (W/4 + C k / 4 + 0.1 x 80e9) / 80e9 = 0.99999854 -> 1.0000
-    assert deployment(row, meta("vllm")).memory.vllm_utilization() == pytest.approx(79_999_883_264 / 80e9)
-    assert deployment(row, meta("vllm")).launch_exact[-3:] == ["54361456640", "--port", "8000"]
+    # vLLM: U = (W/4 + C k / 4 + 0.1 x 80e9) / 80e9 = 0.99999854: the whole GPU, which vLLM refuses
+    # (it needs U x total <= the memory free at start-up), so the command caps it at 0.95 and says
+    # what that holds on exactly 80e9 B: (0.95 x 80e9 - W/4 - 8e9) / (k / 4) = 50,361,573,376 / 40,960
+    # = 1,229,530.6 -> 1,229,520 tokens in whole 16-token blocks, of the modelled 1,327,184
+    v = deployment(row, meta("vllm"))
+    assert v.memory.vllm_utilization() == pytest.approx(79_999_883_264 / 80e9)
+    assert v.knob == ("--gpu-memory-utilization", "0.9500")
+    assert v.memory.tokens_from_vllm(0.95) == 1_229_520
+    assert any("U = 0.95" in n and "1,229,520 of the modelled 1,327,184" in n for n in v.notes)
+    assert v.launch_exact[-3:] == ["54361456640", "--port", "8000"]
 
 
 CASES = [dict(model=m, gpu=g, tp=tp, kv=kv, weights=w, reserve=r, paged=p)

@@ -28,12 +28,12 @@ RECORD = 4096  # per-step records kept by every per-request call (one compiled s
 SMALL = CBSimSettings(n_requests=400, warmup=40, replications=2, seed=3)
 
 
-def _pad(a, p, o, n=N_PAD):
+def _pad(a, p, o, n=N_PAD, o_pad=1):
     """Pad a hand case with requests long after everything drained (they cannot change
     the first requests' outcomes) so that every hand case shares one compiled shape."""
     k = n - len(a)
     a = np.concatenate([np.asarray(a, float), 1e6 + np.arange(k, dtype=float)])
-    return a, np.concatenate([p, np.ones(k)]), np.concatenate([o, np.ones(k)])
+    return a, np.concatenate([p, np.ones(k)]), np.concatenate([o, np.full(k, float(o_pad))])
 
 
 def _jax(a, p, o, **kw):
@@ -45,7 +45,7 @@ def _jax(a, p, o, **kw):
 def _both(a, p, o, **kw):
     """Reference and JAX results on the same (padded) inputs; asserts they agree."""
     n = len(a)
-    a, p, o = _pad(a, p, o)
+    a, p, o = _pad(a, p, o, o_pad=2 if kw.get("cached") else 1)
     r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
     j = _jax(a, p, o, **kw)
     _assert_same(r, j)
@@ -243,6 +243,127 @@ def test_vllm_budget_gated_admission_gives_the_same_times():
         np.testing.assert_array_equal(x.first_s, y.first_s)
         np.testing.assert_array_equal(x.finish_s, y.finish_s)
         assert sum(x.step_running) >= sum(y.step_running)
+
+
+# --------------------------------------------------------------------------------------
+# prompts already cached (the decode pool of disaggregated serving)
+# --------------------------------------------------------------------------------------
+
+
+def test_cached_prompts_hand_traced():
+    """cached=True, N = 2, M = inf, C = inf, T = 1 + 0.1 n_tok + 0.01 n_ctx; every request
+    arrives with its first token emitted and its prompt in KV.
+    r0: a = 0,   P = 3, O = 3;  r1: a = 0.5, P = 2, O = 2;  r2: a = 0.6, P = 1, O = 2.
+
+    step 0  start 0: admit r0. decode r0: n_tok 1, n_ctx = 3 + 1 (token 1) = 4
+            T = 1 + 0.1 + 0.04 = 1.14, end 1.14: r0 emits token 2.
+    step 1  start 1.14: r1, r2 arrived; admit r1 (2 running = N), r2 waits.
+            decode r0 (3 + 2 = 5) and r1 (2 + 1 = 3): n_tok 2, n_ctx 8
+            T = 1 + 0.2 + 0.08 = 1.28, end 2.42: r0 token 3 = O, r1 token 2 = O: both leave.
+    step 2  start 2.42: admit r2. decode r2: n_tok 1, n_ctx 1 + 1 = 2: T = 1.12, end 3.54.
+    TPOT = (finish - arrival) / (O - 1): 2.42 / 2 = 1.21, 1.92, 2.94."""
+    _r, j, n = _both([0.0, 0.5, 0.6], np.array([3, 2, 1]), np.array([3, 2, 2]), cap=2,
+                    t_fixed=1.0, t_token=0.1, t_ctx=0.01, cached=True)
+    np.testing.assert_allclose(j["admit_s"][:n], [0.0, 1.14, 2.42], rtol=1e-12)
+    np.testing.assert_allclose(j["finish_s"][:n], [2.42, 2.42, 3.54], rtol=1e-12)
+    np.testing.assert_array_equal(j["first_s"][:n], [0.0, 0.5, 0.6])
+    np.testing.assert_array_equal(j["ttft_s"][:n], 0.0)
+    np.testing.assert_allclose(j["tpot_s"][:n], [1.21, 1.92, 2.94], rtol=1e-12)
+    np.testing.assert_allclose(j["e2e_s"][:n], [2.42, 1.92, 2.94], rtol=1e-12)
+    np.testing.assert_array_equal(j["step_tok"][:3], [1, 2, 1])
+    np.testing.assert_array_equal(j["step_prefill"][:3], [0, 0, 0])
+    np.testing.assert_array_equal(j["step_ctx"][:3], [4, 8, 2])
+    np.testing.assert_array_equal(j["step_running"][:3], [1, 2, 1])
+    np.testing.assert_array_equal(j["step_emitted"][:3], [1, 2, 1])
+
+
+def test_cached_prompts_reserve_p_plus_o_paged():
+    """cached=True, C = 12, block 4, every step 1 s. r0 (P 5, O 3: 8 -> 8 reserved) at 0;
+    r1 (P 2, O 3: 5 -> 8) at 0.5 does not fit beside r0 (16 > 12) although its decode
+    writes only 3 tokens: it waits for r0's departure at the end of step 1 (tokens 2, 3 at
+    1 and 2), is admitted at 2 and emits tokens 2, 3 at 3 and 4. r2 (P 20, O 2: 24 > C)
+    is rejected at the head."""
+    _r, j, n = _both([0.0, 0.5, 0.7], np.array([5, 2, 20]), np.array([3, 3, 2]), cap=4,
+                    kv_capacity=12.0, block_tokens=4, t_fixed=1.0, t_token=0.0, cached=True)
+    np.testing.assert_array_equal(j["status"][:n], [0, 0, 2])
+    np.testing.assert_allclose(j["admit_s"][:2], [0.0, 2.0])
+    np.testing.assert_allclose(j["finish_s"][:2], [2.0, 4.0])
+    np.testing.assert_array_equal(j["step_reserved"][:4], [8, 8, 8, 8])
+    np.testing.assert_array_equal(j["step_ctx"][:4], [6, 7, 3, 4])
+
+
+def test_cached_prompts_random_cases_match_reference():
+    """Seeded random scenarios with cached prompts, light to overloaded, ties, every knob."""
+    rng = np.random.default_rng(12)
+    seen = {"drop": 0, "reject": 0, "wait": 0}
+    for case in range(10):
+        n = 250
+        lam = rng.uniform(0.5, 40.0)
+        a = np.cumsum(rng.exponential(1.0 / lam, n))
+        if case % 3 == 0:
+            a = np.round(a, 1)
+        p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
+        o = np.maximum(2, np.round(rng.lognormal(2.5, 0.8, n)))
+        cap = int(rng.integers(1, 9))
+        kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
+                  kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
+                  block_tokens=int(rng.choice([1, 16])),
+                  queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
+                  t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
+                  t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
+                  z=rng.standard_normal(40_000), cached=True)
+        r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
+        _assert_same(r, _jax(a, p, o, **kw))
+        assert sum(r.step_prefill) == 0
+        seen["drop"] += r.status.count(ref.DROPPED)
+        seen["reject"] += r.status.count(ref.REJECTED)
+        seen["wait"] += sum(1 for x, y in zip(r.admit_s, a) if math.isfinite(x) and x > y)
+    assert seen["drop"] > 0 and seen["reject"] > 0 and seen["wait"] > 0  # every path ran
+
+
+def test_cached_prompts_light_load_hand_formula():
+    """Arrivals 1000 s apart, cached prompts: decode step i = 1..O-1 carries 1 token and
+    P + i cached, so finish = a + (O - 1)(t_f + t_t + t_c P) + t_c O (O - 1) / 2."""
+    rng = np.random.default_rng(13)
+    n = N_PAD
+    a = 1000.0 * np.arange(n)
+    p, o = rng.integers(1, 500, n).astype(float), rng.integers(2, 300, n).astype(float)
+    tf, tt, tc = 0.02, 5e-5, 1e-7
+    j = _jax(a, p, o, cap=8, t_fixed=tf, t_token=tt, t_ctx=tc, cached=True)
+    e2e = (o - 1) * (tf + tt + tc * p) + tc * o * (o - 1) / 2
+    np.testing.assert_allclose(j["e2e_s"], e2e, rtol=1e-9)
+    np.testing.assert_array_equal(j["admit_s"], a)
+
+
+@pytest.mark.slow  # compiles the batched per-request kernel twice (~15-30 s each)
+@pytest.mark.parametrize("cached", [False, True])
+def test_simulate_jobs_is_simulate_requests_per_job(cached):
+    """The batched per-request entry point: each job is `simulate_requests` on its own
+    arrivals, lengths and parameters, with the step noise of lane (scenario id,
+    replication) (`step_normals`)."""
+    rng = np.random.default_rng(14)
+    jobs, n = 3, N_PAD
+    a = np.cumsum(rng.exponential(0.03, (jobs, n)), axis=1)
+    p = rng.integers(1, 200, (jobs, n)).astype(float)
+    o = rng.integers(2 if cached else 1, 40, (jobs, n)).astype(float)
+    par = dict(cap=np.array([2.0, 4.0, 8.0]), max_batched_tokens=np.array([64.0, np.inf, 256.0]),
+               kv_capacity_tokens=np.array([600.0, np.inf, 2000.0]), block_tokens=np.array([16.0, 1.0, 4.0]),
+               queue_capacity=np.array([np.inf, 5.0, np.inf]), t_fixed=np.array([0.01, 0.02, 0.005]),
+               t_token=np.array([1e-4, 0.0, 5e-4]), t_ctx=np.array([1e-6, 1e-7, 0.0]),
+               service_cv=np.array([0.0, 0.5, 0.3]))
+    sid, rid = np.array([4, 9, 9]), np.array([0, 1, 70000])
+    res = cb_sim.simulate_jobs(a, p, o, par, scenario_ids=sid, replications=rid, seed=3, cached=cached)
+    for j in range(jobs):
+        z = step_normals(CBSimSettings(seed=3), int(sid[j]), int(rid[j]), 4000)
+        one = _jax(a[j], p[j], o[j], z=z, cached=cached, **{k: float(v[j]) for k, v in par.items()})
+        np.testing.assert_array_equal(res["status"][j], one["status"])
+        for key in ("first_s", "finish_s") + (("admit_s",) if cached else ()):
+            np.testing.assert_allclose(res[key][j], one[key], rtol=1e-12, err_msg=key)
+
+
+def test_cached_prompts_need_two_output_tokens():
+    with pytest.raises(CBSimulationError, match=r"output\[1\] = 1"):
+        simulate_requests([0.0, 1.0], [4, 4], [2, 1], cap=1, t_fixed=1.0, t_token=0.0, cached=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -467,3 +588,51 @@ def test_invalid_input_is_rejected():
         simulate_requests([0.0, 1.0], [1.5, 1], [1, 1], cap=1, t_fixed=1.0, t_token=0.0)
     empty = simulate_continuous({k: np.empty(0) for k in cb_sim.PARAM_KEYS}, SMALL)
     assert all(v.shape == (0,) for v in empty.values())
+
+
+# --------------------------------------------------------------------------------------
+# scheduler_policy = "prefill_first" (docs/continuous.md, "Engine variants")
+# --------------------------------------------------------------------------------------
+
+
+def test_prefill_first_hand_case_matches_reference():
+    """The hand-traced case of tests/test_cb_reference_engines.py (a prompt step pauses the
+    decoder: r1's prompt runs alone in [2.0, 3.5]) through the JAX simulator."""
+    _, j, n = _both([0.0, 0.5], np.array([10.0, 5.0]), np.array([3.0, 2.0]), cap=4, t_fixed=1.0, t_token=0.1,
+                    scheduler_policy="prefill_first")
+    np.testing.assert_allclose(j["first_s"][:n], [2.0, 3.5], rtol=1e-12)
+    np.testing.assert_allclose(j["finish_s"][:n], [5.8, 4.7], rtol=1e-12)
+
+
+def test_prefill_first_random_cases_match_reference():
+    """Seeded random scenarios under prefill_first, every knob as in the chunked test above:
+    request by request and step by step (the step's n_ctx leaves the paused decoders out)."""
+    rng = np.random.default_rng(23)
+    paused = 0
+    for case in range(10):
+        n = 250
+        lam = rng.uniform(0.5, 40.0)
+        a = np.cumsum(rng.exponential(1.0 / lam, n))
+        if case % 3 == 0:
+            a = np.round(a, 1)
+        p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
+        o = np.maximum(1, np.round(rng.lognormal(2.5, 0.8, n)))
+        cap = int(rng.integers(1, 9))
+        kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
+                  kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
+                  block_tokens=int(rng.choice([1, 16])),
+                  queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
+                  t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
+                  t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
+                  z=rng.standard_normal(40_000), scheduler_policy="prefill_first")
+        r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
+        _assert_same(r, _jax(a, p, o, **kw))
+        # steps that prefill while sequences decode: the policy really paused someone
+        paused += sum(1 for pre, run, tok in zip(r.step_prefill, r.step_running, r.step_tok)
+                      if pre > 0 and tok == pre and run > 1)
+    assert paused > 0
+
+
+def test_unknown_scheduler_policy_is_refused():
+    with pytest.raises(CBSimulationError, match="scheduler_policy = 'fcfs'"):
+        simulate_requests([0.0], [1], [1], cap=1, t_fixed=1.0, t_token=0.0, scheduler_policy="fcfs")

@@ -344,3 +344,48 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, old, new
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "g.toml" in lines[0] and key in lines[0]
     assert not out.exists()
+
+
+def test_prefill_first_grids_simulate_the_policy(tmp_path):
+    """`[options] scheduler_policy = "prefill_first"` reaches the simulator: on the same
+    simulated points (same seed, same draws) every decoder pauses for each prompt step, so
+    the simulated TPOT is longer than under "chunked" at every stable point and TTFT (a
+    prompt runs with the whole budget, alone) no longer, and the run's manifest names it."""
+    text = GRID.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-8b"').replace(
+        "gpus_per_replica = [1, 2]", "gpus_per_replica = 1").replace("replicas = [1, 2]", "replicas = 1").replace(
+        "max_batched_tokens = [2048, inf]", "max_batched_tokens = 2048").replace(
+        "batch_size = [8, 32, 128]", "batch_size = [32, 128]").replace(
+        "[options]", '[options]\nlatency_model = "simulated"') + (
+        "[simulation]\nn_requests = 1000\nwarmup = 200\nreplications = 2\nseed = 3\n")
+    runs = {}
+    for policy in ("chunked", "prefill_first"):
+        g = load(tmp_path, text.replace("[options]", f'[options]\nscheduler_policy = "{policy}"'))
+        assert g.options.scheduler_policy == policy
+        run_grid(g, tmp_path / policy)
+        runs[policy] = ds.dataset(tmp_path / policy / "points", partitioning="hive").to_table().to_pandas()
+    both = runs["chunked"].sim_steady & runs["prefill_first"].sim_steady
+    assert both.sum() >= 2
+    assert (runs["prefill_first"].sim_tpot_mean_ms[both] > runs["chunked"].sim_tpot_mean_ms[both]).all()
+    assert (runs["prefill_first"].sim_ttft_mean_ms[both] <= runs["chunked"].sim_ttft_mean_ms[both] * 1.02).all()
+    import json
+
+    assert json.loads((tmp_path / "prefill_first" / "manifest.json").read_text())["scheduler_policy"] == "prefill_first"
+
+
+@pytest.mark.parametrize("options, rule", [
+    ('scheduler_policy = "prefil_first"', "must be one of chunked, prefill_first; did you mean 'prefill_first'"),
+    ('scheduler_policy = "prefill_first"', 'is simulated only (the analytic model follows "chunked")'),
+    ('serving = "dynamic"\nscheduler_policy = "chunked"', "how an iteration-level (continuous) engine"),
+])
+def test_bad_scheduler_policy_is_one_line(tmp_path, capsys, options, rule):
+    text = GRID.replace("[options]\nserving = \"continuous\"", "[options]\n" + options
+                        + ("" if "serving" in options else '\nserving = "continuous"'))
+    if "dynamic" in options:
+        text = ("name = \"d\"\n[grid]\nmodel = \"llama-3.1-8b\"\ngpu = \"h100-sxm\"\narrival_rps = 10\n"
+                "batch_size = 8\nbatch_window_ms = 5\nseq_len = 2048\nslo_ms = 500\n[options]\n" + options + "\n")
+    f = tmp_path / "g.toml"
+    f.write_text(text)
+    assert main(["run", str(f), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "options.scheduler_policy" in err[0] and rule in err[0], err
+    assert not (tmp_path / "out").exists()

@@ -228,6 +228,9 @@ def _parser() -> argparse.ArgumentParser:
     from sweep.cli import deploy
 
     deploy.add_command(sub, command)  # sweep deploy
+    from sweep.cli import predict
+
+    predict.add_command(sub, command)  # sweep predict-benchmark
     return p
 
 
@@ -328,41 +331,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     from sweep.api import explain
     from sweep.catalog import load_catalog
-    from sweep.cli.answers import parse_filters
+    from sweep.cli.answers import parse_filters, run_grid_spec
     from sweep.cli.explain import print_explanation
     from sweep.grid import load
 
     catalog = load_catalog(args.catalog) if args.catalog else None
-    grid = (_run_grid(args.grid, catalog) if args.grid.is_dir()
+    grid = (run_grid_spec(args.grid, catalog) if args.grid.is_dir()
             else load(args.grid, catalog=catalog, allow_outside=args.allow_outside))
     from sweep.runner.progress import compile_cache_dir, enable_compile_cache
 
     enable_compile_cache(compile_cache_dir())  # the point's kernel compiles once, not on every explain
     print_explanation(explain(grid, point_id=args.point, filters=parse_filters(args.filters)))
     return EXIT_OK
-
-
-def _run_grid(run_dir: Path, catalog: Any) -> Any:
-    """`sweep explain RUN_DIR`: the grid a finished run was made from (its text, kept in the
-    manifest), once the folder checks whole."""
-    import tomllib
-
-    from sweep.grid.load import build
-    from sweep.io.published import DamagedRunError, check_run
-
-    manifest = check_run(run_dir)
-    grid = manifest.get("grid")
-    grid = grid if isinstance(grid, dict) else {}
-    text = grid.get("toml")
-    if not text:
-        raise DamagedRunError(f"{run_dir / 'manifest.json'}: keeps no grid text (grid.toml); explain the grid file "
-                              f"instead: sweep explain GRID --point ID")
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise DamagedRunError(f"{run_dir / 'manifest.json'}: grid.toml is not valid TOML ({exc}); explain the "
-                              "grid file instead: sweep explain GRID --point ID") from None
-    return build(doc, source=str(grid.get("file") or run_dir / "manifest.json"), text=text, catalog=catalog)
 
 
 def _cmd_search(args: argparse.Namespace) -> int:

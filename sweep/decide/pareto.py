@@ -6,10 +6,19 @@ user) passes its negation as `latency`. Exact float comparison throughout.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-from jax import Array, lax
+import math
+from typing import TYPE_CHECKING
 
-INF = jnp.inf
+from sweep._lazy import lazy_module
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array, lax
+else:
+    lax = lazy_module("jax.lax")
+    jnp = lazy_module("jax.numpy")
+
+INF = math.inf
 #: Knee scores within this of the best are ties (SPEC 6).
 KNEE_TIE = 1e-9
 

@@ -17,18 +17,24 @@ inside the row (-1 where there is no answer).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax
-import jax.numpy as jnp
-from jax import Array
-
+from sweep._lazy import lazy_module
 from sweep.decide.pareto import columns_sorted, knee_index, pareto_mask, pareto_mask_columns
 from sweep.decide.verdict import counts_for_replicas_min
 from sweep.models.base import Decisions
 
-INF = jnp.inf
+if TYPE_CHECKING:
+    import jax
+    import jax.numpy as jnp
+    from jax import Array
+else:
+    jax = lazy_module("jax")
+    jnp = lazy_module("jax.numpy")
+
+INF = math.inf
 
 #: The private (points, S) mask of `[uncertainty]` (`sweep.engine.plan`): in which of the S
 #: scenarios a point would count for replicas_min. `reduce_chunk` turns it into the bands.

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import jax.numpy as jnp
-from jax import Array
+from sweep._lazy import lazy_module
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+else:
+    jnp = lazy_module("jax.numpy")
+
 
 #: `action` codes; first match wins in this order.
 ACTIONS: tuple[str, ...] = (

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sweep.deploy.memory import Memory, knob_text
+from sweep.deploy.memory import VLLM_MAX_UTILIZATION, Memory, knob_text
 
 ENGINES: tuple[str, ...] = ("vllm", "sglang", "trtllm")
 _NAMES: Mapping[str, str] = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -94,7 +94,15 @@ def _vllm(k: Knobs) -> Launch:
     if k.paged:
         argv += ["--block-size", str(k.block_tokens)]
     u = k.memory.vllm_utilization()
-    value = knob_text(u) if k.memory.fits else None
+    value = knob_text(min(u, VLLM_MAX_UTILIZATION)) if k.memory.fits else None
+    if value is not None and u > VLLM_MAX_UTILIZATION:
+        m = k.memory
+        notes.append(f"the plan fills the GPU (U = {u:.4f} of the catalog's {m.hbm_bytes * 1e-9:g} GB, its reserve "
+                     "being the engine's working memory), and vLLM refuses a share above the memory free at "
+                     f"start-up, so the command gives U = {VLLM_MAX_UTILIZATION:.2f}: on a device reporting exactly "
+                     f"{m.hbm_bytes * 1e-9:g} GB that holds {m.tokens_from_vllm(VLLM_MAX_UTILIZATION):,.0f} of the "
+                     f"modelled {m.kv_capacity_tokens:,.0f} KV tokens; a device that reports more (CUDA counts "
+                     "binary gigabytes, datasheets decimal ones) holds them all; the exact-KV command pins them")
     exact = [*argv, "--kv-cache-memory-bytes", str(k.memory.kv_bytes_pin()), "--port", str(PORTS["vllm"])]
     if value is not None:
         argv += ["--gpu-memory-utilization", value]

@@ -25,7 +25,9 @@ Each engine sizes its cache from a fraction of memory, read the way its source d
   the weights and the engine's buffers (tensorrt_llm/commands/serve.py). `F = C k s / (H - W/g - A)`.
 
 With `A = r H` (the model's reserve taken as the engine's working memory) each knob gives back
-`C` exactly (`tokens_from_*`, the closed-form inverses; tests/test_deploy.py). `r = 0` leaves the
+`C` exactly (`tokens_from_*`, the closed-form inverses; tests/test_deploy.py). vLLM's `U` is
+then the whole GPU, which vLLM refuses; its launch command caps it at `VLLM_MAX_UTILIZATION`
+and says what that holds. `r = 0` leaves the
 engine no working memory: vLLM and TensorRT-LLM then find `A_real` less KV than modelled (the
 memory they measure at start-up), which the deployment says. Each engine also has a flag that
 pins the KV exactly, whatever its working memory: vLLM `--kv-cache-memory-bytes` (per GPU),
@@ -40,6 +42,11 @@ from dataclasses import dataclass
 
 #: Decimals the fraction knobs are printed with (rounded up, so the engine gets at least C).
 KNOB_DECIMALS = 4
+#: The largest `--gpu-memory-utilization` the launch command uses. vLLM refuses to start when
+#: the share it is given exceeds the memory free at start-up ("Free memory on device ... on
+#: startup is less than desired GPU memory utilization"), and the CUDA context alone is not
+#: free; with the reserve as the engine's working memory the plan's U is 1 (the whole GPU).
+VLLM_MAX_UTILIZATION = 0.95
 
 
 @dataclass(frozen=True)

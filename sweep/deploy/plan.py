@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sweep.catalog import Gpu, Model, packaged_catalog
 from sweep.deploy import bench as b
 from sweep.deploy.engines import ENGINES, KV_DTYPES, PORTS, Knobs, launch
-from sweep.deploy.memory import Memory, kv_share
+from sweep.deploy.memory import VLLM_MAX_UTILIZATION, Memory, kv_share
 from sweep.errors import DeployError, did_you_mean
 
 if TYPE_CHECKING:
@@ -112,6 +112,9 @@ class Deployment:
             return (f"No {flag}: the modelled KV does not fit this engine's layout ({parts}); the engine holds about "
                     f"{m.tokens_that_fit:,.0f} tokens a replica, not {m.kv_capacity_tokens:,.0f}.")
         formula = {"vllm": "(W/g + KV + A) / H", "sglang": "(W/g + KV) / H", "trtllm": "KV / (H - W/g - A)"}
+        if self.engine == "vllm" and m.vllm_utilization() > VLLM_MAX_UTILIZATION:
+            return (f"`{flag} {value}`: {formula[self.engine]} = {m.vllm_utilization():.4f} with {parts}, capped at "
+                    f"{VLLM_MAX_UTILIZATION:.2f} so that vLLM starts (see the notes; docs/deploy.md, the memory knob).")
         return (f"`{flag} {value}` = {formula[self.engine]} with {parts}: the engine's KV cache then holds the "
                 f"modelled {m.kv_capacity_tokens:,.0f} tokens (docs/deploy.md, the memory knob).")
 

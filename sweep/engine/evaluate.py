@@ -16,12 +16,11 @@ import functools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
+from sweep._lazy import lazy_module
 from sweep.decide.reduce import RULES_BY_SAMPLE, reduce_chunk
 from sweep.decide.verdict import ACTION_CODE, verdict, within_risk
 from sweep.engine.plan import plan_values
@@ -40,10 +39,18 @@ from sweep.models.base import (
     model_figures,
 )
 
+if TYPE_CHECKING:
+    import jax
+    import jax.numpy as jnp
+else:
+    jax = lazy_module("jax")
+    jnp = lazy_module("jax.numpy")
+
 DEFAULT_CHUNK = 1 << 16
 #: Prefix of the catalog tables that hold the efficiency table's cells (`catalog_tables`).
 CELL_TABLE = "cell:"
-_CAST = {"float64": jnp.float64, "int64": jnp.int64, "bool": jnp.bool_, "dict": jnp.int32}
+#: The dtype each declared memory_dtype is stored as (dictionary codes: int32).
+_CAST = {"float64": "float64", "int64": "int64", "bool": "bool", "dict": "int32"}
 
 
 class ModelContractError(Exception):

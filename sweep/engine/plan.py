@@ -36,18 +36,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import Array
 
-from sweep._numerics import kept_in_memory, over_samples
+from sweep._lazy import lazy_module
 from sweep.decide.reduce import RULES_BY_SAMPLE
 from sweep.decide.verdict import bounded, counts_for_replicas_min, slo_met
 from sweep.grid.uncertainty import UncertaintyOptions
 from sweep.models.base import ServingModel, band_stem
+
+if TYPE_CHECKING:
+    import jax
+    import jax.numpy as jnp
+    from jax import Array
+
+    from sweep import _numerics as numerics
+else:
+    numerics = lazy_module("sweep._numerics")
+    jax = lazy_module("jax")
+    jnp = lazy_module("jax.numpy")
 
 QUANTILES = (5, 50, 95)
 #: Bisection steps of `headroom_rps` in log rate: from [1e-6, 1e9] req/s at worst (a factor
@@ -135,7 +143,7 @@ def uncertainty_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping
     """`p_slo_breach` and the latency bands of ONE point."""
     xs = sample_inputs(x, unc, model, z, zc)
     sampled = sampled_keys(x, unc, model)
-    o = over_samples(lambda q: model.point(q, **kw), {k: v for k, v in x.items() if k not in sampled},
+    o = numerics.over_samples(lambda q: model.point(q, **kw), {k: v for k, v in x.items() if k not in sampled},
                      {k: xs[k] for k in sampled})
     meets = _meets(o, x, model)
     out = {"p_slo_breach": 1.0 - jnp.mean(meets.astype(jnp.float64)),
@@ -164,7 +172,7 @@ def derivative_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[
     stacked vector: the transpose of reading a vector's element is a pad per input, and XLA
     fused the whole backward pass into each of those pads (continuous serving, when measured
     with benchmarks/uncertainty.py: 8.5-9x the plain kernel, against 6.7-7x as scalars). In
-    reverse mode the model runs through `kept_in_memory`, so that its backward pass is not
+    reverse mode the model runs through `numerics.kept_in_memory`, so that its backward pass is not
     recomputed inside each input's derivative (see the module docstring)."""
     names = sensitivity_keys(model, roofline)
     keys = tuple(_source(model, x, k) for k in names)
@@ -173,7 +181,7 @@ def derivative_columns(x: Mapping[str, Array], model: ServingModel, kw: Mapping[
     reverse = model.derivative_mode == "reverse"
     point: Callable[[dict[str, Array]], dict[str, Array]] = functools.partial(model.point, **kw)
     if reverse:  # every value and adjoint used twice kept in memory
-        point = kept_in_memory(point)
+        point = numerics.kept_in_memory(point)
 
     def f(theta: tuple[Array, ...]) -> tuple[Array, Array]:
         q = dict(x)

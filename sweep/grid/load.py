@@ -49,7 +49,10 @@ KV_ALLOCATIONS = ("contiguous", "paged")
 POINTS_MODES = ("all", "feasible", "none")
 TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation",
                   "schedule", "uncertainty", "sensitivity")
-OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction", "engine")
+OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction", "engine",
+               "scheduler_policy")
+#: `[options] scheduler_policy` values (docs/continuous.md, "Engine variants")
+SCHEDULER_POLICIES = ("chunked", "prefill_first")
 PARTITION_KEYS = ("model", "gpu")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -274,7 +277,29 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
         raise GridError(source, "options.kv_allocation", alloc, f"must be one of {', '.join(KV_ALLOCATIONS)}")
     block = _option(raw, "block_tokens", source)
     reserve = _option(raw, "reserve_fraction", source)
-    return Options(serving, lm, alloc, block, float(reserve), _engine(raw, serving, source))
+    return Options(serving, lm, alloc, block, float(reserve), _engine(raw, serving, source),
+                   _scheduler_policy(raw, serving, lm, source))
+
+
+def _scheduler_policy(raw: Mapping[str, Any], serving: str, latency_model: str, source: str) -> str:
+    """`[options] scheduler_policy`: how a continuous engine composes its steps. `prefill_first`
+    is simulated only: the analytic model follows `chunked` (docs/continuous.md)."""
+    if "scheduler_policy" not in raw:
+        return Options.scheduler_policy
+    policy = raw["scheduler_policy"]
+    if not isinstance(policy, str) or policy not in SCHEDULER_POLICIES:
+        raise GridError(source, "options.scheduler_policy", policy,
+                        f"must be one of {', '.join(SCHEDULER_POLICIES)}"
+                        f"{did_you_mean(str(policy).lower(), SCHEDULER_POLICIES)}")
+    if serving != "continuous":
+        raise GridError(source, "options.scheduler_policy", policy,
+                        f'is how an iteration-level (continuous) engine composes a step; serving is "{serving}": '
+                        'set serving = "continuous" or drop scheduler_policy')
+    if policy != "chunked" and latency_model != "simulated":
+        raise GridError(source, "options.scheduler_policy", policy,
+                        f'is simulated only (the analytic model follows "chunked"): set latency_model = '
+                        f'"simulated" (latency_model is "{latency_model}")')
+    return policy
 
 
 def _engine(raw: Mapping[str, Any], serving: str, source: str) -> str:

@@ -37,6 +37,9 @@ class Options:
     #: the serving engine `sweep.deploy` writes launch and benchmark commands for
     #: (`serving = "continuous"`): vllm | sglang | trtllm
     engine: str = "vllm"
+    #: how a continuous engine composes a step (docs/continuous.md, "Engine variants"):
+    #: chunked | prefill_first
+    scheduler_policy: str = "chunked"
 
 
 @dataclass(frozen=True)

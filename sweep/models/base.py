@@ -29,13 +29,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-from jax import Array
 
 from sweep._domain import Domain
 from sweep.catalog import Gpu, Model
 from sweep.catalog._efficiency import TP_BINS, packaged_efficiencies
 from sweep.models.shared.roofline import PCIE_ALPHA_S, PCIE_LINK_BYTES_PER_S
 from sweep.models.views import Views
+
+if TYPE_CHECKING:
+    from jax import Array
 
 if TYPE_CHECKING:  # the grid layer builds specs from models; models only read them
     from sweep.grid.spec import GridSpec

@@ -54,9 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
-import jax.numpy as jnp
-from jax import Array
-
+from sweep._lazy import lazy_module
 from sweep.errors import GridError
 from sweep.models import base
 from sweep.models.base import (
@@ -75,9 +73,14 @@ from sweep.models.base import (
 from sweep.models.shared.sojourn import Sojourn, sum_quantile, union_bound
 
 if TYPE_CHECKING:
-    from sweep.grid.spec import GridSpec
+    import jax.numpy as jnp
+    from jax import Array
 
-INF = jnp.inf
+    from sweep.grid.spec import GridSpec
+else:
+    jnp = lazy_module("jax.numpy")
+
+INF = math.inf
 #: Private keys of the link: a stage's output (min. time between its departures at one
 #: replica) and the second stage's input (min. time between its arrivals at one replica), ms.
 DEPARTURE_GAP = "_departure_gap_ms"

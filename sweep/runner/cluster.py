@@ -47,11 +47,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
-
-import jax
+from typing import TYPE_CHECKING, Any
 
 from sweep._faults import active
+from sweep._lazy import lazy_module
 from sweep._version import __version__
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
 from sweep.errors import OutputError, ResourceError, SweepError
@@ -62,6 +61,11 @@ from sweep.runner.executors import Executor, SegmentRun
 from sweep.runner.identity import engine_digest, isa_tag, machine
 from sweep.runner.progress import enable_compile_cache
 from sweep.runner.segment import SegmentWriter
+
+if TYPE_CHECKING:
+    import jax
+else:
+    jax = lazy_module("jax")
 
 #: The most points per segment (one task) on a cluster, unless `--segment-points` says
 #: otherwise: a large grid makes more tasks than `CLUSTER_TASKS` rather than longer ones.

@@ -236,8 +236,19 @@ def enable_compile_cache(path: str | None) -> None:
     """Persist JAX compilations across runs in `path` (None: leave JAX's default, off).
 
     JAX opens its cache once, at the first compilation after the folder is set, and keeps
-    writing there; moving to another folder therefore drops the open cache first."""
+    writing there; moving to another folder therefore drops the open cache first. Before
+    JAX is imported (a command that may find its answers on disk and never compile) the
+    settings go to the environment variables JAX reads when it starts, so that nothing
+    imports JAX only to configure it."""
     if not path:
+        return
+    import sys
+
+    if "jax" not in sys.modules:
+        import os
+
+        os.environ.update({"JAX_COMPILATION_CACHE_DIR": str(path), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
         return
     import jax
     from jax._src import compilation_cache

@@ -21,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax
 import numpy as np
 import pyarrow.parquet as pq
 
+from sweep._lazy import lazy_module
 from sweep._version import __version__
 from sweep.decide.schedule import ROW_FACTS, schedule_table
 from sweep.decide.verdict import ACTIONS
@@ -42,6 +42,11 @@ from sweep.runner.executors import Executor, InProcess
 from sweep.runner.identity import isa_tag, run_inputs
 from sweep.runner.memory import plan_memory
 from sweep.runner.segment import SegmentWriter
+
+if TYPE_CHECKING:
+    import jax
+else:
+    jax = lazy_module("jax")
 
 #: The replica schedule's file (grids with [schedule], SPEC 12).
 SCHEDULE_FILE = "schedule.parquet"
@@ -101,6 +106,7 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
         "serving": spec.options.serving,
         "latency_model": spec.options.latency_model,
         "kv_allocation": spec.options.kv_allocation,
+        "scheduler_policy": spec.options.scheduler_policy,
     }
 
 

@@ -56,11 +56,30 @@ Conventions SPEC 10 leaves open, and why
   dropped and nothing runs) is not a step: no time passes, no noise draw is used.
 * Engine idle at time 0: the first step starts at the first arrival.
 
+Engine variants (docs/continuous.md, "Engine variants"): ``scheduler_policy =
+"prefill_first"`` (a step with prompt tokens pauses every decoder), ``scheduler_steps = k``
+(decisions every k steps; decode-only steps in between; the finished leave at the next
+decision) and ``kv_admission = "on_demand"`` (blocks as tokens are cached; the most recently
+admitted sequence is preempted and recomputes its prompt plus its generated tokens). The
+defaults are the base scheduler above.
+
+Prompts already cached (``cached=True``; the decode pool of disaggregated serving,
+SPEC 11): a request arrives with its first token emitted and its ``P`` prompt tokens in
+KV. Queueing, admission and its reservation ``P + O`` are rules 1-2 unchanged; once
+admitted it is a decoding sequence (``prefilled = P``, ``emitted = 1``), so rule 3 gives
+it one token per step from its admission step, rule 4 counts ``P`` plus the tokens emitted
+before the step, and rule 5 makes it leave at the end of the step that emits token ``O``.
+Every ``O`` must be >= 2 (an O = 1 request never reaches a decode pool). Its ``first_s``
+(and its first ``token_s``) is its arrival (the first token is in hand when it arrives), so
+``ttft_s`` is 0 and ``tpot_s`` = (finish - arrival) / (O - 1). Defined with
+``kv_admission = "reserve"`` only.
+
 Measurement (SPEC 10, "Measurement conventions") is in :func:`measure`.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -71,11 +90,31 @@ ADMITTED, DROPPED, REJECTED = 0, 1, 2
 @dataclass
 class _Seq:
     req: int
-    prompt: int
-    output: int
-    reserve: int
-    prefilled: int = 0
-    emitted: int = 0
+    prompt: int  # P
+    output: int  # O
+    reserve: int  # KV tokens reserved at admission (reserve mode)
+    order: int  # admission order of its first admission (preempted sequences keep it)
+    prefilled: int = 0  # prompt tokens cached of `target`
+    emitted: int = 0  # tokens emitted so far (kept across a preemption)
+    target: int = 0  # tokens to prefill: P, or P + g when it recomputes after a preemption at g tokens
+    base: int = 0  # tokens emitted when `target` was set (0, or g)
+    finished: bool = False
+
+    def decoding(self) -> bool:
+        return self.prefilled == self.target and not self.finished
+
+    def cached(self) -> int:
+        """KV tokens it holds between steps (rule 4: the last emitted token is not cached yet)."""
+        if self.prefilled < self.target:
+            return self.prefilled
+        return self.target + self.emitted - self.base - 1
+
+    def need(self, chunk: int) -> int:
+        """KV tokens it holds once a step giving it `chunk` prompt tokens (or, decoding, one
+        decode token when `chunk` is 0) has written them."""
+        if self.prefilled < self.target:
+            return self.prefilled + chunk
+        return self.target + self.emitted - self.base
 
 
 @dataclass
@@ -90,14 +129,18 @@ class Result:
     ttft_s: list[float]
     tpot_s: list[float]  # nan for O = 1 (no value) and for requests not admitted
     e2e_s: list[float]
+    preempted: list[int] = field(default_factory=list)  # times preempted (kv_admission = "on_demand")
+    recomputed: list[int] = field(default_factory=list)  # cached tokens freed by its preemptions
+    token_s: list[list[float]] = field(default_factory=list)  # each emitted token's time (ITL = their gaps)
     step_start: list[float] = field(default_factory=list)
     step_dur: list[float] = field(default_factory=list)
     step_tok: list[int] = field(default_factory=list)  # n_tok
     step_prefill: list[int] = field(default_factory=list)  # prompt tokens in n_tok
     step_ctx: list[int] = field(default_factory=list)  # n_ctx
     step_running: list[int] = field(default_factory=list)  # running after admission
-    step_reserved: list[int] = field(default_factory=list)  # reserved KV tokens
+    step_reserved: list[int] = field(default_factory=list)  # reserved KV tokens (on demand: held blocks' tokens)
     step_emitted: list[int] = field(default_factory=list)  # tokens emitted at its end
+    arrival_s: list[float] = field(default_factory=list)  # when each request was sent (closed loop: set by the run)
 
 
 def reservation(prompt: int, output: int, block_tokens: int) -> int:
@@ -106,76 +149,196 @@ def reservation(prompt: int, output: int, block_tokens: int) -> int:
     return -(-(int(prompt) + int(output)) // b) * b
 
 
+def _blocks(tokens: float, block_tokens: int) -> int:
+    return -(-int(tokens) // int(block_tokens))
+
+
+POLICIES = ("chunked", "prefill_first")
+KV_ADMISSIONS = ("reserve", "on_demand")
+
+
 def simulate(
     arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_capacity=math.inf,
     block_tokens=1, queue_capacity=math.inf, t_fixed, t_token, t_ctx=0.0, service_cv=0.0,
-    z=None, vllm_admission=False,
+    z=None, vllm_admission=False, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve",
+    clients=None, think_s=None, cached=False,
 ) -> Result:
     """Run one replication. ``arrivals`` sorted seconds; ``prompt``/``output`` integers
-    >= 1; ``z`` standard normals, one per step (needed only when ``service_cv > 0``)."""
-    a = [float(x) for x in arrivals]
-    n = len(a)
+    >= 1; ``z`` standard normals, one per step (needed only when ``service_cv > 0``).
+    ``scheduler_policy``, ``scheduler_steps`` and ``kv_admission`` are the engine variants
+    of the module docstring; their defaults are the base scheduler.
+
+    ``clients = c`` (an integer >= 1) makes the arrivals completion-driven (a closed loop,
+    SPEC 10.1 ``workload = "closed"``, and `vllm bench serve --max-concurrency c`): request
+    ``j`` is sent at ``max(arrivals[j], the time a client is free)``, clients taken in
+    request order as they become free (FIFO, like the benchmark's semaphore); a client is
+    free at the start, and again ``think_s[j]`` seconds (default 0) after its request ``j``
+    finishes, or at once when ``j`` is dropped or rejected. ``arrivals`` are then the earliest
+    send times (all 0: a pure closed loop; Poisson times: `--request-rate` under a
+    concurrency limit), and ``Result.arrival_s`` the send times. ``cached``: prompts already
+    cached (module docstring; every output >= 2, reserve admission only)."""
+    if cached and (kv_admission != "reserve" or any(int(x) < 2 for x in output)):
+        raise ValueError("cached prompts need kv_admission = 'reserve' and every output >= 2")
+    if scheduler_policy not in POLICIES or kv_admission not in KV_ADMISSIONS or int(scheduler_steps) < 1:
+        raise ValueError(f"scheduler_policy {scheduler_policy!r}, kv_admission {kv_admission!r}, "
+                         f"scheduler_steps {scheduler_steps!r}: see POLICIES, KV_ADMISSIONS, steps >= 1")
+    gen = [float(x) for x in arrivals]
+    n = len(gen)
+    closed = clients is not None
+    a = [math.inf] * n if closed else gen
+    free: list[float] = [-math.inf] * int(clients) if closed else []  # a heap of the times clients are free
+    think = [0.0] * n if think_s is None else [float(x) for x in think_s]
+    sent = 0  # requests sent so far (closed loop)
+
+    def send(until: float) -> None:
+        """Send, in request order, every request whose send time is <= until: exact, as every
+        client free time <= until is known by then (a finish at a step end is known at it)."""
+        nonlocal sent
+        while closed and sent < n and free and max(gen[sent], free[0]) <= until:
+            a[sent] = max(gen[sent], heapq.heappop(free))
+            sent += 1
+
+    def next_send() -> float:
+        return max(gen[sent], free[0]) if closed and sent < n and free else math.inf
+
     big_n, big_m = int(cap), float(max_batched_tokens)
     big_c, big_k = float(kv_capacity), float(queue_capacity)
+    on_demand, k_steps, b = kv_admission == "on_demand", int(scheduler_steps), int(block_tokens)
+    c_blocks = math.floor(big_c / b) if math.isfinite(big_c) else math.inf
     s2 = math.log1p(service_cv * service_cv)
     sig, mu = math.sqrt(s2), -0.5 * s2
     inf = math.inf
     res = Result([ADMITTED] * n, [-1] * n, [inf] * n, [inf] * n, [inf] * n, [inf] * n,
-                 [math.nan] * n, [inf] * n)
-    waiting: deque[int] = deque()
-    running: list[_Seq] = []
+                 [math.nan] * n, [inf] * n, [0] * n, [0] * n, [[] for _ in range(n)])
+    waiting: deque[int | _Seq] = deque()  # request ids, and preempted sequences at the head
+    running: list[_Seq] = []  # in admission order
     reserved = 0
+    admitted = 0
+    window = 0  # steps left in the current multi-step window (0: the next step is a decision)
     t = -inf  # end of the last step
     i = 0  # next arrival to join or drop
     k = 0  # steps so far
+
+    def held_blocks() -> int:
+        return sum(_blocks(q.cached(), b) for q in running)
+
+    def compose() -> tuple[dict[int, int], list[_Seq], list[_Seq]]:
+        """(prompt chunk per request, decoding sequences in the step, sequences the step pauses)."""
+        live = [q for q in running if not q.finished]
+        decoding = [q for q in live if q.decoding()]
+        prefilling = [q for q in live if q.prefilled < q.target]
+        if window > 0:  # inside a multi-step window: decode tokens only, no prompt chunk
+            return {}, decoding, prefilling
+        if scheduler_policy == "prefill_first" and prefilling:
+            budget, paused, decoding = big_m, decoding, []
+        else:
+            budget, paused = big_m - len(decoding), []
+        chunk = {}
+        for q in prefilling:
+            c = int(min(q.target - q.prefilled, budget))
+            budget -= c
+            chunk[q.req] = c
+        return chunk, decoding, paused
+
+    def lookahead(q: _Seq) -> int:
+        """Extra KV tokens a decoding sequence writes in the rest of a window it starts."""
+        return min(k_steps, q.output - q.emitted) - 1 if k_steps > 1 else 0
+
     while True:
         if not running and not waiting:
             if i >= n:
                 break
-            s = max(t, a[i])  # idle: the next arrival (or one that came during the last step)
+            nxt = a[i] if i < sent or not closed else next_send()
+            if math.isinf(nxt):  # pragma: no cover - a closed loop always has a free client when idle
+                break
+            s = max(t, nxt)  # idle: the next arrival (or one that came during the last step)
         else:
             s = t
+        send(s)
         while i < n and a[i] <= s:  # arrivals in time for this step join (or are dropped)
-            if len(waiting) >= big_k:
+            if big_k < inf and sum(1 for w in waiting if isinstance(w, int)) >= big_k:
                 res.status[i] = DROPPED
+                if closed:
+                    heapq.heappush(free, a[i])
             else:
                 waiting.append(i)
             i += 1
-        # admission from the head, FCFS, no skipping
-        while waiting:
-            j = waiting[0]
-            r = reservation(prompt[j], output[j], block_tokens)
-            if r > big_c:
-                res.status[j] = REJECTED
-                waiting.popleft()
-                continue
-            if len(running) >= big_n or r > big_c - reserved:
-                break
-            if vllm_admission:
-                n_dec = sum(1 for q in running if q.prefilled == q.prompt)
-                pending = sum(q.prompt - q.prefilled for q in running)
-                if big_m - n_dec - pending <= 0:
+        if window == 0:  # a decision: the finished leave, then admission from the head, FCFS, no skipping
+            for q in running:
+                if q.finished:
+                    reserved -= q.reserve
+            running = [q for q in running if not q.finished]
+            claimed = 0  # on demand: blocks of the first chunks admitted in this pass
+            while waiting:
+                w = waiting[0]
+                back, j = (w, w.req) if isinstance(w, _Seq) else (None, w)
+                r = reservation(prompt[j], output[j], b)
+                if back is None and r > big_c:
+                    res.status[j] = REJECTED
+                    waiting.popleft()
+                    if closed:
+                        heapq.heappush(free, s)
+                    continue
+                if len(running) >= big_n:
                     break
-            waiting.popleft()
-            running.append(_Seq(j, int(prompt[j]), int(output[j]), r))
-            reserved += r
-            res.admit_step[j], res.admit_s[j] = k, s
-        if not running:
-            t = s
-            continue
-        # tokens of this step (rule 3)
-        decoding = [q for q in running if q.prefilled == q.prompt]
-        budget = big_m - len(decoding)
-        chunk = {}
-        for q in running:
-            if q.prefilled < q.prompt:
-                c = int(min(q.prompt - q.prefilled, budget))
-                budget -= c
-                chunk[q.req] = c
+                if on_demand:
+                    left = back.target - back.prefilled if back is not None else int(prompt[j])
+                    first = _blocks(min(left, big_m), b)
+                    if first > c_blocks - held_blocks() - claimed:
+                        break
+                    claimed += first
+                elif r > big_c - reserved:
+                    break
+                if vllm_admission:
+                    n_dec = sum(1 for x in running if x.decoding())
+                    pending = sum(x.target - x.prefilled for x in running)
+                    if big_m - n_dec - pending <= 0:
+                        break
+                waiting.popleft()
+                if back is None:
+                    back = _Seq(j, int(prompt[j]), int(output[j]), 0 if on_demand else r, admitted,
+                                target=int(prompt[j]))
+                    admitted += 1
+                    res.admit_step[j], res.admit_s[j] = k, s
+                    if cached:  # prompt in KV, first token emitted before arrival
+                        back.prefilled, back.emitted = back.target, 1
+                        res.first_s[j] = a[j]
+                        res.token_s[j].append(a[j])
+                    reserved += back.reserve
+                running.append(back)  # admission order: a readmitted sequence is the most recent
+        chunk, decoding, paused = compose()
+        if on_demand and window == 0:  # preempt the most recently admitted until the step fits
+            while True:
+                need = sum(_blocks(q.need(chunk.get(q.req, 0)) + (lookahead(q) if q in decoding else 0), b)
+                           for q in running if q not in paused) + sum(_blocks(q.cached(), b) for q in paused)
+                if need <= c_blocks or len(running) <= 1:
+                    break
+                victim = running.pop()
+                res.preempted[victim.req] += 1
+                res.recomputed[victim.req] += victim.cached()
+                victim.target, victim.base = victim.prompt + victim.emitted, victim.emitted
+                victim.prefilled = 0
+                pos = 0
+                while pos < len(waiting):
+                    ahead = waiting[pos]
+                    if not isinstance(ahead, _Seq) or ahead.order > victim.order:
+                        break
+                    pos += 1
+                waiting.insert(pos, victim)
+                chunk, decoding, paused = compose()
+        if not chunk and not decoding:
+            if not running:
+                t = s
+                continue
+            if window > 0:  # nothing left to decode in the window: decide now
+                window = 0
+                continue
+        # n_ctx (rule 4): cache held once this step's tokens are written, paused sequences apart
         n_prefill = sum(chunk.values())
         n_tok = len(decoding) + n_prefill
-        # rule 4: cache held once this step's tokens are written
-        n_ctx = sum(q.prefilled + chunk.get(q.req, 0) + q.emitted for q in running)
+        stepping = [q for q in running if q not in paused and not q.finished
+                    and (q in decoding or q.req in chunk or q.prefilled < q.target)]
+        n_ctx = sum(q.need(chunk.get(q.req, 0)) for q in stepping)
         mult = math.exp(mu + sig * z[k]) if service_cv > 0.0 else 1.0
         dur = (t_fixed + t_token * n_tok + t_ctx * n_ctx) * mult
         end = s + dur
@@ -184,30 +347,40 @@ def simulate(
         res.step_tok.append(n_tok)
         res.step_prefill.append(n_prefill)
         res.step_ctx.append(n_ctx)
-        res.step_running.append(len(running))
-        res.step_reserved.append(reserved)
-        # rule 5: emissions and departures at the step end
+        res.step_running.append(sum(1 for q in running if not q.finished))
+        res.step_reserved.append(held_blocks() * b if on_demand else reserved)
+        # rule 5: emissions at the step end; the finished leave at the next decision
         emitted = 0
-        still = []
+        window_starts = window == 0
+        for q in decoding:
+            q.emitted += 1
+            emitted += 1
+            res.token_s[q.req].append(end)
         for q in running:
-            if q.prefilled == q.prompt:  # decoding
-                q.emitted += 1
-                emitted += 1
-            else:
-                q.prefilled += chunk[q.req]
-                if q.prefilled == q.prompt:  # prefill completed: first token
-                    q.emitted = 1
+            c = chunk.get(q.req, 0)
+            if c:
+                q.prefilled += c
+                if q.prefilled == q.target:  # prefill (or a recomputation) completed: the next token
+                    q.emitted += 1
                     emitted += 1
-                    res.first_s[q.req] = end
-            if q.emitted == q.output:
+                    res.token_s[q.req].append(end)
+                    if res.first_s[q.req] == inf:
+                        res.first_s[q.req] = end
+        for q in running:
+            if not q.finished and q.emitted == q.output:
+                q.finished = True
                 res.finish_s[q.req] = end
-                reserved -= q.reserve
-            else:
-                still.append(q)
-        running = still
+                if closed:
+                    heapq.heappush(free, end + think[q.req])
         res.step_emitted.append(emitted)
+        if window_starts:
+            decode_window = not (scheduler_policy == "prefill_first" and n_prefill > 0)
+            window = k_steps - 1 if decode_window else 0
+        else:
+            window -= 1
         t = end
         k += 1
+    res.arrival_s = list(a)
     for j in range(n):
         if res.status[j] == ADMITTED:
             res.ttft_s[j] = res.first_s[j] - a[j]

@@ -28,10 +28,16 @@ were 99% within target, 124/125), so it is not part of the rule.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax.numpy as jnp
-from jax import Array
+from sweep._lazy import lazy_module
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+else:
+    jnp = lazy_module("jax.numpy")
+
 
 #: The cap counts as saturated when the mean running count reaches this share of the slots.
 RUNNING_SHARE_MAX = 0.9

@@ -31,10 +31,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import jax.numpy as jnp
 import numpy as np
-from jax import Array
 
+from sweep._lazy import lazy_module
 from sweep.errors import GridError
 from sweep.models import base
 from sweep.models.base import (
@@ -52,7 +51,6 @@ from sweep.models.base import (
     planning_columns,
 )
 from sweep.models.continuous import confidence
-from sweep.models.continuous.analytic import cb_point, cb_state
 from sweep.models.continuous.confidence import analytic_trusted
 from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
 from sweep.models.continuous.views import VIEWS
@@ -61,9 +59,16 @@ from sweep.models.shared import roofline as rl
 from sweep.models.views import Views
 
 if TYPE_CHECKING:
-    from sweep.grid.spec import GridSpec, SimulationOptions
+    import jax.numpy as jnp
+    from jax import Array
 
-INF = jnp.inf
+    from sweep.grid.spec import GridSpec, SimulationOptions
+    from sweep.models.continuous import analytic
+else:
+    jnp = lazy_module("jax.numpy")
+    analytic = lazy_module("sweep.models.continuous.analytic")
+
+INF = math.inf
 MS = 1e3
 
 DOMAINS: dict[str, Domain] = {
@@ -441,7 +446,7 @@ class ContinuousModel(ServingModel):
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
         """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
         per point for `[sensitivity]`'s derivative program (see `ServingModel.presolve`)."""
-        td, tp = cb_state(*self._engine(x, **static)["args"])
+        td, tp = analytic.cb_state(*self._engine(x, **static)["args"])
         return {STATE_TD: td, STATE_TP: tp}
 
     def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
@@ -451,7 +456,7 @@ class ContinuousModel(ServingModel):
         gpus, weights, roof, tf, tt, tc, lam, free, c_tok, mem_ok = (
             e[k] for k in ("gpus", "weights", "roof", "tf", "tt", "tc", "lam", "free", "c_tok", "mem_ok"))
         state = (x[STATE_TD], x[STATE_TP]) if STATE_TD in x else None
-        r = cb_point(*e["args"], state=state)
+        r = analytic.cb_point(*e["args"], state=state)
         stable = r["stable"] & mem_ok
         rho = jnp.where(r["capacity_rps"] > 0, lam / jnp.where(r["capacity_rps"] > 0, r["capacity_rps"], 1.0), INF)
 
@@ -514,7 +519,8 @@ class ContinuousModel(ServingModel):
             return None
         return ContinuousSimulation(spec.simulation, decides=self.needs_host_pass,
                                     paged=spec.options.kv_allocation == "paged",
-                                    block_tokens=float(spec.options.block_tokens))
+                                    block_tokens=float(spec.options.block_tokens),
+                                    scheduler_policy=spec.options.scheduler_policy)
 
 
 class SimulatedContinuous(ContinuousModel):
@@ -533,8 +539,10 @@ class SimulatedContinuous(ContinuousModel):
 class ContinuousSimulation(HostPass):
     """The iteration-level simulator (`sweep.models.continuous.sim`) on one chunk's points."""
 
-    def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float) -> None:
+    def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float,
+                 scheduler_policy: str = "chunked") -> None:
         self.options = options
+        self.scheduler_policy = scheduler_policy
         self.decides = decides
         self.block = block_tokens if paged else 1.0
         self.trace = np.asarray(options.trace_times) if options.trace_times else None
@@ -557,7 +565,7 @@ class ContinuousSimulation(HostPass):
         }
         settings = CBSimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
         sim = simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
-                                  scenario_ids=cols["point_id"][:n])
+                                  scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy)
         pad = np.minimum(np.arange(len(cols["point_id"])), n - 1)
         sim = {k: np.asarray(v)[pad] for k, v in sim.items()}
         steady = sim["stable"].astype(bool) & cols["mem_ok"]

@@ -119,12 +119,14 @@ from sweep.errors import SweepError
 
 __all__ = [
     "PARAM_KEYS",
+    "SCHEDULER_KEYS",
     "CBSimSettings",
     "CBSimulationError",
     "lengths",
     "percentile_tag",
     "replication_draws",
     "simulate_continuous",
+    "simulate_jobs",
     "simulate_requests",
     "step_normals",
     "student_t975",
@@ -235,14 +237,25 @@ def _prefix_sums(x):
 
 
 def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int, record: int,
-         max_iters: jax.Array, n_lanes: int) -> _Out:
+         max_iters: jax.Array, n_lanes: int, prefill_first: bool = False, cached: bool = False) -> _Out:
     """Simulate J jobs (replications) on ``n_lanes`` (static, <= J) lanes. ``a``,
     ``prompt``, ``output`` float64[J, n] (sorted arrivals, integer-valued lengths); ``p``
     float64[J] per job; ``noise(job, ks)`` -> float64[B] the standard normals of steps
     ``ks`` (int32[B]) of one job (int32 scalar); ``t0``/``t1`` float64[J] the measurement
     span. Static: ``slots`` a power of two >= every job's cap (running sequences);
     ``block`` the steps of noise a lane holds at a time; ``record``
-    per-step records kept for lane 0's first job (0 = none).
+    per-step records kept for lane 0's first job (0 = none); ``prefill_first``: the
+    scheduler policy of that name (a step with prompt tokens carries no decode token);
+    ``cached``: prompts arrive already cached (see :func:`simulate_requests`; every
+    ``output >= 2``): an admitted request goes straight to the decoding table (departure at
+    decode step ``kd + O - 2``, ``kd`` the decode clock when it is admitted), its cache
+    ``P + 1`` (prompt and first token) joins the running sum, and the first column of ``fs``
+    holds its admission time.
+
+    Departures are kept on the *decode clock* ``kd``, the steps that carried every decoding
+    sequence's token: every step under ``chunked`` (``kd == k``), the steps without prompt
+    tokens under ``prefill_first``. A sequence whose prefill completes when ``kd`` steps
+    have decoded emits its last token at the end of decode step ``kd + O - 2``.
 
     A lane that finishes its job takes the next one (a work queue). One loop iteration
     handles, per lane, in SPEC order: the step start (phase 0); up to ``_ARR_WINDOW``
@@ -265,7 +278,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
     zero_f = jnp.zeros(n_lanes, f64)
     inf_l = jnp.full(n_lanes, jnp.inf)
     fresh = dict(  # a lane's scalar state at the start of a job
-        k=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
+        k=zero_i, kd=zero_i, t=jnp.full(n_lanes, -jnp.inf), start=zero_f, ph=zero_i, h=zero_i, ia=zero_i,
         q=zero_i, dlo=jnp.full(n_lanes, -1, i32), dhi=jnp.full(n_lanes, -1, i32),
         running=zero_i, n_adm=zero_i, pf=zero_i, reserved=zero_f, cache=zero_f,
         adm_tok=zero_f, pre_tok=zero_f, nb=inf_l, nj=zero_f, np_=zero_f, no=zero_f,
@@ -409,21 +422,32 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         ok, over, _, r = resolvable(h, ha, hp, ho, s["running"], s["reserved"])
         can = adm_ok & ok
         adm = can & ~over  # a rejection (over) needs no write: status is derived
-        adm_tok = s["adm_tok"] + jnp.where(adm, hp, 0.0)
-        row = jnp.stack([adm_tok, h.astype(f64), hp, ho], axis=1)
-        (s["ring"],) = _lane_set([(s["ring"], (lane, s["n_adm"] & (slots - 1)), row, adm)],
-                                 n_lanes)
         if record:
             putj("admit_s", h, start, adm)
-        first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
-        s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
-        s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
-        s["np_"] = jnp.where(first_rank, hp, s["np_"])
-        s["no"] = jnp.where(first_rank, ho, s["no"])
-        s["adm_tok"] = adm_tok
+        if cached:  # no prefill: straight to the decoding table, token 2 at step k's end
+            d_adm = s["kd"] + ho.astype(i32) - 2
+            slot = jnp.argmax(s["dep"] == big, axis=1).astype(i32)
+            hot = adm[:, None] & (jnp.arange(slots, dtype=i32)[None, :] == slot[:, None])
+            s["dep"] = jnp.where(hot, d_adm[:, None], s["dep"])
+            s["pay_c"] = jnp.where(hot, (hp + ho).astype(i64)[:, None], s["pay_c"])
+            s["pay_r"] = jnp.where(hot, r.astype(i64)[:, None], s["pay_r"])
+            s["cache"] = s["cache"] + jnp.where(adm, hp + 1.0, 0.0)
+            later.append(("fs", (job, h), jnp.stack([start, d_adm.astype(f64)], axis=1),
+                          adm & (job < n_jobs)))
+        else:
+            adm_tok = s["adm_tok"] + jnp.where(adm, hp, 0.0)
+            row = jnp.stack([adm_tok, h.astype(f64), hp, ho], axis=1)
+            (s["ring"],) = _lane_set([(s["ring"], (lane, s["n_adm"] & (slots - 1)), row, adm)],
+                                     n_lanes)
+            first_rank = adm & (s["n_adm"] == s["pf"])  # it is the next prefill to complete
+            s["nb"] = jnp.where(first_rank, adm_tok, s["nb"])
+            s["nj"] = jnp.where(first_rank, h.astype(f64), s["nj"])
+            s["np_"] = jnp.where(first_rank, hp, s["np_"])
+            s["no"] = jnp.where(first_rank, ho, s["no"])
+            s["adm_tok"] = adm_tok
+            s["n_adm"] = s["n_adm"] + adm.astype(i32)
         s["running"] = s["running"] + adm.astype(i32)
         s["reserved"] = s["reserved"] + jnp.where(adm, r, 0.0)
-        s["n_adm"] = s["n_adm"] + adm.astype(i32)
         s["q"] = s["q"] - can.astype(i32)
         h, ha, hp, ho = head(h + can.astype(i32))
         s["h"] = h
@@ -438,22 +462,31 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         running = s["running"].astype(f64)
         n_pre = s["n_adm"] - s["pf"]
         n_dec = running - n_pre.astype(f64)
-        chunk = jnp.where(run & (n_pre > 0), jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec),
-                          0.0)
+        if prefill_first:  # a step with prompt tokens pauses every decoder, and has the whole budget
+            prefilling = run & (n_pre > 0)
+            chunk = jnp.where(prefilling, jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget), 0.0)
+            n_dec = jnp.where(prefilling, 0.0, n_dec)
+        else:
+            chunk = jnp.where(run & (n_pre > 0), jnp.minimum(s["adm_tok"] - s["pre_tok"], p.budget - n_dec),
+                              0.0)
         decode = run & (n_pre == 0)  # a pure-decode step: it may run on
         n_tok = n_dec + chunk
-        ctx0 = s["cache"] + chunk
+        held0 = s["cache"] + chunk  # the KV held once the step's tokens are written
+        if prefill_first:  # ... of which the step reads the prefilling sequences' only
+            ctx0 = jnp.where(n_pre > 0, s["pre_tok"] - (s["nb"] - s["np_"]) + chunk, held0)
+        else:
+            ctx0 = held0
         alpha = p.t_fixed + p.t_token * n_tok + p.t_ctx * ctx0  # step i of the run lasts
         beta = p.t_ctx * n_dec  # (alpha + beta i) m_i
-        l_dep = jnp.minimum(jnp.min(s["dep"], axis=1) - k, _L_CAP - 1) + 1  # the next departure
+        l_dep = jnp.minimum(jnp.min(s["dep"], axis=1) - s["kd"], _L_CAP - 1) + 1  # the next departure
         # the run stops before the first step that starts at or after tau: the head's
         # arrival when it could then be resolved, and the measurement span's ends
         tau_h = jnp.where((h < n) & (over2 | fits2) & (ha > start), ha, jnp.inf)
         tau_s = jnp.where(start < t0, t0, jnp.where(start <= t1, jnp.nextafter(t1, jnp.inf), jnp.inf))
         tau = jnp.minimum(tau_h, tau_s)
         l_max = jnp.minimum(l_dep, _L_CAP)
-        (run, empty, decode, running, n_dec, chunk, n_tok, ctx0, alpha, beta, tau,
-         l_max) = pin(s, run, empty, decode, running, n_dec, chunk, n_tok, ctx0, alpha,
+        (run, empty, decode, running, n_dec, chunk, n_tok, ctx0, held0, alpha, beta, tau,
+         l_max) = pin(s, run, empty, decode, running, n_dec, chunk, n_tok, ctx0, held0, alpha,
                       beta, tau, l_max)
 
         def f_det(i):  # start offset of step i of the run, no noise
@@ -522,7 +555,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         f_last = jnp.where(n_run == 1, 0.0, f_last)
         end = start + f_run
         s_last = start + f_last
-        ctx_last = ctx0 + n_dec * (ln - 1.0)
+        ctx_last = held0 + n_dec * (ln - 1.0)  # held, paused sequences included
         # statistics over [t0, t1]: a run starting before t0 stops at the first step that
         # starts at or after it, one starting inside at the first that starts after t1, so
         # only its last step can cross either end
@@ -530,8 +563,8 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         before = run & (start < t0)
         ov_last = jnp.maximum(0.0, jnp.minimum(end, t1) - jnp.maximum(s_last, t0))
         ov_in = jnp.minimum(end, t1) - start
-        ctx_dur = jnp.where(n_run == 1, ctx0 * f_run,
-                            ctx0 * alpha * g0 + (ctx0 * beta + n_dec * alpha) * g1 + n_dec * beta * g2)
+        ctx_dur = jnp.where(n_run == 1, held0 * f_run,
+                            held0 * alpha * g0 + (held0 * beta + n_dec * alpha) * g1 + n_dec * beta * g2)
         cached_in = ctx_dur - ctx_last * jnp.maximum(0.0, end - t1)
         end_in = (end >= t0) & (end <= t1)
         ov = jnp.where(inside, ov_in, jnp.where(before, ov_last, 0.0))
@@ -564,21 +597,23 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         s["t"] = jnp.where(run, end, jnp.where(empty, start, s["t"]))
         k = k + jnp.where(run, n_run, 0)
         s["k"] = k
+        decoded = run & (n_dec > 0) if prefill_first else run  # the decode clock moved
+        s["kd"] = s["kd"] + jnp.where(decoded, n_run, 0)
         s["pre_tok"] = s["pre_tok"] + chunk
         s["cache"] = s["cache"] + jnp.where(run, chunk + n_dec * ln, 0.0)
         s["ph"] = jnp.where(run, 2, jnp.where(empty, 0, s["ph"]))
-        run, end, k = pin(s, run, end, k)
+        run, end, k, decoded = pin(s, run, end, k, decoded)
 
         # -- phase 2: every departure of the run's last step, one prefill completion -------
-        k_last = k - 1
-        dmask = run[:, None] & (s["dep"] == k_last[:, None])
+        kd_last, k_last = s["kd"] - 1, k - 1
+        dmask = decoded[:, None] & (s["dep"] == kd_last[:, None])
         n_gone = jnp.sum(dmask, axis=1).astype(i32)
         # integer sums (exact; XLA:CPU would hand a float reduction to a library kernel,
         # which the single-kernel loop cannot contain)
         gone_c = jnp.sum(jnp.where(dmask, s["pay_c"], 0), axis=1).astype(f64)
         gone_r = jnp.sum(jnp.where(dmask, s["pay_r"], 0), axis=1).astype(f64)
         logged = n_gone > 0  # the end of a departure step, looked up by the departing requests
-        putj("logk", s["logn"], k_last, logged)
+        putj("logk", s["logn"], kd_last, logged)
         putj("logt", s["logn"], end, logged)
         s["logn"] = s["logn"] + logged.astype(i32)
         in2 = alive & (s["ph"] == 2)
@@ -587,7 +622,7 @@ def _run(a, prompt, output, p: _Params, noise, t0, t1, *, slots: int, block: int
         j = s["nj"].astype(i32)
         o1 = s["no"] == 1.0  # O = 1: leaves at the end of its prefill step
         book = cmp & ~o1
-        d_step = k_last + s["no"].astype(i32) - 1
+        d_step = s["kd"] + s["no"].astype(i32) - 2  # its O - 1 decode steps are the next ones
         later.append(("fs", (job, j), jnp.stack([t_end, d_step.astype(f64)], axis=1),
                       cmp & (job < n_jobs)))
         free = jnp.argmax((s["dep"] == big) | dmask, axis=1).astype(i32)
@@ -762,6 +797,16 @@ def step_normals(settings: CBSimSettings, scenario_id: int, replication: int, n_
 # --------------------------------------------------------------------------------------
 
 
+#: `scheduler_policy` values (docs/continuous.md, "Engine variants")
+SCHEDULER_POLICIES = ("chunked", "prefill_first")
+
+
+def _prefill_first(policy: str, who: str) -> bool:
+    if policy not in SCHEDULER_POLICIES:
+        raise CBSimulationError(f"{who}: scheduler_policy = {policy!r}: one of {', '.join(SCHEDULER_POLICIES)}")
+    return policy == "prefill_first"
+
+
 def _pow2(x: int) -> int:
     return 1 << max(0, int(x) - 1).bit_length()
 
@@ -772,9 +817,9 @@ def _slots(cap_max, n: int) -> int:
     return max(16, _pow2(int(min(float(cap_max), n))))
 
 
-@partial(jax.jit, static_argnames=("slots", "record"),
+@partial(jax.jit, static_argnames=("slots", "record", "prefill_first", "cached"),
          **_JIT_OPTIONS)
-def _lane_jit(a, pp, oo, params, z, *, slots, record):
+def _lane_jit(a, pp, oo, params, z, *, slots, record, prefill_first=False, cached=False):
     p = _Params(*(v[None] for v in params))
     nz = z.shape[0]
 
@@ -785,7 +830,7 @@ def _lane_jit(a, pp, oo, params, z, *, slots, record):
     max_iters = jnp.int32(8 * n) + jnp.sum(pp + oo).astype(jnp.int32)
     return _run(a[None], pp[None], oo[None], p, noise, a[:1], a[-1:], slots=slots,
                 block=_NOISE_BLOCK, record=record,
-                max_iters=max_iters, n_lanes=1)
+                max_iters=max_iters, n_lanes=1, prefill_first=prefill_first, cached=cached)
 
 
 def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike, *,
@@ -793,7 +838,8 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                       kv_capacity_tokens: float = np.inf, block_tokens: float = 1.0,
                       queue_capacity: float = np.inf, t_fixed: float, t_token: float,
                       t_ctx: float = 0.0, service_cv: float = 0.0, z: ArrayLike | None = None,
-                      record_steps: int = 0) -> dict[str, Any]:
+                      record_steps: int = 0, scheduler_policy: str = "chunked",
+                      cached: bool = False) -> dict[str, Any]:
     """Per-request outcome of ONE replication on given arrivals, lengths and step noise.
 
     ``arrivals`` sorted float64[n] (s); ``prompt``, ``output`` integers >= 1; ``z``
@@ -805,6 +851,17 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
     with ``record_steps = R`` the first R steps' ``step_start``, ``step_dur``,
     ``step_tok``, ``step_prefill``, ``step_ctx``, ``step_running``, ``step_reserved``,
     ``step_emitted``.
+
+    ``cached=True``: prompts arrive already cached (the decode pool of disaggregated
+    serving, SPEC 11). A request arrives with its first token emitted and its ``P`` prompt
+    tokens in KV; it is queued and admitted as in SPEC 10 (reservation ``P + O``, paged),
+    no step carries its prompt tokens, ``n_ctx`` counts its ``P`` cached tokens plus the
+    tokens emitted before the step (the first one included), and it emits tokens
+    ``2 .. O``, one per step, from the step it is admitted at. Every ``output`` must be
+    >= 2 (an O = 1 request is complete at its first token and never reaches a decode
+    pool). Then ``admit_s`` is always returned, ``first_s`` is the arrival (the first
+    token is in hand when the request arrives), ``ttft_s`` 0 and ``tpot_s = (finish -
+    arrival) / (O - 1)`` (the wait for a slot included).
     """
     a = np.asarray(arrivals, np.float64)
     pp = np.asarray(prompt, np.float64)
@@ -816,6 +873,10 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
         raise CBSimulationError("simulate_requests: arrivals must be finite and sorted")
     if np.any(pp < 1) or np.any(oo < 1) or np.any(pp != np.round(pp)) or np.any(oo != np.round(oo)):
         raise CBSimulationError("simulate_requests: prompt and output must be integers >= 1")
+    if cached and np.any(oo < 2):
+        i = int(np.argmax(oo < 2))
+        raise CBSimulationError(f"simulate_requests: output[{i}] = {oo[i]:g}: with cached prompts every "
+                                "request must have O >= 2 (its first token was emitted before it arrived)")
     vals = dict(cap=cap, max_batched_tokens=max_batched_tokens,
                 kv_capacity_tokens=kv_capacity_tokens, block_tokens=block_tokens,
                 queue_capacity=queue_capacity, t_fixed=t_fixed, t_token=t_token, t_ctx=t_ctx,
@@ -828,13 +889,16 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                             block_tokens, queue_capacity, t_fixed, t_token,
                                             t_ctx, service_cv))
     out = _lane_jit(a, pp, oo, params, zz if zz.size else np.zeros(1),
-                    slots=_slots(cap, a.size), record=int(record_steps))
+                    slots=_slots(cap, a.size), record=int(record_steps),
+                    prefill_first=_prefill_first(scheduler_policy, "simulate_requests"), cached=bool(cached))
     status = np.asarray(out.status[0])
     first, finish = np.asarray(out.first_s[0]), np.asarray(out.finish_s[0])
     adm = status == 0
+    admit = np.asarray(out.admit_s[0]) if record_steps else np.full(a.shape, np.nan)
+    if cached:  # the kernel's first-token column holds the admission time
+        admit, first = first, np.where(adm, a, np.inf)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(adm & (oo >= 2), (finish - first) / np.maximum(oo - 1.0, 1.0), np.nan)
-    admit = np.asarray(out.admit_s[0]) if record_steps else np.full(a.shape, np.nan)
     res: dict[str, Any] = {
         "status": status, "admit_s": admit, "first_s": first,
         "finish_s": finish, "ttft_s": np.where(adm, first - a, np.inf),
@@ -848,6 +912,72 @@ def simulate_requests(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
                                   "step_ctx", "step_running", "step_reserved", "step_emitted")):
             res[name] = rec[:, j]
     return res
+
+
+SCHEDULER_KEYS = ("cap", "max_batched_tokens", "kv_capacity_tokens", "block_tokens", "queue_capacity",
+                  "t_fixed", "t_token", "t_ctx", "service_cv")
+
+
+@partial(jax.jit, static_argnames=("slots", "lanes", "cached"), **_JIT_OPTIONS)
+def _jobs_jit(seed, sid, rid, a, pp, oo, params, *, slots, lanes, cached):
+    step_keys = jax.vmap(lambda s, r: _lane_keys(seed, s, r)[1])(sid, rid)
+    n_jobs, n = a.shape
+
+    def noise(job, ks):
+        return _step_normal(step_keys[jnp.minimum(job, n_jobs - 1)], ks)
+
+    bound = jnp.sum(8.0 * n + jnp.sum(pp + oo, axis=1))  # iterations never exceed it
+    max_iters = jnp.minimum(bound, 2.0**31 - 1).astype(jnp.int32)
+    out = _run(a, pp, oo, _Params(*params), noise, a[:, 0], a[:, -1], slots=slots,
+               block=_NOISE_BLOCK, record=0, max_iters=max_iters, n_lanes=min(lanes, n_jobs),
+               cached=cached)
+    # the whole record: returning only some of its fields trips XLA:CPU's emitter on the
+    # single-kernel loop ("All or none of the slices should have an explicit index")
+    return out
+
+
+def simulate_jobs(arrivals: ArrayLike, prompt: ArrayLike, output: ArrayLike,
+                  params: Mapping[str, ArrayLike], *, scenario_ids: ArrayLike, replications: ArrayLike,
+                  seed: int = 0, cached: bool = False, lanes: int = _DEFAULT_LANES) -> dict[str, np.ndarray]:
+    """Per-request outcomes of J independent replications (jobs) on given arrivals and
+    lengths, all at once: the batched form of :func:`simulate_requests`.
+
+    ``arrivals`` float64[J, n] (each row sorted), ``prompt``, ``output`` [J, n] integers
+    >= 1 (>= 2 with ``cached``); ``params`` one value per job (float64[J]) for each of
+    ``SCHEDULER_KEYS``; job ``j``'s step noise is that of :func:`simulate_continuous`'s lane
+    (``scenario_ids[j]``, ``replications[j]``) under ``seed`` (:func:`step_normals`). Returns
+    ``status`` int32[J, n] (0 admitted, 1 dropped, 2 rejected), ``admit_s`` (only with
+    ``cached``; else NaN), ``first_s`` and ``finish_s`` float64[J, n] (``inf`` unless
+    admitted; with ``cached`` ``first_s`` is the arrival, as in :func:`simulate_requests`).
+    """
+    a = np.asarray(arrivals, np.float64)
+    pp = np.asarray(prompt, np.float64)
+    oo = np.asarray(output, np.float64)
+    if a.ndim != 2 or a.shape[1] == 0 or pp.shape != a.shape or oo.shape != a.shape:
+        raise CBSimulationError("simulate_jobs: arrivals, prompt and output must be equal-shape [J, n] arrays")
+    if not np.all(np.isfinite(a)) or np.any(np.diff(a, axis=1) < 0):
+        raise CBSimulationError("simulate_jobs: arrivals must be finite and sorted in each row")
+    if np.any(pp < 1) or np.any(oo < (2 if cached else 1)) or np.any(pp != np.round(pp)) or np.any(oo != np.round(oo)):
+        raise CBSimulationError("simulate_jobs: prompt and output must be integers >= 1 (output >= 2 with "
+                                "cached prompts)")
+    n_jobs = a.shape[0]
+    arrs = {}
+    for k in SCHEDULER_KEYS:
+        if k not in params:
+            raise CBSimulationError(f"simulate_jobs: missing parameter {k}; need {list(SCHEDULER_KEYS)}")
+        arrs[k] = np.broadcast_to(np.asarray(params[k], np.float64), (n_jobs,)).copy()
+    _check(arrs, "simulate_jobs")
+    sid = np.broadcast_to(np.asarray(scenario_ids, np.int64), (n_jobs,)) % (1 << 31)
+    rid = np.broadcast_to(np.asarray(replications, np.int64), (n_jobs,)) % (1 << 31)
+    out = _jobs_jit(
+        jnp.uint32(seed), jnp.asarray(sid, jnp.int32), jnp.asarray(rid, jnp.int32), jnp.asarray(a),
+        jnp.asarray(pp), jnp.asarray(oo), tuple(jnp.asarray(arrs[k]) for k in SCHEDULER_KEYS),
+        slots=_slots(np.max(arrs["cap"]), a.shape[1]), lanes=int(lanes), cached=bool(cached))
+    status, first, finish = np.asarray(out.status), np.asarray(out.first_s), np.asarray(out.finish_s)
+    admit = np.full(a.shape, np.nan)
+    if cached:
+        admit, first = first, np.where(status == 0, a, np.inf)
+    return {"status": status, "admit_s": admit, "first_s": first, "finish_s": finish}
 
 
 # --------------------------------------------------------------------------------------
@@ -873,9 +1003,9 @@ def _chunk_draws(seed, ids, p, trace_a, trace_p, trace_o, *, n, reps, use_trace)
     return a, pp, oo, jnp.max(oo)
 
 
-@partial(jax.jit, static_argnames=("warmup", "reps", "slots", "lanes"),
+@partial(jax.jit, static_argnames=("warmup", "reps", "slots", "lanes", "prefill_first"),
          **_JIT_OPTIONS)
-def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes):
+def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes, prefill_first=False):
     """Simulate every replication (job) of a chunk on ``lanes`` lanes; per-job statistics
     and measured per-request TTFT / TPOT / E2E (``+inf`` where they do not exist)."""
     global _TRACES
@@ -898,7 +1028,7 @@ def _chunk_sim(seed, ids, p, a, pp, oo, *, warmup, reps, slots, lanes):
     max_iters = jnp.minimum(bound, 2.0**31 - 1).astype(jnp.int32)
     out = _run(a, pp, oo, params, noise, t0, t1, slots=slots, block=_NOISE_BLOCK, record=0,
                max_iters=max_iters,
-               n_lanes=min(lanes, n_jobs))
+               n_lanes=min(lanes, n_jobs), prefill_first=prefill_first)
     return _lane_summary(out, a, oo, params, warmup)
 
 
@@ -1049,6 +1179,7 @@ def simulate_continuous(
     scenario_ids: ArrayLike | None = None,
     max_lanes: int = _DEFAULT_MAX_LANES,
     lanes: int = _DEFAULT_LANES,
+    scheduler_policy: str = "chunked",
 ) -> dict[str, np.ndarray]:
     """Simulate every scenario; float64[S] (bool for ``stable``) per output, SI units.
 
@@ -1061,7 +1192,9 @@ def simulate_continuous(
     optionally ``prompt_tokens`` / ``output_tokens`` (integers >= 1) replayed as well.
     ``scenario_ids`` key each scenario's random streams (default: positions).
     ``max_lanes`` bounds the replications (jobs) per compiled chunk (memory) and ``lanes``
-    the lanes that run them, each taking the next job when its own ends.
+    the lanes that run them, each taking the next job when its own ends. ``scheduler_policy``:
+    ``"chunked"`` (SPEC 10's rule 3) or ``"prefill_first"`` (docs/continuous.md, "Engine
+    variants").
 
     Returns, for each of ``ttft``, ``tpot``, ``e2e``: ``{name}_mean_s``, ``{name}_p_s``
     and their 95% half-widths ``{name}_mean_hw_s``, ``{name}_p_hw_s``; ``mean_running``,
@@ -1073,6 +1206,7 @@ def simulate_continuous(
     `percentile_tag` (q) (e.g. ``ttft_p50_s`` for 0.5).
     """
     use_trace = trace is not None
+    prefill_first = _prefill_first(scheduler_policy, "simulate_continuous")
     p = _validate(params, need_lam=not use_trace)
     s = p["cap"].shape[0]
     reps = int(settings.replications)
@@ -1140,7 +1274,7 @@ def simulate_continuous(
         summ, ttft, tpot, e2e = (np.asarray(x) for x in _chunk_sim(
             seed, idc, pc, a, pp, oo, warmup=int(settings.warmup), reps=reps,
             slots=_slots(np.max(p["cap"][take]), n),
-            lanes=int(lanes)))
+            lanes=int(lanes), prefill_first=prefill_first))
         used = (hi - lo) * reps
         summ = summ[:used]
         n_adm = summ[:, _SUMMARY.index("n_adm")].astype(np.int64)

@@ -1,8 +1,10 @@
-"""`serving = "disaggregated"`: prefill and decode pools in series (SPEC 11; docs/disaggregated.md).
+"""Disaggregated prefill and decode (`serving = "disaggregated"`): prefill batchers feed decode
+engines (SPEC 11; docs/disaggregated.md).
 
-`DisaggregatedModel` is the tandem of the prefill pool (`PrefillPool`, the dynamic batcher
-prefilling prompts) and the decode pool (`DecodePool`, continuous batching with prompts
-already cached), joined by the KV transfer (`KvTransfer`, the link catalog `LINKS`).
+`DisaggregatedModel` is the analytic model: the tandem of the prefill pool (`PrefillPool`,
+the dynamic batcher prefilling prompts) and the decode pool (`DecodePool`, continuous
+batching with prompts already cached), joined by the KV transfer (`KvTransfer`, the link
+catalog `LINKS`). `sweep.models.disaggregated.sim` simulates both pools request by request.
 """
 
 from sweep.models.disaggregated.decode import DecodePool

@@ -102,6 +102,7 @@ from jax.scipy.special import ndtri
 from numpy.typing import ArrayLike
 
 from sweep.errors import SimulationError
+from sweep.models.dynamic.batching import never_fills
 
 __all__ = [
     "LANE_OUT_AXES",
@@ -497,13 +498,6 @@ def _chunk(seed, scen_idx, p, trace, *, n, warmup, reps, max_workers, use_trace)
         res, a, lp["workers"], warmup
     )
     return stats, lat
-
-
-def never_fills(t_max_s: ArrayLike, queue_capacity: ArrayLike, b_max: ArrayLike) -> np.ndarray:
-    """True where a batch can never fill: no window (T_max = inf) and fewer waiting places
-    (K) than the batch needs. Such a grid is rejected at validation (SPEC 7)."""
-    return (np.isinf(np.asarray(t_max_s, dtype=np.float64))
-            & (np.asarray(queue_capacity) < np.round(np.asarray(b_max, dtype=np.float64))))
 
 
 def _pow2(x: int) -> int:

@@ -100,15 +100,11 @@ service_cv >= 0``, ``q`` in (0, 1).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import jax
-import jax.numpy as jnp
-from jax import Array, lax
-from jax.scipy.special import ndtri
-
-from sweep._numerics import poisson_tails
+from sweep._lazy import lazy_module
 from sweep.models.base import Column
 from sweep.models.dynamic.batching import window_moments
 from sweep.models.dynamic.model import (
@@ -121,9 +117,23 @@ from sweep.models.dynamic.model import (
     latency_nulls,
 )
 
+if TYPE_CHECKING:
+    import jax
+    import jax.numpy as jnp
+    from jax import Array, lax
+    from jax.scipy import special
+
+    from sweep import _numerics as numerics
+else:
+    numerics = lazy_module("sweep._numerics")
+    special = lazy_module("jax.scipy.special")
+    lax = lazy_module("jax.lax")
+    jax = lazy_module("jax")
+    jnp = lazy_module("jax.numpy")
+
 __all__ = ["N_BISECT", "N_NODES", "N_ROOT", "BatcherModel", "batcher_point"]
 
-INF = jnp.inf
+INF = math.inf
 #: quadrature nodes over the opener's offset E ~ Exp(lam) (step 1)
 N_NODES = 4
 #: regula-falsi (Illinois) steps for the mean batch (step 2)
@@ -178,7 +188,7 @@ def _full_acc_quantile(lam, b_max, q, z):
 
     def tail(x):
         mu = lam * x
-        _, lower = poisson_tails(k, mu)
+        _, lower = numerics.poisson_tails(k, mu)
         return (k * lower[3] - mu * lower[2]) / b_max
 
     def step(_, lohi):
@@ -293,7 +303,7 @@ def batcher_point(lam, b_max, t_max, t_fixed, t_req, service_cv, q, *, n_nodes: 
     e_resp = e_wait + etb + e_svc
     var_t = var_wait + var_tb + var_svc
     sd = jnp.sqrt(var_t)
-    z = ndtri(q)
+    z = special.ndtri(q)
     p_gauss = e_resp + z * sd
     p_exp = -jnp.log1p(-q) * e_resp
     # percentile: quantile excesses of the three terms added in quadrature

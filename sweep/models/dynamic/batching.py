@@ -8,12 +8,21 @@ seed's full-batch regime. Every function takes float64 scalars in SI units (seco
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax.numpy as jnp
-from jax import Array
+import numpy as np
+from numpy.typing import ArrayLike
 
-from sweep._numerics import poisson_tails
+from sweep._lazy import lazy_module
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+
+    from sweep import _numerics as numerics
+else:
+    numerics = lazy_module("sweep._numerics")
+    jnp = lazy_module("jax.numpy")
 
 
 class BatchMoments(NamedTuple):
@@ -58,11 +67,11 @@ def window_moments(lam: Array, t_max: Array, b_max: Array) -> BatchMoments:
         timeout, N=n:   sum of waits T (n+2)/2,         sum of squares T^2 (1 + n/3)
     so E[T_batch]   = [B k/(2 lam) U_{k+1} + T/2 (S1 + 2 S0)] / E[B]
        E[T_batch^2] = [(k+2) k (k+1)/(3 lam^2) U_{k+2} + T^2 (S0 + S1/3)] / E[B].
-    All tails come from one incomplete-gamma evaluation (`poisson_tails`).
+    All tails come from one incomplete-gamma evaluation (`numerics.poisson_tails`).
     """
     k = b_max - 1.0
     mu = lam * t_max
-    upper, lower = poisson_tails(k, mu)
+    upper, lower = numerics.poisson_tails(k, mu)
     u_k, u_k1, u_k2 = upper[3], upper[4], upper[5]
     l_km1, l_km2, l_km3, l_km4 = lower[3], lower[2], lower[1], lower[0]
     s0 = l_km1
@@ -96,3 +105,10 @@ def batch_moments(lam: Array, t_max: Array, b_max: Array, *, windowed: bool, ful
         return win
     fb = full_batch_moments(lam, b_max)
     return BatchMoments(*(jnp.where(is_full, f, w) for f, w in zip(fb, win)))
+
+
+def never_fills(t_max_s: ArrayLike, queue_capacity: ArrayLike, b_max: ArrayLike) -> np.ndarray:
+    """True where a batch can never fill: no window (T_max = inf) and fewer waiting places
+    (K) than the batch needs. Such a grid is rejected at validation (SPEC 7)."""
+    return (np.isinf(np.asarray(t_max_s, dtype=np.float64))
+            & (np.asarray(queue_capacity) < np.round(np.asarray(b_max, dtype=np.float64))))

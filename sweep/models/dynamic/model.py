@@ -14,10 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-import jax.numpy as jnp
-from jax import Array
-from jax.scipy.special import ndtri
-
+from sweep._lazy import lazy_module
 from sweep.errors import GridError
 from sweep.models import base
 from sweep.models.base import (
@@ -32,8 +29,7 @@ from sweep.models.base import (
     ServingModel,
     planning_columns,
 )
-from sweep.models.dynamic.batch_sim import never_fills
-from sweep.models.dynamic.batching import batch_moments
+from sweep.models.dynamic.batching import batch_moments, never_fills
 from sweep.models.dynamic.queue import b_min, b_min_stable_int, b_min_target_int, queue_proxy
 from sweep.models.dynamic.simulation import Simulation
 from sweep.models.dynamic.views import VIEWS
@@ -44,9 +40,16 @@ from sweep.models.shared.service import service_time
 from sweep.models.views import Views
 
 if TYPE_CHECKING:
-    from sweep.grid.spec import GridSpec
+    import jax.numpy as jnp
+    from jax import Array
+    from jax.scipy import special
 
-INF = jnp.inf
+    from sweep.grid.spec import GridSpec
+else:
+    special = lazy_module("jax.scipy.special")
+    jnp = lazy_module("jax.numpy")
+
+INF = math.inf
 MS = 1e3
 
 #: Largest batch cap the windowed closed forms are validated for (SPEC 2).
@@ -428,7 +431,7 @@ class DynamicModel(ServingModel):
             var_tb = (b_max - 1.0) * (b_max + 7.0) / (12.0 * lam * lam)
         e_resp = jnp.where(qu.proxy_ok, qu.e_wait + bm.etb + qu.e_svc, INF)
         sd_resp = jnp.where(qu.proxy_ok, jnp.sqrt(jnp.where(qu.proxy_ok, qu.var_wait, 0.0) + var_tb + qu.var_svc), INF)
-        z = ndtri(q)
+        z = special.ndtri(q)
         p_gauss = jnp.where(qu.proxy_ok, e_resp + z * jnp.where(qu.proxy_ok, sd_resp, 0.0), INF)
         p_exp = -jnp.log1p(-q) * e_resp
         latency, rho_rules, extra = self.estimate(

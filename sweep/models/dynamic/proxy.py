@@ -7,13 +7,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from jax import Array
+from typing import TYPE_CHECKING, ClassVar
 
 from sweep.models.dynamic.model import DynamicModel, Estimates
 from sweep.models.dynamic.views import PROXY_VIEWS
 from sweep.models.views import Views
+
+if TYPE_CHECKING:
+    from jax import Array
 
 
 class GaussianProxy(DynamicModel):

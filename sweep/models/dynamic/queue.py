@@ -7,16 +7,23 @@ Float64 scalars in SI units (seconds, 1/s); infeasible is `+inf`, never NaN.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax.numpy as jnp
-from jax import Array
-
-from sweep._numerics import safe_div
+from sweep._lazy import lazy_module
 from sweep.models.dynamic.batching import BatchMoments
 from sweep.models.shared.service import service_time
 
-INF = jnp.inf
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+
+    from sweep import _numerics as numerics
+else:
+    numerics = lazy_module("sweep._numerics")
+    jnp = lazy_module("jax.numpy")
+
+INF = math.inf
 
 
 class Queue(NamedTuple):
@@ -52,8 +59,8 @@ def queue_proxy(lam: Array, b_max: Array, t_fixed: Array, t_req: Array, service_
     rho = lam_b * es
     proxy_ok = rho < 1.0
     slack = 1.0 - rho
-    e_wait = safe_div(lam_b * es2, 2.0 * slack, proxy_ok, INF)
-    var_wait = jnp.where(proxy_ok, e_wait * e_wait, INF) + safe_div(lam_b * es3, 3.0 * slack, proxy_ok, INF)
+    e_wait = numerics.safe_div(lam_b * es2, 2.0 * slack, proxy_ok, INF)
+    var_wait = jnp.where(proxy_ok, e_wait * e_wait, INF) + numerics.safe_div(lam_b * es3, 3.0 * slack, proxy_ok, INF)
     # Request-weighted service: a request sits in a batch of size-biased B.
     mean_b_r = bm.eb2 / bm.eb
     e_svc = tf + tr * mean_b_r
@@ -65,14 +72,14 @@ def queue_proxy(lam: Array, b_max: Array, t_fixed: Array, t_req: Array, service_
     var_svc = m2 * tr * tr * var_b_r + (m2 - 1.0) * e_svc * e_svc
     t_cap = service_time(tf, tr, b_max)
     stable = lam * t_cap < b_max
-    capacity = safe_div(b_max, t_cap, t_cap > 0, INF)
+    capacity = numerics.safe_div(b_max, t_cap, t_cap > 0, INF)
     return Queue(rho, proxy_ok, stable, e_wait, var_wait, e_svc, var_svc, capacity)
 
 
 def b_min(lam: Array, t_fixed: Array, t_req: Array, rho: Array | float) -> Array:
     """B_min(rho) = lam T_fixed / (rho - lam t_req), +inf when rho <= lam t_req (eq. 2)."""
     ok = rho > lam * t_req
-    return safe_div(lam * t_fixed, rho - lam * t_req, ok, INF)
+    return numerics.safe_div(lam * t_fixed, rho - lam * t_req, ok, INF)
 
 
 def b_min_stable_int(lam: Array, t_fixed: Array, t_req: Array, raw: Array) -> Array:

@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sweep._lazy import lazy_module
 from sweep.models.base import HostPass
-from sweep.models.dynamic.batch_sim import SimSettings, simulate
 
 if TYPE_CHECKING:
     from sweep.grid.spec import SimulationOptions
+    from sweep.models.dynamic import batch_sim
+else:
+    batch_sim = lazy_module("sweep.models.dynamic.batch_sim")
 
 MS = 1e3
 
@@ -51,9 +54,10 @@ class Simulation(HostPass):
             "queue_capacity": cols["queue_capacity"][:n],
             "service_cv": cols["service_cv"][:n],
         }
-        settings = SimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
-        sim = simulate(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
-                       scenario_ids=cols["point_id"][:n], memory_budget_bytes=o.memory_budget_bytes)
+        settings = batch_sim.SimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications,
+                                         seed=o.seed)
+        sim = batch_sim.simulate(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
+                                 scenario_ids=cols["point_id"][:n], memory_budget_bytes=o.memory_budget_bytes)
         pad = np.minimum(np.arange(len(cols["point_id"])), n - 1)
         sim = {k: np.asarray(v)[pad] for k, v in sim.items()}
         out: dict[str, np.ndarray] = {f"sim_{key}_ms": sim[f"{key}_s"] * MS

@@ -8,12 +8,16 @@ line, a grid run and the tests share one set of formulas.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax.numpy as jnp
-from jax import Array
-
+from sweep._lazy import lazy_module
 from sweep.catalog import Gpu, Model
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+else:
+    jnp = lazy_module("jax.numpy")
 
 
 class Memory(NamedTuple):

@@ -31,14 +31,19 @@ Defaults (one set for every model, GPU and phase; justified in docs/roofline.md)
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import jax.numpy as jnp
-from jax import Array, lax
-
+from sweep._lazy import lazy_module
 from sweep.catalog._efficiency import DEFAULT_ETA_BW as ETA_BW
 from sweep.catalog._efficiency import DEFAULT_ETA_FLOPS as ETA_FLOPS
 from sweep.catalog._efficiency import DEFAULT_T_OVERHEAD_S as T_OVERHEAD_S
+
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array, lax
+else:
+    lax = lazy_module("jax.lax")
+    jnp = lazy_module("jax.numpy")
 
 #: A float64 scalar or array: a Python float, NumPy or JAX (traced under jit and vmap).
 Real = Any

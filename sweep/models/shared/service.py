@@ -11,7 +11,11 @@ serving model uses it; it stays as the baseline that `benchmarks/kernel.py` (cos
 
 from __future__ import annotations
 
-from jax import Array
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jax import Array
+
 
 
 def service_time(t_fixed: Array, t_req: Array, b: Array) -> Array:

@@ -27,15 +27,24 @@ W2); above, the union bound Q1((1+q)/2) + Q2((1+q)/2) (`union_bound`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from jax import Array
 
-INF = jnp.inf
+from sweep._lazy import lazy_module
+
+if TYPE_CHECKING:
+    import jax
+    import jax.numpy as jnp
+    from jax import Array
+else:
+    jax = lazy_module("jax")
+    jnp = lazy_module("jax.numpy")
+
+INF = math.inf
 #: Illinois steps of `regula_falsi`: 16 reach rounding on every pair of toy stages tried
 #: (M/M/1 and M/D/1, loads 0.001-0.99, service ratios 1e-3-1e3, P1-P99.9999); 24 for margin
 ROOT_STEPS = 24

@@ -1,0 +1,434 @@
+"""`sweep predict-benchmark`: what `vllm bench serve` would print for one configuration.
+
+The configuration (one replica: model, GPU, GPUs per replica, `max_num_seqs`,
+`max_num_batched_tokens`, mean input and output lengths) comes from a finished run's point
+(`RUN_DIR --point ID`) or from flags like `sweep ask`'s, which build a one-point
+continuous-serving grid and evaluate it (`sweep.api.explain`): either way the step-time
+coefficients, the KV capacity and the length laws are the grid's.
+
+The benchmark: `--num-prompts` requests sent at `--request-rate` (Poisson; `inf`: all at
+once), at most `--max-concurrency` in flight (the benchmark's semaphore: a request is sent
+when it is due and a slot is free, so with `--request-rate inf` a closed loop of that many
+clients), measured from the first request sent to the last completion. Two predictions:
+
+* simulated: replications of that finite run through the reference scheduler
+  (`sweep.testing.cb_reference`, which the JAX simulator matches request by request, with
+  completion-driven arrivals for the concurrency limit), the same lengths and step noise the
+  simulator draws; each figure is the mean over replications with its 95% Student-t
+  half-width (the model's uncertainty), ITL pooled over every token gap
+  (`sweep.models.continuous.benchrun`);
+* analytic: the open-loop model (`analytic.cb_point`) at the request rate, or, where the
+  concurrency limit binds, the closed loop of `closed.cb_closed` (mean value analysis); the
+  duration is the prompts over the throughput plus one request's E2E (the drain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sweep.cli.tools import int_at_least_one
+from sweep.errors import GridError
+
+#: The benchmark's figures as it prints them: (label, our figure key, unit scale).
+METRIC_NAMES = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+                "itl": ("ITL", "Inter-token Latency"), "e2e": ("E2EL", "End-to-end Latency")}
+#: Replications of the finite run (the half-width's degrees of freedom: replications - 1).
+REPLICATIONS = 5
+
+
+class PredictBenchmarkError(GridError):
+    """A predict-benchmark argument or configuration is invalid."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One replica's engine and workload, SI units (the arguments of the models)."""
+
+    prompt_mean: float
+    prompt_cv: float
+    output_mean: float
+    output_cv: float
+    cap: float
+    max_batched_tokens: float
+    kv_capacity_tokens: float
+    block_tokens: float
+    t_fixed: float
+    t_token: float
+    t_ctx: float
+    service_cv: float
+    label: str
+
+    def kwargs(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
+                                              "max_batched_tokens", "kv_capacity_tokens", "block_tokens", "t_fixed",
+                                              "t_token", "t_ctx", "service_cv")}
+
+
+def _num(row: Mapping[str, Any], key: str, source: str, *, none: float | None = None) -> float:
+    v = row.get(key)
+    if v is None:
+        if none is not None:
+            return none
+        raise PredictBenchmarkError(source, key, None, "the point has no value here: predict-benchmark needs a "
+                                                       "continuous-serving point (serving = \"continuous\")")
+    return float(v)
+
+
+def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str) -> BenchConfig:
+    """The configuration of a continuous-serving point's columns (NULL budget or KV: unbounded)."""
+    f = {k: _num(row, k, source) for k in ("prompt_tokens", "output_tokens", "batch_size", "t_step_fixed_ms",
+                                           "t_token_ms", "t_ctx_ms")}
+    kv = _num(row, "kv_capacity_tokens", source, none=math.inf)
+    if not (kv > 0.0):
+        raise PredictBenchmarkError(source, "kv_capacity_tokens", kv, "the weights leave no KV cache on this "
+                                                                      "configuration: nothing to benchmark")
+    keys = ("model", "gpu", "gpus_per_replica", "batch_size", "max_batched_tokens")
+    label = ", ".join(f"{k} {row[k]:g}" if isinstance(row[k], float) else f"{k} {row[k]}"
+                      for k in keys if row.get(k) is not None)
+    return BenchConfig(
+        prompt_mean=f["prompt_tokens"], prompt_cv=_num(row, "prompt_cv", source, none=0.0),
+        output_mean=f["output_tokens"], output_cv=_num(row, "output_cv", source, none=0.0), cap=f["batch_size"],
+        max_batched_tokens=_num(row, "max_batched_tokens", source, none=math.inf), kv_capacity_tokens=kv,
+        block_tokens=block_tokens, t_fixed=f["t_step_fixed_ms"] * 1e-3, t_token=f["t_token_ms"] * 1e-3,
+        t_ctx=f["t_ctx_ms"] * 1e-3, service_cv=_num(row, "service_cv", source, none=0.0), label=label)
+
+
+def _block(spec: Any) -> float:
+    return float(spec.options.block_tokens) if spec.options.kv_allocation == "paged" else 1.0
+
+
+def config_from_run(run_dir: Path, point: int, catalog: Any) -> BenchConfig:
+    """A finished run's point (its points/ row, else evaluated again)."""
+    from sweep.cli.answers import RunFolder, run_grid_spec
+    from sweep.cli.deploy import _row
+
+    spec = run_grid_spec(run_dir, catalog)
+    if not 0 <= point < spec.n_points:
+        raise PredictBenchmarkError(str(run_dir), "--point", point,
+                                    f"must lie in [0, {spec.n_points - 1}] (the run's point_id range)")
+    return config_from_row(_row(RunFolder.open(run_dir, {}), spec, point), _block(spec), str(run_dir))
+
+
+def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -> BenchConfig:
+    """A one-point continuous grid from the flags (vLLM's defaults where a flag is absent),
+    evaluated at `rate_rps` (the step coefficients of a roofline are linearised at the load)."""
+    import tomllib
+
+    from sweep.api import explain
+    from sweep.cli.ask import RESERVE_FRACTION, _dtype_bytes, to_toml
+    from sweep.grid.load import build
+
+    _dtype_bytes(args.weights, "--weights")
+    _dtype_bytes(args.kv_dtype, "--kv-dtype")
+    grid: dict[str, Any] = {
+        "model": [args.model], "gpu": [args.gpu], "gpus_per_replica": [args.tp], "arrival_rps": rate_rps,
+        "replicas": [1], "prompt_tokens": args.input_len, "output_tokens": args.output_len,
+        "prompt_cv": args.input_cv, "output_cv": args.output_cv, "batch_size": [args.max_num_seqs],
+        "max_batched_tokens": [args.max_num_batched_tokens], "weight_bytes_per_param": args.weights.lower(),
+        "kv_bytes_per_elem": args.kv_dtype.lower(),
+        # a continuous grid needs an SLO; a benchmark asks none, so one that nothing misses (an hour)
+        "ttft_slo_ms": 3.6e6,
+    }
+    doc = {"name": "predict-benchmark", "grid": grid,
+           "options": {"serving": "continuous", "kv_allocation": "paged", "block_tokens": 16,
+                       "reserve_fraction": RESERVE_FRACTION}}
+    text = to_toml(doc)
+    spec = build(tomllib.loads(text), source="sweep predict-benchmark", text=text, catalog=catalog)
+    row = explain(spec, point_id=0).row
+    if not row.get("weights_fit", True):
+        raise PredictBenchmarkError("sweep predict-benchmark", "--tp", args.tp,
+                                    f"{args.model}'s weights do not fit {args.tp} x {args.gpu} with room for a KV "
+                                    "cache; use a larger --tp, --weights fp8 or a larger GPU")
+    return config_from_row(row, _block(spec), "sweep predict-benchmark")
+
+
+# --------------------------------------------------------------------------- predictions
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """The benchmark's own settings."""
+
+    num_prompts: int
+    request_rate: float  # inf: all at once
+    max_concurrency: int | None
+    think_s: float = 0.0
+    quantile: float = 0.99
+
+    @property
+    def quantiles(self) -> tuple[float, float]:
+        return (0.5, self.quantile)
+
+
+def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATIONS,
+             seed: int = 0) -> dict[str, tuple[float, float]]:
+    """Replications of the finite run (reference scheduler; see the module docstring):
+    {figure: (mean, 95% half-width)} as `benchrun.replicate` gives them."""
+    from sweep.models.continuous.benchrun import replicate, run_figures
+    from sweep.models.continuous.sim import CBSimSettings, replication_draws, step_normals
+    from sweep.testing.cb_reference import simulate as reference
+
+    settings = CBSimSettings(seed=seed)
+    runs = []
+    for r in range(replications):
+        a, p, o = replication_draws(settings, 0, r, lam=bench.request_rate if math.isfinite(bench.request_rate)
+                                    else 1.0, prompt_mean=cfg.prompt_mean, prompt_cv=cfg.prompt_cv,
+                                    output_mean=cfg.output_mean, output_cv=cfg.output_cv, n=bench.num_prompts)
+        if not math.isfinite(bench.request_rate):
+            a = np.zeros_like(a)
+        budget = cfg.max_batched_tokens if math.isfinite(cfg.max_batched_tokens) else float(np.sum(p))
+        steps = int(np.sum(o) + math.ceil(np.sum(p) / max(budget, 1.0)) + len(o))  # bounds the steps of the run
+        z = step_normals(settings, 0, r, 1 << steps.bit_length()) if cfg.service_cv > 0.0 else None
+        think = (np.random.default_rng([seed, r]).exponential(bench.think_s, len(a)) if bench.think_s > 0.0
+                 else None)
+        res = reference(a, p.astype(int), o.astype(int), cap=int(cfg.cap), max_batched_tokens=cfg.max_batched_tokens,
+                        kv_capacity=cfg.kv_capacity_tokens, block_tokens=int(cfg.block_tokens),
+                        t_fixed=cfg.t_fixed, t_token=cfg.t_token, t_ctx=cfg.t_ctx, service_cv=cfg.service_cv, z=z,
+                        clients=bench.max_concurrency, think_s=think)
+        runs.append(run_figures(res.arrival_s, p, o, res.first_s, res.finish_s, quantiles=bench.quantiles,
+                                token_s=res.token_s))
+    return replicate(runs)
+
+
+def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]:
+    """The analytic figures (SI units; a figure absent: not predicted) and what they are."""
+    from sweep.models.continuous.closed import closed_loop
+
+    kw = cfg.kwargs()
+    n, rate, conc = bench.num_prompts, bench.request_rate, bench.max_concurrency
+    closed = None
+    if conc is not None:
+        closed = closed_loop(conc, bench.think_s, quantiles=bench.quantiles, **kw)
+    if conc is None and not math.isfinite(rate):
+        return {}, ("no analytic figure: every prompt is sent at once and no concurrency limit holds them back, "
+                    "a single burst with no steady state; the simulated run is the prediction")
+    if closed is not None and (not math.isfinite(rate) or rate >= closed["throughput_rps"]):
+        r, basis = closed, (f"closed loop of {conc} clients (mean value analysis): the limit binds, "
+                            f"{closed['throughput_rps']:.4g} req/s <= the rate")
+    else:
+        import jax.numpy as jnp
+
+        from sweep.models.continuous.analytic import cb_point
+
+        params = {k: jnp.float64(v) for k, v in kw.items()}
+        res = [{k: float(v) for k, v in cb_point(lam=jnp.float64(rate), q=jnp.float64(q), **params).items()}
+               for q in bench.quantiles]
+        if not res[0]["stable"]:
+            return {}, (f"no analytic figure: {rate:g} req/s exceeds the configuration's capacity "
+                        f"({res[0]['capacity_rps']:.4g} req/s): the queue grows for as long as the run lasts; the "
+                        "simulated run is the prediction")
+        r = dict(res[0], throughput_rps=rate,
+                 **{f"{m}_q": {q: x[f"{m}_p"] for q, x in zip(bench.quantiles, res)} for m in ("ttft", "tpot", "e2e")})
+        basis = f"open loop at {rate:g} req/s (steady state)"
+    x = r["throughput_rps"]
+    if r is closed:
+        # the first `conc` requests are sent at once, then one per completion at X: the last of n
+        # completes one E2E after the (n - conc)-th send
+        duration = max(n - (conc or 0), 0) / x + r["e2e_mean"]
+    else:  # the last of n Poisson arrivals at (n - 1) / rate, then its E2E
+        duration = (n - 1) / x + r["e2e_mean"]
+    out = {"completed": float(n), "duration_s": duration, "request_rps": n / duration,
+           "output_tok_s": n * cfg.output_mean / duration,
+           "total_tok_s": n * (cfg.output_mean + cfg.prompt_mean) / duration}
+    for m in ("ttft", "tpot", "e2e"):
+        out[f"{m}_mean"] = r[f"{m}_mean"]
+        for q in bench.quantiles:
+            out[f"{m}_q{q:g}"] = r[f"{m}_q"][q]
+    out["itl_mean"] = r["tpot_mean"]  # the mean gap a decoding sequence sees; its quantiles are not modelled
+    return out, basis
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, float]],
+           model: Mapping[str, float], basis: str, replications: int) -> list[str]:
+    """The benchmark's result block, each figure as simulated (mean +- 95% half-width) and analytic."""
+    width = 42
+
+    def fmt(v: float | None, scale: float, digits: int) -> str:
+        return "-" if v is None or not math.isfinite(v) else f"{v * scale:,.{digits}f}"
+
+    def line(label: str, key: str, scale: float = 1.0, digits: int = 2) -> str:
+        m, hw = sim.get(key, (math.inf, math.inf))
+        s = fmt(m, scale, digits) + ("" if not math.isfinite(hw) else f" +- {hw * scale:,.{digits}f}")
+        return f"{label + ':':<{width}}{s:>24}{fmt(model.get(key), scale, digits):>14}"
+
+    conc = "none" if bench.max_concurrency is None else str(bench.max_concurrency)
+    out = [f"configuration: {cfg.label}",
+           f"  per step: {cfg.t_fixed * 1e3:.4g} ms + {cfg.t_token * 1e3:.4g} ms/token + {cfg.t_ctx * 1e3:.4g} "
+           f"ms/cached token; KV capacity {cfg.kv_capacity_tokens:,.0f} tokens; lengths {cfg.prompt_mean:g} "
+           f"(cv {cfg.prompt_cv:g}) in, {cfg.output_mean:g} (cv {cfg.output_cv:g}) out",
+           f"benchmark: --num-prompts {bench.num_prompts} --request-rate {bench.request_rate:g} --max-concurrency "
+           f"{conc}" + (f", think time {bench.think_s * 1e3:g} ms" if bench.think_s > 0 else ""),
+           "", "{s:=^{w}}".format(s=" Serving Benchmark Result (predicted) ", w=width + 38),
+           f"{'':<{width}}{f'simulated (95%, {replications} runs)':>24}{'analytic':>14}",
+           line("Successful requests", "completed", digits=0),
+           line("Benchmark duration (s)", "duration_s"),
+           line("Request throughput (req/s)", "request_rps"),
+           line("Output token throughput (tok/s)", "output_tok_s"),
+           line("Total Token throughput (tok/s)", "total_tok_s")]
+    pw = f"P{bench.quantile * 100:.6g}"
+    for m, (short, title) in METRIC_NAMES.items():
+        out.append("{s:-^{w}}".format(s=title, w=width + 38))
+        out.append(line(f"Mean {short} (ms)", f"{m}_mean", 1e3))
+        out.append(line(f"Median {short} (ms)", f"{m}_q0.5", 1e3))
+        out.append(line(f"{pw} {short} (ms)", f"{m}_q{bench.quantile:g}", 1e3))
+    out += ["=" * (width + 38),
+            f"analytic: {basis}",
+            "simulated: the finite run itself (empty engine at the start, then the drain), through the reference "
+            "scheduler; ITL pools every gap between tokens, TPOT is each request's mean gap"]
+    return out
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _rate(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (req/s, or inf)") from None
+    if not v > 0.0:
+        raise argparse.ArgumentTypeError(f"{text} must be > 0 req/s, or inf (all at once)")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v >= 0.0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
+    return v
+
+
+def _quantile(text: str) -> float:
+    v = _non_negative(text)
+    if not 0.0 < v < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must lie strictly between 0 and 1, e.g. 0.99")
+    return v
+
+
+def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register `sweep predict-benchmark` (`command` as in `sweep.cli.main.command`)."""
+    p = command(sub, "predict-benchmark",
+                "predict what `vllm bench serve` prints for one configuration: request and token throughput, mean, "
+                "median and P99 TTFT, TPOT and ITL, simulated with 95% half-widths and analytic",
+                ["sweep predict-benchmark --model llama-3.1-8b --gpu h100-sxm --tp 1 --max-num-seqs 64 "
+                 "--input-len 1000 --output-len 200 --request-rate 8 --num-prompts 1000",
+                 "sweep predict-benchmark --model llama-3.1-8b --gpu h100-sxm --input-len 1000 --output-len 200 "
+                 "--request-rate inf --max-concurrency 32 --num-prompts 500",
+                 "sweep predict-benchmark runs/chat --point 13 --request-rate 4 --num-prompts 1000"])
+    p.add_argument("run_dir", nargs="?", type=Path, default=None,
+                   help="a finished continuous-serving run folder (with --point), instead of the configuration flags")
+    p.add_argument("--point", type=int, default=None, metavar="ID", help="the run's point_id to benchmark")
+    g = p.add_argument_group("configuration (without RUN_DIR)")
+    g.add_argument("--model", default=None, help="catalog model name (`sweep catalog` lists them)")
+    g.add_argument("--gpu", default=None, help="catalog GPU name")
+    g.add_argument("--tp", "--gpus-per-replica", dest="tp", type=int_at_least_one, default=1, metavar="N",
+                   help="GPUs per replica (tensor parallel; default 1)")
+    g.add_argument("--max-num-seqs", type=int_at_least_one, default=256, metavar="N",
+                   help="cap on running sequences (vLLM's default 256)")
+    g.add_argument("--max-num-batched-tokens", type=int_at_least_one, default=8192, metavar="N",
+                   help="token budget per step (chunked prefill; default 8192)")
+    g.add_argument("--input-len", "--isl", dest="input_len", type=float, default=None, metavar="N",
+                   help="mean prompt length, tokens (the benchmark's --random-input-len)")
+    g.add_argument("--output-len", "--osl", dest="output_len", type=float, default=None, metavar="N",
+                   help="mean output length, tokens (--random-output-len, with --ignore-eos)")
+    g.add_argument("--input-cv", type=_non_negative, default=0.0, metavar="CV",
+                   help="CV of the prompt length (default 0; --random-range-ratio r gives r / sqrt(3))")
+    g.add_argument("--output-cv", type=_non_negative, default=0.0, metavar="CV", help="CV of the output length")
+    g.add_argument("--weights", default="bf16", metavar="DTYPE", help="weight dtype (default bf16)")
+    g.add_argument("--kv-dtype", default="bf16", metavar="DTYPE", help="KV-cache dtype (default bf16)")
+    b = p.add_argument_group("the benchmark (vllm bench serve's flags)")
+    b.add_argument("--request-rate", type=_rate, required=True, metavar="RPS",
+                   help="Poisson request rate, req/s; inf sends every prompt at once")
+    b.add_argument("--max-concurrency", type=int_at_least_one, default=None, metavar="N",
+                   help="at most N requests in flight (a closed loop with --request-rate inf)")
+    b.add_argument("--num-prompts", type=int_at_least_one, default=1000, metavar="N",
+                   help="requests sent (default 1000)")
+    b.add_argument("--percentile", type=_quantile, default=0.99, metavar="Q",
+                   help="the tail percentile printed beside the mean and median (default 0.99)")
+    b.add_argument("--think-ms", type=_non_negative, default=0.0, metavar="MS",
+                   help="mean exponential think time between a client's requests (with --max-concurrency; default 0)")
+    b.add_argument("--replications", type=int, default=REPLICATIONS, metavar="N",
+                   help=f"simulated runs (>= 2 for a half-width; default {REPLICATIONS})")
+    b.add_argument("--seed", type=int, default=0, help="random seed of the simulated runs (default 0)")
+    p.add_argument("--catalog", type=Path, action="append", default=[], metavar="DIR",
+                   help="extra catalog folder with models/ and/or gpus/ subfolders (repeatable; later wins)")
+    p.set_defaults(handler=cmd_predict_benchmark)
+
+
+def _check(args: argparse.Namespace) -> None:
+    src = "sweep predict-benchmark"
+    if args.replications < 2:
+        raise PredictBenchmarkError(src, "--replications", args.replications,
+                                    "must be >= 2 (the half-width needs two runs), e.g. 5")
+    if args.think_ms > 0 and args.max_concurrency is None:
+        raise PredictBenchmarkError(src, "--think-ms", args.think_ms,
+                                    "needs --max-concurrency (clients think between their own requests)")
+    if args.run_dir is not None:
+        flags = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--input-len", args.input_len),
+                                ("--output-len", args.output_len)) if v is not None]
+        if flags:
+            raise PredictBenchmarkError(src, flags[0], getattr(args, flags[0][2:].replace("-", "_")),
+                                        "give either RUN_DIR --point ID or the configuration flags, not both")
+        if args.point is None:
+            raise PredictBenchmarkError(src, "--point", None, f"RUN_DIR needs --point ID, e.g. sweep "
+                                                              f"predict-benchmark {args.run_dir} --point 0 ...")
+        return
+    for flag, v in (("--model", args.model), ("--gpu", args.gpu), ("--input-len", args.input_len),
+                    ("--output-len", args.output_len)):
+        if v is None:
+            raise PredictBenchmarkError(src, flag, None, "required without RUN_DIR (or give RUN_DIR --point ID)")
+    for flag, v in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+        if not (math.isfinite(v) and v >= 1.0):
+            raise PredictBenchmarkError(src, flag, v, "must be a finite number of tokens >= 1, e.g. 1000")
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        raise PredictBenchmarkError(src, "--max-num-batched-tokens", args.max_num_batched_tokens,
+                                    f"must be >= --max-num-seqs ({args.max_num_seqs}): every running sequence "
+                                    "decodes a token per step")
+
+
+def cmd_predict_benchmark(args: argparse.Namespace) -> int:
+    from sweep.catalog import load_catalog
+    from sweep.runner.progress import compile_cache_dir, enable_compile_cache
+
+    _check(args)
+    catalog = load_catalog(args.catalog) if args.catalog else None
+    enable_compile_cache(compile_cache_dir())
+    bench = Benchmark(args.num_prompts, args.request_rate, args.max_concurrency, args.think_ms * 1e-3,
+                      args.percentile)
+    if args.run_dir is not None:
+        cfg = config_from_run(args.run_dir, args.point, catalog)
+    else:
+        # the load the step coefficients are linearised at: the rate, else (a closed loop or a burst) the
+        # capacity's neighbourhood, found by a first evaluation at a light load
+        rate = args.request_rate
+        if not math.isfinite(rate) or args.max_concurrency is not None:
+            from sweep.models.continuous.closed import closed_loop
+
+            light = config_from_flags(args, catalog if catalog is not None else load_catalog(), 1e-3)
+            x = closed_loop(args.max_concurrency or args.num_prompts, bench.think_s, quantiles=(0.5,),
+                            **light.kwargs())["throughput_rps"]
+            rate = min(rate, x)
+        cfg = config_from_flags(args, catalog if catalog is not None else load_catalog(), rate)
+    reservation = math.ceil((cfg.prompt_mean + cfg.output_mean) / cfg.block_tokens) * cfg.block_tokens
+    if reservation > cfg.kv_capacity_tokens:
+        raise PredictBenchmarkError("sweep predict-benchmark", "--input-len", cfg.prompt_mean,
+                                    f"a request of {cfg.prompt_mean:g} + {cfg.output_mean:g} tokens does not fit the "
+                                    f"KV cache ({cfg.kv_capacity_tokens:,.0f} tokens)")
+    sim = simulate(cfg, bench, args.replications, args.seed)
+    model, basis = analytic(cfg, bench)
+    for line in render(cfg, bench, sim, model, basis, args.replications):
+        print(line)
+    return 0

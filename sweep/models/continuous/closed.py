@@ -1,0 +1,139 @@
+"""Closed-loop continuous batching: a fixed number of clients, each sending its next request
+when the previous one finishes (after an optional think time), for ONE point, in pure ``jax.numpy``.
+
+This is how `vllm bench serve --max-concurrency n --request-rate inf` loads a server, and how
+AIConfigurator's batch sizes and NIM's concurrency tables are measured: the load is not an
+arrival rate but a population, and the throughput is what the engine gives it.
+
+Model (mean value analysis on top of the open-loop model)
+---------------------------------------------------------
+``n`` clients cycle between the engine (a request's end-to-end time ``R``) and thinking
+(mean ``Z``, exponential in the simulator; only the mean enters here). The interactive
+response-time law (Little's law over the whole cycle) ties the throughput to the response:
+
+    X = n / (R + Z).
+
+The response at throughput ``X`` is the open-loop model's (`analytic.cb_point`) mean E2E at
+the rate a request *sees*. By the arrival theorem of closed product-form networks (the basis
+of mean value analysis), a request arriving in a closed system of ``n`` clients sees the
+system as it is with ``n - 1`` clients, whose mean population is about ``(n - 1) / n`` of
+the full one's (Schweitzer's approximation); in the open model the population is
+proportional to the rate, so the response is the open model's at ``lam_seen = X (n - 1) / n``:
+
+    X (E2E_open(X (n - 1) / n) + Z) = n.
+
+At ``n = 1`` this is exact: the request runs alone, ``lam_seen = 0`` and the open model at
+zero load is a lone request's time (its prefill step, then ``O - 1`` decode steps of one
+sequence whose context grows by one token a step), ``X = 1 / (E2E_1 + Z)``. Without the
+correction (``arrival_theorem = False``, the open model at ``lam = X``) the request would
+see one companion too many. As ``n`` grows, ``X`` rises to the open model's capacity.
+
+The left side rises from 0 (``X -> 0``) to ``+inf`` (``lam_seen`` at the open model's
+capacity, where its E2E is unbounded), so the root is found by bisection (`N_BISECT`
+halvings of ``[0, min(n / (E2E_1 + Z), capacity)]``: the response is at least a lone
+request's, and no population drives an engine past its capacity, where the open model
+stays stable at ``lam_seen < X``). TTFT, TPOT and E2E (means and the
+``q``-quantile) are the open model's at ``lam_seen``; the request throughput is ``X`` and
+the output token throughput ``X E[O]``. Where no root lies below the capacity (more clients
+than the engine serves at once; ``saturated``), ``X`` is the capacity, the response is the
+law's ``n / X - Z``, and its excess over the open model's E2E is a wait for a slot, added to
+TTFT and E2E (means and quantiles).
+
+Accuracy against the simulated closed loop (the reference scheduler with completion-driven
+arrivals, `sweep.testing.cb_reference`): tests/test_models_cb_closed.py and
+docs/continuous.md, "Predicting a benchmark".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array, lax
+
+from sweep.models.continuous.analytic import cb_point
+
+__all__ = ["N_BISECT", "cb_closed", "closed_loop"]
+
+#: Halvings of the throughput bracket: 2^-60 of it, below float64's resolution of the rate.
+N_BISECT = 60
+_OUT = ("ttft_mean", "ttft_p", "tpot_mean", "tpot_p", "e2e_mean", "e2e_p", "mean_running", "step_mean")
+
+
+def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
+              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
+              arrival_theorem: bool | Array = True) -> dict[str, Array]:
+    """The closed loop of ``clients`` users with mean think time ``think_s`` (s) for one point
+    (see the module docstring); the other arguments are `analytic.cb_point`'s, float64
+    scalars in SI units.
+
+    Returns float64 scalars: ``throughput_rps`` (X, requests per second), ``output_tok_s``,
+    ``saturated`` (bool: X is the capacity),
+    ``lam_seen`` (the rate the open model is evaluated at), ``capacity_rps`` (the open
+    model's), and that model's ``ttft_mean``, ``ttft_p``, ``tpot_mean``, ``tpot_p``,
+    ``e2e_mean``, ``e2e_p``, ``mean_running`` and ``step_mean`` at ``lam_seen`` (s). Every
+    output is finite: a closed loop always has a throughput below the capacity."""
+    n = jnp.asarray(clients, jnp.float64)
+    z = jnp.asarray(think_s, jnp.float64)
+    rest = (prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
+            block_tokens, t_fixed, t_token, t_ctx, service_cv, q)
+    share = jnp.where(jnp.asarray(arrival_theorem), (n - 1.0) / n, jnp.ones_like(n))
+
+    # One loop whose body holds the open model once (it compiles once, not three times):
+    # iteration 0 evaluates a lone request (the bracket), the next N_BISECT halve the
+    # bracket, the last evaluates the root found.
+    def body(i, st):
+        lo, up, _ = st
+        mid = jnp.where(i == N_BISECT + 1, lo, 0.5 * (lo + up))
+        r = cb_point(jnp.where(i == 0, 0.0, mid * share), *rest)  # cb_point floors the rate at 1e-300
+        hi0 = jnp.minimum(n / (r["e2e_mean"] + z), r["capacity_rps"])
+        e2e = r["e2e_mean"]
+        low = jnp.isfinite(e2e) & (mid * (jnp.where(jnp.isfinite(e2e), e2e, 0.0) + z) < n)
+        halving = (i > 0) & (i <= N_BISECT)
+        lo = jnp.where(halving & low, mid, lo)
+        up = jnp.where(i == 0, hi0, jnp.where(halving & ~low, mid, up))
+        return lo, up, r
+
+    zero = jnp.zeros_like(n * z)
+    shape = jax.eval_shape(lambda: cb_point(zero, *rest))
+    r0 = {k: jnp.zeros(v.shape, v.dtype) for k, v in shape.items()}
+    # lo: the largest rate known to keep the law's left side below n (finite latencies)
+    x, _, r = lax.fori_loop(0, N_BISECT + 2, body, (zero, zero, r0))
+    capacity = r["capacity_rps"]
+    out = {k: r[k] for k in _OUT}
+    # Where even the capacity leaves the law's left side below n (more clients than the engine
+    # serves at once: the bracket's top is the capacity) the response is the law's, n / X - Z,
+    # and the excess over the open model's is a wait for a slot, before the first token.
+    # Elsewhere the excess is the bisection's residual (2^-60 of the bracket).
+    excess = jnp.maximum(n / x - z - r["e2e_mean"], 0.0)
+    for k in ("ttft_mean", "ttft_p", "e2e_mean", "e2e_p"):
+        out[k] = out[k] + excess
+    out.update(saturated=excess > 1e-6 * out["e2e_mean"], throughput_rps=x,
+               output_tok_s=x * jnp.asarray(output_mean, jnp.float64), lam_seen=x * share,
+               capacity_rps=capacity)
+    return out
+
+
+_closed_jit = jax.jit(cb_closed)
+
+
+def closed_loop(clients: int, think_s: float, *, prompt_mean: float, prompt_cv: float, output_mean: float,
+                output_cv: float, cap: float, max_batched_tokens: float, kv_capacity_tokens: float,
+                block_tokens: float, t_fixed: float, t_token: float, t_ctx: float, service_cv: float = 0.0,
+                quantiles: tuple[float, ...] = (0.5, 0.99), arrival_theorem: bool = True) -> dict[str, Any]:
+    """`cb_closed` for one configuration, on the host: float scalars (``throughput_rps``,
+    ``output_tok_s``, ``lam_seen``, ``capacity_rps``, the means and ``mean_running``,
+    ``step_mean``) and, per q of ``quantiles``, ``ttft_q``, ``tpot_q`` and ``e2e_q``, dicts
+    keyed by q (s). Inputs are trusted (the caller validates them)."""
+    params = tuple(jnp.float64(v) for v in (prompt_mean, prompt_cv, output_mean, output_cv, cap,
+                                            max_batched_tokens, kv_capacity_tokens, block_tokens, t_fixed,
+                                            t_token, t_ctx, service_cv))
+    out: dict[str, Any] = {}
+    for q in quantiles or (0.5,):  # one compiled kernel, q traced: the root is found again per q (microseconds)
+        r = _closed_jit(jnp.float64(clients), jnp.float64(think_s), *params, jnp.float64(q),
+                        arrival_theorem=jnp.asarray(bool(arrival_theorem)))
+        out.update({k: (bool(v) if k == "saturated" else float(v)) for k, v in r.items() if not k.endswith("_p")})
+        for m in ("ttft", "tpot", "e2e"):
+            out.setdefault(f"{m}_q", {})[float(q)] = float(r[f"{m}_p"])
+    return out

@@ -1,0 +1,131 @@
+"""`sweep predict-benchmark`: its refusals (one line, exit 2, nothing on stdout), and end to end
+from flags and from a finished run's point, the printed figures checked against the library
+functions that make them (`simulate`, `analytic`)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from sweep.cli import main
+from sweep.cli.predict import Benchmark, analytic, config_from_row, simulate
+
+FLAGS = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048",
+         "--input-len", "500", "--output-len", "40", "--input-cv", "0.3", "--output-cv", "0.3"]
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    ([*FLAGS, "--request-rate", "4", "--replications", "1"], "--replications"),
+    ([*FLAGS, "--request-rate", "4", "--think-ms", "100"], "--think-ms"),
+    ([*FLAGS, "--request-rate", "0"], "--request-rate"),
+    ([*FLAGS, "--request-rate", "nan"], "--request-rate"),
+    ([*FLAGS, "--request-rate", "4", "--percentile", "1"], "--percentile"),
+    ([*FLAGS[:-4], "--request-rate", "4", "--max-num-seqs", "4096"], "--max-num-batched-tokens"),
+    (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--request-rate", "4"], "--input-len"),
+    (["runs/x", "--model", "llama-3.1-8b", "--request-rate", "4"], "not both"),
+    (["runs/x", "--request-rate", "4"], "--point"),
+    ([*FLAGS[:2], "--gpu", "h100-sxm", "--input-len", "0", "--output-len", "4", "--request-rate", "4"], "--input-len"),
+])
+def test_bad_input_is_one_line_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict-benchmark", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_unknown_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--model", "llama-9", "--gpu", "h100-sxm", "--input-len", "500", "--output-len", "40",
+            "--request-rate", "4"]
+    assert main(["predict-benchmark", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "llama-9" in err
+
+
+def _figure(text: str, label: str) -> tuple[str, str]:
+    """(simulated, analytic) cells of a printed line."""
+    line = next(x for x in text.splitlines() if x.startswith(label + ":"))
+    cells = re.split(r"\s{2,}", line[len(label) + 1:].strip())
+    return cells[0], cells[-1]
+
+
+def _num(cell: str) -> float:
+    return float(cell.split(" +- ")[0].replace(",", ""))
+
+
+@pytest.mark.slow
+def test_from_flags_open_and_closed(capsys: pytest.CaptureFixture[str]) -> None:
+    runs = ((["--request-rate", "4"], False), (["--request-rate", "inf", "--max-concurrency", "4"], True))
+    for extra, closed in runs:
+        assert main(["predict-benchmark", *FLAGS, *extra, "--num-prompts", "60", "--replications", "2"]) == 0
+        text = capsys.readouterr().out
+        assert "Serving Benchmark Result" in text
+        for label in ("Request throughput (req/s)", "Mean TTFT (ms)", "P99 TPOT (ms)", "Median ITL (ms)"):
+            sim, _ = _figure(text, label)
+            assert math.isfinite(_num(sim)) and " +- " in sim
+        assert ("closed loop of 4 clients" in text) == closed
+        assert _figure(text, "Successful requests")[0].startswith("60")
+
+
+@pytest.mark.slow
+def test_from_a_run_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A finished run's point: its row's coefficients, and the printed figures are `simulate`'s
+    and `analytic`'s for that configuration."""
+    from sweep.cli.answers import RunFolder, run_grid_spec
+    from sweep.cli.deploy import _row
+
+    grid = tmp_path / "chat.toml"
+    grid.write_text("""name = "chat"
+[grid]
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+gpus_per_replica = 1
+arrival_rps = 4.0
+replicas = 1
+prompt_tokens = 800
+output_tokens = 60
+prompt_cv = 0.4
+output_cv = 0.4
+batch_size = [8, 32]
+max_batched_tokens = 2048
+ttft_slo_ms = 1000
+[options]
+serving = "continuous"
+kv_allocation = "paged"
+""")
+    out = tmp_path / "run"
+    assert main(["run", str(grid), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    argv = ["predict-benchmark", str(out), "--point", "1", "--request-rate", "3", "--num-prompts", "80",
+            "--replications", "3", "--seed", "4"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "batch_size 32" in text
+    spec = run_grid_spec(out, None)
+    cfg = config_from_row(_row(RunFolder.open(out, {}), spec, 1), 16.0, "test")
+    bench = Benchmark(80, 3.0, None)
+    sim = simulate(cfg, bench, 3, 4)
+    model, basis = analytic(cfg, bench)
+    assert basis in text
+    for label, key, scale in (("Request throughput (req/s)", "request_rps", 1.0), ("Mean TTFT (ms)", "ttft_mean", 1e3),
+                              ("P99 ITL (ms)", "itl_q0.99", 1e3), ("Median TPOT (ms)", "tpot_q0.5", 1e3)):
+        s, a = _figure(text, label)
+        assert _num(s) == pytest.approx(sim[key][0] * scale, abs=0.006)  # printed to 2 decimals
+        if key != "itl_q0.99":
+            assert _num(a) == pytest.approx(model[key] * scale, abs=0.006)
+    assert _figure(text, "P99 ITL (ms)")[1] == "-"  # the analytic model has no ITL quantile
+    assert main([*argv[:3], "99", *argv[4:]]) == 2
+    assert "--point" in capsys.readouterr().err
+
+
+def test_a_burst_without_a_limit_has_no_analytic_figure() -> None:
+    """All prompts at once and no concurrency limit: no steady state, so no analytic figure
+    (never a made-up number), and the reason says so."""
+    from sweep.cli.predict import BenchConfig
+
+    cfg = BenchConfig(prompt_mean=500.0, prompt_cv=0.0, output_mean=40.0, output_cv=0.0, cap=16.0,
+                      max_batched_tokens=2048.0, kv_capacity_tokens=math.inf, block_tokens=16.0, t_fixed=0.01,
+                      t_token=3e-5, t_ctx=1e-7, service_cv=0.0, label="test")
+    model, basis = analytic(cfg, Benchmark(100, math.inf, None))
+    assert model == {} and "burst" in basis
