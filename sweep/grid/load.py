@@ -133,7 +133,7 @@ def build(
     models = tuple(_lookup(catalog.model, n, source, "grid.model") for n in values["model"])
     gpus = tuple(_lookup(catalog.gpu, n, source, "grid.gpu") for n in values["gpu"])
     axes = tuple(Axis(p.key, tuple(values[p.key])) for p in model.params if p.key in values)
-    return GridSpec(
+    spec = GridSpec(
         name=name,
         source=source,
         text=text,
@@ -154,6 +154,8 @@ def build(
         sensitivity=sensitivity,
         schedule=schedule,
     )
+    model.check_spec(spec)
+    return spec
 
 
 def _with_schedule_rates(grid: Mapping[str, Any], schedule: ScheduleSpec, source: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Optuna or the CLI.
 
     serving = "dynamic"      request-level dynamic batching (`sweep.models.dynamic`)
     serving = "continuous"   iteration-level batching, TTFT and TPOT (`sweep.models.continuous`)
+    serving = "disaggregated" prefill and decode pools in series (`sweep.models.disaggregated`)
 
 A serving mode is one subpackage whose `MODELS` lists its `ServingModel`s, the default
 latency model first; `register` adds a model (a mode's own, or one a test or plug-in builds).
@@ -16,7 +17,7 @@ latency model first; `register` adds a model (a mode's own, or one a test or plu
 from __future__ import annotations
 
 from sweep.errors import did_you_mean
-from sweep.models import continuous, dynamic
+from sweep.models import continuous, disaggregated, dynamic
 from sweep.models.base import Column, Decisions, HostPass, Param, ServingModel
 
 #: (serving, latency_model) -> the model.
@@ -46,7 +47,7 @@ def unregister(serving: str) -> None:
         SERVING_MODES.remove(serving)
 
 
-for _mode in (dynamic, continuous):
+for _mode in (dynamic, continuous, disaggregated):
     for _model in _mode.MODELS:
         register(_model)
 

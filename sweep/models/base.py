@@ -528,6 +528,12 @@ class ServingModel(abc.ABC):
         the values it can take; `where(key)` names the key for the message). Default: none."""
         return None
 
+    def check_spec(self, spec: GridSpec) -> None:
+        """Rules on the built spec: those that need the grid's catalog entries (`spec.models`,
+        `spec.gpus`) or its tables ([search], ...); raise `GridError` naming the key. Default:
+        none."""
+        return None
+
     # -- evaluation -------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -1,0 +1,74 @@
+"""What the two pools of disaggregated serving share: their keys' declarations (continuous
+serving's, so that one grid speaks one vocabulary), how they fill and check them, and the
+columns both report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+from jax import Array
+
+from sweep.errors import GridError
+from sweep.models.base import Column, Param, ServingModel
+from sweep.models.continuous import model as cont
+
+MS = 1e3
+INF = jnp.inf
+STEP_KEYS = cont.STEP_KEYS
+ROOFLINE_KEYS = cont.ROOFLINE_KEYS
+_CONTINUOUS = {p.key: p for p in cont.PARAMS}
+
+
+def params(*keys: str, **own: Param) -> tuple[Param, ...]:
+    """Continuous serving's declarations of `keys`, in that order (`own` replaces one)."""
+    return tuple(own[k] if k in own else _CONTINUOUS[k] for k in keys)
+
+
+GPUS = Column("gpus", "int64", "GPUs", "GPUs in the pool: replicas x gpus_per_replica.")
+
+
+def fill(model: ServingModel, values: dict[str, list[Any]], where: Callable[[str], str], source: str,
+         required: Sequence[str]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """Continuous serving's rules for a pool's keys: the required ones present, the step
+    coefficients all given or none (then the roofline), defaults filled."""
+    for key in required:
+        if key not in values:
+            raise GridError(source, where(key), None, f"is required, e.g. {model.param_by_key[key].example}")
+    given = [k for k in STEP_KEYS if k in values]
+    if given and len(given) != len(STEP_KEYS):
+        missing = [k for k in STEP_KEYS if k not in values]
+        raise GridError(source, where(missing[0]), None,
+                        "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none "
+                        "(roofline estimate from the catalogs)")
+    if given:
+        for key in ROOFLINE_KEYS:
+            if key in values:
+                raise GridError(source, where(key), values[key][0],
+                                "roofline input given, but the step-time coefficients are given too; drop one")
+    out = dict(values)
+    for p in model.params:
+        if p.key not in out and p.default is not None and not (given and p.key in ROOFLINE_KEYS):
+            out[p.key] = [p.default]
+    return out, {"service_source": "given" if given else "roofline"}
+
+
+def check_rho(values: Mapping[str, Sequence[Any]], where: Callable[[str], str], source: str) -> None:
+    if max(values["rho_min"]) >= min(values["rho_max"]):
+        raise GridError(source, where("rho_min"), max(values["rho_min"]),
+                        f"must be < rho_max for every combination (smallest rho_max is {min(values['rho_max'])})")
+
+
+def memory(x: Mapping[str, Array], reserve_fraction: float) -> tuple[Array, Array, Array]:
+    """(KV bytes per token, weight bytes, HBM left for the KV cache) of one replica."""
+    kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
+    weights = x["n_params"] * x["weight_bytes_per_param"]
+    free = x["gpus_per_replica"] * x["hbm_bytes"] * (1.0 - reserve_fraction) - weights
+    return kv_per_token, weights, free
+
+
+def efficiencies(x: Mapping[str, Array]) -> tuple[Array, Array]:
+    """The roofline's efficiencies: the grid's, else the GPU entry's."""
+    return (x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"],
+            x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"])

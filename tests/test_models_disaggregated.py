@@ -1,0 +1,203 @@
+"""`serving = "disaggregated"` (SPEC 11): the prefill pool (the greedy batcher over prefill
+batches), the KV transfer and the decode pool (continuous batching with prompts already
+cached), through the real CLI on one tiny grid (one compilation for the module).
+
+Reference values, and where they come from:
+
+* Light load (arrival_rps = 0.001: one request in the system at a time), given step
+  coefficients t_f = 10 ms, t_t = 0.05 ms, t_c = 1e-4 ms, P = 1000, O = 100, prefill
+  batch_size 1 and batch_window_ms 0 (a lone prompt is dispatched at once):
+  - prefill service T_svc(1) = t_f + (t_t + t_c) P = 10 + 0.0501 x 1000 = 60.1 ms, so
+    TTFT -> 60.1 ms (no wait, no batching delay);
+  - TPOT of a lone decoding sequence: its steps j = 1..O-1 each take t_f + t_t + t_c (P + j),
+    averaging t_f + t_t + t_c (P + O / 2) = 10 + 0.05 + 1e-4 x 1050 = 10.155 ms;
+  - decode sojourn (O - 1) TPOT = 99 x 10.155 = 1005.345 ms, after a wait of the step in
+    progress only (u TPOT / 2, u = lambda (O - 1) TPOT the busy share: 0.00255 ms);
+  - transfer: Llama 3.1 8B caches 32 layers x 2 x 8 KV heads x 128 = 65,536 elements per
+    token (its catalog entry), 2 bytes each: 131,072 bytes; over InfiniBand NDR (400 Gb/s =
+    5e10 bytes/s, 10 us): 131,072 x 1000 / 5e10 s + 0.01 ms = 2.62144 + 0.01 = 2.63144 ms;
+  - E2E mean = 60.1 + 2.63144 + 1005.345 = 1068.07644 ms;
+  - GPUs: prefill 1 x 1 and decode 2 x 1 -> 3; cost 3 x 2.5 USD/h (the h100-sxm entry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+
+import jax
+import pyarrow.parquet as pq
+import pytest
+
+from sweep.cli import main
+from sweep.models import get_model
+from sweep.models.continuous.analytic import cb_point
+from sweep.models.disaggregated import LINKS, DisaggregatedModel
+
+jax.config.update("jax_enable_x64", True)
+
+GRID = """
+name = "dg"
+[grid]
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+arrival_rps = [0.001, 6.0]
+prompt_tokens = 1000
+output_tokens = 100
+t_fixed_ms = 10.0
+t_token_ms = 0.05
+t_ctx_ms = 0.0001
+ttft_slo_ms = 400
+tpot_slo_ms = 30
+link = "ib-ndr"
+prefill_replicas = [1, 2]
+decode_replicas = [1, 2]
+prefill_batch_window_ms = 0
+prefill_batch_size = [1, 4]
+decode_batch_size = [64]
+{extra}
+[options]
+serving = "disaggregated"
+"""
+
+TTFT, TPOT, TRANSFER = 60.1, 10.155, 2.63144
+E2E = TTFT + TRANSFER + 99 * TPOT
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def points(tmp_path_factory):
+    base = tmp_path_factory.mktemp("dg")
+    grid = base / "dg.toml"
+    grid.write_text(GRID.format(extra=""))
+    rc, text, err = _run(["run", str(grid), "--out", str(base / "run"), "--progress", "none"])
+    assert rc == 0, (text, err)
+    return pq.read_table(base / "run" / "points").to_pylist(), text
+
+
+def test_the_mode_is_registered():
+    assert isinstance(get_model("disaggregated"), DisaggregatedModel)
+    keys = [p.key for p in DisaggregatedModel.params]
+    for key in ("prefill_replicas", "decode_replicas", "prefill_gpus_per_replica", "decode_gpus_per_replica",
+                "decode_batch_size", "decode_max_batched_tokens", "prefill_batch_size", "link_bytes_per_s"):
+        assert key in keys, key
+    assert DisaggregatedModel.decisions.size == "total_gpus"
+
+
+@pytest.mark.slow
+def test_light_load_matches_the_closed_forms(points):
+    rows, _ = points
+    r = next(r for r in rows if r["arrival_rps"] == 0.001 and r["prefill_replicas"] == 1
+             and r["decode_replicas"] == 2 and r["prefill_batch_size"] == 1)
+    assert r["prefill_t_svc_ms"] == pytest.approx(TTFT, rel=1e-12)
+    assert r["ttft_mean_ms"] == pytest.approx(TTFT, rel=1e-3)
+    assert r["prefill_wait_mean_ms"] < 1e-3 * TTFT and r["prefill_batching_mean_ms"] < 1e-3 * TTFT
+    assert r["tpot_mean_ms"] == pytest.approx(TPOT, rel=1e-4)
+    assert r["decode_sojourn_mean_ms"] == pytest.approx(99 * TPOT, rel=1e-4)
+    # no slot wait (64 slots); the step in progress, u TPOT / 2 with the busy share
+    # u = lambda (O - 1) TPOT = 0.0005/s x 1.005 s: 0.00255 ms
+    assert r["decode_wait_mean_ms"] == pytest.approx(0.0005 * 99 * TPOT / 1e3 * TPOT / 2, rel=1e-2)
+    assert r["transfer_ms"] == pytest.approx(TRANSFER, rel=1e-12)
+    assert r["e2e_mean_ms"] == pytest.approx(E2E, rel=1e-4)
+    assert (r["prefill_gpus"], r["decode_gpus"], r["total_gpus"]) == (1, 2, 3)
+    assert r["cost_usd_per_hour"] == pytest.approx(3 * 2.5)
+    assert r["cost_usd_per_mtok"] == pytest.approx(7.5 / (0.001 * 100 * 3600) * 1e6)
+    # the percentiles lie above the means and the union bound covers the end to end
+    assert r["ttft_p_ms"] >= r["ttft_mean_ms"] and r["e2e_p_ms"] >= r["e2e_mean_ms"]
+    # `sweep explain`'s derivation: the three stages and the end to end, with these numbers
+    steps = DisaggregatedModel().derivation(r)
+    assert [s.title.split(":")[0] for s in steps] == ["Prefill pool", "KV transfer", "Decode pool", "End to end"]
+    assert steps[1].lines[0][1].startswith("125.0 MiB") and steps[3].lines[2][2] == "3 GPUs"
+
+
+@pytest.mark.slow
+def test_the_split_with_the_fewest_gpus_is_the_answer(points):
+    rows, text = points
+    loaded = [r for r in rows if r["arrival_rps"] == 6.0]
+    # at 6 requests/s one prefill replica of batch 1 serves 1 / 60.1 ms = 16.6 prompts/s and
+    # one decode replica holds the load: the smallest split meets every SLO
+    ok = [r for r in loaded if r["slo_ok"] and r["feasible"]]
+    assert ok and min(r["total_gpus"] for r in ok) == 2
+    assert "prefill_replicas" in text and "TTFT" in text
+
+
+def test_transfer_term_against_its_closed_form():
+    """kv_bytes_per_token x P / bandwidth + latency, from the link catalog's figures."""
+    import jax.numpy as jnp
+
+    link = DisaggregatedModel.link
+    x = {"kv_elems_per_token": jnp.float64(65536.0), "kv_bytes_per_elem": jnp.float64(1.0),
+         "prompt_tokens": jnp.float64(4000.0), "link_bytes_per_s": jnp.float64(LINKS["roce-100g"].bytes_per_s),
+         "link_latency_s": jnp.float64(LINKS["roce-100g"].latency_s), "link_bw": jnp.float64(450e9)}
+    # 65,536 x 1 x 4000 bytes over 100 Gb/s = 1.25e10 bytes/s: 20.97152 ms, plus 20 us
+    assert float(link.delay_ms(x)) == pytest.approx(20.97152 + 0.02, rel=1e-12)
+    del x["link_bytes_per_s"]  # the nvlink link: the GPU entry's interconnect
+    assert float(link.delay_ms(x)) == pytest.approx(65536 * 4000 / 450e9 * 1e3 + 0.02, rel=1e-12)
+
+
+def test_cached_prompts_at_light_load_against_the_closed_form():
+    """The continuous analytic with prefilled=True, one sequence at a time (the module
+    docstring's TPOT, and capacity 1 / ((O - 1) TPOT) for one slot)."""
+    p, o, tf, tt, tc = 1000.0, 200.0, 0.012, 5e-5, 1e-8
+    r = cb_point(1e-7, p, 0.0, o, 0.0, 1.0, math.inf, math.inf, 1.0, tf, tt, tc, 0.0, 0.99, prefilled=True)
+    tpot = tf + tt + tc * (p + o / 2)
+    assert float(r["tpot_mean"]) == pytest.approx(tpot, rel=1e-6)
+    assert float(r["e2e_mean"]) == pytest.approx((o - 1) * tpot, rel=1e-6)
+    assert float(r["capacity_rps"]) == pytest.approx(1.0 / ((o - 1) * tpot), rel=1e-12)
+    assert float(r["ttft_prefill"]) == 0.0
+    # aggregated, the same request also prefills: TTFT = t_f + (t_t + t_c) P, a lower capacity
+    agg = cb_point(1e-7, p, 0.0, o, 0.0, 1.0, math.inf, math.inf, 1.0, tf, tt, tc, 0.0, 0.99)
+    assert float(agg["ttft_prefill"]) == pytest.approx(tf + (tt + tc) * p, rel=1e-6)
+    assert float(agg["capacity_rps"]) < float(r["capacity_rps"])
+
+
+@pytest.mark.parametrize("extra, key, words", [
+    ("prefill_replicas = 0", "grid.prefill_replicas", "must be"),
+    ("decode_replicas = 0", "grid.decode_replicas", "must be"),
+    ("link_bytes_per_s = 1e3\nslo_ms = 5000", "grid.link_bytes_per_s", "KV transfer alone"),
+    ("prompt_tokens = 600000", "grid.decode_gpus_per_replica", "fewer than one transferred request"),
+    ('link = "pigeon"', "grid.link", "is not a known link"),
+    ("[search]\nobjective = \"min_gpus\"\ntrials = 8\n[search.params]\ndecode_replicas = {low = 1, high = 4}", "search",
+     "cannot be searched"),
+])
+def test_bad_splits_are_refused_in_one_line_and_nothing_is_written(tmp_path, extra, key, words):
+    text = GRID.format(extra=extra if extra.startswith("[") else "")
+    for line in ([] if extra.startswith("[") else extra.splitlines()):  # the override replaces the grid's own line
+        k = line.split(" = ")[0]
+        text = "\n".join(ln for ln in text.splitlines() if not ln.startswith(f"{k} = ")) + ""
+        text = text.replace("[grid]\n", f"[grid]\n{line}\n")
+    grid = tmp_path / "bad.toml"
+    grid.write_text(text)
+    rc, out, err = _run(["run", str(grid), "--out", str(tmp_path / "run"), "--progress", "none"])
+    assert rc == 2, (out, err)
+    lines = [ln for ln in err.strip().splitlines() if ln]
+    assert len(lines) == 1 and key in lines[0] and words in lines[0], err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("prompt", [200.0, 2000.0, 8000.0])
+def test_cached_prompts_decode_faster_than_aggregated_steps(prompt):
+    """At the same load per replica, the decode pool's steps carry no prompt tokens: its TPOT
+    is below the aggregated engine's and its capacity above (the aggregated engine also
+    spends t_token P + t_ctx P of prefill work per request, step 1 of the analytic model's
+    derivation); the gap grows with the prompt."""
+    o, tf, tt, tc = 200.0, 0.010, 5e-5, 1e-7
+    lam = 0.3 / ((o - 1) * (tf / 64 + tt + tc * (prompt + o / 2)) + (tt + tc) * prompt)  # 30% of the token work
+    args = (lam, prompt, 0.0, o, 0.0, 64.0, math.inf, math.inf, 1.0, tf, tt, tc, 0.0, 0.99)
+    dis, agg = cb_point(*args, prefilled=True), cb_point(*args)
+    assert bool(dis["stable"]) and bool(agg["stable"])
+    assert float(dis["tpot_mean"]) < float(agg["tpot_mean"])
+    assert float(dis["capacity_rps"]) > float(agg["capacity_rps"])
+    # with one slot the capacities are the closed forms 1 / E[S]: (O - 1) decode steps, plus
+    # the prefill step t_f + (t_t + t_c) P aggregated
+    one = (1e-9, prompt, 0.0, o, 0.0, 1.0, math.inf, math.inf, 1.0, tf, tt, tc, 0.0, 0.99)
+    decode = (o - 1) * (tf + tt + tc * (prompt + o / 2))
+    assert float(cb_point(*one, prefilled=True)["capacity_rps"]) == pytest.approx(1 / decode, rel=1e-12)
+    assert float(cb_point(*one)["capacity_rps"]) == pytest.approx(1 / (decode + tf + (tt + tc) * prompt), rel=1e-12)
