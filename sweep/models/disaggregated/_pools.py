@@ -4,18 +4,23 @@ columns both report."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jax.numpy as jnp
-from jax import Array
-
+from sweep._lazy import lazy_module
 from sweep.errors import GridError
 from sweep.models.base import Column, Param, ServingModel
 from sweep.models.continuous import model as cont
 
+if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+else:
+    jnp = lazy_module("jax.numpy")
+
 MS = 1e3
-INF = jnp.inf
+INF = math.inf
 STEP_KEYS = cont.STEP_KEYS
 ROOFLINE_KEYS = cont.ROOFLINE_KEYS
 _CONTINUOUS = {p.key: p for p in cont.PARAMS}

@@ -21,19 +21,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import jax.numpy as jnp
-from jax import Array
-
+from sweep._lazy import lazy_module
 from sweep.errors import GridError
 from sweep.models.base import Column, Decisions, Param, ServingModel
-from sweep.models.continuous.analytic import cb_point
 from sweep.models.continuous.model import kv_capacity_tokens
 from sweep.models.disaggregated import _pools
 from sweep.models.shared import columns as shared
 from sweep.models.shared import roofline as rl
 
 if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+
     from sweep.grid.spec import GridSpec
+    from sweep.models.continuous import analytic
+else:
+    analytic = lazy_module("sweep.models.continuous.analytic")
+    jnp = lazy_module("jax.numpy")
 
 MS, INF = _pools.MS, _pools.INF
 
@@ -159,9 +163,9 @@ class DecodePool(ServingModel):
         else:
             tf, tt, tc = x["t_fixed_ms"] / MS, x["t_token_ms"] / MS, x["t_ctx_ms"] / MS
         lam = x["arrival_rps"] / x["replicas"]
-        r = cb_point(lam, p1, x["prompt_cv"], o1, x["output_cv"], x["batch_size"], x["max_batched_tokens"],
-                     jnp.where(mem_ok, c_tok, 1.0), block, tf, tt, tc, x["service_cv"], x["percentile"],
-                     prefilled=True)
+        r = analytic.cb_point(lam, p1, x["prompt_cv"], o1, x["output_cv"], x["batch_size"], x["max_batched_tokens"],
+                              jnp.where(mem_ok, c_tok, 1.0), block, tf, tt, tc, x["service_cv"], x["percentile"],
+                              prefilled=True)
         stable = r["stable"] & mem_ok
         cap = jnp.where(mem_ok, r["capacity_rps"], 0.0)
         rho = jnp.where(cap > 0.0, lam / jnp.where(cap > 0.0, cap, 1.0), INF)

@@ -31,9 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import jax.numpy as jnp
-from jax import Array
-
+from sweep._lazy import lazy_module
 from sweep.errors import GridError
 from sweep.models.base import SERVICE_SOURCES, Column, Decisions, Domain, Param, Step, num
 from sweep.models.compose import SHARED, Link, Stage, Tandem, tandem
@@ -43,10 +41,15 @@ from sweep.models.disaggregated.prefill import PrefillPool
 from sweep.models.views import Check, Views
 
 if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+
     from sweep.grid.spec import GridSpec
+else:
+    jnp = lazy_module("jax.numpy")
 
 MS = 1e3
-INF = jnp.inf
+INF = math.inf
 SERVING = "disaggregated"
 #: The default link: one InfiniBand NDR port per GPU, the usual fabric between the nodes of two pools.
 DEFAULT_LINK = "ib-ndr"

@@ -23,9 +23,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import jax.numpy as jnp
-from jax import Array
-
+from sweep._lazy import lazy_module
 from sweep.errors import GridError
 from sweep.models.base import Column, Decisions, Param, ServingModel
 from sweep.models.disaggregated import _pools
@@ -35,7 +33,12 @@ from sweep.models.shared import columns as shared
 from sweep.models.shared import roofline as rl
 
 if TYPE_CHECKING:
+    import jax.numpy as jnp
+    from jax import Array
+
     from sweep.grid.spec import GridSpec
+else:
+    jnp = lazy_module("jax.numpy")
 
 MS, INF = _pools.MS, _pools.INF
 _DYN = {p.key: p for p in dyn.PARAMS}
