@@ -314,6 +314,38 @@ STATE_TD, STATE_TP = "_cb_state_td", "_cb_state_tp"
 
 
 
+
+def fill_keys(model: ServingModel, values: dict[str, list[Any]], where: Callable[[str], str], source: str,
+              required: Sequence[str], slo_keys: Sequence[str] = ()) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """Continuous serving's rules for a grid's keys (also each pool's of disaggregated serving):
+    the `required` ones present, the step coefficients all given or none (then the roofline,
+    and no roofline input beside given coefficients), at least one of `slo_keys` when any are
+    named, defaults filled. Returns the values and the static `service_source`."""
+    for key in required:
+        if key not in values:
+            raise GridError(source, where(key), None, f"is required, e.g. {model.param_by_key[key].example}")
+    given = [k for k in STEP_KEYS if k in values]
+    if given and len(given) != len(STEP_KEYS):
+        missing = [k for k in STEP_KEYS if k not in values]
+        raise GridError(source, where(missing[0]), None,
+                        "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none "
+                        "(roofline estimate from the catalogs)")
+    if given:
+        for key in ROOFLINE_KEYS:
+            if key in values:
+                raise GridError(source, where(key), values[key][0],
+                                "roofline input given, but the step-time coefficients are given too; drop one")
+    if slo_keys and not any(k in values for k in slo_keys):
+        raise GridError(source, where("ttft_slo_ms"), None,
+                        "continuous serving needs at least one SLO: ttft_slo_ms, tpot_slo_ms or slo_ms "
+                        "(end to end)")
+    out = dict(values)
+    for p in model.params:
+        if p.key not in out and p.default is not None and not (given and p.key in ROOFLINE_KEYS):
+            out[p.key] = [p.default]
+    return out, {"service_source": "given" if given else "roofline"}
+
+
 class ContinuousModel(ServingModel):
     """`serving = "continuous"`, `latency_model = "analytic"`: the fixed-point model of
     `sweep.models.continuous.analytic` decides."""
@@ -365,29 +397,7 @@ class ContinuousModel(ServingModel):
 
     def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
              source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-        for key in REQUIRED:
-            if key not in values:
-                raise GridError(source, where(key), None, f"is required, e.g. {self.param_by_key[key].example}")
-        given = [k for k in STEP_KEYS if k in values]
-        if given and len(given) != len(STEP_KEYS):
-            missing = [k for k in STEP_KEYS if k not in values]
-            raise GridError(source, where(missing[0]), None,
-                            "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none "
-                            "(roofline estimate from the catalogs)")
-        if given:
-            for key in ROOFLINE_KEYS:
-                if key in values:
-                    raise GridError(source, where(key), values[key][0],
-                                    "roofline input given, but the step-time coefficients are given too; drop one")
-        if not any(k in values for k in SLO_KEYS):
-            raise GridError(source, where("ttft_slo_ms"), None,
-                            "continuous serving needs at least one SLO: ttft_slo_ms, tpot_slo_ms or slo_ms "
-                            "(end to end)")
-        out = dict(values)
-        for p in self.params:
-            if p.key not in out and p.default is not None and not (given and p.key in ROOFLINE_KEYS):
-                out[p.key] = [p.default]
-        return out, {"service_source": "given" if given else "roofline"}
+        return fill_keys(self, values, where, source, REQUIRED, slo_keys=SLO_KEYS)
 
     def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str],
               source: str) -> None:

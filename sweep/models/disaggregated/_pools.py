@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweep._lazy import lazy_module
 from sweep.errors import GridError
-from sweep.models.base import Column, Param, ServingModel
+from sweep.models.base import Column, Param
 from sweep.models.continuous import model as cont
 
 if TYPE_CHECKING:
@@ -34,29 +34,9 @@ def params(*keys: str, **own: Param) -> tuple[Param, ...]:
 GPUS = Column("gpus", "int64", "GPUs", "GPUs in the pool: replicas x gpus_per_replica.")
 
 
-def fill(model: ServingModel, values: dict[str, list[Any]], where: Callable[[str], str], source: str,
-         required: Sequence[str]) -> tuple[dict[str, list[Any]], dict[str, Any]]:
-    """Continuous serving's rules for a pool's keys: the required ones present, the step
-    coefficients all given or none (then the roofline), defaults filled."""
-    for key in required:
-        if key not in values:
-            raise GridError(source, where(key), None, f"is required, e.g. {model.param_by_key[key].example}")
-    given = [k for k in STEP_KEYS if k in values]
-    if given and len(given) != len(STEP_KEYS):
-        missing = [k for k in STEP_KEYS if k not in values]
-        raise GridError(source, where(missing[0]), None,
-                        "give all of t_fixed_ms, t_token_ms and t_ctx_ms, or none "
-                        "(roofline estimate from the catalogs)")
-    if given:
-        for key in ROOFLINE_KEYS:
-            if key in values:
-                raise GridError(source, where(key), values[key][0],
-                                "roofline input given, but the step-time coefficients are given too; drop one")
-    out = dict(values)
-    for p in model.params:
-        if p.key not in out and p.default is not None and not (given and p.key in ROOFLINE_KEYS):
-            out[p.key] = [p.default]
-    return out, {"service_source": "given" if given else "roofline"}
+#: continuous serving's rules for a pool's keys (required present, step coefficients all or
+#: none, defaults filled): `sweep.models.continuous.model.fill_keys`
+fill = cont.fill_keys
 
 
 def check_rho(values: Mapping[str, Sequence[Any]], where: Callable[[str], str], source: str) -> None:
