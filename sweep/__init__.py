@@ -21,8 +21,10 @@ on first use (PEP 562), so `import sweep` is cheap and `sweep.evaluate` works as
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 #: JAX settings every kernel and simulator relies on: float64 everywhere, and the simulators'
@@ -57,7 +59,7 @@ from sweep.errors import (  # noqa: E402
 
 #: public name -> the module that defines it, imported on first use
 _LAZY = {
-    **dict.fromkeys(("MAX_IN_MEMORY", "Explanation", "decide", "evaluate", "explain", "grid_from_dict", "load_grid",
+    **dict.fromkeys(("MAX_IN_MEMORY", "Explanation", "evaluate", "explain", "grid_from_dict", "load_grid",
                      "recommendation", "run"), "sweep.api"),
     **dict.fromkeys(("Catalog", "load_catalog", "packaged_catalog"), "sweep.catalog"),
     "GridSpec": "sweep.grid",
@@ -70,9 +72,32 @@ _LAZY = {
 }
 
 
+class _Package(types.ModuleType):
+    """`sweep` itself. One public function shares its name with a subpackage: `sweep.decide`
+    is the function (`sweep.api.decide`), as it was when `import sweep` imported everything,
+    whatever imports the subpackage `sweep.decide` later (the import system binds a loaded
+    subpackage on its parent: that binding is ignored here; `from sweep.decide import ...`
+    and `sys.modules` reach the subpackage)."""
+
+    @property
+    def decide(self) -> Any:
+        from sweep.api import decide
+
+        return decide
+
+    @decide.setter
+    def decide(self, value: Any) -> None:
+        return None
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
+        if importlib.util.find_spec(f"sweep.{name}") is not None:  # a subpackage, as `import sweep` once loaded
+            return importlib.import_module(f"sweep.{name}")
         raise AttributeError(f"module 'sweep' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
@@ -80,7 +105,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"decide"})
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, eagerly

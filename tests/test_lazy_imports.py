@@ -76,6 +76,17 @@ def test_sweep_names_resolve_on_first_use() -> None:
         sweep.not_a_name  # noqa: B018
 
 
+def test_sweep_decide_is_the_function_whatever_imports_the_subpackage() -> None:
+    """`sweep.decide` (the API function) shares its name with the subpackage `sweep.decide`;
+    loading the subpackage afterwards (which binds it on its parent) does not shadow the
+    function, and `from sweep.decide import ...` still reaches the subpackage."""
+    code = ("import sweep; f = sweep.decide; import sweep.decide.pareto; from sweep.decide import reduce; "
+            "import sweep.api; print(sweep.decide is sweep.api.decide is f, callable(sweep.decide), "
+            "reduce.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["True", "True", "sweep.decide.reduce"]
+
+
 def test_lazy_module_imports_on_first_attribute() -> None:
     proxy = lazy_module("colorsys")  # a standard module this test suite never imports otherwise
     sys.modules.pop("colorsys", None)
