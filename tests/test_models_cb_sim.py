@@ -198,27 +198,36 @@ def test_service_noise_is_replayed():
     np.testing.assert_allclose(d, base * np.exp(-s2 / 2 + math.sqrt(s2) * z[:d.size]), rtol=1e-13)
 
 
+def _random_case(rng, case, min_output=1):
+    """One seeded random scenario: 250 Poisson arrivals (on a 0.1 s grid every third case:
+    ties), lognormal lengths (outputs at least `min_output`), and every knob drawn: caps,
+    budgets, KV, blocks, queue limits, noise. Returns arrivals, prompts, outputs and the
+    keyword arguments of both simulators."""
+    n = 250
+    lam = rng.uniform(0.5, 40.0)
+    a = np.cumsum(rng.exponential(1.0 / lam, n))
+    if case % 3 == 0:
+        a = np.round(a, 1)
+    p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
+    o = np.maximum(min_output, np.round(rng.lognormal(2.5, 0.8, n)))
+    cap = int(rng.integers(1, 9))
+    kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
+              kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
+              block_tokens=int(rng.choice([1, 16])),
+              queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
+              t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
+              t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
+              z=rng.standard_normal(40_000))
+    return a, p, o, kw
+
+
 def test_random_cases_match_reference():
     """Seeded random scenarios, light to overloaded, with ties (arrivals on a grid), every
     knob: caps, budgets, KV, blocks, queue limits, noise."""
     rng = np.random.default_rng(11)
     seen = {"drop": 0, "reject": 0}
     for case in range(14):
-        n = 250
-        lam = rng.uniform(0.5, 40.0)
-        a = np.cumsum(rng.exponential(1.0 / lam, n))
-        if case % 3 == 0:
-            a = np.round(a, 1)
-        p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
-        o = np.maximum(1, np.round(rng.lognormal(2.5, 0.8, n)))
-        cap = int(rng.integers(1, 9))
-        kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
-                  kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
-                  block_tokens=int(rng.choice([1, 16])),
-                  queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
-                  t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
-                  t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
-                  z=rng.standard_normal(40_000))
+        a, p, o, kw = _random_case(rng, case)
         r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
         _assert_same(r, _jax(a, p, o, **kw))
         seen["drop"] += r.status.count(ref.DROPPED)
@@ -297,21 +306,8 @@ def test_cached_prompts_random_cases_match_reference():
     rng = np.random.default_rng(12)
     seen = {"drop": 0, "reject": 0, "wait": 0}
     for case in range(10):
-        n = 250
-        lam = rng.uniform(0.5, 40.0)
-        a = np.cumsum(rng.exponential(1.0 / lam, n))
-        if case % 3 == 0:
-            a = np.round(a, 1)
-        p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
-        o = np.maximum(2, np.round(rng.lognormal(2.5, 0.8, n)))
-        cap = int(rng.integers(1, 9))
-        kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
-                  kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
-                  block_tokens=int(rng.choice([1, 16])),
-                  queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
-                  t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
-                  t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
-                  z=rng.standard_normal(40_000), cached=True)
+        a, p, o, kw = _random_case(rng, case, min_output=2)
+        kw["cached"] = True
         r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
         _assert_same(r, _jax(a, p, o, **kw))
         assert sum(r.step_prefill) == 0
@@ -610,21 +606,8 @@ def test_prefill_first_random_cases_match_reference():
     rng = np.random.default_rng(23)
     paused = 0
     for case in range(10):
-        n = 250
-        lam = rng.uniform(0.5, 40.0)
-        a = np.cumsum(rng.exponential(1.0 / lam, n))
-        if case % 3 == 0:
-            a = np.round(a, 1)
-        p = np.maximum(1, np.round(rng.lognormal(3.0, 1.0, n)))
-        o = np.maximum(1, np.round(rng.lognormal(2.5, 0.8, n)))
-        cap = int(rng.integers(1, 9))
-        kw = dict(cap=cap, max_batched_tokens=max(cap, float(rng.choice([np.inf, 8, 64]))),
-                  kv_capacity=float(rng.choice([np.inf, 150.0, 600.0])),
-                  block_tokens=int(rng.choice([1, 16])),
-                  queue_capacity=float(rng.choice([np.inf, 0.0, 3.0, 20.0])),
-                  t_fixed=rng.uniform(0.0, 0.03), t_token=rng.uniform(0, 1e-3),
-                  t_ctx=rng.uniform(0, 1e-5), service_cv=float(rng.choice([0.0, 0.5])),
-                  z=rng.standard_normal(40_000), scheduler_policy="prefill_first")
+        a, p, o, kw = _random_case(rng, case)
+        kw["scheduler_policy"] = "prefill_first"
         r = ref.simulate(a, p.astype(int).tolist(), o.astype(int).tolist(), **kw)
         _assert_same(r, _jax(a, p, o, **kw))
         # steps that prefill while sequences decode: the policy really paused someone

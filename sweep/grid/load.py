@@ -281,36 +281,33 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
                    _scheduler_policy(raw, serving, source))
 
 
+def _continuous_option(raw: Mapping[str, Any], key: str, values: Sequence[str], serving: str, source: str,
+                       what: str, example: str = "") -> str:
+    """`[options] key`, one of `values`, for continuous serving only (`what` says what it is
+    of such an engine); the `Options` default when absent."""
+    if key not in raw:
+        return str(getattr(Options, key))
+    value = raw[key]
+    if not isinstance(value, str) or value not in values:
+        raise GridError(source, f"options.{key}", value,
+                        f"must be one of {', '.join(values)}{did_you_mean(str(value).lower(), values)}{example}")
+    if serving != "continuous":
+        raise GridError(source, f"options.{key}", value,
+                        f'{what}; serving is "{serving}": set serving = "continuous" or drop {key}')
+    return value
+
+
 def _scheduler_policy(raw: Mapping[str, Any], serving: str, source: str) -> str:
     """`[options] scheduler_policy`: how a continuous engine composes its steps (docs/continuous.md)."""
-    if "scheduler_policy" not in raw:
-        return Options.scheduler_policy
-    policy = raw["scheduler_policy"]
-    if not isinstance(policy, str) or policy not in SCHEDULER_POLICIES:
-        raise GridError(source, "options.scheduler_policy", policy,
-                        f"must be one of {', '.join(SCHEDULER_POLICIES)}"
-                        f"{did_you_mean(str(policy).lower(), SCHEDULER_POLICIES)}")
-    if serving != "continuous":
-        raise GridError(source, "options.scheduler_policy", policy,
-                        f'is how an iteration-level (continuous) engine composes a step; serving is "{serving}": '
-                        'set serving = "continuous" or drop scheduler_policy')
-    return policy
+    return _continuous_option(raw, "scheduler_policy", SCHEDULER_POLICIES, serving, source,
+                              "is how an iteration-level (continuous) engine composes a step")
 
 
 def _engine(raw: Mapping[str, Any], serving: str, source: str) -> str:
     """`[options] engine`: the engine `sweep deploy` writes commands for (continuous serving only)."""
-    if "engine" not in raw:
-        return Options.engine
-    engine = raw["engine"]
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise GridError(source, "options.engine", engine,
-                        f"must be one of {', '.join(ENGINES)}{did_you_mean(str(engine).lower(), ENGINES)}, "
-                        'e.g. engine = "vllm"')
-    if serving != "continuous":
-        raise GridError(source, "options.engine", engine,
-                        f'names the engine of an iteration-level (continuous) deployment; serving is "{serving}": '
-                        'set serving = "continuous" or drop engine')
-    return engine
+    return _continuous_option(raw, "engine", ENGINES, serving, source,
+                              "names the engine of an iteration-level (continuous) deployment",
+                              ', e.g. engine = "vllm"')
 
 
 def _option(raw: Mapping[str, Any], key: str, source: str) -> Any:
