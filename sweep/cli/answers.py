@@ -553,7 +553,7 @@ def print_answers(run: RunFolder, console: Console, top: int = TOP) -> None:
 
 def run_grid_spec(run_dir: Path, catalog: Any) -> Any:
     """The grid a finished run was made from (its text, kept in the manifest), once the folder
-    checks whole (`sweep explain RUN_DIR`, `sweep predict-benchmark RUN_DIR`)."""
+    checks whole (`sweep explain RUN_DIR`, `sweep predict-benchmark RUN_DIR`, `sweep deploy`)."""
     from sweep.grid.load import build
     from sweep.io.published import DamagedRunError
 
@@ -562,11 +562,11 @@ def run_grid_spec(run_dir: Path, catalog: Any) -> Any:
     grid = grid if isinstance(grid, dict) else {}
     text = grid.get("toml")
     if not text:
-        raise DamagedRunError(f"{run_dir / 'manifest.json'}: keeps no grid text (grid.toml); explain the grid file "
-                              f"instead: sweep explain GRID --point ID")
+        raise DamagedRunError(f"{run_dir / 'manifest.json'}: keeps no grid text (grid.toml); use the grid file "
+                              f"instead (e.g. sweep explain GRID --point ID)")
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise DamagedRunError(f"{run_dir / 'manifest.json'}: grid.toml is not valid TOML ({exc}); explain the "
-                              "grid file instead: sweep explain GRID --point ID") from None
+        raise DamagedRunError(f"{run_dir / 'manifest.json'}: grid.toml is not valid TOML ({exc}); use the grid "
+                              "file instead (e.g. sweep explain GRID --point ID)") from None
     return build(doc, source=str(grid.get("file") or run_dir / "manifest.json"), text=text, catalog=catalog)

@@ -11,7 +11,6 @@ Its columns come from points/ where the run wrote them, else the point is evalua
 from __future__ import annotations
 
 import argparse
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,10 +51,9 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     from sweep.catalog import load_catalog
-    from sweep.cli.answers import RunFolder, parse_filters
+    from sweep.cli.answers import RunFolder, parse_filters, run_grid_spec
     from sweep.deploy import deployment, meta_of
     from sweep.deploy.plan import NEEDED
-    from sweep.grid.load import build
 
     run = RunFolder.open(args.run_dir, parse_filters(args.filters))
     lacking = [k for k in NEEDED if k not in {c.name for c in run.model.columns}]
@@ -63,14 +61,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         raise DeployChoiceError(f"{args.run_dir}: serving = \"{run.model.serving}\" has no {lacking[0]} column: "
                                 "sweep deploy writes the commands of an iteration-level engine (a grid whose "
                                 "serving model declares the KV capacity, the cap and the token budget)")
-    grid = run.manifest.get("grid") or {}
-    text = grid.get("toml") or ""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise DeployChoiceError(f"{args.run_dir / 'manifest.json'}: grid.toml is not valid TOML ({exc})") from None
-    spec = build(doc, source=str(grid.get("file") or args.run_dir / "manifest.json"), text=text,
-                 catalog=load_catalog(args.catalog) if args.catalog else None)
+    spec = run_grid_spec(args.run_dir, load_catalog(args.catalog) if args.catalog else None)
     pid = args.point if args.point is not None else _recommended(run)
     row = _row(run, spec, pid)
     dep = deployment(row, meta_of(spec), engine=args.engine, model_id=args.model_id)

@@ -124,8 +124,9 @@ def predicted(row: Mapping[str, Any], latency_model: str) -> list[Figure]:
         for stat in ("Mean", "Median", f"P{pw}"):
             if metric == "ITL" and stat != "Mean":
                 out.append(Figure(metric, stat, None, "",
-                                  "not predicted: ITL pools every gap between tokens, so its tail is one step's "
-                                  "(a step that carries a prefill chunk); the model predicts per-request TPOT"))
+                                  "not predicted here: ITL pools every gap between tokens, so its tail is one "
+                                  "step's (a step that carries a prefill chunk); the model predicts per-request "
+                                  "TPOT; `sweep predict-benchmark RUN_DIR --point ID --request-rate R` simulates ITL"))
                 continue
             if stat == "Median" and q != 0.5:
                 out.append(Figure(metric, stat, None, "",
