@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep.cli.tools import int_at_least_one
+from sweep.cli.tools import finite_number, int_at_least_one
 from sweep.errors import GridError, OutputError
 
 #: Tensor-parallel sizes tried (GPUs per replica); a size whose weights leave no KV room is left out.
@@ -318,24 +318,8 @@ def add_command(sub: Any, command: Any, exits: str) -> None:
     a.set_defaults(handler=cmd_ask)
 
 
-def _finite(lo: float, *, strict: bool) -> Callable[[str], float]:
-    """An argparse type: a finite number above `lo` (`strict`) or at least `lo`."""
-    rule = f"{'>' if strict else '>='} {lo:g}"
-
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not ((v > lo if strict else v >= lo) and math.isfinite(v)):
-            raise argparse.ArgumentTypeError(f"{text} must be a finite number {rule}")
-        return v
-
-    return parse
-
-
-_positive = _finite(0.0, strict=True)
-_non_negative = _finite(0.0, strict=False)
+_positive = finite_number(0.0, strict=True)
+_non_negative = finite_number(0.0, strict=False)
 
 
 def question(args: argparse.Namespace) -> AskQuestion:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.cli.tools import int_at_least_one
+from sweep.cli.tools import finite_number, int_at_least_one
 from sweep.errors import GridError
 
 #: The benchmark's figures as it prints them: (label, our figure key, unit scale).
@@ -301,14 +301,7 @@ def _rate(text: str) -> float:
     return v
 
 
-def _non_negative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (v >= 0.0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
-    return v
+_non_negative = finite_number(0.0, strict=False)
 
 
 def _quantile(text: str) -> float:

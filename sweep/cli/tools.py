@@ -127,6 +127,22 @@ def int_at_least_one(text: str) -> int:
     return value
 
 
+def finite_number(lo: float, *, strict: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number above `lo` (`strict`) or at least `lo`."""
+    rule = f"{'>' if strict else '>='} {lo:g}"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not ((v > lo if strict else v >= lo) and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number {rule}")
+        return v
+
+    return parse
+
+
 def positive_seconds(text: str) -> float:
     """A finite number of seconds > 0 (NaN, inf, 0 and negatives refused)."""
     try:

@@ -63,7 +63,6 @@ PRNGKey(seed), s), r), _STREAM)`` (six 32-bit draws); decode replica ``d``'s ste
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -75,7 +74,14 @@ from jax.scipy.special import ndtri
 from numpy.typing import ArrayLike
 
 from sweep.errors import SweepError
-from sweep.models.continuous.sim import SCHEDULER_KEYS, lengths, percentile_tag, simulate_jobs, student_t975
+from sweep.models.continuous.sim import (
+    SCHEDULER_KEYS,
+    CBSimSettings,
+    lengths,
+    percentile_tag,
+    simulate_jobs,
+    student_t975,
+)
 from sweep.models.dynamic.batch_sim import simulate_lane
 
 __all__ = [
@@ -110,12 +116,10 @@ class DisaggSimulationError(SweepError, ValueError):
     """Disaggregated-serving simulation input is invalid (shape, domain)."""
 
 
-@dataclass(frozen=True)
-class DisaggSimSettings:
-    n_requests: int = 4_000  # measured arrivals per replication
-    warmup: int = 500  # leading arrivals discarded
-    replications: int = 4
-    seed: int = 0
+#: Replications' sizes and seed: the continuous simulator's (measured arrivals per replication,
+#: leading arrivals discarded, replications, seed)
+DisaggSimSettings = CBSimSettings
+_SETTINGS = DisaggSimSettings()  # the defaults (frozen)
 
 
 # --------------------------------------------------------------------------------------
@@ -438,7 +442,7 @@ def simulate_disaggregated_requests(arrivals: ArrayLike, prompt: ArrayLike, outp
     return res
 
 
-def simulate_disaggregated(params: Mapping[str, ArrayLike], settings: DisaggSimSettings = DisaggSimSettings(), *,
+def simulate_disaggregated(params: Mapping[str, ArrayLike], settings: DisaggSimSettings = _SETTINGS, *,
                            percentile: float | ArrayLike = 0.99, more_percentiles: tuple[float, ...] = (),
                            scenario_ids: ArrayLike | None = None) -> dict[str, np.ndarray]:
     """Simulate every scenario; float64[S] (bool for ``stable``) per output, SI units.
