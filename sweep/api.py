@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from sweep.catalog import Catalog
+from sweep.decide.layouts import SHARED_KEYS, aggregated_text, has_layouts, layout_companion, verdict_text
 from sweep.decide.recommend import picks
 from sweep.decide.recommend import recommendation as recommend_one
 from sweep.decide.reduce import REASONS
@@ -33,6 +34,7 @@ from sweep.errors import GridError, OutputError, did_you_mean
 from sweep.grid import GridSpec, build, load
 from sweep.io.parquet import arrow_schema, record_batch
 from sweep.models.base import CATALOG_FIELDS, Step, efficiency_figures
+from sweep.runner.layouts import with_layouts
 from sweep.runner.run import RunResult, Shard, run_grid
 
 #: Points `evaluate` and `decide` hold in memory at most (about 1 KB each).
@@ -79,7 +81,7 @@ def decide(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[pa.Table
     _check_size(spec)
     every = spec.point_columns()
     meta = {"grid_name": spec.name, "grid_sha256": spec.sha256}
-    opt_schema = arrow_schema(optimum_columns(spec.model, every), meta)
+    opt_schema = arrow_schema(optimum_columns(spec.model, every, layouts=False), meta)
     front_schema = arrow_schema(frontier_columns(every, spec.model), meta)
     names = _dictionaries(spec)
     ev = Evaluator(spec, chunk_size)
@@ -88,7 +90,10 @@ def decide(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[pa.Table
         opt.append(record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, spec.rows_per_group),
                                 opt_schema, names))
         front.append(record_batch(frontier_rows(chunk.columns, ev.row_size, spec.rows_per_group), front_schema, names))
-    return pa.Table.from_batches(opt, schema=opt_schema), pa.Table.from_batches(front, schema=front_schema)
+    optimum = pa.Table.from_batches(opt, schema=opt_schema)
+    if has_layouts(spec):  # the verdict against one pool (sweep.decide.layouts)
+        optimum = with_layouts(spec, optimum)
+    return optimum, pa.Table.from_batches(front, schema=front_schema)
 
 
 def run(spec: GridSpec, out_dir: str | Path, *, shard: str | None = None, force: bool = False,
@@ -111,6 +116,8 @@ class Explanation:
     #: why this point: its scenario group's recommendation, or why the group has none ("" when
     #: the point was named by --point or by a decision axis)
     chosen: str = ""
+    #: a disaggregated point: its scenario group's verdict against one pool (`sweep.decide.layouts`)
+    layout: str = ""
 
 
 def recommendation(run_dir: str | Path, group: int | None = None,
@@ -201,4 +208,19 @@ def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, s
     options = {"kv_allocation": spec.options.kv_allocation, "block_tokens": spec.options.block_tokens,
                "reserve_fraction": spec.options.reserve_fraction}
     steps = spec.model.derivation(row, figures, options)
-    return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps, figures, chosen)
+    layout = _group_layout(spec, ev, chunk, row) if has_layouts(spec) else ""
+    return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps, figures, chosen,
+                       layout)
+
+
+def _group_layout(spec: GridSpec, ev: Evaluator, chunk: Any, row: Mapping[str, Any]) -> str:
+    """A disaggregated point's scenario group against the best aggregated configuration of
+    its workload (`sweep.decide.layouts`), in words."""
+    every = spec.point_columns()
+    schema = arrow_schema(optimum_columns(spec.model, every, layouts=False), {})
+    table = pa.Table.from_batches([record_batch(
+        optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, spec.rows_per_group), schema,
+        _dictionaries(spec))])
+    companion = layout_companion(spec, {k: row[k] for k in row if k in SHARED_KEYS})
+    first = with_layouts(spec, table, companion).slice(0, 1).to_pylist()[0]
+    return f"{verdict_text(first)}; one pool: {aggregated_text(first)}"

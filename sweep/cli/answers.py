@@ -41,6 +41,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sweep.cli.fit import fit_table
+from sweep.decide import layouts as L
 from sweep.decide.recommend import PREFIXES, answer_name, band_columns, shown_columns
 from sweep.errors import SweepError
 from sweep.io.published import check_run
@@ -548,7 +549,40 @@ def print_answers(run: RunFolder, console: Console, top: int = TOP) -> None:
             print_decisions(run, console, top)
     else:
         print_decisions(run, console, top)
+    print_layouts(run, console, top)
     print_where(run, console)
+
+
+def print_layouts(run: RunFolder, console: Console, top: int = TOP) -> None:
+    """A run whose optimum.parquet carries a layout verdict (`sweep.decide.layouts`): per
+    scenario group, the recommended layout against the other one."""
+    names = pq.read_schema(run.path / "optimum.parquet").names
+    if L.VERDICT_COLUMN not in names:
+        return
+    table = run.optimum(list(dict.fromkeys([*L.TABLE_COLUMNS, *run.varying])))
+    if table.num_rows == 0:
+        return
+    rows = to_host(table)
+    _, first = np.unique(rows["group_id"], return_index=True)
+    shown = first[:top]
+    p = _p_label(rows)
+    heads = [*run.varying, *L.TABLE_TEXT, *(h.replace(" P ", f" {p} ") for h, _, _ in L.TABLE_CELLS)]
+    cells_of = []
+    for i in shown:
+        row = {k: rows[k][i] for k in rows}
+        cells = [_scenario_cell(rows[k][i]) for k in run.varying]
+        cells += L.verdict_cells(row)
+        cells += [fmt(rows[c][i], d) if math.isfinite(float(rows[c][i])) else "-" for _, c, d in L.TABLE_CELLS]
+        cells_of.append(cells)
+    fit_table(console, L.TABLE_TITLE, heads, cells_of, left=L.TABLE_TEXT)
+    if len(first) > len(shown):
+        console.print(f"... {len(first) - len(shown):,} more scenario groups (--top N shows more)")
+
+
+def _p_label(rows: Mapping[str, np.ndarray]) -> str:
+    """P99 (the run's percentile, when it has one) for a header."""
+    qs: Any = np.unique(rows["percentile"]) if "percentile" in rows else []
+    return f"P{100 * float(qs[0]):g}" if len(qs) == 1 else "P"
 
 
 def run_grid_spec(run_dir: Path, catalog: Any) -> Any:

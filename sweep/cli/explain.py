@@ -9,6 +9,7 @@ from rich.table import Table
 
 from sweep.api import Explanation
 from sweep.cli.summary import make_console
+from sweep.decide.layouts import EXPLAIN_LEAD
 from sweep.models import ServingModel, get_model
 
 #: Inputs named in the headline of a model whose views name none.
@@ -56,6 +57,8 @@ def print_explanation(e: Explanation, console: Console | None = None) -> None:
     docs = model.views.explain.docs if model is not None else ""
     console.print(f"checked against the SLOs: {checked}; action {e.row.get('action')}"
                   + (f"; formulas and references: {docs}" if docs else ""), markup=False)
+    if e.layout:
+        console.print(f"{EXPLAIN_LEAD}: {e.layout}", markup=False)
 
 
 def _value(v: object) -> str:

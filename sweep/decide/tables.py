@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from sweep.decide.layouts import LAYOUT_COLUMNS, has_layouts
 from sweep.decide.recommend import answer_name, recommend_rows, recommendation_columns
 from sweep.decide.reduce import REASONS, REPLICAS_BANDS
 from sweep.decide.verdict import ACTIONS
@@ -95,9 +96,11 @@ def answer_columns(model: ServingModel, point_columns: tuple[Column, ...] = ()) 
     return tuple(out)
 
 
-def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> tuple[Column, ...]:
+def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...], *,
+                    layouts: bool = True) -> tuple[Column, ...]:
     """optimum.parquet: one row per row: a scenario group and one value of every group axis
-    (docs/model.md, decisions)."""
+    (docs/model.md, decisions). A disaggregated grid's table ends with the layout verdict
+    (`sweep.decide.layouts`), added once the whole table is known (`layouts` False: without)."""
     present = {c.name: c for c in point_columns}
     d, slo = model.decisions, slo_text(model.slo_checks)
     groups, rows = " and ".join(d.group_axes), ", ".join(("scenario group", *d.group_axes))
@@ -127,6 +130,7 @@ def optimum_columns(model: ServingModel, point_columns: tuple[Column, ...]) -> t
         *answer_columns(model, point_columns),
         *recommendation_columns(model, point_columns),
         Column("method", "dict", "-", "How the answers were found: exact (every point evaluated)."),
+        *(LAYOUT_COLUMNS if layouts and has_layouts(model.serving) else ()),
     )
 
 

@@ -91,6 +91,7 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, png_dir: st
 
 
 def _build(run: Run, out_path: Path, png_dir: str | Path | None, t0: float) -> ReportResult:
+    from sweep.decide import layouts as L
     from sweep.reporting import figures as F
     from sweep.reporting import html as H
     from sweep.reporting import tables as T
@@ -252,6 +253,16 @@ def _build(run: Run, out_path: Path, png_dir: str | Path | None, t0: float) -> R
         sched_fig.notes = list(sched.notes)
         if sched_fig.fig is None:
             sched_fig.note = "schedule.parquet has no rows"
+    layout_fig = None
+    lay = run.layouts()
+    if lay is not None:  # the run's optimum.parquet carries a layout verdict (sweep.decide.layouts)
+        layout_fig = F.Figure(L.FIGURE_ID, L.FIGURE_TITLE, L.FIGURE_CAPTION)
+        layout_fig.fig = F.layout_figure(lay.cols, run.varying) if lay.shown else None
+        layout_fig.notes = list(lay.notes)
+        if layout_fig.fig is None:
+            layout_fig.note = ("the grid has one arrival rate: the verdict is in the answers above and in "
+                               "optimum.parquet" if lay.shown and "arrival_rps" not in run.varying
+                               else "no scenario group has an answer in either layout")
     search = run.search()
     search_table = T.search_table(search.cols, model) if search.shown else ""
 
@@ -266,6 +277,7 @@ def _build(run: Run, out_path: Path, png_dir: str | Path | None, t0: float) -> R
     figs = [by_id[f.id] for f in specs if f.per == "scenario"] + [action]
     figs += [by_id[f.id] for f in specs if isinstance(f, Frontier)] + [plan_fig]
     figs += [sched_fig] if sched_fig is not None else []
+    figs += [layout_fig] if layout_fig is not None else []
     figs += [by_id[f.id] for f in specs if f.per != "scenario" and not isinstance(f, Frontier)]
 
     # ---- the document

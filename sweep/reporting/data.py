@@ -402,6 +402,22 @@ class Run:
         notes = [] if total <= PLAN_BUDGET else [f"the first {PLAN_BUDGET:,} of {total:,} scenario groups"]
         return Sample(cols, len(cols["group_id"]), total, notes=notes)
 
+    def layouts(self) -> Sample | None:
+        """The layout verdict per scenario group (one row each: `sweep.decide.layouts`'
+        figure columns); None when the run's optimum.parquet has none."""
+        from sweep.decide.layouts import FIGURE_COLUMNS, VERDICT_COLUMN
+
+        if VERDICT_COLUMN not in self.optimum_cols:
+            return None
+        wanted = ["group_id", "model", "gpu", "arrival_rps", *self.varying, *FIGURE_COLUMNS]
+        sel = self._select(list(dict.fromkeys(wanted)), self.optimum_cols)
+        total = int(self.scalar(f"SELECT count(DISTINCT group_id) FROM {self.optimum_src}"))
+        cols = self.query(f"SELECT {sel} FROM {self.optimum_src} "
+                          "QUALIFY row_number() OVER (PARTITION BY group_id ORDER BY row_id) = 1 "
+                          f"ORDER BY group_id LIMIT {PLAN_BUDGET}")
+        notes = [] if total <= PLAN_BUDGET else [f"the first {PLAN_BUDGET:,} of {total:,} scenario groups"]
+        return Sample(cols, len(cols["group_id"]), total, notes=notes)
+
     def schedule(self) -> Sample | None:
         """schedule.parquet's first `SCHEDULE_GROUPS` schedule groups, every hour; None when
         the run has no schedule (its grid had no [schedule])."""

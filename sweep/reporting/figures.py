@@ -20,11 +20,13 @@ model's `Regions`), so the shading is right even when the run kept no points.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from sweep.decide.layouts import FIGURE_LINES, SHARED_KEYS
 from sweep.decide.verdict import ACTIONS
 from sweep.models import ServingModel
 from sweep.models.views import (
@@ -698,6 +700,42 @@ def plan_figure(plan: Columns, model: ServingModel, gpu_colour: dict[str, str]) 
                          yaxis=axis("fleet cost at replicas_min (USD/h)",
                                     log=_log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20, tickprefix="$",
                                     dtick=1 if _log_ratio(p["replicas_min_cost_usd_per_hour"]) > 20 else None))
+    return {"data": traces, "layout": layout}
+
+
+def _plain(v: Any) -> str:
+    return str(v) if isinstance(v, str) else f"{float(v):g}"
+
+
+def layout_figure(lay: Columns, varying: Sequence[str]) -> dict[str, Any] | None:
+    """The layout verdict: the GPUs each layout needs against the arrival rate
+    (`sweep.decide.layouts.FIGURE_LINES`: the split solid, one pool dashed), one pair of lines
+    per workload (the varying keys other than the arrival rate); a missing point is a rate at
+    which that layout meets no SLO within the grid's GPUs."""
+    if not len(lay.get("group_id", [])) or "arrival_rps" not in lay:
+        return None
+    ys = [(lay[col].astype(float), name, dash) for col, name, dash in FIGURE_LINES]
+    if not any(np.isfinite(y).any() for y, _, _ in ys):
+        return None
+    keys = [k for k in varying if k in lay and k in SHARED_KEYS and k != "arrival_rps"]  # the workload's keys
+    n = len(lay["group_id"])
+    label = np.array([", ".join(f"{k} {_plain(lay[k][i])}" for k in keys) for i in range(n)])
+    palette = colour_map(sorted({str(v) for v in label}))
+    x = lay["arrival_rps"].astype(float)
+    traces: list[dict[str, Any]] = []
+    for name in sorted({str(v) for v in label}):
+        m = np.flatnonzero(label.astype(str) == name)
+        m = m[np.argsort(x[m], kind="stable")]
+        colour = palette[name]
+        for y, what, dash in ys:
+            yy = np.where(np.isfinite(y[m]), y[m], np.nan)  # no answer: a gap
+            traces.append({"type": "scatter", "mode": "lines+markers", "x": x[m], "y": yy,
+                           "name": f"{what}{' (' + name + ')' if name else ''}", "connectgaps": False,
+                           "line": {"color": colour, "width": 2 if dash == "solid" else 1.5, "dash": dash},
+                           "marker": {"color": colour, "size": 6, "symbol": "circle" if dash == "solid" else "x"},
+                           "hovertemplate": f"arrival %{{x:,.4g}} req/s<br>%{{y}} GPUs<extra>{what} {name}</extra>"})
+    layout = base_layout(460, xaxis=axis("arrival rate (req/s, fleet)", log=_log_ratio(x) > 20),
+                         yaxis=axis("GPUs needed (fewest meeting every SLO)", rangemode="tozero"))
     return {"data": traces, "layout": layout}
 
 

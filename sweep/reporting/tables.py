@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from sweep.decide.layouts import CARD_TITLE, VERDICT_COLUMN, card_text
 from sweep.decide.recommend import PREFIXES, answer_name, band_columns, shown_columns
 from sweep.models import ServingModel
 from sweep.models.views import Cell
@@ -114,6 +115,8 @@ def answers_html(r: dict[str, Any], model: ServingModel) -> str:
                       "none in the grid's replicas axis" if unbounded(rm) else
                       f"{rm:g} replica{'s' if rm != 1 else ''}, {_answer_text(r, 'replicas_min', model)}, "
                       f"${fmt(cost, 2)}/h"))
+    if VERDICT_COLUMN in r:  # a layout verdict (sweep.decide.layouts): the recommended layout against the other
+        items.append((CARD_TITLE, card_text(r)))
     head = (f"{_slo_head(r, model)}; "
             f"{int(r.get('n_feasible', 0)) if not unbounded(r.get('n_feasible', 0)) else 0:,} of "
             f"{int(r.get('n_points', 0)) if not unbounded(r.get('n_points', 0)) else 0:,} points feasible; "

@@ -28,18 +28,20 @@ import pyarrow.parquet as pq
 
 from sweep._lazy import lazy_module
 from sweep._version import __version__
+from sweep.decide.layouts import companion_spec, has_layouts
 from sweep.decide.schedule import ROW_FACTS, schedule_table
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, chunk_points
 from sweep.errors import OutputError, ResourceError, disk_full
 from sweep.grid.spec import GridSpec
 from sweep.io.lock import FolderLock
-from sweep.io.parquet import DatasetWriter, arrow_schema, concat_parquet, record_batch
+from sweep.io.parquet import COMPRESSION, DatasetWriter, arrow_schema, concat_parquet, record_batch
 from sweep.io.published import DamagedRunError, check_run
 from sweep.io.staging import PUBLISH, STAGING_PREFIX, DamagedError, Staging, file_record, recover
 from sweep.runner.cluster import ClusterOptions, DaskExecutor
 from sweep.runner.executors import Executor, InProcess
 from sweep.runner.identity import isa_tag, run_inputs
+from sweep.runner.layouts import with_layouts
 from sweep.runner.memory import plan_memory
 from sweep.runner.segment import SegmentWriter
 
@@ -189,9 +191,11 @@ def run_grid(
             staging = Staging(target, run_key)
             if force:
                 staging.discard()
+            # a disaggregated grid's companion (one pool, the same workload) is validated before any work
+            companion = companion_spec(spec) if has_layouts(spec) else None
             evaluator = Evaluator(spec, chunk_size)
             return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor,
-                        inputs).execute()
+                        inputs, companion).execute()
         except Exception as exc:  # a full disk at any write: the staging, the points, the search's study, publishing
             full = disk_full(exc)
             where = getattr(exc, "filename", None) or target
@@ -243,11 +247,12 @@ class _Run:
 
     def __init__(self, spec: GridSpec, ev: Evaluator, staging: Staging, shard: Shard, seg: int,
                  run_key: str, progress: Progress | None, t0: float, note: Note, executor: Executor,
-                 inputs: dict[str, Any]) -> None:
+                 inputs: dict[str, Any], companion: GridSpec | None = None) -> None:
         self.spec, self.ev, self.staging, self.shard = spec, ev, staging, shard
         self.inputs = inputs
         self.seg, self.run_key, self.progress, self.t0, self.note = seg, run_key, progress, t0, note
         self.executor = executor
+        self.companion = companion
         self.meta = provenance(spec)
         self.writer = SegmentWriter(spec, ev, self.meta)
         self.opt_schema, self.front_schema = self.writer.opt_schema, self.writer.front_schema
@@ -286,6 +291,8 @@ class _Run:
         self._verify(n_seg)
         concat_parquet([self.staging.path / "optimum" / f"{k:05d}.parquet" for k in range(n_seg)],
                        final / "optimum.parquet", self.opt_schema)
+        if self.companion is not None:
+            self._layouts(final / "optimum.parquet")
         concat_parquet([self.staging.path / "frontier" / f"{k:05d}.parquet" for k in range(n_seg)],
                        final / "frontier.parquet", self.front_schema)
         if self.spec.schedule is not None:
@@ -361,6 +368,15 @@ class _Run:
         writer.write(record_batch(table, w.sched_schema, w.dictionaries))
         writer.close()
         self.n_schedule = len(table["hour"])
+
+    def _layouts(self, path: Path) -> None:
+        """Add the layout verdict (`sweep.decide.layouts`) to a disaggregated run's optimum.parquet:
+        the companion grid is planned in memory and joined by workload."""
+        assert self.companion is not None
+        table = with_layouts(self.spec, pq.read_table(path), self.companion)
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(table, tmp, compression=COMPRESSION, write_statistics=True)
+        tmp.replace(path)  # the concatenated file may be a hard link to the segment's part: never write through it
 
     def _search(self) -> dict[str, Any]:
         """Run the `[search]` studies; their answers go through the same writer and staging."""

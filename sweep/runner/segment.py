@@ -56,7 +56,8 @@ class SegmentWriter:
         # entry (as in process, where it is added after them; a worker gets it already set).
         base = {k: v for k, v in meta.items() if k != "schedule"}
         self.point_schema = arrow_schema(point_cols, base)
-        self.opt_schema = arrow_schema(optimum_columns(spec.model, every), base)
+        # without the layout verdict of a disaggregated grid: the run adds it to the whole table
+        self.opt_schema = arrow_schema(optimum_columns(spec.model, every, layouts=False), base)
         self.front_schema = arrow_schema(frontier_columns(every, spec.model), base)
         if spec.schedule is not None:
             sched = spec.schedule
