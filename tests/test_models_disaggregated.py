@@ -164,8 +164,6 @@ def test_cached_prompts_at_light_load_against_the_closed_form():
     ("link_bytes_per_s = 1e3\nslo_ms = 5000", "grid.link_bytes_per_s", "KV transfer alone"),
     ("prompt_tokens = 600000", "grid.decode_gpus_per_replica", "fewer than one transferred request"),
     ('link = "pigeon"', "grid.link", "is not a known link"),
-    ("[search]\nobjective = \"min_gpus\"\ntrials = 8\n[search.params]\ndecode_replicas = {low = 1, high = 4}", "search",
-     "cannot be searched"),
 ])
 def test_bad_splits_are_refused_in_one_line_and_nothing_is_written(tmp_path, extra, key, words):
     text = GRID.format(extra=extra if extra.startswith("[") else "")

@@ -40,14 +40,14 @@ from sweep.grid.files import ALLOW_OPTION, within
 from sweep.grid.values import MAX_AXIS_VALUES, check_value
 from sweep.models import ServingModel
 
-#: The [grid] parameters a search may vary besides the model's decision axes.
-FLEET_KEYS: tuple[str, ...] = ("gpu", "gpus_per_replica")
-
 
 def searchable(model: ServingModel) -> tuple[str, ...]:
-    """The fleet and the model's decision axes: for the dynamic batcher gpu,
-    gpus_per_replica, replicas, batch_window_ms and batch_size."""
-    return FLEET_KEYS + model.decisions.decision_axes
+    """The fleet (`ServingModel.fleet_keys`) and the model's decision axes: for the dynamic
+    batcher gpu, gpus_per_replica, replicas, batch_window_ms and batch_size; for
+    disaggregated serving gpu, each pool's GPUs per replica, its replicas and its knobs."""
+    return (*model.fleet_keys, *model.decisions.decision_axes)
+
+
 #: Storage keywords; anything else must be an RDB URL (`dialect[+driver]://...`).
 STORAGE_KINDS: tuple[str, ...] = ("sqlite", "journal", "memory")
 STORAGE_FILES: dict[str, str] = {"sqlite": "search.db", "journal": "search.journal"}

@@ -170,6 +170,8 @@ def gpu_figures(g: Gpu) -> dict[str, float]:
 
 #: `service_source` values (a dictionary column).
 SERVICE_SOURCES: tuple[str, ...] = ("given", "fitted", "roofline")
+#: The fleet keys a `[search]` may vary besides a model's decision axes (`ServingModel.fleet_keys`).
+FLEET_KEYS: tuple[str, ...] = ("gpu", "gpus_per_replica")
 
 
 #: `Column.null_when` words that are not flag columns: the row has no such answer (the
@@ -490,6 +492,12 @@ class ServingModel(abc.ABC):
     @property
     def param_by_key(self) -> dict[str, Param]:
         return {p.key: p for p in self.params}
+
+    @property
+    def fleet_keys(self) -> tuple[str, ...]:
+        """The [grid] keys besides `decisions.decision_axes` that a `[search]` may vary: the
+        fleet's GPU and GPUs per replica, those of `FLEET_KEYS` the model has."""
+        return tuple(k for k in FLEET_KEYS if k in self.param_by_key)
 
     @property
     def row_axes(self) -> tuple[str, ...]:

@@ -281,6 +281,12 @@ class Tandem(ServingModel):
     def stages(self) -> tuple[Stage, Stage]:
         return (self.first, self.second)
 
+    @property
+    def fleet_keys(self) -> tuple[str, ...]:
+        """Each stage's fleet keys under the tandem's names: a shared `gpu` once, each
+        stage's own GPUs per replica (`prefill_gpus_per_replica`)."""
+        return _unique([s.key(k) for s in self.stages for k in s.model.fleet_keys])
+
     # -- validation -------------------------------------------------------------------
 
     def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
@@ -396,8 +402,11 @@ def _shared_param(a: Param, b: Param) -> Param:
 
 def _own_param(stage: Stage, p: Param) -> Param:
     key = stage.key(p.key)
-    example = key + p.example[len(p.key):] if p.example.startswith(p.key + " ") else p.example
-    return replace(p, key=key, example=example)
+
+    def renamed(text: str) -> str:
+        return key + text[len(p.key):] if text.startswith(p.key + " ") else text
+
+    return replace(p, key=key, example=renamed(p.example), search_example=renamed(p.search_example))
 
 
 def _column(stage: Stage, c: Column) -> Column:

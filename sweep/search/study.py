@@ -12,12 +12,17 @@ How a search runs:
   jitted, vmapped call of `sweep.engine.evaluate_values` (the same kernel as a grid run)
   with a fixed batch shape (short rounds are padded), so a search compiles once, and tells
   every trial its objective values and its constraint values.
-* Objectives: `min_cost` (`cost_usd_per_hour` = replicas * gpus_per_replica *
-  usd_per_gpu_hour), `max_capacity` (`fleet_capacity_rps` = replicas * B / T_svc(B), the
-  fleet's throughput ceiling), `min_latency` (`latency_ms`, the grid's SLO estimate), or a
-  list of them (multi-objective: the answer is the Pareto set from `study.best_trials`).
-* Constraints, Optuna's convention (<= 0 feasible), one per rule: `slo` latency_ms/slo_ms-1,
-  `stable` lambda/capacity-1, `rho` rho-rho_max, `memory` (batch_size-b_mem_max)/batch_size.
+* Objectives: the model's `objectives` (name -> column, direction). The dynamic batcher's:
+  `min_cost` (`cost_usd_per_hour` = replicas * gpus_per_replica * usd_per_gpu_hour),
+  `max_capacity` (`fleet_capacity_rps` = replicas * B / T_svc(B), the fleet's throughput
+  ceiling), `min_latency` (`latency_ms`, the grid's SLO estimate); or a list of them
+  (multi-objective: the answer is the Pareto set from `study.best_trials`).
+* Constraints, Optuna's convention (<= 0 feasible), one per rule: `slo` the worst
+  latency/SLO-1 over the model's `slo_checks`, `stable` load/capacity-1 (one replica's
+  lambda over its capacity; a two-pool mode's arrival_rps over its end-to-end capacity_rps,
+  the smaller pool's, so the busier pool's load), `rho` rho-rho_max (a two-pool mode's rho
+  is the busier pool's), `memory` (batch_size-b_mem_max)/batch_size where the model reports
+  b_mem_max, else +-1 from `mem_ok` (both pools').
   Each value's sign is forced to agree with the boolean verdict the kernel reports, so
   Optuna's feasibility is exactly the planner's: stable & mem_ok & latency_ms <= slo_ms &
   rho <= rho_max. They are stored as one list in the trial system attribute `constraints`
@@ -104,18 +109,21 @@ SEARCH_META_FIRST: tuple[Column, ...] = (
     Column("method", "dict", "-", "How the answer was found: optuna."),
     Column("objective", "dict", "-",
            "The objective(s), joined by +: dynamic serving min_cost, max_capacity, min_latency; continuous serving "
-           "min_cost, min_cost_per_mtok, max_tok_s_per_gpu, max_tok_s_per_user, min_ttft, min_tpot."),
+           "min_cost, min_cost_per_mtok, max_tok_s_per_gpu, max_tok_s_per_user, min_ttft, min_tpot; disaggregated "
+           "serving min_cost, max_capacity, min_latency, min_gpus, min_cost_per_mtok, min_ttft, min_tpot."),
     Column("objective_value", "float64", "-",
            "The first objective's value at this answer, in the unit of the column it optimises "
            "(min_cost: cost_usd_per_hour, max_capacity: fleet_capacity_rps, min_latency: latency_ms; "
-           "continuous serving: cost_usd_per_mtok, tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms); "
+           "continuous serving: cost_usd_per_mtok, tok_s_per_gpu, tok_s_per_user, ttft_p_ms, tpot_p_ms; "
+           "disaggregated serving: capacity_rps, e2e_p_ms, total_gpus, cost_usd_per_mtok, ttft_p_ms, tpot_p_ms); "
            "NULL where that is unbounded (an answer that does not meet the constraints).",
            null_when="meets_constraints"),
     Column("rank", "int64", "-",
            "0 for a single objective; the answer's position in the Pareto set (sorted by the first objective) "
            "otherwise."),
     Column("meets_constraints", "bool", "-",
-           "The answer meets every constraint: SLO, stability, rho <= rho_max, memory."),
+           "The answer meets every constraint: SLO, stability, rho <= rho_max, memory (disaggregated serving: every "
+           "SLO, both pools)."),
     Column("reason", "dict", "-",
            "Empty, or why no answer meets every constraint (the least-violating trial is shown)."),
 )
@@ -696,10 +704,18 @@ def reduced_keys(model: ServingModel) -> tuple[str, ...]:
     """The columns objectives and constraints read (the exact pass keeps only these)."""
     keys = [c for c, _ in model.objectives.values()]
     keys += [k for check in model.slo_checks for k in check]
-    keys += ["lambda_per_replica_rps", "capacity_rps", "stable", model.decisions.utilisation, "rho_max",
-             model.decisions.cap, "mem_ok"]
+    keys += [*_load_columns(model), "stable", model.decisions.utilisation, "rho_max", model.decisions.cap, "mem_ok"]
     keys += ["b_mem_max"] if any(c.name == "b_mem_max" for c in model.columns) else []
     return tuple(dict.fromkeys(keys))
+
+
+def _load_columns(model: ServingModel) -> tuple[str, str]:
+    """(load, capacity) columns whose ratio grades stability, load / capacity - 1: one
+    replica's (`lambda_per_replica_rps`, `capacity_rps`) where the model has them, else the
+    fleet's (`arrival_rps` over `capacity_rps`, the end-to-end capacity of a two-pool
+    mode: the smaller pool's, so the ratio is the busier pool's load)."""
+    names = {c.name for c in model.columns}
+    return ("lambda_per_replica_rps" if "lambda_per_replica_rps" in names else "arrival_rps", "capacity_rps")
 
 
 def constraint_values(out: dict[str, np.ndarray], model: ServingModel) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -718,8 +734,9 @@ def constraint_values(out: dict[str, np.ndarray], model: ServingModel) -> tuple[
         mem_graded = _graded((batch - out["b_mem_max"]) / batch)
     else:
         mem_graded = np.where(mem_ok, -1.0, 1.0)
+    lam, capacity = _load_columns(model)
     with np.errstate(invalid="ignore", divide="ignore"):  # no capacity (weights that do not fit): +inf, graded
-        load = np.asarray(out["lambda_per_replica_rps"], float) / np.asarray(out["capacity_rps"], float)
+        load = np.asarray(out[lam], float) / np.asarray(out[capacity], float)
     verdicts = {
         "slo": (slo_ok, slo_graded),
         "stable": (np.asarray(out["stable"], bool), _graded(load - 1.0)),

@@ -153,8 +153,9 @@ class DisaggregatedModel(Tandem):
     monotone_in_load: ClassVar[tuple[str, ...]] = _TANDEM.monotone_in_load
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = _TANDEM.slo_checks
     objectives: ClassVar[dict[str, tuple[str, str]]] = {
-        **_TANDEM.objectives, "min_gpus": ("total_gpus", "minimize"), "min_cost_per_mtok": ("cost_usd_per_mtok",
-                                                                                          "minimize")}
+        **_TANDEM.objectives, "min_gpus": ("total_gpus", "minimize"),
+        "min_cost_per_mtok": ("cost_usd_per_mtok", "minimize"), "min_ttft": ("ttft_p_ms", "minimize"),
+        "min_tpot": ("tpot_p_ms", "minimize")}
     #: the contract's grids: given step coefficients; the roofline over NVLink
     contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
         {"grid": {"eta_bw": None, "eta_flops": None, "link": "ib-ndr"}},
@@ -189,12 +190,8 @@ class DisaggregatedModel(Tandem):
 
     def check_spec(self, spec: GridSpec) -> None:
         """Rules that need the catalog: a decode replica holds one transferred request
-        (P + O <= C), and the transfer alone leaves room under the end-to-end SLO; and no
-        [search] yet (the search reads a single pool's load)."""
-        if spec.search is not None:
-            raise GridError(spec.source, "search", "[search]",
-                            f'serving = "{SERVING}" cannot be searched with Optuna yet; sweep the split as [grid] axes '
-                            "(prefill_replicas = [1, 2, 3], decode_replicas = [1, 2, 3])")
+        (P + O <= C), and the transfer alone leaves room under the end-to-end SLO (a
+        searched key's over its whole searched domain)."""
         check_split(spec)
 
     def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
@@ -278,7 +275,18 @@ def derivation(row: Mapping[str, Any]) -> list[Step]:
 
 
 def _values(spec: GridSpec, key: str) -> tuple[Any, ...]:
+    """The values `key` takes: its [grid] axis, or the bounds of its searched domain."""
+    if spec.search is not None and key in spec.search.keys:
+        return tuple(spec.search.param(key).extremes)
     return spec.axis(key).values
+
+
+def _where(spec: GridSpec, key: str) -> str:
+    return f"search.params.{key}" if spec.search is not None and key in spec.search.keys else f"grid.{key}"
+
+
+def _gpus(spec: GridSpec) -> tuple[Any, ...]:
+    return spec.search.gpus if spec.search is not None and "gpu" in spec.search.keys else spec.gpus
 
 
 def check_split(spec: GridSpec) -> None:
@@ -291,7 +299,7 @@ def check_split(spec: GridSpec) -> None:
     # a decode replica must hold one transferred request: P + O <= C for every combination
     for m in spec.models:
         kv_elems = m.n_layers * m.kv_elems_per_token_per_layer
-        for g in spec.gpus:
+        for g in _gpus(spec):
             for gpr in _values(spec, "decode_gpus_per_replica"):
                 for wb in _values(spec, "weight_bytes_per_param"):
                     for kb in _values(spec, "kv_bytes_per_elem"):
@@ -300,7 +308,7 @@ def check_split(spec: GridSpec) -> None:
                         need = max(math.ceil((p + o) / block) * block for p in _values(spec, "prompt_tokens")
                                    for o in _values(spec, "output_tokens"))
                         if need > c_tok:
-                            raise GridError(src, "grid.decode_gpus_per_replica", gpr,
+                            raise GridError(src, _where(spec, "decode_gpus_per_replica"), gpr,
                                             f"a decode replica of {m.name} on {gpr} x {g.name} holds {c_tok:,.0f} "
                                             f"tokens of KV beside its weights, fewer than one transferred request's "
                                             f"prompt_tokens + output_tokens = {need:,.0f}; give it more GPUs")
@@ -311,7 +319,7 @@ def check_split(spec: GridSpec) -> None:
     if any(a.key == "link_bytes_per_s" for a in spec.axes):
         bw = max(_values(spec, "link_bytes_per_s"))
     else:
-        bw = max(g.interconnect_bytes_per_s or 0.0 for g in spec.gpus) or math.inf
+        bw = max(g.interconnect_bytes_per_s or 0.0 for g in _gpus(spec)) or math.inf
     kv = min(m.n_layers * m.kv_elems_per_token_per_layer for m in spec.models) * min(
         _values(spec, "kv_bytes_per_elem"))
     fastest = (kv * min(_values(spec, "prompt_tokens")) / bw + min(_values(spec, "link_latency_s"))) * MS
