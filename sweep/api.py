@@ -57,7 +57,7 @@ def grid_from_dict(doc: Mapping[str, Any], *, source: str = "<dict>", catalog: C
 
 
 def _dictionaries(spec: GridSpec) -> dict[str, list[str]]:
-    return dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus])
+    return dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus], gpu_keys=spec.model.part_gpu_keys)
 
 
 def _check_size(spec: GridSpec) -> None:

@@ -164,6 +164,13 @@ def test_cached_prompts_at_light_load_against_the_closed_form():
     ("link_bytes_per_s = 1e3\nslo_ms = 5000", "grid.link_bytes_per_s", "KV transfer alone"),
     ("prompt_tokens = 600000", "grid.decode_gpus_per_replica", "fewer than one transferred request"),
     ('link = "pigeon"', "grid.link", "is not a known link"),
+    ('decode_gpu = "h100-sxn"', "grid.decode_gpu", "= 'h100-sxn': unknown GPU; did you mean 'h100-sxm'?"),
+    ('prefill_gpu = ["a100-80gb", "h100-pcie-9000"]', "grid.prefill_gpu", "unknown GPU"),
+    ('prefill_gpu = "a100-80gb"\ndecode_gpu = "l40s"', "grid.decode_gpu", "one pool only"),
+    # the decode pool's own GPU holds the KV of a transferred request: 100,000 + 100 tokens of
+    # 131,072 bytes (Llama 3.1 8B, bf16) = 13.1 GB, beside 16.06 GB of weights: not on an L4's
+    # 24 GB (H100 SXM, the prefill pool's gpu here, would hold it)
+    ('decode_gpu = "l4"\nprompt_tokens = 100000', "grid.decode_gpus_per_replica", "on 1 x l4 holds"),
 ])
 def test_bad_splits_are_refused_in_one_line_and_nothing_is_written(tmp_path, extra, key, words):
     text = GRID.format(extra=extra if extra.startswith("[") else "")
@@ -199,3 +206,108 @@ def test_cached_prompts_decode_faster_than_aggregated_steps(prompt):
     decode = (o - 1) * (tf + tt + tc * (prompt + o / 2))
     assert float(cb_point(*one, prefilled=True)["capacity_rps"]) == pytest.approx(1 / decode, rel=1e-12)
     assert float(cb_point(*one)["capacity_rps"]) == pytest.approx(1 / (decode + tf + (tt + tc) * prompt), rel=1e-12)
+
+
+# --------------------------------------------------------------------------- a GPU kind per pool
+
+MIXED = """
+name = "pools"
+[grid]
+model = "llama-3.1-8b"
+gpu = ["h100-sxm", "l40s"]
+{pool_gpu}
+arrival_rps = [1.0, 6.0]
+prompt_tokens = 1000
+output_tokens = 100
+ttft_slo_ms = 400
+tpot_slo_ms = 30
+link = "nvlink"
+prefill_replicas = [1, 2]
+decode_replicas = [1, 2]
+prefill_batch_window_ms = 0
+prefill_batch_size = [1, 4]
+decode_batch_size = [16, 64]
+[options]
+serving = "disaggregated"
+"""
+
+
+def _spec(pool_gpu: str = "", **grid: object):
+    import tomllib
+
+    from sweep.api import grid_from_dict
+
+    doc = tomllib.loads(MIXED.format(pool_gpu=pool_gpu))
+    doc["grid"].update(grid)
+    return grid_from_dict(doc)
+
+
+def test_a_pool_of_its_own_gpu_loads_its_gpu_and_columns():
+    """`decode_gpu` names the decode pool's GPU (the prefill pool stays on `gpu`): the spec
+    holds every GPU named, `gpu`'s first; the pool GPU columns are written only then."""
+    spec = _spec('decode_gpu = ["a100-80gb", "l40s"]')
+    assert [g.name for g in spec.gpus] == ["h100-sxm", "l40s", "a100-80gb"]
+    assert spec.part_gpu_keys == ("decode_gpu",)
+    names = [c.name for c in spec.point_columns()]
+    assert names[:5] == ["point_id", "model", "gpu", "prefill_gpu", "decode_gpu"]
+    plain = [c.name for c in _spec().point_columns()]
+    assert "prefill_gpu" not in plain and "decode_gpu" not in plain
+    # the decode memory rule reads the decode pool's GPU: an L4 prefill pool beside an H100
+    # decode pool loads with prompts an L4 decode replica could not hold (the bad-input case)
+    spec = _spec('decode_gpu = "h100-sxm"', gpu="l4", prompt_tokens=100000)
+    assert [g.name for g in spec.gpus] == ["l4", "h100-sxm"]
+
+
+def _rows(tmp_path, name: str, pool_gpu: str) -> tuple[list[dict], str, object]:
+    grid = tmp_path / f"{name}.toml"
+    grid.write_text(MIXED.format(pool_gpu=pool_gpu))
+    rc, text, err = _run(["run", str(grid), "--out", str(tmp_path / name), "--progress", "none"])
+    assert rc == 0, (text, err)
+    return pq.read_table(tmp_path / name / "points").to_pylist(), text, tmp_path / name
+
+
+@pytest.mark.slow
+def test_each_pool_on_its_own_gpu_is_that_pool_on_that_gpu_alone(tmp_path):
+    """Self-consistency, stated as such: with `decode_gpu` the prefill pool runs on `gpu` and
+    the decode pool on `decode_gpu`; each pool's columns (roofline step times, memory, GPUs,
+    price) equal that pool's in the run of the same grid where both pools share `gpu` = its
+    GPU, the fleet's price is the two pools' prices summed, and the nvlink transfer runs at the
+    slower GPU's interconnect (L40S: PCIe Gen4 x16, 32 GB/s one way; H100 SXM: 450 GB/s)."""
+    mixed, text, run = _rows(tmp_path, "mixed", 'decode_gpu = ["l40s", "h100-sxm"]')
+    alone, _, _ = _rows(tmp_path, "alone", "")
+    knobs = ("arrival_rps", "prefill_replicas", "decode_replicas", "prefill_batch_size", "decode_batch_size")
+    ref = {(r["gpu"], *(r[k] for k in knobs)): r for r in alone}
+    prefill = [c for c in mixed[0] if c.startswith("prefill_") and c != "prefill_gpu"] + ["ttft_mean_ms", "ttft_p_ms"]
+    decode = [c for c in mixed[0] if c.startswith("decode_") and c != "decode_gpu"] + ["tpot_mean_ms", "tpot_p_ms"]
+    assert "prefill_t_svc_fixed_ms" in prefill and "decode_step_fixed_ms" in decode and "decode_free_gb" in decode
+    pairs = set()
+    for r in mixed:
+        assert r["prefill_gpu"] == r["gpu"]
+        pairs.add((r["prefill_gpu"], r["decode_gpu"]))
+        p, d = ref[(r["prefill_gpu"], *(r[k] for k in knobs))], ref[(r["decode_gpu"], *(r[k] for k in knobs))]
+        for cols, one in ((prefill, p), (decode, d)):
+            for c in cols:
+                assert r[c] == pytest.approx(one[c], rel=1e-12, abs=0.0) if isinstance(one[c], float) \
+                    else r[c] == one[c], (c, r, one)
+        assert r["cost_usd_per_hour"] == pytest.approx(p["prefill_cost_usd_per_hour"] + d["decode_cost_usd_per_hour"],
+                                                       rel=1e-12)
+        assert r["link_bytes_per_s"] == min(p["link_bytes_per_s"], d["link_bytes_per_s"])
+        assert r["total_gpus"] == p["prefill_gpus"] + d["decode_gpus"]
+        if r["cost_usd_per_mtok"] is not None:
+            assert r["cost_usd_per_mtok"] == pytest.approx(
+                r["cost_usd_per_hour"] / (r["output_tok_s"] * 3600) * 1e6, rel=1e-12)
+    assert pairs == {(a, b) for a in ("h100-sxm", "l40s") for b in ("l40s", "h100-sxm")}
+    # the decode GPU moves the decode pool's step times (not a comparison of equal rows)
+    step = {r["decode_gpu"]: r["decode_step_ctx_ms"] for r in mixed}
+    assert step["l40s"] > step["h100-sxm"]
+    h100_l40s = next(r for r in mixed if (r["gpu"], r["decode_gpu"]) == ("h100-sxm", "l40s"))
+    # the catalog's prices: H100 SXM 2.5 USD/h, L40S 1.1 USD/h per GPU; PCIe one way 32 GB/s
+    assert h100_l40s["prefill_cost_usd_per_hour"] == pytest.approx(2.5 * h100_l40s["prefill_gpus"])
+    assert h100_l40s["decode_cost_usd_per_hour"] == pytest.approx(1.1 * h100_l40s["decode_gpus"])
+    assert h100_l40s["link_bytes_per_s"] == 32e9
+    # the GPU names are dictionary-encoded like gpu, in points and optimum.parquet
+    points, optimum = pq.read_schema(next(run.glob("points/*.parquet"))), pq.read_schema(run / "optimum.parquet")
+    for schema in (points, optimum):
+        for key in ("gpu", "prefill_gpu", "decode_gpu"):
+            assert str(schema.field(key).type) == "dictionary<values=string, indices=int32, ordered=0>", key
+    assert "decode_gpu" in text  # the terminal's answers name the decode pool's GPU

@@ -91,9 +91,11 @@ class RunFolder:
 
     @property
     def varying(self) -> list[str]:
-        """Scenario axes with more than one value (the decision axes excluded)."""
+        """Scenario axes with more than one value (the decision axes excluded), and a pool's
+        own GPU wherever the grid names one (`part_gpu_keys`: it differs from `gpu`)."""
         skip = {*self.model.row_axes, *self.model.group_axes}
-        return [k for k, n in self.manifest.get("axes", {}).items() if n > 1 and k not in skip]
+        return [k for k, n in self.manifest.get("axes", {}).items()
+                if (n > 1 or k in self.model.part_gpu_keys) and k not in skip]
 
     def grid_doc(self) -> dict[str, Any]:
         try:

@@ -82,7 +82,9 @@ def _answers(out_dir: Any, console: Console, top: int) -> None:
 def _decoded(spec: GridSpec, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """In-memory rows with their names: model, gpu and action codes -> strings."""
     out = dict(rows)
-    names = {"model": [m.name for m in spec.models], "gpu": [g.name for g in spec.gpus], "action": list(ACTIONS)}
+    gpus = [g.name for g in spec.gpus]
+    names = {"model": [m.name for m in spec.models], "gpu": gpus, **{k: gpus for k in spec.model.part_gpu_keys},
+             "action": list(ACTIONS)}
     for key, table in names.items():
         if key in out:
             out[key] = np.asarray(table, dtype=object)[np.asarray(out[key], dtype=np.int64)]

@@ -20,13 +20,15 @@ from sweep.models.base import NO_ANSWER, SERVICE_SOURCES, WHEN_UNCERTAINTY, Colu
 
 
 def dictionaries(model_names: Sequence[str], gpu_names: Sequence[str], *,
-                 decisions: bool = True) -> dict[str, list[str]]:
+                 decisions: bool = True, gpu_keys: Sequence[str] = ()) -> dict[str, list[str]]:
     """The values of the dictionary-encoded columns the engine writes: the catalog names a
-    grid uses and the point columns' fixed vocabularies, plus (`decisions`) those of
-    optimum.parquet (`reason`, `method`; a search's answers carry their own `method`)."""
+    grid uses (`gpu` and each of `gpu_keys`, a pool's own GPU, code into `gpu_names`) and
+    the point columns' fixed vocabularies, plus (`decisions`) those of optimum.parquet
+    (`reason`, `method`; a search's answers carry their own `method`)."""
     out = {
         "model": list(model_names),
         "gpu": list(gpu_names),
+        **{key: list(gpu_names) for key in gpu_keys},
         "action": list(ACTIONS),
         "service_source": list(SERVICE_SOURCES),
     }

@@ -37,6 +37,7 @@ from sweep.models.base import (
     efficiency_cells,
     gpu_figures,
     model_figures,
+    part_figure,
 )
 
 if TYPE_CHECKING:
@@ -271,10 +272,17 @@ def evaluate_values(
     x = dict(v)
     for name, axis in CATALOG_FIELDS.items():
         x[name] = tables[name][v[axis]]
+    # a part of the fleet on a GPU of its own: that GPU's figures, under the part's prefix
+    parts = [k for k in model.part_gpu_keys if k in v]
+    for key in parts:
+        x.update({part_figure(key, name): tables[name][v[key]] for name, axis in CATALOG_FIELDS.items()
+                  if axis == "gpu"})
     if CELL_TABLE + CELL_FIELDS[0] in tables:  # the point's (gpu, size class, tp) efficiencies
         b = cell_index(x["gpus_per_replica"]) if "gpus_per_replica" in x else jnp.zeros_like(v["gpu"])
         for name in CELL_FIELDS:
             x[name] = tables[CELL_TABLE + name][v["model"], v["gpu"], b]
+            for key in parts:  # the same tensor-parallel bin as the shared GPU's
+                x[part_figure(key, name)] = tables[CELL_TABLE + name][v["model"], v[key], b]
     kw = dict(static)
 
     def one(point: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -318,11 +326,14 @@ def decode(idx: jax.Array, axes: Mapping[str, jax.Array], *,
 
 
 def axis_arrays(spec: GridSpec) -> dict[str, jax.Array]:
-    """Numeric axis values as float64 device arrays; name axes as their index."""
+    """Numeric axis values as float64 device arrays; name axes as their index (a pool's own
+    GPU: its index in `spec.gpus`, which starts with `gpu`'s values)."""
     out: dict[str, jax.Array] = {}
     for axis in spec.axes:
         if axis.key in ("model", "gpu"):
             out[axis.key] = jnp.arange(len(axis), dtype=jnp.int32)
+        elif axis.key in spec.model.part_gpu_keys:
+            out[axis.key] = jnp.asarray([spec.gpu_index(n) for n in axis.values], dtype=jnp.int32)
         else:
             out[axis.key] = jnp.asarray(np.asarray(axis.values, dtype=np.float64))
     return out

@@ -132,6 +132,11 @@ def build(
         check_search_space(search, model, values, options)
     models = tuple(_lookup(catalog.model, n, source, "grid.model") for n in values["model"])
     gpus = tuple(_lookup(catalog.gpu, n, source, "grid.gpu") for n in values["gpu"])
+    for key in model.part_gpu_keys:  # a pool's own GPU: looked up under its key, kept once
+        for n in values.get(key, ()):
+            g = _lookup(catalog.gpu, n, source, _grid_key(key))
+            if all(h.name != g.name for h in gpus):
+                gpus = (*gpus, g)
     axes = tuple(Axis(p.key, tuple(values[p.key])) for p in model.params if p.key in values)
     spec = GridSpec(
         name=name,

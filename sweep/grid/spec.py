@@ -78,6 +78,8 @@ class GridSpec:
     output: OutputOptions
     service_source: str  # given | fitted | roofline
     models: tuple[Model, ...]
+    #: every GPU the grid names: `gpu`'s values in order, then those only the model's
+    #: `part_gpu_keys` name (the tables the engine gathers figures from)
     gpus: tuple[Gpu, ...]
     description: str = ""
     #: what the model's `fill` found out about the values (e.g. mean_seq_len follows seq_len)
@@ -136,4 +138,14 @@ class GridSpec:
     def point_columns(self) -> tuple[Any, ...]:
         """Every point column this grid's runs compute, in file order."""
         return self.model.point_columns(roofline=self.roofline, simulation=self.simulates,
-                                        uncertainty=self.uncertainty is not None, sensitivity=self.sensitivity)
+                                        uncertainty=self.uncertainty is not None, sensitivity=self.sensitivity,
+                                        part_gpu=bool(self.part_gpu_keys))
+
+    @property
+    def part_gpu_keys(self) -> tuple[str, ...]:
+        """The model's `part_gpu_keys` this grid gives (a pool on a GPU of its own)."""
+        return tuple(a.key for a in self.axes if a.key in self.model.part_gpu_keys)
+
+    def gpu_index(self, name: str) -> int:
+        """The position of a catalog GPU name in `gpus` (the code of the name columns)."""
+        return next(i for i, g in enumerate(self.gpus) if g.name == name)

@@ -51,6 +51,8 @@ WHEN_UNCERTAINTY = "uncertainty"
 WHEN_SENSITIVITY = "sensitivity"
 #: sensitivity to a service-time coefficient: only where the coefficient is an input
 WHEN_SENSITIVITY_COEF = "sensitivity_coef"
+#: a part of the fleet runs on a GPU of its own (`ServingModel.part_gpu_keys` in the grid)
+WHEN_PART_GPU = "part_gpu"
 WHEN_TEXT = {
     WHEN_ROOFLINE: "service_source = roofline",
     WHEN_SIMULATION: "the grid simulates (latency_model = simulated, or a [simulation] table)",
@@ -58,6 +60,7 @@ WHEN_TEXT = {
     WHEN_SENSITIVITY: "the grid has a [sensitivity] table (docs/uncertainty.md)",
     WHEN_SENSITIVITY_COEF: "the grid has a [sensitivity] table and its service times are given or fitted "
                            "(not roofline)",
+    WHEN_PART_GPU: "the grid names a pool's own GPU (prefill_gpu or decode_gpu)",
 }
 #: Conditions the engine computes after the model's per-point function (sweep.engine.plan).
 PLANNING_WHEN: tuple[str, ...] = (WHEN_UNCERTAINTY, WHEN_SENSITIVITY, WHEN_SENSITIVITY_COEF)
@@ -88,6 +91,12 @@ CATALOG_FIELDS: dict[str, str] = {
     "gpu_t_overhead": "gpu",  # seconds
     "usd_per_gpu_hour": "gpu",
 }
+
+
+def part_figure(key: str, figure: str) -> str:
+    """The name of a fleet part's GPU figure in `point`'s x (`ServingModel.part_gpu_keys`):
+    (`prefill_gpu`, `hbm_bytes`) -> `prefill_hbm_bytes`."""
+    return key.removesuffix("gpu") + figure
 
 
 def model_figures(m: Model) -> dict[str, float]:
@@ -215,8 +224,9 @@ class Column:
     null_when: str = ""
 
     def present(self, *, roofline: bool, simulation: bool, uncertainty: bool = False,
-                sensitivity: bool = False) -> bool:
+                sensitivity: bool = False, part_gpu: bool = False) -> bool:
         return (not self.when or (self.when == WHEN_ROOFLINE and roofline)
+                or (self.when == WHEN_PART_GPU and part_gpu)
                 or (self.when == WHEN_SIMULATION and simulation)
                 or (self.when == WHEN_UNCERTAINTY and uncertainty)
                 or (self.when == WHEN_SENSITIVITY and sensitivity)
@@ -466,6 +476,12 @@ class ServingModel(abc.ABC):
     derivative_mode: ClassVar[str] = "forward"
     #: an input the grid may leave to another key (which then stands for it)
     input_fallback: ClassVar[dict[str, str]] = {}
+    #: Grid keys naming the catalog GPU of one part of the fleet (a pool), `<part>_gpu`, beside
+    #: `gpu`. The loader looks each name up (`GridSpec.gpus` holds every GPU the grid names,
+    #: `gpu`'s first); where the grid gives one, the engine adds that GPU's figures of
+    #: `CATALOG_FIELDS` to `point`'s x as `<part>_<figure>` (`prefill_hbm_bytes`, ...); a part
+    #: the grid gives no GPU of its own runs on `gpu`.
+    part_gpu_keys: ClassVar[tuple[str, ...]] = ()
     #: Does this model need the host pass to decide (the simulator's percentile)?
     needs_host_pass: ClassVar[bool] = False
     #: Columns that never decrease as arrival_rps rises, all else fixed (+inf counts as the
@@ -513,10 +529,11 @@ class ServingModel(abc.ABC):
         return rate / x["replicas"]
 
     def point_columns(self, *, roofline: bool, simulation: bool, uncertainty: bool = False,
-                      sensitivity: bool = False) -> tuple[Column, ...]:
+                      sensitivity: bool = False, part_gpu: bool = False) -> tuple[Column, ...]:
         """The columns a run of this model writes, in order."""
         return tuple(c for c in self.columns if c.present(roofline=roofline, simulation=simulation,
-                                                          uncertainty=uncertainty, sensitivity=sensitivity))
+                                                          uncertainty=uncertainty, sensitivity=sensitivity,
+                                                          part_gpu=part_gpu))
 
     # -- validation -------------------------------------------------------------------
 

@@ -148,9 +148,11 @@ class Stage:
 
     def inputs(self, x: Mapping[str, Array]) -> dict[str, Array]:
         """This stage's view of a tandem point: its own keys under their own names, and the
-        catalog figures."""
+        catalog figures: the stage's own where the grid gives the stage a GPU of its own
+        (`prefill_hbm_bytes`: `ServingModel.part_gpu_keys`), else the point's."""
         own = {p.key: x[self.key(p.key)] for p in self.model.params if self.key(p.key) in x}
-        return {**own, **{k: x[k] for k in CATALOG_FIELDS if k in x}}
+        figures = {k: x[self.key(k)] if self.key(k) in x else x[k] for k in CATALOG_FIELDS if k in x}
+        return {**own, **figures}
 
 
 class Part(NamedTuple):

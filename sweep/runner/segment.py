@@ -65,7 +65,8 @@ class SegmentWriter:
                                 "warmup_hours": sched.warmup_hours}
             self.facts_schema = arrow_schema(row_fact_columns(spec.model, every), {})
             self.sched_schema = arrow_schema(schedule_columns(spec.model, every), meta)
-        self.dictionaries = dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus])
+        self.dictionaries = dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus],
+                                         gpu_keys=spec.model.part_gpu_keys)
         self.rows_per_group = spec.rows_per_group
         self.keep_rows = spec.n_points <= SUMMARY_ROWS
         self.timings = {"first_chunk_incl_compile": 0.0, "evaluate": 0.0, "write": 0.0}

@@ -14,9 +14,12 @@ prefill pool and a decode pool in series, the KV cache crossing a link between t
 
 Keys of one pool carry its name (`prefill_replicas`, `decode_gpus_per_replica`,
 `decode_batch_size`, `prefill_batch_window_ms`); the workload, the step coefficients and the
-SLOs are shared. Decisions: the group axes are (`prefill_replicas`, `decode_replicas`) and
-the size is `total_gpus`, so `replicas_min` is the split with the fewest GPUs meeting every
-SLO at `arrival_rps`.
+SLOs are shared. `gpu` is both pools' GPU; `prefill_gpu` or `decode_gpu` (one of them, each
+may be an axis) moves one pool to a GPU of its own, whose figures (memory, bandwidth, FLOPs,
+efficiencies, price) the engine gathers under the pool's prefix (`ServingModel.part_gpu_keys`).
+Decisions: the group axes are (`prefill_replicas`, `decode_replicas`) and the size is
+`total_gpus`, so `replicas_min` is the split with the fewest GPUs meeting every SLO at
+`arrival_rps`.
 
 Assumptions (docs/disaggregated.md): the decode pool sees Poisson arrivals at
 `arrival_rps` (the prefill pool's departures, spread at random over decode replicas, are
@@ -33,7 +36,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sweep._lazy import lazy_module
 from sweep.errors import GridError
-from sweep.models.base import SERVICE_SOURCES, Column, Decisions, Domain, Param, Step, num
+from sweep.models.base import (
+    SERVICE_SOURCES,
+    WHEN_PART_GPU,
+    Column,
+    Decisions,
+    Domain,
+    Param,
+    Step,
+    num,
+    part_figure,
+)
 from sweep.models.compose import SHARED, Link, Stage, Tandem, tandem
 from sweep.models.disaggregated.decode import DecodePool
 from sweep.models.disaggregated.links import LINKS, NVLINK
@@ -60,6 +73,8 @@ POOL_SHARED: tuple[str, ...] = (
     *SHARED, "prompt_tokens", "prompt_cv", "output_tokens", "output_cv", "t_fixed_ms", "t_token_ms", "t_ctx_ms",
     "eta_bw", "eta_flops", "weight_bytes_per_param", "kv_bytes_per_elem", "service_cv", "ttft_slo_ms",
     "tpot_slo_ms", "ttft_mean_ms", "ttft_p_ms", "tpot_mean_ms", "tpot_p_ms")
+#: The keys that give one pool a GPU of its own (else it runs on `gpu`): at most one per grid.
+POOL_GPU_KEYS: tuple[str, ...] = ("prefill_gpu", "decode_gpu")
 
 
 @dataclass(frozen=True)
@@ -86,7 +101,8 @@ class KvTransfer(Link):
         return (
             Column("link_bytes_per_s", "float64", "bytes/s",
                    "Bandwidth of the KV transfer between a prefill and a decode replica, one direction: the grid's "
-                   "link_bytes_per_s, else the link's (nvlink: the GPU entry's interconnect)."),
+                   "link_bytes_per_s, else the link's (nvlink: the GPU entry's interconnect, the slower of the "
+                   "two pools' GPUs)."),
             Column("link_latency_s", "float64", "s", "Fixed cost of one KV transfer: the grid's, else the link's."),
             Column("transfer_ms", "float64", "ms",
                    "KV transfer of one request: kv_bytes_per_token x prompt_tokens / link_bytes_per_s + link_latency_s "
@@ -94,7 +110,12 @@ class KvTransfer(Link):
         )
 
     def bandwidth(self, x: Mapping[str, Array]) -> Array:
-        return x["link_bytes_per_s"] if "link_bytes_per_s" in x else x["link_bw"]
+        """The grid's `link_bytes_per_s`, else (`nvlink`) the GPU entries' interconnect: the
+        slower of the two pools' GPUs where they differ (a transfer runs at its slower end)."""
+        if "link_bytes_per_s" in x:
+            return x["link_bytes_per_s"]
+        ends = [x.get(part_figure(key, "link_bw"), x["link_bw"]) for key in POOL_GPU_KEYS]
+        return jnp.minimum(ends[0], ends[1])
 
     def delay_ms(self, x: Mapping[str, Array]) -> Array:
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
@@ -105,6 +126,30 @@ _TANDEM = tandem(Stage("prefill", PrefillPool(), shared=POOL_SHARED, latency="tt
                  Stage("decode", DecodePool(), shared=POOL_SHARED, latency="sojourn_p_ms"),
                  serving=SERVING, link=KvTransfer())
 _LINK_KEYS = tuple(p.key for p in _TANDEM.link.params)
+
+
+def _pool_gpu_param(pool: str) -> Param:
+    other = "decode" if pool == "prefill" else "prefill"
+    return Param(f"{pool}_gpu", "name", None,
+                 example=f'{pool}_gpu = "a100-80gb"  # the {pool} pool\'s GPU; the {other} pool runs on gpu')
+
+
+def _pool_gpu_column(pool: str) -> Column:
+    return Column(f"{pool}_gpu", "dict", "-",
+                  f"The {pool} pool's GPU (catalog name): the grid's {pool}_gpu, else gpu.", WHEN_PART_GPU)
+
+
+def _after_gpu(items: tuple[Any, ...], new: tuple[Any, ...], name: Callable[[Any], str]) -> tuple[Any, ...]:
+    """`items` with `new` right after the one named `gpu` (the pools' GPUs beside the fleet's)."""
+    at = next(i for i, item in enumerate(items) if name(item) == "gpu") + 1
+    return (*items[:at], *new, *items[at:])
+
+
+#: The tandem's keys and columns with each pool's own GPU after `gpu`.
+PARAMS: tuple[Param, ...] = _after_gpu(_TANDEM.params, tuple(_pool_gpu_param(k) for k in ("prefill", "decode")),
+                                       lambda p: p.key)
+TANDEM_COLUMNS: tuple[Column, ...] = _after_gpu(
+    _TANDEM.columns, tuple(_pool_gpu_column(k) for k in ("prefill", "decode")), lambda c: c.name)
 
 #: The mode's own columns after the tandem's: the fleet's price per token, and the fleet-wide
 #: summaries every serving mode reports (the display code reads them whatever the mode).
@@ -139,8 +184,9 @@ class DisaggregatedModel(Tandem):
     second: ClassVar[Stage] = _TANDEM.second
     link: ClassVar[Link] = _TANDEM.link
     combine = _TANDEM.combine
-    params: ClassVar[tuple[Param, ...]] = _TANDEM.params
-    columns: ClassVar[tuple[Column, ...]] = _TANDEM.columns + OWN_COLUMNS
+    params: ClassVar[tuple[Param, ...]] = PARAMS
+    columns: ClassVar[tuple[Column, ...]] = TANDEM_COLUMNS + OWN_COLUMNS
+    part_gpu_keys: ClassVar[tuple[str, ...]] = POOL_GPU_KEYS
     echo: ClassVar[tuple[str, ...]] = tuple(k for k in _TANDEM.echo if k not in _LINK_KEYS)
     #: the tandem's, and the TTFT and TPOT of each answer (the SLOs the answers check)
     decisions: ClassVar[Decisions] = replace(_TANDEM.decisions, answer_fields=(
@@ -148,19 +194,20 @@ class DisaggregatedModel(Tandem):
         ("_tpot_p_ms", "tpot_p_ms", "float64", "ms"), ("_total_gpus", "total_gpus", "int64", "GPUs")))
     views: ClassVar[Views] = Views(checks=(Check("ttft_p_ms", "TTFT"), Check("tpot_p_ms", "TPOT"),
                                            Check("e2e_p_ms", "E2E")))
-    row_constant: ClassVar[tuple[str, ...]] = (*_TANDEM.row_constant, "slo_ms", "link_bytes_per_s", "link_latency_s",
-                                               "transfer_ms")
+    row_constant: ClassVar[tuple[str, ...]] = (*POOL_GPU_KEYS, *_TANDEM.row_constant, "slo_ms", "link_bytes_per_s",
+                                               "link_latency_s", "transfer_ms")
     monotone_in_load: ClassVar[tuple[str, ...]] = _TANDEM.monotone_in_load
     slo_checks: ClassVar[tuple[tuple[str, str], ...]] = _TANDEM.slo_checks
     objectives: ClassVar[dict[str, tuple[str, str]]] = {
         **_TANDEM.objectives, "min_gpus": ("total_gpus", "minimize"),
         "min_cost_per_mtok": ("cost_usd_per_mtok", "minimize"), "min_ttft": ("ttft_p_ms", "minimize"),
         "min_tpot": ("tpot_p_ms", "minimize")}
-    #: the contract's grids: given step coefficients; the roofline over NVLink
+    #: the contract's grids: given step coefficients; the roofline over NVLink; both pools on
+    #: `gpu` (the contract evaluates explicit points with one GPU's figures each)
     contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
-        {"grid": {"eta_bw": None, "eta_flops": None, "link": "ib-ndr"}},
+        {"grid": {"eta_bw": None, "eta_flops": None, "link": "ib-ndr", **dict.fromkeys(POOL_GPU_KEYS)}},
         {"grid": {"t_fixed_ms": None, "t_token_ms": None, "t_ctx_ms": None, "link": NVLINK,
-                  "link_bytes_per_s": None, "link_latency_s": None}},
+                  "link_bytes_per_s": None, "link_latency_s": None, **dict.fromkeys(POOL_GPU_KEYS)}},
     )
 
     # -- validation -----------------------------------------------------------------------
@@ -168,8 +215,12 @@ class DisaggregatedModel(Tandem):
     def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
              source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
         """The link's name becomes its figures (the grid's own win); then the pools fill
-        theirs; at least one SLO."""
+        theirs; at least one SLO; at most one pool's own GPU (`gpu` names the other's)."""
         out = dict(values)
+        if all(k in out for k in POOL_GPU_KEYS):
+            raise GridError(source, where("decode_gpu"), out["decode_gpu"][0],
+                            "gives a GPU of its own to one pool only (prefill_gpu or decode_gpu, not both): gpu "
+                            'names the other pool\'s, e.g. gpu = "h100-sxm" with decode_gpu = "a100-80gb"')
         names = out.pop("link", [DEFAULT_LINK])
         if len(names) != 1:
             raise GridError(source, where("link"), names,
@@ -213,6 +264,8 @@ class DisaggregatedModel(Tandem):
         replicas = x["prefill_replicas"] + x["decode_replicas"]
         free_gb = jnp.minimum(out["prefill_free_gb"], out["decode_free_gb"])
         source = dict(static[self.first.name])["service_source"]
+        if any(k in x for k in POOL_GPU_KEYS):  # the WHEN_PART_GPU columns: each pool's GPU
+            out.update({k: x[k] if k in x else x["gpu"] for k in POOL_GPU_KEYS})
         return {
             **out,
             "replicas": replicas,
@@ -286,7 +339,10 @@ def _where(spec: GridSpec, key: str) -> str:
 
 
 def _gpus(spec: GridSpec) -> tuple[Any, ...]:
-    return spec.search.gpus if spec.search is not None and "gpu" in spec.search.keys else spec.gpus
+    """The GPUs `gpu` names: searched, else its axis (`spec.gpus` also holds a pool's own)."""
+    if spec.search is not None and "gpu" in spec.search.keys:
+        return tuple(spec.search.gpus)
+    return tuple(spec.gpus[spec.gpu_index(n)] for n in spec.axis("gpu").values)
 
 
 def check_split(spec: GridSpec) -> None:
@@ -297,9 +353,11 @@ def check_split(spec: GridSpec) -> None:
     block = float(spec.options.block_tokens) if paged else 1.0
     reserve = spec.options.reserve_fraction
     # a decode replica must hold one transferred request: P + O <= C for every combination
+    decode_gpus = ([spec.gpus[spec.gpu_index(n)] for n in _values(spec, "decode_gpu")]
+                   if "decode_gpu" in spec.part_gpu_keys else _gpus(spec))
     for m in spec.models:
         kv_elems = m.n_layers * m.kv_elems_per_token_per_layer
-        for g in _gpus(spec):
+        for g in decode_gpus:
             for gpr in _values(spec, "decode_gpus_per_replica"):
                 for wb in _values(spec, "weight_bytes_per_param"):
                     for kb in _values(spec, "kv_bytes_per_elem"):
@@ -319,7 +377,7 @@ def check_split(spec: GridSpec) -> None:
     if any(a.key == "link_bytes_per_s" for a in spec.axes):
         bw = max(_values(spec, "link_bytes_per_s"))
     else:
-        bw = max(g.interconnect_bytes_per_s or 0.0 for g in _gpus(spec)) or math.inf
+        bw = max(g.interconnect_bytes_per_s or 0.0 for g in (*_gpus(spec), *spec.gpus)) or math.inf
     kv = min(m.n_layers * m.kv_elems_per_token_per_layer for m in spec.models) * min(
         _values(spec, "kv_bytes_per_elem"))
     fastest = (kv * min(_values(spec, "prompt_tokens")) / bw + min(_values(spec, "link_latency_s"))) * MS
