@@ -27,6 +27,7 @@ import io
 import math
 
 import jax
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -311,3 +312,27 @@ def test_each_pool_on_its_own_gpu_is_that_pool_on_that_gpu_alone(tmp_path):
         for key in ("gpu", "prefill_gpu", "decode_gpu"):
             assert str(schema.field(key).type) == "dictionary<values=string, indices=int32, ordered=0>", key
     assert "decode_gpu" in text  # the terminal's answers name the decode pool's GPU
+
+
+def test_a_searched_split_keeps_the_pools_own_gpu():
+    """`[search]` beside a `decode_gpu` axis (one study per decode GPU): the plan's catalog
+    tables hold the decode pool's GPUs after `gpu`'s, and each study feeds the kernel the
+    index of its own decode GPU."""
+    import tomllib
+
+    from sweep.api import grid_from_dict
+    from sweep.search import make_plan
+    from sweep.search.study import kernel_values
+
+    doc_search = {"objective": "min_cost", "trials": 8, "params": {"decode_replicas": {"low": 1, "high": 2}}}
+    doc = tomllib.loads(MIXED.format(pool_gpu='decode_gpu = ["a100-80gb", "l40s"]'))
+    doc["grid"].update(gpu="h100-sxm")
+    doc["search"] = doc_search
+    spec = grid_from_dict(doc)
+    plan = make_plan(spec)
+    names = [g.name for g in plan.gpus]
+    assert names[0] == "h100-sxm" and {"a100-80gb", "l40s"} <= set(names)
+    for scenario in plan.studies:
+        v = kernel_values(plan, scenario, {"decode_replicas": np.array([1.0])}, 1)
+        assert names[int(v["decode_gpu"][0])] == scenario["decode_gpu"][0]
+        assert names[int(v["gpu"][0])] == "h100-sxm"

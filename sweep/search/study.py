@@ -581,6 +581,7 @@ def make_plan(spec: GridSpec) -> _Plan:
     search = spec.search
     assert search is not None
     gpus = search.gpus if "gpu" in search.keys else spec.gpus
+    gpus = (*gpus, *(g for g in spec.gpus if all(h.name != g.name for h in gpus)))  # a pool's own GPU
     axes = []
     for a in spec.axes:
         if a.key in search.keys:
@@ -665,18 +666,22 @@ class BatchEvaluator:
 
 def kernel_values(plan: _Plan, scenario: dict[str, Any], searched: dict[str, np.ndarray], n: int) -> dict[str, Any]:
     """The `v` dict of `evaluate_values` for `n` points: fixed keys broadcast from the
-    scenario, searched keys from `searched` (gpu/model as catalog-table indices)."""
+    scenario, searched keys from `searched` (gpu/model as catalog-table indices, a pool's own
+    GPU as its index in `plan.gpus`)."""
     import jax.numpy as jnp
 
     v: dict[str, Any] = {}
+    parts = plan.spec.model.part_gpu_keys
     for axis in plan.spec.axes:
         k = axis.key
         if k in searched:
             arr = np.asarray(searched[k])
         else:
             val, idx = scenario[k]
-            arr = np.full(n, idx if k in ("model", "gpu") else val)
-        v[k] = jnp.asarray(arr.astype(np.int32 if k in ("model", "gpu") else np.float64))
+            if k in parts:
+                idx = next(i for i, g in enumerate(plan.gpus) if g.name == val)
+            arr = np.full(n, idx if k in ("model", "gpu", *parts) else val)
+        v[k] = jnp.asarray(arr.astype(np.int32 if k in ("model", "gpu", *parts) else np.float64))
     return v
 
 
@@ -1307,7 +1312,7 @@ def _result(plan: _Plan, rows: list[dict[str, Any]], ev: BatchEvaluator) -> Sear
     """The answers as declared columns: string columns as dictionary codes."""
     columns = (*SEARCH_META_FIRST, *plan.columns, *SEARCH_META_LAST)
     dictionaries = table_dictionaries([m.name for m in plan.spec.models], [g.name for g in plan.gpus],
-                                      decisions=False)
+                                      decisions=False, gpu_keys=plan.spec.model.part_gpu_keys)
     data: dict[str, np.ndarray] = {}
     for c in columns:
         col = [r[c.name] for r in rows]
