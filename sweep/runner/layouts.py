@@ -16,7 +16,7 @@ def optimum_table(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK, meta: dict
     """optimum.parquet of `spec` as an Arrow table, in memory, without the layout verdict."""
     every = spec.point_columns()
     schema = arrow_schema(optimum_columns(spec.model, every, layouts=False), meta or {})
-    names = dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus])
+    names = dictionaries([m.name for m in spec.models], [g.name for g in spec.gpus], gpu_keys=spec.model.part_gpu_keys)
     ev = Evaluator(spec, chunk_size)
     batches = [record_batch(optimum_rows(spec.model, chunk.columns, chunk.rows, ev.row_size, spec.rows_per_group),
                             schema, names) for chunk in ev.iter_chunks()]
