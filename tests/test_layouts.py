@@ -201,3 +201,33 @@ def test_show_explain_and_report_carry_the_verdict(flip_run, tmp_path):
     assert "layouts" in result.figures or "layouts" in result.skipped
     page = (tmp_path / "r.html").read_text()
     assert "Disaggregate or not" in page and "disaggregate: only the split meets every SLO" in page
+
+
+def test_a_pool_on_its_own_gpu_is_compared_with_one_pool_on_either_kind():
+    """A group whose decode pool runs on another GPU kind is compared with the best one pool
+    over the kinds its pools use (hand-built answers: one pool on the H100 at 5.00 USD/h, on
+    the A100 at 4.30). Group 0 (both pools on the H100) sees the H100 only; group 1 (decode on
+    the A100) sees both, and the cheaper names its GPU."""
+    spec = _spec(decode_gpu=["h100-sxm", "a100-80gb"])
+    assert aggregated_grid(spec)["grid"]["gpu"] == ["h100-sxm", "a100-80gb"]
+    keys = [k for k in SHARED_KEYS if any(a.key == k for a in spec.axes)]
+    at = keys.index("gpu")
+
+    def key(gpu):
+        return tuple(gpu if i == at else spec.axis(k).values[0] for i, k in enumerate(keys))
+
+    best = {key("h100-sxm"): {"aggregated_cost_usd_per_hour": 5.0, "aggregated_gpus": 2.0,
+                              "aggregated_cost_usd_per_m_output_tok": 0.868},
+            key("a100-80gb"): {"aggregated_cost_usd_per_hour": 4.3, "aggregated_gpus": 2.0,
+                               "aggregated_cost_usd_per_m_output_tok": 0.747}}
+    decision = set(spec.model.decisions.decision_axes)
+    scen = [a for a in spec.axes if a.key not in decision]
+    assert [a.key for a in scen if len(a) > 1] == ["decode_gpu"]
+    optimum = pa.table({"group_id": np.arange(2, dtype=np.int64), "recommended_cost_usd_per_hour": [5.0, 4.3],
+                        "recommended_gpus": [2, 2]})
+    out = layout_rows(spec, optimum, best)
+    names = [g.name for g in spec.gpus]
+    assert [names[c] for c in out["aggregated_gpu"]] == ["h100-sxm", "a100-80gb"]
+    assert out["aggregated_cost_usd_per_hour"].tolist() == [5.0, 4.3]
+    assert [LAYOUT_REASONS[c] for c in out["layout_reason"]] == ["same_cost", "same_cost"]
+    assert out["disaggregate"].tolist() == [0.0, 0.0]

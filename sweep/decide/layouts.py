@@ -72,6 +72,9 @@ _EITHER = "NULL when either layout has no answer"
 #: (column, dtype, unit, meaning, NULL rule); the aggregated answer's fields come from the
 #: companion's `recommended_*` columns of the same name (`_SOURCE`).
 LAYOUT_COLUMNS: tuple[Column, ...] = (
+    Column("aggregated_gpu", "dict", "-",
+           "Best aggregated configuration of the same workload: its GPU kind (the group's gpu, or a pool's own "
+           "prefill_gpu or decode_gpu where the grid names one); meaningful where aggregated_gpus is not NULL."),
     Column("aggregated_gpus_per_replica", "int64", "GPUs",
            "Best aggregated configuration of the same workload (continuous serving, one pool, the companion grid "
            "of docs/disaggregated.md): its GPUs per replica. On every row of the group.", null_when=_NO),
@@ -151,6 +154,9 @@ def aggregated_grid(spec: GridSpec) -> dict[str, Any]:
     kinds = {p.key: p.kind for p in get_model("continuous").params}
     keys = {a.key for a in spec.axes}
     grid: dict[str, Any] = {k: _grid_value(_values(spec, k), kinds[k]) for k in SHARED_KEYS if k in keys}
+    # one pool may run on any GPU kind either pool of the grid runs on
+    kinds_named = [g for k in ("gpu", *spec.model.part_gpu_keys) if k in keys for g in _values(spec, k)]
+    grid["gpu"] = _grid_value(list(dict.fromkeys(kinds_named)), "name")
     p_gpus = [int(v) for v in _values(spec, "prefill_gpus_per_replica")]
     d_gpus = [int(v) for v in _values(spec, "decode_gpus_per_replica")]
     most = max(_values(spec, "prefill_replicas")) * max(p_gpus) + max(_values(spec, "decode_replicas")) * max(d_gpus)
@@ -217,11 +223,8 @@ def best_aggregated(companion: GridSpec, optimum: pa.Table) -> dict[tuple[Any, .
         key = tuple(where[k][i] for k in keys)
         row = {"aggregated_gpus_per_replica": float(cols["gpus_per_replica"][i])}
         row.update({name: _float(cols[src][i]) for name, src in _SOURCE.items()})
-        order = (row["aggregated_cost_usd_per_hour"], row["aggregated_gpus"],
-                 row["aggregated_cost_usd_per_m_output_tok"])
         old = best.get(key)
-        if old is None or order < (old["aggregated_cost_usd_per_hour"], old["aggregated_gpus"],
-                                   old["aggregated_cost_usd_per_m_output_tok"]):
+        if old is None or _order(row) < _order(old):
             best[key] = row
     return best
 
@@ -231,22 +234,42 @@ def _float(v: Any) -> float:
     return math.inf if v is None else float(v)
 
 
+def _order(row: Mapping[str, float]) -> tuple[float, float, float]:
+    """How aggregated answers rank: the cheaper, then the fewer GPUs, then the cheaper per token."""
+    return (row["aggregated_cost_usd_per_hour"], row["aggregated_gpus"], row["aggregated_cost_usd_per_m_output_tok"])
+
+
 def layout_rows(spec: GridSpec, optimum: pa.Table, best: Mapping[tuple[Any, ...], Mapping[str, float]]
                 ) -> dict[str, np.ndarray]:
     """The layout columns for every row of a disaggregated optimum table (+inf for NULL;
-    `layout_reason` as codes of `LAYOUT_REASONS`)."""
+    `layout_reason` as codes of `LAYOUT_REASONS`, `aggregated_gpu` as codes of the grid's GPU
+    names). A group whose pools run on GPU kinds of their own (`prefill_gpu`, `decode_gpu`)
+    is compared with the best one pool on any of its kinds."""
     n = optimum.num_rows
     keys = [k for k in SHARED_KEYS if any(a.key == k for a in spec.axes)]
-    where = _scenario_values(spec, optimum.column("group_id").to_numpy(), keys)
+    parts = [k for k in spec.model.part_gpu_keys if any(a.key == k for a in spec.axes)]
+    where = _scenario_values(spec, optimum.column("group_id").to_numpy(), [*keys, *parts])
+    gpu_code = {g.name: i for i, g in enumerate(spec.gpus)}
     out = {c.name: np.full(n, math.inf) for c in LAYOUT_COLUMNS}
+    out["aggregated_gpu"] = np.zeros(n, np.int32)
     reason = np.zeros(n, np.int32)
     rec_cost = np.array([_float(v) for v in optimum.column("recommended_cost_usd_per_hour").to_pylist()])
     rec_gpus = np.array([_float(v) for v in optimum.column("recommended_gpus").to_pylist()])
+    at_gpu = keys.index("gpu") if "gpu" in keys else None
     for i in range(n):
-        agg = best.get(tuple(where[k][i] for k in keys))
+        key = [where[k][i] for k in keys]
+        agg, agg_gpu = None, None
+        kinds = dict.fromkeys([key[at_gpu], *(where[k][i] for k in parts)]) if at_gpu is not None else [None]
+        for g in kinds:
+            if at_gpu is not None:
+                key[at_gpu] = g
+            cand = best.get(tuple(key))
+            if cand is not None and (agg is None or _order(cand) < _order(agg)):
+                agg, agg_gpu = cand, g
         if agg is not None:
             for name, value in agg.items():
                 out[name][i] = value
+            out["aggregated_gpu"][i] = gpu_code.get(str(agg_gpu), 0)
         split, one = math.isfinite(rec_cost[i]), agg is not None
         if split and one:
             a_cost = agg["aggregated_cost_usd_per_hour"]  # type: ignore[index]
@@ -286,7 +309,8 @@ TABLE_CELLS: tuple[tuple[str, str, int], ...] = (
 TABLE_TEXT = ("verdict", "aggregated (one pool)")
 #: Every column the table reads.
 TABLE_COLUMNS: tuple[str, ...] = (
-    "group_id", "percentile", VERDICT_COLUMN, "layout_reason", "aggregated_gpus_per_replica", "aggregated_replicas",
+    "group_id", "gpu", "percentile", VERDICT_COLUMN, "layout_reason", "aggregated_gpu", "aggregated_gpus_per_replica",
+    "aggregated_replicas",
     "aggregated_batch_size", "aggregated_max_batched_tokens", *(c for _, c, _ in TABLE_CELLS))
 #: How `sweep explain` introduces the verdict of a point's group.
 EXPLAIN_LEAD = ("disaggregate or not (its scenario group against the best aggregated configuration of the same "
@@ -335,10 +359,14 @@ def verdict_text(row: Mapping[str, Any]) -> str:
             return "aggregate: only one pool meets every SLO"
         if reason == "same_cost":
             return "aggregate: the split costs the same (one pool is simpler: no KV transfer)"
+        if int(row["gpus_saved"]) == 0:
+            return f"aggregate: one pool saves {_num(-float(row['usd_per_hour_saved']), 2)} USD/h with as many GPUs"
         return (f"aggregate: one pool saves {_gpus(-int(row['gpus_saved']))}, "
                 f"{_num(-float(row['usd_per_hour_saved']), 2)} USD/h")
     if reason == "only_layout_meeting_slo":
         return "disaggregate: only the split meets every SLO"
+    if int(row["gpus_saved"]) == 0:  # pools on GPU kinds of their own: cheaper with as many GPUs
+        return f"disaggregate: saves {_num(row['usd_per_hour_saved'], 2)} USD/h with as many GPUs"
     return f"disaggregate: saves {_gpus(int(row['gpus_saved']))}, {_num(row['usd_per_hour_saved'], 2)} USD/h"
 
 
@@ -353,5 +381,7 @@ def aggregated_text(row: Mapping[str, Any]) -> str:
         return "none"
     budget = row.get("aggregated_max_batched_tokens")
     budget_text = "no limit" if budget is None or not math.isfinite(float(budget)) else f"{int(budget):,}"
-    return (f"{int(row['aggregated_replicas'])} x {int(gpr)} GPU, cap {int(row['aggregated_batch_size'])}, "
+    kind = row.get("aggregated_gpu")
+    gpu = "GPU" if kind is None or kind == row.get("gpu") else str(kind)
+    return (f"{int(row['aggregated_replicas'])} x {int(gpr)} {gpu}, cap {int(row['aggregated_batch_size'])}, "
             f"budget {budget_text}")

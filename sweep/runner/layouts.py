@@ -30,7 +30,8 @@ def with_layouts(spec: GridSpec, optimum: pa.Table, companion: GridSpec | None =
     best = best_aggregated(companion, optimum_table(companion))
     cols = layout_rows(spec, optimum, best)
     schema = arrow_schema(LAYOUT_COLUMNS, {})
-    batch = record_batch(cols, schema, {"layout_reason": list(LAYOUT_REASONS)})
+    batch = record_batch(cols, schema, {"layout_reason": list(LAYOUT_REASONS),
+                                        "aggregated_gpu": [g.name for g in spec.gpus]})
     out = optimum
     for field, array in zip(schema, batch.columns):
         out = out.append_column(field, array)
