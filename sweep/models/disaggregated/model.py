@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sweep._lazy import lazy_module
 from sweep.errors import GridError
-from sweep.models.base import SERVICE_SOURCES, Column, Decisions, Domain, Param, Step, num
+from sweep.models.base import ANALYTIC_UNBOUNDED, SERVICE_SOURCES, Column, Decisions, Domain, HostPass, Param, Step, num
 from sweep.models.compose import SHARED, Link, Stage, Tandem, tandem
 from sweep.models.disaggregated.decode import DecodePool
 from sweep.models.disaggregated.links import LINKS, NVLINK
 from sweep.models.disaggregated.prefill import PrefillPool
+from sweep.models.disaggregated.simulation import DECIDED, KV_BYTES_PER_TOKEN, SIM_COLUMNS, DisaggSimulation
 from sweep.models.views import Check, Views
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ class DisaggregatedModel(Tandem):
     link: ClassVar[Link] = _TANDEM.link
     combine = _TANDEM.combine
     params: ClassVar[tuple[Param, ...]] = _TANDEM.params
-    columns: ClassVar[tuple[Column, ...]] = _TANDEM.columns + OWN_COLUMNS
+    columns: ClassVar[tuple[Column, ...]] = _TANDEM.columns + OWN_COLUMNS + SIM_COLUMNS
     echo: ClassVar[tuple[str, ...]] = tuple(k for k in _TANDEM.echo if k not in _LINK_KEYS)
     #: the tandem's, and the TTFT and TPOT of each answer (the SLOs the answers check)
     decisions: ClassVar[Decisions] = replace(_TANDEM.decisions, answer_fields=(
@@ -196,6 +197,9 @@ class DisaggregatedModel(Tandem):
                             f'serving = "{SERVING}" cannot be searched with Optuna yet; sweep the split as [grid] axes '
                             "(prefill_replicas = [1, 2, 3], decode_replicas = [1, 2, 3])")
         check_split(spec)
+        if spec.simulation is not None and spec.simulation.trace is not None:
+            raise GridError(spec.source, "simulation.trace", spec.simulation.trace,
+                            f'is not supported with serving = "{SERVING}" yet (arrivals are Poisson); remove it')
 
     def derivation(self, row: Mapping[str, Any], figures: Mapping[str, float] | None = None,
                    options: Mapping[str, Any] | None = None) -> list[Step] | None:
@@ -230,7 +234,31 @@ class DisaggregatedModel(Tandem):
             "transfer_ms": link.delay_ms(x),
             "output_tok_s": tok_s,
             "cost_usd_per_mtok": per_mtok,
+            KV_BYTES_PER_TOKEN: x["kv_elems_per_token"] * x["kv_bytes_per_elem"],
         }
+
+    def host_pass(self, spec: GridSpec) -> HostPass | None:
+        """The simulator of both pools (`simulation.DisaggSimulation`) where the grid simulates."""
+        if spec.simulation is None:
+            return None
+        return DisaggSimulation(spec.simulation, decides=self.needs_host_pass,
+                                paged=spec.options.kv_allocation == "paged",
+                                block_tokens=float(spec.options.block_tokens))
+
+
+class SimulatedDisaggregated(DisaggregatedModel):
+    """`serving = "disaggregated"`, `latency_model = "simulated"`: the simulator of both pools
+    decides (`sweep.models.disaggregated.simulation`): its latencies are the SLO columns and
+    its steady-state verdict is `stable`."""
+
+    name: ClassVar[str] = "simulated"
+    needs_host_pass: ClassVar[bool] = True
+    #: `stable` is the simulator's verdict here: it explains the NULL of every latency it
+    #: measures, and an unbounded analytic estimate (in the relative errors) has its own word.
+    columns: ClassVar[tuple[Column, ...]] = tuple(
+        c.with_null("stable") if c.name in DECIDED else
+        c.with_null(f"{ANALYTIC_UNBOUNDED}, sim_steady") if c.name.endswith("_rel_err") else c
+        for c in DisaggregatedModel.columns)
 
 
 def derivation(row: Mapping[str, Any]) -> list[Step]:
@@ -321,4 +349,4 @@ def check_split(spec: GridSpec) -> None:
                         f"slo_ms (at most {max(slos):g} ms): no split can meet it; use a faster link")
 
 
-MODELS = (DisaggregatedModel(),)
+MODELS = (DisaggregatedModel(), SimulatedDisaggregated())
