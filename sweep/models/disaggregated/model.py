@@ -253,10 +253,11 @@ class SimulatedDisaggregated(DisaggregatedModel):
 
     name: ClassVar[str] = "simulated"
     needs_host_pass: ClassVar[bool] = True
-    #: `stable` is the simulator's verdict here: it explains the NULL of every latency it
-    #: measures, and an unbounded analytic estimate (in the relative errors) has its own word.
+    #: `stable` is the simulator's verdict here (with the memory verdicts): the NULL of every
+    #: latency it measures is explained by `sim_steady`, and an unbounded analytic estimate (in
+    #: the relative errors) has its own word.
     columns: ClassVar[tuple[Column, ...]] = tuple(
-        c.with_null("stable") if c.name in DECIDED else
+        c.with_null("sim_steady") if c.name in DECIDED else
         c.with_null(f"{ANALYTIC_UNBOUNDED}, sim_steady") if c.name.endswith("_rel_err") else c
         for c in DisaggregatedModel.columns)
 
