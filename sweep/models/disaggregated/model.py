@@ -274,6 +274,9 @@ def derivation(row: Mapping[str, Any]) -> list[Step]:
     def ms(key: str) -> str:
         return num(g(key), "ms")
 
+    def ms_excess(p: Any, mean: Any) -> str:
+        return num(None if p is None or mean is None else float(p) - float(mean), "ms")
+
     kv_mib = ""
     transfer, latency, bandwidth = g("transfer_ms"), g("link_latency_s"), g("link_bytes_per_s")
     if transfer is not None and latency is not None and bandwidth:
@@ -305,7 +308,9 @@ def derivation(row: Mapping[str, Any]) -> list[Step]:
         Step("End to end", "docs/disaggregated.md#what-it-models", (
             ("E2E = TTFT + transfer + decode sojourn", f"{ms('ttft_mean_ms')} + {ms('transfer_ms')} + "
              f"{ms('decode_sojourn_mean_ms')}", ms("e2e_mean_ms")),
-            ("E2E at q <= each pool's at (1 + q) / 2, plus the transfer", f"q = {g('percentile')}", ms("e2e_p_ms")),
+            ("E2E at q = the means and the transfer + the pools' excesses over their means in quadrature",
+             f"q = {g('percentile')}: excesses {ms_excess(g('ttft_p_ms'), g('ttft_mean_ms'))} and "
+             f"{ms_excess(g('decode_sojourn_p_ms'), g('decode_sojourn_mean_ms'))}", ms("e2e_p_ms")),
             ("GPUs = prefill + decode", f"{g('prefill_gpus')} + {g('decode_gpus')}", num(g("total_gpus"), "GPUs")),
         )),
     ]
