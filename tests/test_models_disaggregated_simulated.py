@@ -172,3 +172,14 @@ def test_a_simulation_table_adds_the_sim_columns_to_the_analytic_model(tmp_path,
             assert r["ttft_p_ms"] == pytest.approx(2 * TTFT, rel=1e-3) and r["sim_ttft_p_ms"] < 1.005 * TTFT
             assert r["ttft_rel_err"] == pytest.approx((r["ttft_mean_ms"] - r["sim_ttft_mean_ms"])
                                                       / r["sim_ttft_mean_ms"], rel=1e-9)
+
+
+def test_a_simulation_trace_is_refused_in_one_line(tmp_path):
+    """The simulator of both pools draws Poisson arrivals: a `[simulation] trace` is bad input
+    (exit code 2, one line naming the key, nothing written)."""
+    (tmp_path / "trace.csv").write_text("\n".join(f"{0.1 * i:.1f}" for i in range(1200)) + "\n")
+    grid = tmp_path / "dgt.toml"
+    grid.write_text(GRID.format(options='latency_model = "simulated"') + 'trace = "trace.csv"\n')
+    rc, text, err = _run(["run", str(grid), "--out", str(tmp_path / "run"), "--progress", "none"])
+    assert rc == 2 and "simulation.trace" in err and "Poisson" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
