@@ -131,6 +131,9 @@ def test_simulated_run_light_load_and_overload(simulated):
                              (r["e2e_p_ms"], E2E, r["sim_e2e_p_hw_ms"])):
             assert abs(got - ref) <= hw + 0.005 * ref, (got, ref, hw)
         assert r["prefill_wait_mean_ms"] <= 0.01 * TTFT and r["sim_drop_rate"] == 0.0
+        # `sweep explain`: the derivation ends with the simulator, which decided
+        steps = SimulatedDisaggregated().derivation(r)
+        assert steps[-1].title == "The simulator of both pools (it decides: the latencies above are its)"
         # the analytic means against the simulator's (the relative errors it writes)
         for col in ("ttft_rel_err", "tpot_rel_err", "e2e_rel_err"):
             assert abs(r[col]) < 0.01, (col, r[col])
@@ -159,6 +162,7 @@ def test_a_simulation_table_adds_the_sim_columns_to_the_analytic_model(tmp_path,
         assert r["sim_e2e_p_ms"] == s["sim_e2e_p_ms"]
         if r["arrival_rps"] == 0.02:
             assert r["stable"] and r["ttft_p_ms"] != r["sim_ttft_p_ms"]
+            assert DisaggregatedModel().derivation(r)[-1].title == "The simulator of both pools"
             # the analytic means and TPOT P90 within the simulator's half-width plus 0.5%
             # (module docstring)
             for a, sim, hw in ((r["ttft_mean_ms"], r["sim_ttft_mean_ms"], r["sim_ttft_mean_hw_ms"]),

@@ -282,7 +282,7 @@ def derivation(row: Mapping[str, Any]) -> list[Step]:
     if transfer is not None and latency is not None and bandwidth:
         kv_bytes = (float(transfer) / MS - float(latency)) * float(bandwidth)
         kv_mib = f"{kv_bytes / 2**20:,.1f} MiB"
-    return [
+    steps = [
         Step("Prefill pool: the batcher over prefill batches", "docs/disaggregated.md#what-it-models", (
             ("T_svc(B) = T_fixed + t_req B", f"{num(g('prefill_t_svc_fixed_ms'))} + "
              f"{num(g('prefill_t_svc_per_prompt_ms'))} x {g('prefill_batch_size')}", ms("prefill_t_svc_ms")),
@@ -314,6 +314,32 @@ def derivation(row: Mapping[str, Any]) -> list[Step]:
             ("GPUs = prefill + decode", f"{g('prefill_gpus')} + {g('decode_gpus')}", num(g("total_gpus"), "GPUs")),
         )),
     ]
+    if "sim_ttft_mean_ms" in row:
+        steps.append(simulator_step(row))
+    return steps
+
+
+def simulator_step(row: Mapping[str, Any]) -> Step:
+    """The simulator's figures of one point (a grid that simulates); with `latency_model =
+    "simulated"` they are the columns above."""
+    g = row.get
+    a, b = g("ttft_p_ms"), g("sim_ttft_p_ms")
+    decides = a is not None and b is not None and float(a) == float(b)
+
+    def pair(m: str) -> str:
+        return f"{num(g(f'sim_{m}_mean_ms'))} / {num(g(f'sim_{m}_p_ms'))} ms"
+
+    return Step("The simulator of both pools" + (" (it decides: the latencies above are its)" if decides else ""),
+                "docs/disaggregated.md#simulated-latencies", (
+        ("steady: no replication's mean TTFT or decode side doubled between its quarters", "",
+         "yes" if g("sim_steady") else "no: simulated latencies unbounded"),
+        ("simulated TTFT mean / at q", "", pair("ttft")),
+        ("simulated TPOT (the decode pool's interval) mean / at q", "", pair("tpot")),
+        ("simulated client-side TPOT (transfer and slot wait included) mean / at q", "", pair("client_tpot")),
+        ("simulated E2E mean / at q", "", pair("e2e")),
+        ("analytic against simulated mean: ttft_rel_err, tpot_rel_err, e2e_rel_err", "",
+         f"{num(g('ttft_rel_err'))}, {num(g('tpot_rel_err'))}, {num(g('e2e_rel_err'))}"),
+    ))
 
 
 def _values(spec: GridSpec, key: str) -> tuple[Any, ...]:
