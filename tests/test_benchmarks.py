@@ -191,7 +191,17 @@ def _search_workers(out, text):
     assert "trials/s" in text and "exact optimum" in text and "none twice (True)" in text
 
 
-CHECKS = {"cb_accuracy": _cb_accuracy, "search_workers": _search_workers,
+def _disagg_accuracy(out, text):
+    assert out["points"] == 3 and out["steady"] == 3  # 3 configurations at a load of 0.3: all steady
+    assert set(out["summary"]) == {"ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99", "e2e_mean", "e2e_p99"}
+    judged = sum(r["judged"] for r in out["summary"].values())
+    assert judged > 0 and all(0.0 <= r["within_20"] <= 1.0 for r in out["summary"].values() if r["judged"])
+    # the decode pool's TPOT at light load: the analytic model within 20% of the simulator
+    assert out["summary"]["tpot_mean"]["judged"] > 0 and out["summary"]["tpot_mean"]["within_20"] == 1.0
+    assert "worst cases" in text and "| metric |" in text
+
+
+CHECKS = {"cb_accuracy": _cb_accuracy, "disagg_accuracy": _disagg_accuracy, "search_workers": _search_workers,
           "cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
           "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "load_accuracy": _load_accuracy,
           "efficiency_fit": _efficiency_fit, "scale": _scale, "search": _search,
@@ -204,9 +214,10 @@ def test_checks_name_existing_scripts():
 
 
 #: Smoke runs that start real processes (a Dask cluster, PostgreSQL servers, worker processes)
-#: and take 25-95 s on 2 cores, and load_accuracy (one compilation of the continuous grid
-#: point, ~50 s on 2 busy cores): run by `pytest -m slow`, the rest by the default suite.
-SLOW_SMOKE = {"cluster", "search_workers", "load_accuracy"}
+#: and take 25-95 s on 2 cores, load_accuracy (one compilation of the continuous grid
+#: point, ~50 s on 2 busy cores) and disagg_accuracy (the disaggregated kernel and both
+#: pools' simulators compiled, ~50 s of CPU): run by `pytest -m slow`, the rest by the default suite.
+SLOW_SMOKE = {"cluster", "search_workers", "load_accuracy", "disagg_accuracy"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if p.stem in SLOW_SMOKE else p

@@ -60,7 +60,13 @@ def test_light_load_closed_form():
     assert np.all(np.isnan(r["transfer_s"][o == 1])) and np.all(r["decode_replica"][o == 1] == -1)
     np.testing.assert_array_equal(r["decode_wait_s"][o >= 2], 0.0)
     go = o >= 2  # (finish - first token) of times near 2.6e5 s: one ulp is 6e-11 s
-    np.testing.assert_allclose(r["tpot_s"][go], (xfer + dec)[go] / (o[go] - 1), rtol=1e-9, atol=2e-10)
+    np.testing.assert_allclose(r["client_tpot_s"][go], (xfer + dec)[go] / (o[go] - 1), rtol=1e-9, atol=2e-10)
+    # the decode pool's interval: its own steps only (no transfer, no wait: admitted on arrival)
+    np.testing.assert_allclose(r["tpot_s"][go], dec[go] / (o[go] - 1), rtol=1e-9, atol=2e-10)
+    np.testing.assert_allclose(r["decode_sojourn_s"][go], dec[go], rtol=1e-9, atol=2e-10)
+    # a lone request's batch never fills (B_max = 4): all of its wait is the batching delay
+    np.testing.assert_array_equal(r["prefill_wait_s"], 0.0)
+    np.testing.assert_allclose(r["prefill_batching_s"], ttft - svc1, rtol=1e-9, atol=1e-12)
 
 
 def test_requests_keep_their_identity():
@@ -80,9 +86,16 @@ def test_requests_keep_their_identity():
     assert np.all(a <= r["dispatch_s"] + 1e-12) and np.all(r["dispatch_s"] < r["first_s"])
     assert np.all(r["decode_arrival_s"][go] <= r["admit_s"][go])
     assert np.all(r["admit_s"][go] < r["finish_s"][go])
-    np.testing.assert_allclose(r["ttft_s"], r["prefill_wait_s"] + r["prefill_service_s"], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(r["ttft_s"], r["prefill_batching_s"] + r["prefill_wait_s"] + r["prefill_service_s"],
+                               rtol=1e-12, atol=1e-12)
+    assert np.all(r["prefill_batching_s"] >= 0) and np.all(r["prefill_wait_s"] >= -1e-12)
+    full_waits = r["prefill_wait_s"] > 1e-9  # a full batch waiting for the worker
+    assert np.any(full_waits)
     np.testing.assert_allclose(r["e2e_s"][go], (r["ttft_s"] + r["transfer_s"] + r["decode_wait_s"]
-                                                + (o - 1) * r["decode_tpot_s"])[go], rtol=1e-12)
+                                                + (o - 1) * r["tpot_s"])[go], rtol=1e-12)
+    np.testing.assert_allclose(r["decode_sojourn_s"][go], (r["decode_wait_s"] + (o - 1) * r["tpot_s"])[go],
+                               rtol=1e-12)
+    np.testing.assert_allclose(r["client_tpot_s"][go], (r["e2e_s"] - r["ttft_s"])[go] / (o[go] - 1), rtol=1e-12)
     assert np.sum(r["decode_wait_s"][go] > 0) > 10  # slots were contended
     assert np.mean(r["prefill_service_s"] > 0.05) > 0.1  # batches of several formed
     # batch-mates share one first-token time exactly (ties at decode go in request order)

@@ -32,15 +32,21 @@ CV, as in SPEC 10) and keeps its identity through both pools:
    ``C`` is rejected, and one that finds ``queue_capacity`` waiting is dropped: neither
    has an E2E (both count in ``drop_rate``).
 
-Per request: ``TTFT = first token - arrival``; ``TPOT = (finish - first token) / (O - 1)``
-for ``O >= 2`` (what a client measures: the transfer and the wait for a decode slot are
-in it); ``E2E = finish - arrival``; and the terms: ``prefill_wait``, ``prefill_service``,
-``transfer``, ``decode_wait`` (decode arrival to admission) and ``decode_tpot`` ((finish -
-admission) / (O - 1): the decode pool's own token interval).
+Per request: ``TTFT = first token - arrival``; ``TPOT = (finish - admission) / (O - 1)``
+for ``O >= 2``: the decode pool's own interval between tokens, the mean step over the
+request's ``O - 1`` steps, as the analytic ``tpot_*`` columns mean it (docs/disaggregated.md);
+``client_TPOT = (finish - first token) / (O - 1)``, what a client measures (the transfer and
+the wait for a decode slot are in it); ``E2E = finish - arrival``; and the terms:
+``prefill_batching`` (arrival to the earlier of the batch's dispatch and the arrival that
+fills it to ``B_max``: the accumulation delay), ``prefill_wait`` (the rest of the wait for
+the dispatch: a full batch waiting for the worker), ``prefill_service``, ``transfer``,
+``decode_wait`` (decode arrival to admission, the step in progress included) and
+``decode_sojourn`` (decode arrival to the last token).
 
 Measurement (as SPEC 10's): requests ``[warmup:]`` in arrival order are measured; per
-replication the mean and q-quantile (linear interpolation) of TTFT (every measured
-request), TPOT (completed, ``O >= 2``), E2E (completed) and the means of the terms; then
+replication the mean and q-quantile (linear interpolation) of TTFT and ``prefill_wait``
+(every measured request), of TPOT, client TPOT, ``decode_wait`` and ``decode_sojourn``
+(completed, ``O >= 2``) and of E2E (completed), and the means of the other terms; then
 the mean over replications with the 95% Student-t half-width. A replication is not
 steady when, between the first and the last quarter of its measured requests, the mean
 TTFT or the mean of ``E2E - TTFT`` (the decode side) more than doubles; a scenario with
@@ -109,7 +115,11 @@ _DECODE_REP = 1 << 16  # decode replica d of replication r: noise job (r + 1) 2^
 _PAD = 64  # lane lengths are rounded up to a multiple of this (few compiled shapes)
 _BYTES_PER_REQUEST = 400  # host and device bytes per request and replication (chunking)
 _MEM_BUDGET = 1 << 29
-_TERMS = ("prefill_wait", "prefill_service", "transfer", "decode_wait", "decode_tpot")
+#: measured with their mean and quantiles: (name, which requests: "all" measured or "decoded")
+_QUANTILED = (("ttft", "all"), ("tpot", "decoded"), ("e2e", "completed"), ("client_tpot", "decoded"),
+              ("decode_wait", "decoded"), ("decode_sojourn", "decoded"), ("prefill_wait", "all"))
+#: measured with their mean only (every measured request that has the term)
+_TERMS = ("prefill_batching", "prefill_service", "transfer")
 
 
 class DisaggSimulationError(SweepError, ValueError):
@@ -246,8 +256,9 @@ def _batcher_lanes(a, z, b, tm, tf, tr, cv):
 
 
 def _prefill(a, zb, rp, sysp, a_end):
-    """First-token times, dispatch times and batch service of every request ([rows, n]),
-    each prefill replica of each row one batcher lane (see the module docstring)."""
+    """First-token times, dispatch times, batch service and the time its batch filled to
+    ``B_max`` (``inf`` if it never did) of every request ([rows, n]), each prefill replica of
+    each row one batcher lane (see the module docstring)."""
     rows, n = a.shape
     reps = sysp["prefill_replicas"].astype(np.int64)
     base = np.concatenate([[0], np.cumsum(reps)[:-1]])
@@ -289,6 +300,11 @@ def _prefill(a, zb, rp, sysp, a_end):
     which = np.searchsorted(uk, key[flat_real])
     b_of[flat_real] = size[which]
     o_of[flat_real] = opener[which]
+    # a full batch is full at its last member's arrival (members are consecutive in a lane)
+    full_of = np.full(n_lanes * width, np.inf)
+    last_member = flat_pos[first_at + size - 1]
+    full = size >= b_max[last_member // width]
+    full_of[flat_real] = np.where(full, la.ravel()[last_member], np.inf)[which]
     svc = (np.repeat(tf, width) + np.repeat(tr, width) * b_of) * mult[o_of]
     done = done.ravel()
     # end of input: a lane's last window, if not full, is dispatched at
@@ -307,7 +323,7 @@ def _prefill(a, zb, rp, sysp, a_end):
     idx = lane * width + pos
     first = done[idx].reshape(rows, n)
     service = svc[idx].reshape(rows, n)
-    return first, first - service, service
+    return first, first - service, service, full_of[idx].reshape(rows, n)
 
 
 def _decode(arr_d, pp, oo, rd, go, sysp, sid, rep, seed):
@@ -369,7 +385,7 @@ def _requests(a, pp, oo, rp_u, rd_u, zb, sysp, sid, rep, seed) -> dict[str, np.n
     rp = np.minimum(np.floor(rp_u * sysp["prefill_replicas"][:, None]), sysp["prefill_replicas"][:, None] - 1)
     rd = np.minimum(np.floor(rd_u * sysp["decode_replicas"][:, None]), sysp["decode_replicas"][:, None] - 1)
     rp, rd = rp.astype(np.int64), rd.astype(np.int64)
-    first, dispatch, service = _prefill(a, zb, rp, sysp, a[:, -1])
+    first, dispatch, service, full_at = _prefill(a, zb, rp, sysp, a[:, -1])
     go = oo >= 2.0
     bw = sysp["link_bytes_per_s"][:, None]
     transfer = np.where(go, sysp["link_latency_s"][:, None]
@@ -379,17 +395,18 @@ def _requests(a, pp, oo, rp_u, rd_u, zb, sysp, sid, rep, seed) -> dict[str, np.n
     ok = ~go | (status_d == 0)
     finish = np.where(go, np.where(ok, finish_d, np.inf), first)
     with np.errstate(invalid="ignore"):
-        tpot = np.where(go & ok, (finish - first) / np.maximum(oo - 1.0, 1.0), np.nan)
-        decode_tpot = np.where(go & ok, (finish - admit) / np.maximum(oo - 1.0, 1.0), np.nan)
+        tpot = np.where(go & ok, (finish - admit) / np.maximum(oo - 1.0, 1.0), np.nan)
+        client_tpot = np.where(go & ok, (finish - first) / np.maximum(oo - 1.0, 1.0), np.nan)
     status = np.where(go, status_d, 0)
+    batching = np.minimum(dispatch, full_at) - a
     return {
         "status": status, "prefill_replica": rp, "decode_replica": np.where(go, rd, -1),
         "dispatch_s": dispatch, "first_s": first, "decode_arrival_s": arr_d, "admit_s": admit,
-        "finish_s": finish, "ttft_s": first - a, "tpot_s": tpot,
-        "e2e_s": np.where(ok, finish - a, np.inf), "prefill_wait_s": dispatch - a,
-        "prefill_service_s": service, "transfer_s": transfer,
-        "decode_wait_s": np.where(go & ok, admit - arr_d, np.nan), "decode_tpot_s": decode_tpot,
-        "drained": drained,
+        "finish_s": finish, "ttft_s": first - a, "tpot_s": tpot, "client_tpot_s": client_tpot,
+        "e2e_s": np.where(ok, finish - a, np.inf), "prefill_batching_s": batching,
+        "prefill_wait_s": dispatch - a - batching, "prefill_service_s": service, "transfer_s": transfer,
+        "decode_wait_s": np.where(go & ok, admit - arr_d, np.nan),
+        "decode_sojourn_s": np.where(go & ok, finish - arr_d, np.nan), "drained": drained,
     }
 
 
@@ -414,9 +431,11 @@ def simulate_disaggregated_requests(arrivals: ArrayLike, prompt: ArrayLike, outp
 
     Returns float64[n] each: ``first_s`` (first token), ``dispatch_s`` (its prefill batch
     starts), ``decode_arrival_s``, ``admit_s`` (decode slot), ``finish_s``; ``ttft_s``,
-    ``tpot_s``, ``e2e_s``, ``prefill_wait_s``, ``prefill_service_s``, ``transfer_s``,
-    ``decode_wait_s``, ``decode_tpot_s`` (NaN where a request has no such term: O = 1, or
-    not admitted at decode; ``e2e_s`` is ``inf`` then); ``status`` (0 completed, 1 dropped
+    ``tpot_s`` (the decode pool's interval), ``client_tpot_s``, ``e2e_s``,
+    ``prefill_batching_s``, ``prefill_wait_s`` (their sum: dispatch - arrival),
+    ``prefill_service_s``, ``transfer_s``, ``decode_wait_s``, ``decode_sojourn_s`` (NaN where
+    a request has no such term: O = 1, or not admitted at decode; ``e2e_s`` is ``inf``
+    then); ``status`` (0 completed, 1 dropped
     on a full decode queue, 2 rejected: reservation > C); ``prefill_replica``,
     ``decode_replica`` (-1 for O = 1); ``drained`` (bool: the decode padding came after
     every real request finished, see the module docstring).
@@ -461,11 +480,12 @@ def simulate_disaggregated(params: Mapping[str, ArrayLike], settings: DisaggSimS
     from the same runs; ``scenario_ids`` key each scenario's random streams (default:
     positions).
 
-    Returns, for each of ``ttft``, ``tpot``, ``e2e``: ``{m}_mean_s``, ``{m}_p_s``,
-    ``{m}_mean_hw_s``, ``{m}_p_hw_s`` (95% half-widths), and ``{m}_p{tag}_s`` /
+    Returns, for each of ``ttft``, ``tpot`` (the decode pool's interval), ``e2e``,
+    ``client_tpot``, ``decode_wait``, ``decode_sojourn``, ``prefill_wait``: ``{m}_mean_s``,
+    ``{m}_p_s``, ``{m}_mean_hw_s``, ``{m}_p_hw_s`` (95% half-widths), and ``{m}_p{tag}_s`` /
     ``{m}_p{tag}_hw_s`` per extra quantile (`percentile_tag`); ``{term}_mean_s`` and
-    ``{term}_mean_hw_s`` for ``prefill_wait``, ``prefill_service``, ``transfer``,
-    ``decode_wait``, ``decode_tpot``; ``drop_rate`` (with ``_hw``), ``stable`` and
+    ``{term}_mean_hw_s`` for ``prefill_batching``, ``prefill_service``, ``transfer``;
+    ``drop_rate`` (with ``_hw``), ``stable`` and
     ``steady_frac``. Not stable -> every latency, term and half-width is ``+inf``.
     """
     p = _validate(params, PARAM_KEYS, "simulate_disaggregated")
@@ -510,10 +530,10 @@ def _replication_stats(out, oo, warmup, qs, tags) -> dict[str, np.ndarray]:
     n = oo.shape[1]
     meas = np.arange(n)[None, :] >= warmup
     done = meas & (out["status"] == 0)
-    sets = {"ttft": meas, "tpot": done & (oo >= 2), "e2e": done}
+    sets = {"all": meas, "decoded": done & (oo >= 2), "completed": done}
     st: dict[str, np.ndarray] = {}
-    for m, mask in sets.items():
-        x = np.where(mask, out[f"{m}_s"], np.nan)
+    for m, which in _QUANTILED:
+        x = np.where(sets[which], out[f"{m}_s"], np.nan)
         st[f"{m}_mean"] = _nanmean(x)
         for tag, ql in zip(tags, qs):
             st[f"{m}_{tag}"] = _row_quantile(x, ql)
@@ -573,7 +593,7 @@ def _aggregate(per: dict[str, np.ndarray], reps: int, tags: list[str], s: int) -
     steady = get("steady") > 0.5
     stable = np.all(steady, axis=1)
     out: dict[str, np.ndarray] = {}
-    for name in [f"{m}_{k}" for m in ("ttft", "tpot", "e2e") for k in ["mean", *tags]] + [f"{t}_mean" for t in _TERMS]:
+    for name in [f"{m}_{k}" for m, _ in _QUANTILED for k in ["mean", *tags]] + [f"{t}_mean" for t in _TERMS]:
         m, hw = mean_hw(get(name))
         out[f"{name}_s"] = np.where(stable, m, np.inf)
         out[f"{name}_hw_s"] = np.where(stable, hw, np.inf)
