@@ -84,8 +84,10 @@ def test_every_nullable_column_names_what_explains_a_null(key):
         for c in columns:
             if not c.nullable:
                 continue
-            # numbers, and the flags an answer carries (NULL where the row has no such answer)
-            assert c.dtype in ("float64", "int64") or (c.dtype == "bool" and c.name in answer_fields), (table, c.name)
+            # numbers, the flags an answer carries and a decision's own flag (e.g. the layout
+            # verdict `disaggregate`): NULL where the row has no such answer
+            answer_flag = c.dtype == "bool" and (c.name in answer_fields or c.null_reasons == (NO_ANSWER,))
+            assert c.dtype in ("float64", "int64") or answer_flag, (table, c.name)
             for word in c.null_reasons:
                 if word in NULL_WORDS:
                     continue

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sweep.models.base import Column
+from sweep.models.base import NO_ANSWER, Column
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,8 +67,9 @@ LAYOUT_REASONS: tuple[str, ...] = ("cheaper", "only_layout_meeting_slo", "same_c
 #: Relative tolerance of "as cheap" (prices are sums of catalog prices).
 _SAME = 1e-9
 
-_NO = "NULL when no aggregated configuration of the companion grid meets every SLO with rho <= rho_max"
-_EITHER = "NULL when either layout has no answer"
+#: What explains a NULL (`Column.null_when`): the aggregated side, or one of the two layouts,
+#: has no answer (no configuration meets every SLO with rho <= rho_max; `layout_reason` says which).
+_NO = _EITHER = NO_ANSWER
 #: (column, dtype, unit, meaning, NULL rule); the aggregated answer's fields come from the
 #: companion's `recommended_*` columns of the same name (`_SOURCE`).
 LAYOUT_COLUMNS: tuple[Column, ...] = (
@@ -100,7 +101,7 @@ LAYOUT_COLUMNS: tuple[Column, ...] = (
            "The verdict: true when the group's recommended split is strictly cheaper than the best aggregated "
            "configuration, or only the split meets every SLO; false when one pool is as cheap or cheaper (a tie "
            "goes to one pool), or only it meets them. On every row of the group.",
-           null_when="NULL when neither layout meets every SLO with rho <= rho_max within the grid's GPUs"),
+           null_when=NO_ANSWER),
     Column("layout_reason", "dict", "-",
            "Why: cheaper (the chosen layout costs less) | only_layout_meeting_slo | same_cost (a tie: one pool) | "
            "neither_meets_slo."),
