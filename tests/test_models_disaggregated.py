@@ -210,6 +210,16 @@ def test_bad_splits_are_refused_in_one_line_and_nothing_is_written(tmp_path, ext
     assert not (tmp_path / "run").exists()
 
 
+def test_a_missing_pool_key_is_named_with_its_pool_in_the_example_too(tmp_path):
+    grid = tmp_path / "missing.toml"
+    grid.write_text("\n".join(ln for ln in GRID.format(extra="").splitlines()
+                               if not ln.startswith("prefill_batch_size = ")))
+    rc, out, err = _run(["run", str(grid), "--out", str(tmp_path / "run"), "--progress", "none"])
+    assert rc == 2, (out, err)
+    assert err.strip().endswith("grid.prefill_batch_size = None: is required, e.g. prefill_batch_size = [1, 8, 32]")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("prompt", [200.0, 2000.0, 8000.0])
 def test_cached_prompts_decode_faster_than_aggregated_steps(prompt):
     """At the same load per replica, the decode pool's steps carry no prompt tokens: its TPOT

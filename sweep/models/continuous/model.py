@@ -323,7 +323,11 @@ def fill_keys(model: ServingModel, values: dict[str, list[Any]], where: Callable
     named, defaults filled. Returns the values and the static `service_source`."""
     for key in required:
         if key not in values:
-            raise GridError(source, where(key), None, f"is required, e.g. {model.param_by_key[key].example}")
+            # the example in the grid's own name for the key (a pool's key carries the pool's name)
+            example, named = model.param_by_key[key].example, where(key).rpartition(".")[2]
+            if example.startswith(f"{key} "):
+                example = named + example[len(key):]
+            raise GridError(source, where(key), None, f"is required, e.g. {example}")
     given = [k for k in STEP_KEYS if k in values]
     if given and len(given) != len(STEP_KEYS):
         missing = [k for k in STEP_KEYS if k not in values]
