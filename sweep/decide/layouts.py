@@ -67,9 +67,8 @@ LAYOUT_REASONS: tuple[str, ...] = ("cheaper", "only_layout_meeting_slo", "same_c
 #: Relative tolerance of "as cheap" (prices are sums of catalog prices).
 _SAME = 1e-9
 
-#: What explains a NULL (`Column.null_when`): the aggregated side, or one of the two layouts,
-#: has no answer (no configuration meets every SLO with rho <= rho_max; `layout_reason` says which).
-_NO = _EITHER = NO_ANSWER
+# Every layout column is NULL where the aggregated side, or one of the two layouts, has no
+# answer (no configuration meets every SLO with rho <= rho_max; `layout_reason` says which).
 #: (column, dtype, unit, meaning, NULL rule); the aggregated answer's fields come from the
 #: companion's `recommended_*` columns of the same name (`_SOURCE`).
 LAYOUT_COLUMNS: tuple[Column, ...] = (
@@ -78,25 +77,26 @@ LAYOUT_COLUMNS: tuple[Column, ...] = (
            "prefill_gpu or decode_gpu where the grid names one); meaningful where aggregated_gpus is not NULL."),
     Column("aggregated_gpus_per_replica", "int64", "GPUs",
            "Best aggregated configuration of the same workload (continuous serving, one pool, the companion grid "
-           "of docs/disaggregated.md): its GPUs per replica. On every row of the group.", null_when=_NO),
-    Column("aggregated_replicas", "int64", "replicas", "Best aggregated configuration: its replicas.", null_when=_NO),
+           "of docs/disaggregated.md): its GPUs per replica. On every row of the group.", null_when=NO_ANSWER),
+    Column("aggregated_replicas", "int64", "replicas", "Best aggregated configuration: its replicas.",
+           null_when=NO_ANSWER),
     Column("aggregated_gpus", "int64", "GPUs", "Best aggregated configuration: replicas x GPUs per replica.",
-           null_when=_NO),
+           null_when=NO_ANSWER),
     Column("aggregated_batch_size", "int64", "sequences", "Best aggregated configuration: its running-sequence cap.",
-           null_when=_NO),
+           null_when=NO_ANSWER),
     Column("aggregated_max_batched_tokens", "int64", "tokens",
-           "Best aggregated configuration: its token budget per step.", null_when=_NO),
+           "Best aggregated configuration: its token budget per step.", null_when=NO_ANSWER),
     Column("aggregated_ttft_p_ms", "float64", "ms", "Best aggregated configuration: TTFT at the percentile.",
-           null_when=_NO),
+           null_when=NO_ANSWER),
     Column("aggregated_tpot_p_ms", "float64", "ms", "Best aggregated configuration: TPOT at the percentile.",
-           null_when=_NO),
+           null_when=NO_ANSWER),
     Column("aggregated_e2e_p_ms", "float64", "ms", "Best aggregated configuration: E2E at the percentile.",
-           null_when=_NO),
-    Column("aggregated_rho", "float64", "-", "Best aggregated configuration: its utilisation.", null_when=_NO),
+           null_when=NO_ANSWER),
+    Column("aggregated_rho", "float64", "-", "Best aggregated configuration: its utilisation.", null_when=NO_ANSWER),
     Column("aggregated_cost_usd_per_hour", "float64", "USD/h", "Best aggregated configuration: its price per hour.",
-           null_when=_NO),
+           null_when=NO_ANSWER),
     Column("aggregated_cost_usd_per_m_output_tok", "float64", "USD/Mtok",
-           "Best aggregated configuration: its price per million output tokens.", null_when=_NO),
+           "Best aggregated configuration: its price per million output tokens.", null_when=NO_ANSWER),
     Column("disaggregate", "bool", "-",
            "The verdict: true when the group's recommended split is strictly cheaper than the best aggregated "
            "configuration, or only the split meets every SLO; false when one pool is as cheap or cheaper (a tie "
@@ -107,10 +107,10 @@ LAYOUT_COLUMNS: tuple[Column, ...] = (
            "neither_meets_slo."),
     Column("gpus_saved", "int64", "GPUs",
            "aggregated_gpus - recommended_gpus: the GPUs disaggregation saves (negative: it costs more).",
-           null_when=_EITHER),
+           null_when=NO_ANSWER),
     Column("usd_per_hour_saved", "float64", "USD/h",
            "aggregated_cost_usd_per_hour - recommended_cost_usd_per_hour: the dollars per hour disaggregation saves.",
-           null_when=_EITHER),
+           null_when=NO_ANSWER),
 )
 #: Each aggregated field's column in the companion's optimum table.
 _SOURCE: dict[str, str] = {
@@ -174,14 +174,9 @@ def aggregated_grid(spec: GridSpec) -> dict[str, Any]:
             "output": {"points": "none"}}
 
 
-def companion_spec(spec: GridSpec) -> GridSpec:
-    """The companion grid, validated (its errors name the disaggregated grid's file)."""
-    return layout_companion(spec)
-
-
 def layout_companion(spec: GridSpec, workload: Mapping[str, Any] | None = None) -> GridSpec:
-    """The companion grid, validated; `workload` (shared keys -> one value each) narrows it
-    to one workload (`sweep explain`)."""
+    """The companion grid, validated (its errors name the disaggregated grid's file);
+    `workload` (shared keys -> one value each) narrows it to one workload (`sweep explain`)."""
     from dataclasses import replace
 
     from sweep.catalog import load_catalog

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sweep.decide.layouts import LAYOUT_COLUMNS, LAYOUT_REASONS, best_aggregated, companion_spec, layout_rows
+from sweep.decide.layouts import LAYOUT_COLUMNS, LAYOUT_REASONS, best_aggregated, layout_companion, layout_rows
 from sweep.decide.tables import dictionaries, optimum_columns, optimum_rows
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator
 from sweep.grid.spec import GridSpec
@@ -25,8 +25,8 @@ def optimum_table(spec: GridSpec, *, chunk_size: int = DEFAULT_CHUNK, meta: dict
 
 def with_layouts(spec: GridSpec, optimum: pa.Table, companion: GridSpec | None = None) -> pa.Table:
     """`optimum` (a disaggregated grid's table without the layout columns) with them appended:
-    the companion grid (`companion_spec`) is planned in memory and joined by workload."""
-    companion = companion or companion_spec(spec)
+    the companion grid (`layout_companion`) is planned in memory and joined by workload."""
+    companion = companion or layout_companion(spec)
     best = best_aggregated(companion, optimum_table(companion))
     cols = layout_rows(spec, optimum, best)
     schema = arrow_schema(LAYOUT_COLUMNS, {})

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from sweep._lazy import lazy_module
 from sweep._version import __version__
-from sweep.decide.layouts import companion_spec, has_layouts
+from sweep.decide.layouts import has_layouts, layout_companion
 from sweep.decide.schedule import ROW_FACTS, schedule_table
 from sweep.decide.verdict import ACTIONS
 from sweep.engine.evaluate import DEFAULT_CHUNK, Evaluator, chunk_points
@@ -192,7 +192,7 @@ def run_grid(
             if force:
                 staging.discard()
             # a disaggregated grid's companion (one pool, the same workload) is validated before any work
-            companion = companion_spec(spec) if has_layouts(spec) else None
+            companion = layout_companion(spec) if has_layouts(spec) else None
             evaluator = Evaluator(spec, chunk_size)
             return _Run(spec, evaluator, staging, shard, seg, run_key, progress, t0, note or _quiet, executor,
                         inputs, companion).execute()
