@@ -6,7 +6,7 @@ catalog (`serving = "continuous"`, `latency_model = "analytic"`, the refined roo
 times with the catalog's efficiency cells, paged KV in 16-token blocks; nothing is fitted
 to these figures), the metric it predicts, the measurement and their ratio; then the share
 of figures within 20% and 50%, overall and by workload, engine and metric, with the
-direction of the misses, and per figure the issue-25 feature expected to close its miss.
+direction of the misses, and per figure the engine behaviour expected to close its miss.
 Beside it, the same prediction with one calibration per setup (`calibrate`: the HBM
 bandwidth efficiency `eta_bw` fitted to the setup's lightest-load TPOT), and its share over
 the figures not used to calibrate.
@@ -29,12 +29,23 @@ How a row becomes a point (every choice here is the script's, not the source's):
   ``BUDGET[engine]`` (vLLM 0.6 without chunked prefill: max_model_len 4096; SGLang and
   TensorRT-LLM: 8192), as the rows' settings column says.
 
-    .venv/bin/python benchmarks/load_accuracy.py [--smoke]
+Beside the analytic prediction, each figure is also **simulated as run** (`simulate_run`):
+the benchmark the source ran (its prompts at its rate, all at once for rate inf, or its
+clients starting together, then the drain) through the reference scheduler with the
+engine's variants (`ENGINES`: SGLang 0.3 and vLLM 0.6 run prompts first in steps of their
+own and take KV on demand; vLLM 0.6 decides every ``--num-scheduler-steps`` steps and
+streams a window's tokens at its end; TensorRT-LLM mixes prompts into the decode step and
+reserves KV), `sweep predict-benchmark`'s simulated column, mean over ``--replications``.
+A closed-loop source that gives no prompt count is run for `CLOSED_PROMPTS_PER_CLIENT`
+requests a client. Step coefficients come from the same continuous point, linearised at
+the run's load.
 
-(``--smoke``: three figures, one of each kind, nothing written: the test suite's check.)
-The full run writes benchmarks/results/load_accuracy.csv (one row per figure). About a
-minute: one compilation of the continuous point (~40 s on two busy cores), then ~30 ms a
-point.
+    .venv/bin/python benchmarks/load_accuracy.py [--smoke] [--replications N] [--no-simulate]
+
+(``--smoke``: three figures, one of each kind, tiny runs, nothing written: the test suite's
+check.) The full run writes benchmarks/results/load_accuracy.csv (one row per figure).
+About three minutes on two cores: one compilation of the continuous point (~40 s), ~30 ms a
+point, and the simulated runs.
 """
 
 from __future__ import annotations
@@ -42,8 +53,10 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -55,6 +68,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import sweep
+from sweep.cli.predict import Benchmark, config_from_row, simulate
 
 DATA = ROOT / "tests" / "data" / "load_measurements.csv"
 RESULTS = ROOT / "benchmarks" / "results" / "load_accuracy.csv"
@@ -67,6 +81,26 @@ OPEN_COLUMNS = {"ttft_p50_ms": ("ttft_p_ms", 0.5), "tpot_p50_ms": ("tpot_p_ms", 
                 "itl_p50_ms": ("tpot_p_ms", 0.5), "e2e_p50_ms": ("e2e_p_ms", 0.5),
                 "ttft_mean_ms": ("ttft_mean_ms", 0.5), "tpot_mean_ms": ("tpot_mean_ms", 0.5),
                 "e2e_mean_ms": ("e2e_mean_ms", 0.5)}
+#: How each engine ran in its source (docs/accuracy-load.md, "Simulated as run"): scheduler policy and KV
+#: admission (`sweep predict-benchmark`'s --scheduler-policy and --kv-admission); decode steps per scheduling
+#: decision are read from the row's settings (--num-scheduler-steps), else 1.
+#: SGLang 0.3: prefill batches run as steps of their own (mixed chunks are opt-in), KV taken token by
+#: token with retraction. vLLM 0.6 (V0): no chunked prefill at --max_model_len 4096, so prompts run
+#: first in steps of their own; paged blocks with recompute preemption. TensorRT-LLM (NIM): in-flight
+#: batching mixes context and generation in one step; GUARANTEED_NO_EVICT reserves the whole request.
+ENGINES = {"sglang": ("prefill_first", "on_demand"), "vllm": ("prefill_first", "on_demand"),
+           "tensorrt-llm": ("chunked", "reserve")}
+#: figure -> (the simulated benchmark's figure, scale to the row's unit)
+SIM_FIGURES = {"ttft_p50_ms": ("ttft_q0.5", 1e3), "tpot_p50_ms": ("tpot_q0.5", 1e3), "itl_p50_ms": ("itl_q0.5", 1e3),
+               "e2e_p50_ms": ("e2e_q0.5", 1e3), "ttft_mean_ms": ("ttft_mean", 1e3),
+               "tpot_mean_ms": ("tpot_mean", 1e3), "e2e_mean_ms": ("e2e_mean", 1e3),
+               "throughput_rps": ("request_rps", 1.0), "output_tok_s": ("output_tok_s", 1.0)}
+#: A closed-loop run whose source states no prompt count: this many requests a client (at least
+#: `CLOSED_MIN_PROMPTS`), the clients starting together as GenAI-Perf's do
+CLOSED_PROMPTS_PER_CLIENT = 5
+CLOSED_MIN_PROMPTS = 50
+REPLICATIONS = 3
+MAX_PROMPTS = 10**9  # a run's prompts are capped here (--smoke only)
 SMOKE_IDS = ("sgl060-llama-3.1-8b-a100-80gb-tp1-sglang-r4-ttft_p50",
              "sgl060-llama-3.1-8b-a100-80gb-tp1-sglang-rinf-throughput_rps",
              "nim180-llama-3.1-8b-h100-sxm-tp1-in1000-out1000-c25-tpot_mean")
@@ -154,6 +188,54 @@ def predict(row: dict[str, str], eta: dict[str, float] | None = None) -> tuple[f
     return pt[col], f"closed via Little: {col}"
 
 
+def scheduler_steps(row: dict[str, str]) -> int:
+    """Decode steps per scheduling decision: the row's --num-scheduler-steps, else 1."""
+    m = re.search(r"--num-scheduler-steps[ =](\d+)", row["settings"])
+    return int(m.group(1)) if m else 1
+
+
+def run_of(row: dict[str, str]) -> Benchmark:
+    """The benchmark run a row was measured in (prompts, rate, concurrency)."""
+    conc = int(row["concurrency"]) if row["workload"] == "closed" else None
+    n = (int(row["num_prompts"]) if row["num_prompts"].strip()
+         else max(CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT * (conc or 0)))
+    rate = math.inf if row["workload"] == "closed" else _num(row["request_rate_rps"])
+    return Benchmark(min(n, MAX_PROMPTS), rate, conc)
+
+
+_SIMULATED: dict[tuple, dict[str, tuple[float, float]]] = {}
+
+
+def simulate_run(row: dict[str, str], eta: dict[str, float] | None = None,
+                 replications: int = REPLICATIONS) -> dict[str, tuple[float, float]]:
+    """The row's benchmark run simulated as run (`sweep.cli.predict.simulate`: the reference
+    scheduler with the engine's variants, the finite run and its drain, the closed loop's clients
+    starting together), step coefficients from the continuous point linearised at the run's load
+    (its rate; a closed loop's Little-mapped rate; 0.95 x capacity for rate inf)."""
+    bench = run_of(row)
+    key = (setup_of(row), bench, tuple(sorted((eta or {}).items())), replications)
+    if key not in _SIMULATED:
+        p = Predictor(row, eta=eta)
+        capacity = p.at(1.0)["capacity_rps"]
+        if bench.max_concurrency is not None:
+            rate = closed_loop_rate(p, bench.max_concurrency, capacity)[0]
+        else:
+            rate = bench.request_rate if math.isfinite(bench.request_rate) else 0.95 * capacity
+        policy, kv = ENGINES[row["engine"]]
+        cfg = replace(config_from_row(p.at(rate), 16.0, row["id"]), scheduler_policy=policy,
+                      scheduler_steps=scheduler_steps(row), kv_admission=kv)
+        _SIMULATED[key] = simulate(cfg, bench, replications=replications, seed=0)
+    return _SIMULATED[key]
+
+
+def predict_simulated(row: dict[str, str], eta: dict[str, float] | None = None,
+                      replications: int = REPLICATIONS) -> tuple[float, float]:
+    """The row's figure from `simulate_run`: (mean over replications, 95% half-width), its unit."""
+    name, scale = SIM_FIGURES[row["metric"]]
+    mean, hw = simulate_run(row, eta, replications)[name]
+    return mean * scale, hw * scale
+
+
 def setup_of(row: dict[str, str]) -> tuple[str, ...]:
     """The rows measured on one setup: engine and version, model, GPU, TP, lengths and loop."""
     return tuple(row[k] for k in ("engine", "engine_version", "model", "gpu", "tensor_parallel",
@@ -205,7 +287,7 @@ def calibrate(rows: list[dict[str, str]]) -> tuple[dict[tuple[str, ...], dict[st
 
 
 def fixed_by(row: dict[str, str]) -> str:
-    """What is expected to close this figure's miss: an issue-25 feature, or something else
+    """What is expected to close this figure's miss: an engine behaviour the model lacked, or something else
     (the rules of docs/accuracy-load.md, "What the misses say")."""
     engine, metric = row["engine"], row["metric"]
     multi = "--num-scheduler-steps" in row["settings"]
@@ -216,7 +298,7 @@ def fixed_by(row: dict[str, str]) -> str:
     if metric.startswith("itl"):
         return "per-token ITL + scheduler_steps" if multi else "per-token ITL"
     if metric.startswith("e2e"):
-        return "length distribution + step times (not issue 25)"
+        return "length distribution + step times"
     if engine == "vllm" and multi and metric.startswith("ttft"):
         return "scheduler_steps"
     return "prefill_first + step times"
@@ -245,34 +327,45 @@ def summarize(results: list[dict], key: Callable[[dict], str], title: str, colum
     return lines
 
 
+def _cell(v: float | None, measured: float) -> str:
+    return f"{v:9.2f} {v / measured:6.2f}" if v is not None else f"{'-':>9s} {'-':>6s}"
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="three figures, nothing written (the test suite's check)")
+    ap.add_argument("--replications", type=int, default=REPLICATIONS,
+                    help=f"simulated runs per benchmark run (default {REPLICATIONS})")
+    ap.add_argument("--no-simulate", action="store_true", help="the analytic predictions only")
     args = ap.parse_args(argv)
+    reps = 2 if args.smoke else args.replications
+    if args.smoke:  # tiny runs: the check is that the script works, not its figures
+        global CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS
+        CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS = 20, 1, 60
     rows = read_rows()
     if args.smoke:
         rows = [r for r in rows if r["id"] in SMOKE_IDS]
     cal, used = calibrate(rows)
     results = []
     print(f"{'figure':62s} {'metric':14s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s} {'calib.':>9s} "
-          f"{'ratio':>6s}  how")
+          f"{'ratio':>6s} {'simulated':>9s} {'ratio':>6s} {'calib.':>9s} {'ratio':>6s}  how")
     for row in rows:
         value, how = predict(row)
         eta = cal.get(setup_of(row))
         value_cal = predict(row, eta)[0] if eta is not None else None
         measured = float(row["measured"])
-        ratio = value / measured if value is not None else None
+        sim, sim_hw = predict_simulated(row, None, reps) if not args.no_simulate else (None, None)
+        sim_cal = (predict_simulated(row, eta, reps)[0] if not args.no_simulate and eta is not None else None)
         results.append({"id": row["id"], "engine": row["engine"], "workload": row["workload"],
                         "metric": row["metric"], "measured": measured, "predicted": value, "how": how,
                         "fixed_by": fixed_by(row), "predicted_calibrated": value_cal,
                         "calibration_figure": row["id"] in used,
                         "eta_bw": None if eta is None else eta.get("eta_bw"),
-                        "eta_flops": None if eta is None else eta.get("eta_flops")})
-        shown = f"{value:9.2f} {ratio:6.2f}" if value is not None else f"{'-':>9s} {'-':>6s}"
-        shown_cal = (f"{value_cal:9.2f} {value_cal / measured:6.2f}" if value_cal is not None
-                     else f"{'-':>9s} {'-':>6s}")
+                        "eta_flops": None if eta is None else eta.get("eta_flops"),
+                        "simulated": sim, "simulated_half_width": sim_hw, "simulated_calibrated": sim_cal})
         mark = " *" if row["id"] in used else ""
-        print(f"{row['id'][:62]:62s} {row['metric']:14s} {measured:9.2f} {shown} {shown_cal}  {how}{mark}")
+        print(f"{row['id'][:62]:62s} {row['metric']:14s} {measured:9.2f} {_cell(value, measured)} "
+              f"{_cell(value_cal, measured)} {_cell(sim, measured)} {_cell(sim_cal, measured)}  {how}{mark}")
     predicted = [r for r in results if r["predicted"] is not None]
     errs = [r["predicted"] / r["measured"] - 1.0 for r in predicted]
     held = [r for r in results if r["predicted_calibrated"] is not None and not r["calibration_figure"]]
@@ -288,19 +381,44 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"calibrated, the {len(used)} calibration figures left out: within 20%: {share(errs_cal, 0.2)}, "
           f"within 50%: {share(errs_cal, 0.5)}; too low: {sum(e < -0.2 for e in errs_cal)}, "
           f"too high: {sum(e > 0.2 for e in errs_cal)}")
-    for lines in (summarize(results, lambda r: r["workload"], "workload"),
-                  summarize(results, lambda r: f"{r['workload']} {r['engine']}", "workload, engine"),
-                  summarize(results, lambda r: r["metric"], "metric"),
-                  summarize(results, lambda r: r["fixed_by"], "expected to be fixed by"),
-                  summarize(held, lambda r: f"{r['workload']} {r['engine']}", "calibrated: workload, engine",
-                            "predicted_calibrated"),
-                  summarize(held, lambda r: r["metric"], "calibrated: metric", "predicted_calibrated")):
+    simulated = {}
+    if not args.no_simulate:
+        errs_sim = [r["simulated"] / r["measured"] - 1.0 for r in results]
+        sim_held = [r for r in held if r["simulated_calibrated"] is not None]
+        errs_sim_cal = [r["simulated_calibrated"] / r["measured"] - 1.0 for r in sim_held]
+        print(f"simulated as run, default catalog: within 20%: {share(errs_sim, 0.2)}, within 50%: "
+              f"{share(errs_sim, 0.5)}; too low: {sum(e < -0.2 for e in errs_sim)}, "
+              f"too high: {sum(e > 0.2 for e in errs_sim)}")
+        print(f"simulated as run, calibrated (held out): within 20%: {share(errs_sim_cal, 0.2)}, within 50%: "
+              f"{share(errs_sim_cal, 0.5)}; too low: {sum(e < -0.2 for e in errs_sim_cal)}, "
+              f"too high: {sum(e > 0.2 for e in errs_sim_cal)}")
+        simulated = {"within_20_simulated": sum(abs(e) <= 0.2 for e in errs_sim),
+                     "within_50_simulated": sum(abs(e) <= 0.5 for e in errs_sim),
+                     "n_held_out_simulated": len(sim_held),
+                     "within_20_simulated_calibrated": sum(abs(e) <= 0.2 for e in errs_sim_cal),
+                     "within_50_simulated_calibrated": sum(abs(e) <= 0.5 for e in errs_sim_cal)}
+    tables = [summarize(results, lambda r: r["workload"], "workload"),
+              summarize(results, lambda r: f"{r['workload']} {r['engine']}", "workload, engine"),
+              summarize(results, lambda r: r["metric"], "metric"),
+              summarize(results, lambda r: r["fixed_by"], "expected to be fixed by"),
+              summarize(held, lambda r: f"{r['workload']} {r['engine']}", "calibrated: workload, engine",
+                        "predicted_calibrated"),
+              summarize(held, lambda r: r["metric"], "calibrated: metric", "predicted_calibrated")]
+    if not args.no_simulate:
+        tables += [summarize(results, lambda r: f"{r['workload']} {r['engine']}", "simulated: workload, engine",
+                             "simulated"),
+                   summarize(results, lambda r: r["metric"], "simulated: metric", "simulated"),
+                   summarize(results, lambda r: r["fixed_by"], "simulated: expected to be fixed by", "simulated"),
+                   summarize(held, lambda r: f"{r['workload']} {r['engine']}",
+                             "simulated, calibrated: workload, engine", "simulated_calibrated"),
+                   summarize(held, lambda r: r["metric"], "simulated, calibrated: metric", "simulated_calibrated")]
+    for lines in tables:
         print()
         print("\n".join(lines))
     out = {"rows": results, "n": len(results), "n_predicted": len(predicted),
            "within_20": sum(abs(e) <= 0.2 for e in errs), "within_50": sum(abs(e) <= 0.5 for e in errs),
            "calibration": cal, "n_held_out": len(held), "within_20_calibrated": sum(abs(e) <= 0.2 for e in errs_cal),
-           "within_50_calibrated": sum(abs(e) <= 0.5 for e in errs_cal)}
+           "within_50_calibrated": sum(abs(e) <= 0.5 for e in errs_cal), **simulated}
     if not args.smoke:
         RESULTS.parent.mkdir(exist_ok=True)
         with RESULTS.open("w", newline="") as f:

@@ -104,6 +104,11 @@ def _load_accuracy(out, text):
         assert np.isfinite(row["predicted"]) and row["predicted"] > 0 and row["fixed_by"]
     assert 0 <= out["within_20"] <= out["within_50"] <= 3
     assert "all predicted figures: 3 of 3" in text and "expected to be fixed by" in text
+    # each figure also simulated as its benchmark ran (the reference scheduler, tiny runs here)
+    for row in out["rows"]:
+        assert np.isfinite(row["simulated"]) and row["simulated"] > 0 and row["simulated_half_width"] >= 0
+    assert 0 <= out["within_20_simulated"] <= out["within_50_simulated"] <= 3
+    assert "simulated as run, default catalog" in text and "simulated: expected to be fixed by" in text
     # the closed-loop figure is its setup's only TPOT, so it calibrates eta_bw and reproduces
     # itself (fixed-point iteration to within 1%), and is left out of the calibrated share
     (closed,) = [r for r in out["rows"] if r["workload"] == "closed"]

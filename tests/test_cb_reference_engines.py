@@ -46,6 +46,10 @@ def test_multi_step_windows_delay_admission_and_burst_tokens() -> None:
     assert r.ttft_s == pytest.approx([1.2, 4.2])
     assert np.diff(r.token_s[0]) == pytest.approx([1.1, 1.1, 1.3])  # ITL: every gap
     assert r.tpot_s == pytest.approx([3.5 / 3, 1.1])
+    # what a streaming client receives: a message a window at its end (the module's "Delivery"): the
+    # first window ends at 3.4 with r0's tokens 1-3; the second ends early, at 5.8 when nothing is
+    # left to decode, with r0's token 4 and both of r1's
+    assert r.delivered_s == [pytest.approx([3.4, 5.8]), pytest.approx([5.8])]
 
 
 def test_on_demand_preempts_the_most_recent_and_recomputes() -> None:
@@ -105,6 +109,12 @@ def test_every_request_finishes_with_its_tokens(variant: dict) -> None:
         times = r.token_s[j]
         assert len(times) == o[j] and times == sorted(times)
         assert times[0] == r.first_s[j] and times[-1] == r.finish_s[j]
+        got = r.delivered_s[j]  # messages: at or after the tokens they carry, never more than the tokens
+        if variant.get("scheduler_steps", 1) == 1:
+            assert got == times
+        else:
+            assert got == sorted(got) and 1 <= len(got) <= len(times) and got[0] >= times[0] and got[-1] >= times[-1]
+            assert set(got) <= {s + d for s, d in zip(r.step_start, r.step_dur)}
     assert max(r.step_reserved) <= 3000
     if variant.get("kv_admission") != "on_demand":
         assert sum(r.preempted) == 0

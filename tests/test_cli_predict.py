@@ -129,3 +129,37 @@ def test_a_burst_without_a_limit_has_no_analytic_figure() -> None:
                       t_token=3e-5, t_ctx=1e-7, service_cv=0.0, label="test")
     model, basis = analytic(cfg, Benchmark(100, math.inf, None))
     assert model == {} and "burst" in basis
+
+
+def _small(**engine: object) -> object:
+    from sweep.cli.predict import BenchConfig
+
+    return BenchConfig(prompt_mean=300.0, prompt_cv=0.5, output_mean=30.0, output_cv=0.5, cap=16.0,
+                       max_batched_tokens=1024.0, kv_capacity_tokens=math.inf, block_tokens=16.0, t_fixed=0.01,
+                       t_token=3e-5, t_ctx=1e-7, service_cv=0.2, label="test", **engine)
+
+
+def test_engine_variants_reach_the_simulated_run() -> None:
+    """The scheduler flags change the simulated run as the reference scheduler's variants do:
+    with a KV cache that never binds, on-demand allocation admits and steps exactly as a
+    reservation does (every figure equal); multi-step windows deliver tokens in bursts, so the
+    client's median gap between messages (ITL) is several steps while its mean TPOT barely
+    moves; and the analytic model, which has no windows, gives no figure rather than one."""
+    bench = Benchmark(120, 6.0, None)
+    on_demand = simulate(_small(kv_admission="on_demand"), bench, 2, 3)
+    reserve = simulate(_small(kv_admission="reserve"), bench, 2, 3)
+    assert on_demand == reserve
+    windows = simulate(_small(scheduler_steps=4), bench, 2, 3)
+    assert windows["itl_q0.5"][0] > 2.5 * on_demand["itl_q0.5"][0]
+    assert windows["tpot_mean"][0] == pytest.approx(on_demand["tpot_mean"][0], rel=0.5)
+    model, basis = analytic(_small(scheduler_steps=4), bench)
+    assert model == {} and "multi-step" in basis
+    first = simulate(_small(scheduler_policy="prefill_first"), bench, 2, 3)
+    assert first != on_demand  # prompts in steps of their own pause the decodes
+
+
+def test_a_bad_engine_flag_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag, value in (("--scheduler-policy", "fcfs"), ("--kv-admission", "lazy"), ("--num-scheduler-steps", "0")):
+        assert main(["predict-benchmark", *FLAGS, "--request-rate", "4", flag, value]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1 and flag in err, err

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,9 @@ import numpy as np
 from sweep.cli.tools import finite_number, int_at_least_one
 from sweep.errors import GridError
 
+#: The engine variants the simulated run takes (`sweep.testing.cb_reference`'s names).
+POLICIES = ("chunked", "prefill_first")
+KV_ADMISSIONS = ("on_demand", "reserve")
 #: The benchmark's figures as it prints them: (label, our figure key, unit scale).
 METRIC_NAMES = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
                 "itl": ("ITL", "Inter-token Latency"), "e2e": ("E2EL", "End-to-end Latency")}
@@ -64,6 +67,10 @@ class BenchConfig:
     t_ctx: float
     service_cv: float
     label: str
+    #: the engine's scheduler (docs/continuous.md, "Engine variants"); defaults: vLLM V1's
+    scheduler_policy: str = "chunked"
+    scheduler_steps: int = 1
+    kv_admission: str = "on_demand"
 
     def kwargs(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
@@ -184,16 +191,31 @@ def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATION
         if not math.isfinite(bench.request_rate):
             a = np.zeros_like(a)
         budget = cfg.max_batched_tokens if math.isfinite(cfg.max_batched_tokens) else float(np.sum(p))
-        steps = int(np.sum(o) + math.ceil(np.sum(p) / max(budget, 1.0)) + len(o))  # bounds the steps of the run
-        z = step_normals(settings, 0, r, 1 << steps.bit_length()) if cfg.service_cv > 0.0 else None
+        # the steps of a run without preemption are at most one a token plus one a prompt chunk; a
+        # preempted sequence's recomputation adds more: then the normals are drawn again, twice as
+        # many, until the run fits them
+        steps = int(np.sum(o) + math.ceil(np.sum(p) / max(budget, 1.0)) + len(o))
         think = (np.random.default_rng([seed, r]).exponential(bench.think_s, len(a)) if bench.think_s > 0.0
                  else None)
-        res = reference(a, p.astype(int), o.astype(int), cap=int(cfg.cap), max_batched_tokens=cfg.max_batched_tokens,
-                        kv_capacity=cfg.kv_capacity_tokens, block_tokens=int(cfg.block_tokens),
-                        t_fixed=cfg.t_fixed, t_token=cfg.t_token, t_ctx=cfg.t_ctx, service_cv=cfg.service_cv, z=z,
-                        clients=bench.max_concurrency, think_s=think)
-        runs.append(run_figures(res.arrival_s, p, o, res.first_s, res.finish_s, quantiles=bench.quantiles,
-                                token_s=res.token_s))
+        while True:
+            z = step_normals(settings, 0, r, 1 << steps.bit_length()) if cfg.service_cv > 0.0 else None
+            try:
+                res = reference(a, p.astype(int), o.astype(int), cap=int(cfg.cap),
+                                max_batched_tokens=cfg.max_batched_tokens, kv_capacity=cfg.kv_capacity_tokens,
+                                block_tokens=int(cfg.block_tokens), t_fixed=cfg.t_fixed, t_token=cfg.t_token,
+                                t_ctx=cfg.t_ctx, service_cv=cfg.service_cv, z=z, clients=bench.max_concurrency,
+                                think_s=think, scheduler_policy=cfg.scheduler_policy,
+                                scheduler_steps=cfg.scheduler_steps, kv_admission=cfg.kv_admission)
+                break
+            except IndexError:
+                if z is None:
+                    raise
+                steps *= 2
+        # the client's view: its first and last message, and the gaps between messages
+        first = [d[0] if d else math.inf for d in res.delivered_s]
+        last = [d[-1] if d else math.inf for d in res.delivered_s]
+        runs.append(run_figures(res.arrival_s, p, o, first, last, quantiles=bench.quantiles,
+                                token_s=res.delivered_s))
     return replicate(runs)
 
 
@@ -203,6 +225,10 @@ def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]
 
     kw = cfg.kwargs()
     n, rate, conc = bench.num_prompts, bench.request_rate, bench.max_concurrency
+    if cfg.scheduler_steps > 1:
+        return {}, (f"no analytic figure: multi-step scheduling ({cfg.scheduler_steps} steps a decision) is "
+                    "modelled by the simulated run only")
+    prefill_first = cfg.scheduler_policy == "prefill_first"
     closed = None
     if conc is not None:
         closed = closed_loop(conc, bench.think_s, quantiles=bench.quantiles, **kw)
@@ -211,14 +237,17 @@ def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]
                     "a single burst with no steady state; the simulated run is the prediction")
     if closed is not None and (not math.isfinite(rate) or rate >= closed["throughput_rps"]):
         r, basis = closed, (f"closed loop of {conc} clients (mean value analysis): the limit binds, "
-                            f"{closed['throughput_rps']:.4g} req/s <= the rate")
+                            f"{closed['throughput_rps']:.4g} req/s <= the rate"
+                            + ("; steps composed as under chunked (the closed loop has no prefill_first)"
+                               if prefill_first else ""))
     else:
         import jax.numpy as jnp
 
         from sweep.models.continuous.analytic import cb_point
 
         params = {k: jnp.float64(v) for k, v in kw.items()}
-        res = [{k: float(v) for k, v in cb_point(lam=jnp.float64(rate), q=jnp.float64(q), **params).items()}
+        res = [{k: float(v) for k, v in cb_point(lam=jnp.float64(rate), q=jnp.float64(q), **params,
+                                                  prefill_first=prefill_first).items()}
                for q in bench.quantiles]
         if not res[0]["stable"]:
             return {}, (f"no analytic figure: {rate:g} req/s exceeds the configuration's capacity "
@@ -242,6 +271,8 @@ def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]
         for q in bench.quantiles:
             out[f"{m}_q{q:g}"] = r[f"{m}_q"][q]
     out["itl_mean"] = r["tpot_mean"]  # the mean gap a decoding sequence sees; its quantiles are not modelled
+    if cfg.kv_admission == "on_demand":
+        basis += "; KV reserved at admission (equal to on-demand allocation unless the KV cache binds)"
     return out, basis
 
 
@@ -266,6 +297,8 @@ def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, fl
            f"  per step: {cfg.t_fixed * 1e3:.4g} ms + {cfg.t_token * 1e3:.4g} ms/token + {cfg.t_ctx * 1e3:.4g} "
            f"ms/cached token; KV capacity {cfg.kv_capacity_tokens:,.0f} tokens; lengths {cfg.prompt_mean:g} "
            f"(cv {cfg.prompt_cv:g}) in, {cfg.output_mean:g} (cv {cfg.output_cv:g}) out",
+           f"  engine: scheduler_policy {cfg.scheduler_policy}, {cfg.scheduler_steps} step(s) a scheduling decision, "
+           f"KV {cfg.kv_admission.replace('_', '-')}",
            f"benchmark: --num-prompts {bench.num_prompts} --request-rate {bench.request_rate:g} --max-concurrency "
            f"{conc}" + (f", think time {bench.think_s * 1e3:g} ms" if bench.think_s > 0 else ""),
            "", "{s:=^{w}}".format(s=" Serving Benchmark Result (predicted) ", w=width + 38),
@@ -284,7 +317,8 @@ def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, fl
     out += ["=" * (width + 38),
             f"analytic: {basis}",
             "simulated: the finite run itself (empty engine at the start, then the drain), through the reference "
-            "scheduler; ITL pools every gap between tokens, TPOT is each request's mean gap"]
+            "scheduler; ITL pools every gap between the messages a client receives (one a token; one a window "
+            "under multi-step scheduling), TPOT is each request's mean gap"]
     return out
 
 
@@ -342,6 +376,17 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
     g.add_argument("--output-cv", type=_non_negative, default=0.0, metavar="CV", help="CV of the output length")
     g.add_argument("--weights", default="bf16", metavar="DTYPE", help="weight dtype (default bf16)")
     g.add_argument("--kv-dtype", default="bf16", metavar="DTYPE", help="KV-cache dtype (default bf16)")
+    e = p.add_argument_group("the engine's scheduler (default: vLLM V1's; docs/continuous.md, \"Engine variants\")")
+    e.add_argument("--scheduler-policy", choices=POLICIES, default="chunked",
+                   help="chunked: prompt chunks ride in the decode step (vLLM V1, SGLang --enable-mixed-chunk, "
+                        "TensorRT-LLM); prefill_first: prompts take steps of their own that pause the decodes "
+                        "(SGLang's default, vLLM V0, TGI)")
+    e.add_argument("--num-scheduler-steps", type=int_at_least_one, default=1, metavar="K",
+                   help="decode steps per scheduling decision (vLLM 0.6's --num-scheduler-steps; default 1)")
+    e.add_argument("--kv-admission", choices=KV_ADMISSIONS, default="on_demand",
+                   help="on_demand: KV blocks allocated as tokens are written, the newest sequence preempted and "
+                        "recomputed when they run out (vLLM, SGLang); reserve: prompt + output reserved at "
+                        "admission (TensorRT-LLM GUARANTEED_NO_EVICT, TGI)")
     b = p.add_argument_group("the benchmark (vllm bench serve's flags)")
     b.add_argument("--request-rate", type=_rate, required=True, metavar="RPS",
                    help="Poisson request rate, req/s; inf sends every prompt at once")
@@ -415,6 +460,8 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
                             **light.kwargs())["throughput_rps"]
             rate = min(rate, x)
         cfg = config_from_flags(args, catalog if catalog is not None else load_catalog(), rate)
+    cfg = replace(cfg, scheduler_policy=args.scheduler_policy, scheduler_steps=args.num_scheduler_steps,
+                  kv_admission=args.kv_admission)
     reservation = math.ceil((cfg.prompt_mean + cfg.output_mean) / cfg.block_tokens) * cfg.block_tokens
     if reservation > cfg.kv_capacity_tokens:
         raise PredictBenchmarkError("sweep predict-benchmark", "--input-len", cfg.prompt_mean,

@@ -63,6 +63,15 @@ decision) and ``kv_admission = "on_demand"`` (blocks as tokens are cached; the m
 admitted sequence is preempted and recomputes its prompt plus its generated tokens). The
 defaults are the base scheduler above.
 
+Delivery (what a streaming client sees): ``token_s`` is when each token is computed (its
+step's end); ``delivered_s`` is when the client receives each message. At one step a
+decision they are the same, one message a token. With ``scheduler_steps = k > 1`` an engine
+hands a window's outputs over when the window ends (vLLM 0.6's multi-step scheduling streams
+tokens in bursts of up to k): a request gets one message a window it has tokens in, at the
+end of the window's last step (the window's early end, when nothing is left to decode, at
+the last step that ran). A benchmark client times messages, not tokens: its TTFT is the
+first message, its E2E the last, and its ITL the gaps between messages.
+
 Prompts already cached (``cached=True``; the decode pool of disaggregated serving,
 SPEC 11): a request arrives with its first token emitted and its ``P`` prompt tokens in
 KV. Queueing, admission and its reservation ``P + O`` are rules 1-2 unchanged; once
@@ -87,7 +96,7 @@ from dataclasses import dataclass, field
 ADMITTED, DROPPED, REJECTED = 0, 1, 2
 
 
-@dataclass
+@dataclass(eq=False)  # a sequence is itself (identity), so membership tests are cheap
 class _Seq:
     req: int
     prompt: int  # P
@@ -141,6 +150,9 @@ class Result:
     step_reserved: list[int] = field(default_factory=list)  # reserved KV tokens (on demand: held blocks' tokens)
     step_emitted: list[int] = field(default_factory=list)  # tokens emitted at its end
     arrival_s: list[float] = field(default_factory=list)  # when each request was sent (closed loop: set by the run)
+    #: when the client receives each streamed message of a request (module docstring, "Delivery"): every
+    #: token's step end at one step a decision; the end of the window that computed them otherwise
+    delivered_s: list[list[float]] = field(default_factory=list)
 
 
 def reservation(prompt: int, output: int, block_tokens: int) -> int:
@@ -209,7 +221,15 @@ def simulate(
     sig, mu = math.sqrt(s2), -0.5 * s2
     inf = math.inf
     res = Result([ADMITTED] * n, [-1] * n, [inf] * n, [inf] * n, [inf] * n, [inf] * n,
-                 [math.nan] * n, [inf] * n, [0] * n, [0] * n, [[] for _ in range(n)])
+                 [math.nan] * n, [inf] * n, [0] * n, [0] * n, [[] for _ in range(n)],
+                 delivered_s=[[] for _ in range(n)])
+    undelivered: set[int] = set()  # requests with tokens computed in the current window
+
+    def deliver(when: float) -> None:
+        """The window ends at `when`: one message to each request that has tokens in it."""
+        for j in sorted(undelivered):
+            res.delivered_s[j].append(when)
+        undelivered.clear()
     waiting: deque[int | _Seq] = deque()  # request ids, and preempted sequences at the head
     running: list[_Seq] = []  # in admission order
     reserved = 0
@@ -304,13 +324,15 @@ def simulate(
                         back.prefilled, back.emitted = back.target, 1
                         res.first_s[j] = a[j]
                         res.token_s[j].append(a[j])
+                        res.delivered_s[j].append(a[j])
                     reserved += back.reserve
                 running.append(back)  # admission order: a readmitted sequence is the most recent
         chunk, decoding, paused = compose()
         if on_demand and window == 0:  # preempt the most recently admitted until the step fits
             while True:
-                need = sum(_blocks(q.need(chunk.get(q.req, 0)) + (lookahead(q) if q in decoding else 0), b)
-                           for q in running if q not in paused) + sum(_blocks(q.cached(), b) for q in paused)
+                dec, held = set(decoding), set(paused)
+                need = sum(_blocks(q.need(chunk.get(q.req, 0)) + (lookahead(q) if q in dec else 0), b)
+                           for q in running if q not in held) + sum(_blocks(q.cached(), b) for q in paused)
                 if need <= c_blocks or len(running) <= 1:
                     break
                 victim = running.pop()
@@ -332,12 +354,14 @@ def simulate(
                 continue
             if window > 0:  # nothing left to decode in the window: decide now
                 window = 0
+                deliver(t)
                 continue
         # n_ctx (rule 4): cache held once this step's tokens are written, paused sequences apart
         n_prefill = sum(chunk.values())
         n_tok = len(decoding) + n_prefill
-        stepping = [q for q in running if q not in paused and not q.finished
-                    and (q in decoding or q.req in chunk or q.prefilled < q.target)]
+        dec, held = set(decoding), set(paused)
+        stepping = [q for q in running if q not in held and not q.finished
+                    and (q in dec or q.req in chunk or q.prefilled < q.target)]
         n_ctx = sum(q.need(chunk.get(q.req, 0)) for q in stepping)
         mult = math.exp(mu + sig * z[k]) if service_cv > 0.0 else 1.0
         dur = (t_fixed + t_token * n_tok + t_ctx * n_ctx) * mult
@@ -356,6 +380,7 @@ def simulate(
             q.emitted += 1
             emitted += 1
             res.token_s[q.req].append(end)
+            undelivered.add(q.req)
         for q in running:
             c = chunk.get(q.req, 0)
             if c:
@@ -364,6 +389,7 @@ def simulate(
                     q.emitted += 1
                     emitted += 1
                     res.token_s[q.req].append(end)
+                    undelivered.add(q.req)
                     if res.first_s[q.req] == inf:
                         res.first_s[q.req] = end
         for q in running:
@@ -378,8 +404,11 @@ def simulate(
             window = k_steps - 1 if decode_window else 0
         else:
             window -= 1
+        if window == 0:
+            deliver(end)
         t = end
         k += 1
+    deliver(t)
     res.arrival_s = list(a)
     for j in range(n):
         if res.status[j] == ADMITTED:
