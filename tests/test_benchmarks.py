@@ -206,7 +206,17 @@ def _disagg_accuracy(out, text):
     assert "worst cases" in text and "| metric |" in text
 
 
-CHECKS = {"cb_accuracy": _cb_accuracy, "disagg_accuracy": _disagg_accuracy, "search_workers": _search_workers,
+def _itl_accuracy(out, text):
+    """Two light-load configurations: the analytic gap law's median and P99 within the 25%
+    target of the simulated finite run (light load: few mixed steps, a narrow law)."""
+    assert len(out["rows"]) == 2
+    for key in ("itl_q0.5", "itl_q0.99"):
+        assert out["summary"][key]["judged"] == 2 and out["summary"][key]["within_25"] == 2
+    assert "worst P99" in text
+
+
+CHECKS = {"cb_accuracy": _cb_accuracy, "itl_accuracy": _itl_accuracy, "disagg_accuracy": _disagg_accuracy,
+          "search_workers": _search_workers,
           "cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
           "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "load_accuracy": _load_accuracy,
           "efficiency_fit": _efficiency_fit, "scale": _scale, "search": _search,

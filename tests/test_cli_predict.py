@@ -114,7 +114,7 @@ kv_allocation = "paged"
         assert _num(s) == pytest.approx(sim[key][0] * scale, abs=0.006)  # printed to 2 decimals
         if key != "itl_q0.99":
             assert _num(a) == pytest.approx(model[key] * scale, abs=0.006)
-    assert _figure(text, "P99 ITL (ms)")[1] == "-"  # the analytic model has no ITL quantile
+    assert _num(_figure(text, "P99 ITL (ms)")[1]) == pytest.approx(model["itl_q0.99"] * 1e3, abs=0.006)
     assert main([*argv[:3], "99", *argv[4:]]) == 2
     assert "--point" in capsys.readouterr().err
 
@@ -163,3 +163,27 @@ def test_a_bad_engine_flag_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]
         assert main(["predict-benchmark", *FLAGS, "--request-rate", "4", flag, value]) == 2
         out, err = capsys.readouterr()
         assert out == "" and len(err.strip().splitlines()) == 1 and flag in err, err
+
+
+def test_itl_law_closed_forms() -> None:
+    """`benchrun.itl_quantiles` against its closed forms. Without step noise: T = 20 ms,
+    lambda = 5/s, P = 500 tokens (one chunk under a budget of 1024 with 10 running), t_token =
+    10 us: the prompts with a chunk in a step are Poisson with mean m = 0.1, so e^-0.1 = 90.5%
+    of the steps are decode-only, T (1 - t_token lambda P) = 19.5 ms (the median), and 9.05%
+    carry one prompt, 19.5 + 5 = 24.5 ms (the P99: 0.905 + 0.0905 > 0.99). With a budget no
+    mixture reaches, the law's mean is T. With no arrivals the law is the step's lognormal:
+    its median exp(-s^2 / 2) T."""
+    from sweep.models.continuous.benchrun import itl_quantiles
+
+    kw = dict(step_mean=0.02, mean_running=10.0, rate_rps=5.0, prompt_mean=500.0, max_batched_tokens=1024.0,
+              t_token=1e-5)
+    assert itl_quantiles((0.5, 0.99), service_cv=0.0, **kw) == pytest.approx([0.0195, 0.0245], rel=1e-12)
+    # the mean, from the quantiles of a fine grid (a step law: its mean is the average quantile)
+    grid = [(i + 0.5) / 4000 for i in range(4000)]
+    law = itl_quantiles(grid, service_cv=0.0, **{**kw, "max_batched_tokens": 1e9})
+    assert sum(law) / len(law) == pytest.approx(0.02, rel=1e-3)
+    s2 = math.log1p(0.3 ** 2)
+    (median,) = itl_quantiles((0.5,), service_cv=0.3, **{**kw, "rate_rps": 0.0})
+    assert median == pytest.approx(0.02 * math.exp(-s2 / 2), rel=1e-9)
+    qs = itl_quantiles((0.1, 0.5, 0.9, 0.99), service_cv=0.3, **kw)  # noise spreads every part
+    assert qs == sorted(qs) and qs[0] < 0.0195 < qs[-1]
