@@ -158,8 +158,27 @@ def test_engine_variants_reach_the_simulated_run() -> None:
     assert first != on_demand  # prompts in steps of their own pause the decodes
 
 
+def test_on_demand_kv_runs_more_sequences_and_preempts() -> None:
+    """A KV cache of 2,000 tokens holds about six 330-token reservations (P + O): reserved at
+    admission, the running count stays under that and nothing is preempted; allocated on demand
+    a sequence holds only what it has cached, so more run at once, the cache fills, and the
+    newest are preempted and recompute (the reference scheduler's vLLM rule)."""
+    from dataclasses import replace
+
+    bench = Benchmark(150, 20.0, None)
+    small = replace(_small(), kv_capacity_tokens=2000.0, service_cv=0.0)
+    reserve = simulate(replace(small, kv_admission="reserve"), bench, 2, 5)
+    on_demand = simulate(replace(small, kv_admission="on_demand"), bench, 2, 5)
+    assert reserve["preemptions_per_request"][0] == 0.0 and reserve["recomputed_per_request"][0] == 0.0
+    assert reserve["mean_running"][0] <= 2000 / 330
+    assert on_demand["mean_running"][0] > reserve["mean_running"][0]
+    assert on_demand["preemptions_per_request"][0] > 0.0 and on_demand["recomputed_per_request"][0] > 0.0
+    assert 0.9 < on_demand["kv_peak_share"][0] <= 1.0
+
+
 def test_a_bad_engine_flag_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    for flag, value in (("--scheduler-policy", "fcfs"), ("--kv-admission", "lazy"), ("--num-scheduler-steps", "0")):
+    for flag, value in (("--scheduler-policy", "fcfs"), ("--kv-admission", "lazy"), ("--num-scheduler-steps", "0"),
+                        ("--kv-cache-tokens", "0")):
         assert main(["predict-benchmark", *FLAGS, "--request-rate", "4", flag, value]) == 2
         out, err = capsys.readouterr()
         assert out == "" and len(err.strip().splitlines()) == 1 and flag in err, err

@@ -214,9 +214,32 @@ def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATION
         # the client's view: its first and last message, and the gaps between messages
         first = [d[0] if d else math.inf for d in res.delivered_s]
         last = [d[-1] if d else math.inf for d in res.delivered_s]
-        runs.append(run_figures(res.arrival_s, p, o, first, last, quantiles=bench.quantiles,
-                                token_s=res.delivered_s))
+        figures = run_figures(res.arrival_s, p, o, first, last, quantiles=bench.quantiles, token_s=res.delivered_s)
+        runs.append({**figures, **engine_figures(res, cfg.kv_capacity_tokens)})
     return replicate(runs)
+
+
+#: The engine's own figures of a simulated run (printed below the benchmark's block; `vllm bench
+#: serve` does not print them): (key, label).
+ENGINE_FIGURES = (("mean_running", "Mean running sequences"),
+                  ("preemptions_per_request", "Preemptions per request"),
+                  ("recomputed_per_request", "Recomputed tokens per request"),
+                  ("kv_peak_share", "Peak KV cache in use (share)"))
+
+
+def engine_figures(res: Any, kv_capacity_tokens: float) -> dict[str, float]:
+    """What the engine did in one reference run: the time-average running count (the
+    concurrency the KV cache and the cap allow), preemptions and recomputed tokens per
+    completed request (``kv_admission = "on_demand"``; 0 under ``reserve``) and the largest KV
+    held (on demand) or reserved, as a share of the cache."""
+    dur = np.asarray(res.step_dur, np.float64)
+    done = max(1, sum(1 for f in res.finish_s if math.isfinite(f)))
+    span = float(np.sum(dur))
+    return {"mean_running": float(np.dot(np.asarray(res.step_running, np.float64), dur) / span) if span > 0 else 0.0,
+            "preemptions_per_request": sum(res.preempted) / done,
+            "recomputed_per_request": sum(res.recomputed) / done,
+            "kv_peak_share": (max(res.step_reserved, default=0) / kv_capacity_tokens
+                              if math.isfinite(kv_capacity_tokens) else 0.0)}
 
 
 def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]:
@@ -271,6 +294,7 @@ def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]
         for q in bench.quantiles:
             out[f"{m}_q{q:g}"] = r[f"{m}_q"][q]
     out["itl_mean"] = r["tpot_mean"]  # the mean gap a decoding sequence sees
+    out["mean_running"] = r["mean_running"]
     if not prefill_first:  # the per-token gap law under chunked steps (benchrun.itl_quantiles)
         from sweep.models.continuous.benchrun import itl_quantiles
 
@@ -323,6 +347,9 @@ def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, fl
         out.append(line(f"Mean {short} (ms)", f"{m}_mean", 1e3))
         out.append(line(f"Median {short} (ms)", f"{m}_q0.5", 1e3))
         out.append(line(f"{pw} {short} (ms)", f"{m}_q{bench.quantile:g}", 1e3))
+    out.append("{s:-^{w}}".format(s="Engine (not printed by the benchmark)", w=width + 38))
+    for key, label in ENGINE_FIGURES:
+        out.append(line(label, key, digits=3 if key == "kv_peak_share" else 2))
     out += ["=" * (width + 38),
             f"analytic: {basis}",
             "simulated: the finite run itself (empty engine at the start, then the drain), through the reference "
@@ -396,6 +423,9 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
                    help="on_demand: KV blocks allocated as tokens are written, the newest sequence preempted and "
                         "recomputed when they run out (vLLM, SGLang); reserve: prompt + output reserved at "
                         "admission (TensorRT-LLM GUARANTEED_NO_EVICT, TGI)")
+    e.add_argument("--kv-cache-tokens", type=int_at_least_one, default=None, metavar="N",
+                   help="the engine's KV cache in tokens, in place of what the GPUs hold beside the weights "
+                        "(what vLLM logs as 'GPU KV cache size'; size it down to see preemptions)")
     b = p.add_argument_group("the benchmark (vllm bench serve's flags)")
     b.add_argument("--request-rate", type=_rate, required=True, metavar="RPS",
                    help="Poisson request rate, req/s; inf sends every prompt at once")
@@ -470,7 +500,9 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
             rate = min(rate, x)
         cfg = config_from_flags(args, catalog if catalog is not None else load_catalog(), rate)
     cfg = replace(cfg, scheduler_policy=args.scheduler_policy, scheduler_steps=args.num_scheduler_steps,
-                  kv_admission=args.kv_admission)
+                  kv_admission=args.kv_admission,
+                  kv_capacity_tokens=(float(args.kv_cache_tokens) if args.kv_cache_tokens is not None
+                                      else cfg.kv_capacity_tokens))
     reservation = math.ceil((cfg.prompt_mean + cfg.output_mean) / cfg.block_tokens) * cfg.block_tokens
     if reservation > cfg.kv_capacity_tokens:
         raise PredictBenchmarkError("sweep predict-benchmark", "--input-len", cfg.prompt_mean,
