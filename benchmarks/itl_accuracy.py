@@ -1,11 +1,13 @@
 """The analytic per-token gap (ITL) law against finite benchmark runs, on configurations drawn at
 random (docs/deploy.md, "Predicting a benchmark").
 
-`sweep predict-benchmark`'s analytic column gives the median and tail of ITL (every gap between
-consecutive tokens of a request, pooled) from `sweep.models.continuous.benchrun.itl_quantiles`:
-a mixture of decode-only steps and steps that also carry prompt chunks (`chunked` scheduling,
-one step a decision). This script holds it against the simulated column, the finite run through
-the reference scheduler, on configurations drawn at random (seeded):
+The grid's `itl_p_ms` and `sweep predict-benchmark`'s analytic column give the median and tail
+of ITL (every gap between consecutive tokens of a request, pooled) from the per-token gap law
+of `sweep.models.continuous.itl`: a mixture of a decoder's own step and the prompt work a
+Poisson number of prompts adds to it (`chunked`: their chunks in the same step;
+`prefill_first`: their prompt steps in between). This script holds it against the simulated
+column, the finite run through the reference scheduler (``--scheduler-policy``, default
+`chunked`), on configurations drawn at random (seeded):
 
 * cap 8-256 running sequences (powers of two), token budget 2-32 times the cap;
 * prompt 50-4,000 and output 20-800 tokens (log-uniform), CVs 0-1.5 (lognormal lengths);
@@ -20,7 +22,8 @@ within 25% (the target the continuous model's percentiles are held to), and the 
     python benchmarks/itl_accuracy.py               # 40 configurations, seed 25 (about 4 minutes)
     python benchmarks/itl_accuracy.py --smoke       # seconds: the test suite's check
 
-Writes benchmarks/results/itl_accuracy.csv (one row per configuration).
+Writes benchmarks/results/itl_accuracy.csv (one row per configuration; under `prefill_first`
+itl_accuracy_prefill_first.csv).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import csv
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -66,13 +70,16 @@ def capacity_rps(cfg: BenchConfig) -> float:
     from sweep.models.continuous.analytic import cb_point
 
     params = {k: jnp.float64(v) for k, v in cfg.kwargs().items()}
-    return float(cb_point(lam=jnp.float64(1e-3), q=jnp.float64(0.5), **params)["capacity_rps"])
+    return float(cb_point(lam=jnp.float64(1e-3), q=jnp.float64(0.5), **params,
+                          prefill_first=cfg.scheduler_policy == "prefill_first")["capacity_rps"])
 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=40, help="configurations (default 40)")
     ap.add_argument("--seed", type=int, default=25, help="random seed of the draw (default 25)")
+    ap.add_argument("--scheduler-policy", choices=("chunked", "prefill_first"), default="chunked",
+                    help="the engine's policy (default chunked)")
     ap.add_argument("--smoke", action="store_true", help="two small configurations, nothing written")
     args = ap.parse_args(argv)
     import jax
@@ -85,6 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{'err':>6s} {'mean model':>10s} {'sim':>8s}   (ms)")
     for i in range(points):
         cfg, load = draw(rng)
+        cfg = replace(cfg, scheduler_policy=args.scheduler_policy)
         lam = load * capacity_rps(cfg)
         n = 60 if args.smoke else int(min(4000, max(400, 200 * lam)))
         bench = Benchmark(n, lam, None, quantile=0.99)
@@ -119,12 +127,14 @@ def main(argv: list[str] | None = None) -> dict:
     print("worst P99: " + "; ".join(f"#{r['point']} {r['itl_q0.99_err']:+.2f} (load {r['load']:.2f}, prompt "
                                     f"{r['prompt_mean']:.0f}, budget {r['max_batched_tokens']:.0f})" for r in worst))
     if not args.smoke:
-        RESULTS.parent.mkdir(exist_ok=True)
-        with RESULTS.open("w", newline="") as f:
+        path = RESULTS if args.scheduler_policy == "chunked" else RESULTS.with_name(
+            f"itl_accuracy_{args.scheduler_policy}.csv")
+        path.parent.mkdir(exist_ok=True)
+        with path.open("w", newline="") as f:
             w = csv.DictWriter(f, list(rows[0]), lineterminator="\n")
             w.writeheader()
             w.writerows(rows)
-        print(f"wrote {RESULTS.relative_to(ROOT)}")
+        print(f"wrote {path.relative_to(ROOT)}")
     return {"rows": rows, "summary": summary}
 
 

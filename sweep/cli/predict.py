@@ -295,15 +295,15 @@ def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]
             out[f"{m}_q{q:g}"] = r[f"{m}_q"][q]
     out["itl_mean"] = r["tpot_mean"]  # the mean gap a decoding sequence sees
     out["mean_running"] = r["mean_running"]
-    if not prefill_first:  # the per-token gap law under chunked steps (benchrun.itl_quantiles)
-        from sweep.models.continuous.benchrun import itl_quantiles
+    # the per-token gap law (sweep.models.continuous.itl); the closed loop composes chunked steps
+    from sweep.models.continuous.benchrun import itl_quantiles
 
-        qs = itl_quantiles(bench.quantiles, step_mean=r["step_mean"], mean_running=r["mean_running"],
-                           rate_rps=r.get("lam_seen", x), prompt_mean=cfg.prompt_mean,
-                           max_batched_tokens=cfg.max_batched_tokens,
-                           t_token=cfg.t_token, service_cv=cfg.service_cv)
-        for q, v in zip(bench.quantiles, qs):
-            out[f"itl_q{q:g}"] = v
+    qs = itl_quantiles(bench.quantiles, step_mean=r["step_mean"], mean_running=r["mean_running"],
+                       rate_rps=r.get("lam_seen", x), prompt_mean=cfg.prompt_mean,
+                       max_batched_tokens=cfg.max_batched_tokens, t_token=cfg.t_token, service_cv=cfg.service_cv,
+                       tpot_mean=r["tpot_mean"], t_fixed=cfg.t_fixed, prefill_first=prefill_first and r is not closed)
+    for q, v in zip(bench.quantiles, qs):
+        out[f"itl_q{q:g}"] = v
     if cfg.kv_admission == "on_demand":
         basis += "; KV reserved at admission (equal to on-demand allocation unless the KV cache binds)"
     return out, basis

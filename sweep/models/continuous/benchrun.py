@@ -80,54 +80,21 @@ def itl_gaps(first_s: ArrayLike, finish_s: ArrayLike, output: ArrayLike, step_st
 
 
 def itl_quantiles(quantiles: Sequence[float], *, step_mean: float, mean_running: float, rate_rps: float,
-                  prompt_mean: float, max_batched_tokens: float, t_token: float, service_cv: float) -> list[float]:
-    """The analytic law of the per-token gap (ITL) under ``chunked`` scheduling at one step a
-    decision, and its ``quantiles`` (s): a token's gap is the step that emits it, a step with
-    or without prompt tokens.
+                  prompt_mean: float, max_batched_tokens: float, t_token: float, service_cv: float,
+                  tpot_mean: float | None = None, t_fixed: float = 0.0, prefill_first: bool = False) -> list[float]:
+    """The ``quantiles`` (s) of the per-token gap (ITL) law of `sweep.models.continuous.itl`, on
+    the host: a token's gap is its step, with or without prompt work (``chunked``: the chunks of
+    a Poisson number of prompts in the step; ``prefill_first``: the prompt steps that pause the
+    decoder in between, which needs ``tpot_mean`` and ``t_fixed``)."""
+    import numpy as np
 
-    A prompt needs ``c = max(1, P / (M - n))`` chunks (``n`` the mean running count, ``M`` the
-    token budget), each in its own step, so with Poisson arrivals at ``lambda`` the number of
-    prompts with a chunk in a step is Poisson with mean ``m = lambda T c`` (``T`` the mean step):
-    a share ``f = 1 - exp(-m)`` of the steps carry prompt tokens. A step with ``K = k`` prompts
-    (probability ``P(K = k) / f`` among the mixed steps) carries ``min(k P / c, M - n)`` prompt
-    tokens and lasts ``T_k = T_0 + t_token min(k P / c, M - n)``; a decode-only step lasts
-    ``T_0 = T (1 - t_token lambda P)`` (so that, budget apart, the steps average to ``T``).
-    Each step's time is lognormal about its own mean with the step noise's CV. The gap law is
-    the mixture of ``T_0`` (weight ``1 - f``) and the ``T_k``, every decoding sequence sharing
-    each step; a quantile is found by bisection on its CDF. Checked against finite runs of the
-    reference scheduler on random configurations (`benchmarks/itl_accuracy.py`)."""
-    t, n, lam, p = float(step_mean), float(mean_running), float(rate_rps), float(prompt_mean)
-    budget = max(float(max_batched_tokens) - n, 1.0)
-    chunks = max(1.0, p / budget)
-    m = lam * t * chunks
-    t0 = t * (1.0 - float(t_token) * lam * p)
-    # the mixture's parts: (weight, mean step); Poisson terms until their tail is negligible
-    parts = [(math.exp(-m), t0)]
-    k, w = 1, math.exp(-m)
-    while k <= 256 and (k <= m or w > 1e-15):
-        w *= m / k
-        parts.append((w, t0 + float(t_token) * min(k * p / chunks, budget)))
-        k += 1
-    total = sum(x for x, _ in parts)
-    s2 = math.log1p(float(service_cv) ** 2)
-    sig = math.sqrt(s2)
+    from sweep.models.continuous.itl import itl_quantiles_jit
 
-    def cdf(x: float, mean: float) -> float:
-        if sig == 0.0:
-            return 1.0 if x >= mean else 0.0
-        return 0.5 * math.erfc(-(math.log(x) - math.log(mean) + 0.5 * s2) / (sig * math.sqrt(2.0)))
-
-    out = []
-    for q in quantiles:
-        lo, hi = 0.0, max(mean for _, mean in parts) * math.exp(0.5 * s2 + 10.0 * sig)
-        for _ in range(200):  # bisection to below 1e-15 relative of hi
-            mid = 0.5 * (lo + hi)
-            if sum(x * cdf(mid, mean) for x, mean in parts) / total < q:
-                lo = mid
-            else:
-                hi = mid
-        out.append(hi)
-    return out
+    args = (step_mean, step_mean if tpot_mean is None else tpot_mean, mean_running, rate_rps, prompt_mean,
+            max_batched_tokens, t_fixed, t_token, service_cv)
+    out = itl_quantiles_jit(np.asarray(quantiles, np.float64), *(np.float64(a) for a in args),
+                            prefill_first=bool(prefill_first))
+    return [float(v) for v in np.asarray(out)]
 
 
 def run_figures(arrival_s: ArrayLike, prompt: ArrayLike, output: ArrayLike, first_s: ArrayLike,

@@ -1,0 +1,113 @@
+"""The per-token gap (ITL) of continuous batching: its law, and its quantiles, for ONE point in
+pure ``jax.numpy`` (the engine vmaps; `benchrun.itl_quantiles` calls it on the host).
+
+ITL is every gap between two consecutive tokens of a request, pooled over tokens (what `vllm
+bench serve` prints as ITL); TPOT is a request's mean gap. Under both scheduler policies a
+decoding sequence's gap is a step of its own plus whatever prompt work lands in it, and the
+prompt work comes from a Poisson number ``K`` of prompts (arrivals at ``lambda``):
+
+* ``chunked``: a prompt takes ``c = max(1, P / (M - n))`` chunks (``n`` the mean running
+  count, ``M`` the token budget), one a step, so the prompts with a chunk in a step number
+  ``K ~ Poisson(lambda T c)`` (``T`` the mean step). A step with ``K = k`` lasts
+  ``T_0 + t_token min(k P / c, M - n)``; a decode-only step ``T_0 = T (1 - t_token lambda P)``
+  (the two average to ``T``, budget apart).
+* ``prefill_first``: prompts take steps of their own, which pause every decoder, so a gap is
+  the decoder's step plus the prompt steps of the ``K ~ Poisson(lambda G)`` prompts that
+  arrived in it (``G`` the mean gap, TPOT's mean): ``ceil(k P / M)`` steps of ``t_fixed``
+  plus ``t_token k P``. The decode step ``T_0`` is ``G`` less the mean of that prompt work.
+
+Each part is lognormal about its mean with the step noise's CV (a gap of one step; the noise of
+a gap of several steps is narrower, which this keeps on the safe side). The law is the mixture
+over ``k``; ``K`` runs to `K_MAX` terms with the rest of the Poisson mass on the last (under
+``chunked`` a step then carries the whole budget). A quantile is a bisection on the mixture's
+CDF, `BISECTIONS` halvings of ``[0, a bound above every part's 1 - 1e-9 quantile]``.
+Checked against finite runs of the reference scheduler on random configurations
+(`benchmarks/itl_accuracy.py`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import Array, lax
+from jax.scipy.special import ndtr
+
+#: Poisson terms of the mixture (the rest of the mass is put on the last)
+K_MAX = 64
+#: bisection halvings of the quantile's bracket (2^-64 of it: float64 resolution)
+BISECTIONS = 64
+
+
+def itl_parts(step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array, prompt_mean: Array,
+              max_batched_tokens: Array, t_fixed: Array, t_token: Array, *,
+              prefill_first: bool = False) -> tuple[Array, Array]:
+    """(weights, means) of the mixture, float64[K_MAX + 1] each (module docstring)."""
+    f64 = jnp.float64
+    k = jnp.arange(K_MAX + 1, dtype=f64)
+    p = jnp.asarray(prompt_mean, f64)
+    budget = jnp.asarray(max_batched_tokens, f64)
+    if prefill_first:
+        m = lam * tpot_mean
+        extra = t_fixed * jnp.ceil(k * p / jnp.minimum(budget, 1e300)) + t_token * k * p
+    else:
+        room = jnp.maximum(jnp.minimum(budget, 1e300) - mean_running, 1.0)
+        c = jnp.maximum(1.0, p / room)
+        m = lam * step_mean * c
+        extra = t_token * jnp.minimum(k * p / c, room)
+    m = jnp.maximum(m, 0.0)
+    # Poisson(m) weights in log space; the tail beyond K_MAX joins the last term
+    logw = k * jnp.log(jnp.where(m > 0.0, m, 1.0)) - m - lax.lgamma(k + 1.0)
+    w = jnp.where(m > 0.0, jnp.exp(logw), jnp.where(k == 0.0, 1.0, 0.0))
+    w = w.at[K_MAX].add(jnp.maximum(1.0 - jnp.sum(w), 0.0))
+    base = (tpot_mean - jnp.sum(w * extra)) if prefill_first else step_mean * (1.0 - t_token * lam * p)
+    return w, jnp.maximum(base, 1e-12) + extra
+
+
+def itl_quantile(q: Array, weights: Array, means: Array, service_cv: Array) -> Array:
+    """The ``q`` quantile (s) of the mixture of lognormals with these weights and means and CV
+    ``service_cv`` (a weighted sum of point masses at CV 0)."""
+    s2 = jnp.log1p(service_cv * service_cv)
+    sig = jnp.sqrt(s2)
+    total = jnp.sum(weights)
+
+    def cdf(x: Array) -> Array:
+        z = (jnp.log(jnp.maximum(x, 1e-300)) - jnp.log(means) + 0.5 * s2) / jnp.where(sig > 0.0, sig, 1.0)
+        part = jnp.where(sig > 0.0, ndtr(z), (x >= means).astype(jnp.float64))
+        return jnp.sum(weights * part) / total
+
+    hi0 = jnp.max(jnp.where(weights > 0.0, means, 0.0)) * jnp.exp(0.5 * s2 + 6.0 * sig)
+
+    def halve(_: int, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        below = cdf(mid) < q
+        return jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+
+    _, hi = lax.fori_loop(0, BISECTIONS, halve, (jnp.zeros_like(hi0), hi0))
+    return hi
+
+
+@partial(jax.jit, static_argnames=("prefill_first",))
+def itl_quantiles_jit(qs: Array, step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array,
+                      prompt_mean: Array, max_batched_tokens: Array, t_fixed: Array, t_token: Array,
+                      service_cv: Array, *, prefill_first: bool = False) -> Array:
+    """Quantiles ``qs`` (float64[m]) of one point's law, compiled once (the host's entry)."""
+    w, means = itl_parts(step_mean, tpot_mean, mean_running, lam, prompt_mean, max_batched_tokens, t_fixed,
+                         t_token, prefill_first=prefill_first)
+    return jax.vmap(lambda q: itl_quantile(q, w, means, service_cv))(qs)
+
+
+@partial(jax.jit, static_argnames=("prefill_first",))
+def itl_quantile_points(q: Array, step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array,
+                        prompt_mean: Array, max_batched_tokens: Array, t_fixed: Array, t_token: Array,
+                        service_cv: Array, *, prefill_first: bool = False) -> Array:
+    """The ``q`` quantile of each point's law (every argument float64[n]; the simulated grid's
+    entry, on the simulator's step, running count and TPOT)."""
+    def one(q, sm, tp, n, lam, p, m, tf, tt, cv):
+        w, means = itl_parts(sm, tp, n, lam, p, m, tf, tt, prefill_first=prefill_first)
+        return itl_quantile(q, w, means, cv)
+
+    return jax.vmap(one)(q, step_mean, tpot_mean, mean_running, lam, prompt_mean, max_batched_tokens, t_fixed,
+                         t_token, service_cv)
