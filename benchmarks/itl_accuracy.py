@@ -1,9 +1,9 @@
 """The analytic per-token gap (ITL) law against finite benchmark runs, on configurations drawn at
 random (docs/deploy.md, "Predicting a benchmark").
 
-The grid's `itl_p_ms` and `sweep predict-benchmark`'s analytic column give the median and tail
-of ITL (every gap between consecutive tokens of a request, pooled) from the per-token gap law
-of `sweep.models.continuous.itl`: a mixture of a decoder's own step and the prompt work a
+`sweep predict-benchmark`'s analytic column gives the median and tail of ITL (every gap
+between consecutive tokens of a request, pooled) from the per-token gap law of
+`sweep.models.continuous.itl`: a mixture of a decoder's own step and the prompt work a
 Poisson number of prompts adds to it (`chunked`: their chunks in the same step;
 `prefill_first`: their prompt steps in between). This script holds it against the simulated
 column, the finite run through the reference scheduler (``--scheduler-policy``, default

@@ -1,5 +1,9 @@
 """The per-token gap (ITL) of continuous batching: its law, and its quantiles, for ONE point in
-pure ``jax.numpy`` (the engine vmaps; `benchrun.itl_quantiles` calls it on the host).
+pure ``jax.numpy`` (`benchrun.itl_quantiles` calls it on the host, for `sweep predict-benchmark`).
+
+Not a grid column: a quantile costs `BISECTIONS` x (`K_MAX` + 1) normal CDFs, about 4,000 a
+point, which made the continuous grid 100x slower (benchmarks/cb_points.py: 8,700 against
+1.2 million points/s); a grid column needs a cheaper inversion first.
 
 ITL is every gap between two consecutive tokens of a request, pooled over tokens (what `vllm
 bench serve` prints as ITL); TPOT is a request's mean gap. Under both scheduler policies a
@@ -98,16 +102,3 @@ def itl_quantiles_jit(qs: Array, step_mean: Array, tpot_mean: Array, mean_runnin
                          t_token, prefill_first=prefill_first)
     return jax.vmap(lambda q: itl_quantile(q, w, means, service_cv))(qs)
 
-
-@partial(jax.jit, static_argnames=("prefill_first",))
-def itl_quantile_points(q: Array, step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array,
-                        prompt_mean: Array, max_batched_tokens: Array, t_fixed: Array, t_token: Array,
-                        service_cv: Array, *, prefill_first: bool = False) -> Array:
-    """The ``q`` quantile of each point's law (every argument float64[n]; the simulated grid's
-    entry, on the simulator's step, running count and TPOT)."""
-    def one(q, sm, tp, n, lam, p, m, tf, tt, cv):
-        w, means = itl_parts(sm, tp, n, lam, p, m, tf, tt, prefill_first=prefill_first)
-        return itl_quantile(q, w, means, cv)
-
-    return jax.vmap(one)(q, step_mean, tpot_mean, mean_running, lam, prompt_mean, max_batched_tokens, t_fixed,
-                         t_token, service_cv)
