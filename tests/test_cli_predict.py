@@ -206,3 +206,14 @@ def test_itl_law_closed_forms() -> None:
     assert median == pytest.approx(0.02 * math.exp(-s2 / 2), rel=1e-9)
     qs = itl_quantiles((0.1, 0.5, 0.9, 0.99), service_cv=0.3, **kw)  # noise spreads every part
     assert qs == sorted(qs) and qs[0] < 0.0195 < qs[-1]
+
+
+def test_engine_flag_choices_are_the_reference_schedulers_names() -> None:
+    """The flags offer exactly the variants the reference scheduler runs (and the grid's
+    policy names), so a choice can never reach it unknown."""
+    from sweep.cli.predict import KV_ADMISSIONS, POLICIES
+    from sweep.grid.load import SCHEDULER_POLICIES
+    from sweep.testing import cb_reference
+
+    assert set(POLICIES) == set(cb_reference.POLICIES) == set(SCHEDULER_POLICIES)
+    assert set(KV_ADMISSIONS) == set(cb_reference.KV_ADMISSIONS)

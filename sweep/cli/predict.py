@@ -42,6 +42,8 @@ KV_ADMISSIONS = ("on_demand", "reserve")
 #: The benchmark's figures as it prints them: (label, our figure key, unit scale).
 METRIC_NAMES = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
                 "itl": ("ITL", "Inter-token Latency"), "e2e": ("E2EL", "End-to-end Latency")}
+#: How many times a preempting run may draw its step noise again, doubling it each time
+_NOISE_REDRAWS = 8
 #: Replications of the finite run (the half-width's degrees of freedom: replications - 1).
 REPLICATIONS = 5
 
@@ -179,7 +181,7 @@ def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATION
     """Replications of the finite run (reference scheduler; see the module docstring):
     {figure: (mean, 95% half-width)} as `benchrun.replicate` gives them."""
     from sweep.models.continuous.benchrun import replicate, run_figures
-    from sweep.models.continuous.sim import CBSimSettings, replication_draws, step_normals
+    from sweep.models.continuous.sim import CBSimSettings, CBSimulationError, replication_draws, step_normals
     from sweep.testing.cb_reference import simulate as reference
 
     settings = CBSimSettings(seed=seed)
@@ -197,7 +199,7 @@ def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATION
         steps = int(np.sum(o) + math.ceil(np.sum(p) / max(budget, 1.0)) + len(o))
         think = (np.random.default_rng([seed, r]).exponential(bench.think_s, len(a)) if bench.think_s > 0.0
                  else None)
-        while True:
+        for _ in range(_NOISE_REDRAWS):
             z = step_normals(settings, 0, r, 1 << steps.bit_length()) if cfg.service_cv > 0.0 else None
             try:
                 res = reference(a, p.astype(int), o.astype(int), cap=int(cfg.cap),
@@ -211,6 +213,9 @@ def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATION
                 if z is None:
                     raise
                 steps *= 2
+        else:  # the run outran every draw: not a shortage of normals (a defect), so say so
+            raise CBSimulationError(f"predict-benchmark: the run needed more than {steps // 2} steps of noise "
+                                    f"after {_NOISE_REDRAWS} draws")
         # the client's view: its first and last message, and the gaps between messages
         first = [d[0] if d else math.inf for d in res.delivered_s]
         last = [d[-1] if d else math.inf for d in res.delivered_s]

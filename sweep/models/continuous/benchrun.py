@@ -86,8 +86,6 @@ def itl_quantiles(quantiles: Sequence[float], *, step_mean: float, mean_running:
     the host: a token's gap is its step, with or without prompt work (``chunked``: the chunks of
     a Poisson number of prompts in the step; ``prefill_first``: the prompt steps that pause the
     decoder in between, which needs ``tpot_mean`` and ``t_fixed``)."""
-    import numpy as np
-
     from sweep.models.continuous.itl import itl_quantiles_jit
 
     args = (step_mean, step_mean if tpot_mean is None else tpot_mean, mean_running, rate_rps, prompt_mean,
