@@ -14,7 +14,7 @@ output NaN inside.
   from it (edges, the values just inside them, log-uniform interiors; every attention kind,
   dense and mixture-of-experts, optional figures given or left to their defaults) are built
   through `Catalog.with_entries` (so each is accepted) and evaluated with the roofline's step
-  times by every analytic kernel of both serving modes on 512 points of a grid whose keys take
+  times by every analytic kernel of every serving mode on 512 points of a grid whose keys take
   their own bounds and a typical value: every column is finite or +inf, never NaN or -inf;
 - the corners of the box (every figure at its lowest or highest value, each combination of
   the figures that set a step's time) through the loader and the whole pipeline, decisions
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,6 +41,7 @@ from sweep.errors import CatalogError
 from sweep.models import REGISTRY, ServingModel
 from sweep.models.base import figure_arrays
 from sweep.models.continuous.model import PARAMS as CONTINUOUS_PARAMS
+from sweep.models.disaggregated.model import PARAMS as DISAGGREGATED_PARAMS
 from sweep.models.dynamic.model import MAX_WINDOWED_BATCH
 from sweep.models.dynamic.model import PARAMS as DYNAMIC_PARAMS
 from sweep.models.shared.columns import DOMAINS as SHARED_DOMAINS
@@ -305,6 +307,17 @@ def continuous_points(rng: np.random.Generator) -> dict[str, np.ndarray]:
     return p
 
 
+def disaggregated_points(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Both pools' keys at their own levels, under the rules the grid loader adds (outputs of at
+    least 2 tokens, a decode budget of at least one token per running sequence, rho_min < rho_max)."""
+    keys = [p.key for p in DISAGGREGATED_PARAMS if p.domain is not None]
+    p = {k: rng.choice(np.asarray(_grid_levels(DISAGGREGATED_PARAMS, k)), N) for k in keys}
+    p["output_tokens"] = np.maximum(p["output_tokens"], 2.0)
+    p["decode_max_batched_tokens"] = np.maximum(p["decode_max_batched_tokens"], p["decode_batch_size"])
+    p["rho_min"] = np.where(p["rho_min"] < p["rho_max"], p["rho_min"], 0.0)
+    return p
+
+
 #: Roofline kernel configurations (static keywords), as tests/test_domains*.py run them.
 DYNAMIC_STATICS = {
     "full": dict(windowed=False, full=True, paged=True, service_source="roofline", mean_follows=False,
@@ -313,6 +326,8 @@ DYNAMIC_STATICS = {
                      block_tokens=1.0, reserve_fraction=0.0),
 }
 CONTINUOUS_STATIC = dict(paged=True, service_source="roofline", block_tokens=16.0, reserve_fraction=0.0)
+#: disaggregated serving: each pool's static keywords under its name (`ComposedModel.static`)
+DISAGGREGATED_STATIC = {pool: tuple(sorted(CONTINUOUS_STATIC.items())) for pool in ("prefill", "decode")}
 #: Each kernel compiles in 20-90 s here: the Gaussian proxy runs in the default suite, the
 #: others with `-m slow`.
 KERNELS = [pytest.param(k, m, id="/".join(k), marks=() if k == ("dynamic", "gaussian") else pytest.mark.slow)
@@ -338,13 +353,19 @@ def _evaluate(model: ServingModel, entries: tuple[list[dict], list[dict]], seed:
                                           {f"g{i}": g for i, g in enumerate(gpus)}, origin=GRID)  # accepted
     rng = np.random.default_rng(seed)
     mi, gi = rng.integers(0, len(models), N), rng.integers(0, len(gpus), N)
-    configs = ({"continuous": CONTINUOUS_STATIC} if model.serving == "continuous"
-               else {k: v for k, v in DYNAMIC_STATICS.items() if model.name != "batcher" or k == "windowed"})
+    if model.serving == "disaggregated":
+        configs: dict[str, Any] = {"disaggregated": DISAGGREGATED_STATIC}
+    elif model.serving == "continuous":
+        configs = {"continuous": CONTINUOUS_STATIC}
+    else:
+        configs = {k: v for k, v in DYNAMIC_STATICS.items() if model.name != "batcher" or k == "windowed"}
     for label, static in configs.items():
-        points = continuous_points(rng) if model.serving == "continuous" else dynamic_points(rng, label == "windowed")
+        points = (disaggregated_points(rng) if model.serving == "disaggregated" else continuous_points(rng)
+                  if model.serving == "continuous" else dynamic_points(rng, label == "windowed"))
         figures = figure_arrays([cat.model(f"m{i}") for i in mi], [cat.gpu(f"g{i}") for i in gi],
-                                tensor_parallel=points["gpus_per_replica"])
-        columns = tuple(c.name for c in model.columns if c.when != "simulation" and c.name != "point_id")
+                                tensor_parallel=points.get("gpus_per_replica"))  # the pools: their TP-1 cell
+        columns = tuple(c.name for c in model.columns if c.when != "simulation"
+                        and c.name not in ("point_id", "prefill_gpu", "decode_gpu"))  # names, not kernel values
         out = evaluate_points(model, points, figures, static=static, columns=columns)
         _check(model, out, points, figures, label)
 
