@@ -29,6 +29,7 @@ from sweep.catalog import packaged_catalog, packaged_efficiencies
 from sweep.cli import main
 from sweep.errors import GridError
 from sweep.models.base import gpu_figures, model_figures
+from sweep.models.continuous.benchrun import itl_quantiles
 from sweep.models.continuous.model import COLUMNS
 from sweep.models.shared import roofline as rl
 from sweep.runner import run_grid
@@ -269,6 +270,15 @@ def test_simulated_latency_model_decides_on_the_simulator(tmp_path):
     assert (steady.sim_preempt == 0).all() and (steady.sim_drop_rate == 0).all()
     assert (pts.slo_ok == ((pts.sim_ttft_p_ms <= pts.ttft_slo_ms) & (pts.sim_tpot_p_ms <= pts.tpot_slo_ms))).all()
     assert pts[~pts.sim_steady].ttft_p_ms.isna().all()
+    # ITL: the gap law on the simulator's step, running count and TPOT (the grid's inversion)
+    for _, r in steady.iterrows():
+        (want,) = itl_quantiles((r.percentile,), step_mean=r.sim_step_mean_ms * 1e-3, mean_running=r.sim_mean_running,
+                                rate_rps=r.lambda_per_replica_rps, prompt_mean=r.prompt_tokens,
+                                max_batched_tokens=r.max_batched_tokens, t_token=r.t_token_ms * 1e-3,
+                                service_cv=r.service_cv, tpot_mean=r.sim_tpot_mean_ms * 1e-3,
+                                t_fixed=r.t_step_fixed_ms * 1e-3, inversion="grid")
+        assert r.itl_p_ms == pytest.approx(want * 1e3, rel=1e-9)
+    assert pts[~pts.sim_steady].itl_p_ms.isna().all()
     # rel_err: the analytic mean against the simulated one, recomputed
     both = steady[steady.ttft_rel_err.notna()]
     assert len(both)

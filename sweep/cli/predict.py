@@ -247,8 +247,9 @@ def engine_figures(res: Any, kv_capacity_tokens: float) -> dict[str, float]:
                               if math.isfinite(kv_capacity_tokens) else 0.0)}
 
 
-def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]:
-    """The analytic figures (SI units; a figure absent: not predicted) and what they are."""
+def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> tuple[dict[str, float], str]:
+    """The analytic figures (SI units; a figure absent: not predicted) and what they are;
+    ``itl_grid``: also the ITL quantiles as the grid's column inverts the law (``itl_grid_q...``)."""
     from sweep.models.continuous.closed import closed_loop
 
     kw = cfg.kwargs()
@@ -303,12 +304,15 @@ def analytic(cfg: BenchConfig, bench: Benchmark) -> tuple[dict[str, float], str]
     # the per-token gap law (sweep.models.continuous.itl); the closed loop composes chunked steps
     from sweep.models.continuous.benchrun import itl_quantiles
 
-    qs = itl_quantiles(bench.quantiles, step_mean=r["step_mean"], mean_running=r["mean_running"],
-                       rate_rps=r.get("lam_seen", x), prompt_mean=cfg.prompt_mean,
-                       max_batched_tokens=cfg.max_batched_tokens, t_token=cfg.t_token, service_cv=cfg.service_cv,
-                       tpot_mean=r["tpot_mean"], t_fixed=cfg.t_fixed, prefill_first=prefill_first and r is not closed)
-    for q, v in zip(bench.quantiles, qs):
+    law = dict(step_mean=r["step_mean"], mean_running=r["mean_running"], rate_rps=r.get("lam_seen", x),
+               prompt_mean=cfg.prompt_mean, max_batched_tokens=cfg.max_batched_tokens, t_token=cfg.t_token,
+               service_cv=cfg.service_cv, tpot_mean=r["tpot_mean"], t_fixed=cfg.t_fixed,
+               prefill_first=prefill_first and r is not closed)
+    for q, v in zip(bench.quantiles, itl_quantiles(bench.quantiles, **law)):
         out[f"itl_q{q:g}"] = v
+    if itl_grid:  # the grid column's inversion of the same law, beside it (benchmarks/itl_accuracy.py)
+        for q, v in zip(bench.quantiles, itl_quantiles(bench.quantiles, **law, inversion="grid")):
+            out[f"itl_grid_q{q:g}"] = v
     if cfg.kv_admission == "on_demand":
         basis += "; KV reserved at admission (equal to on-demand allocation unless the KV cache binds)"
     return out, basis

@@ -81,17 +81,23 @@ def itl_gaps(first_s: ArrayLike, finish_s: ArrayLike, output: ArrayLike, step_st
 
 def itl_quantiles(quantiles: Sequence[float], *, step_mean: float, mean_running: float, rate_rps: float,
                   prompt_mean: float, max_batched_tokens: float, t_token: float, service_cv: float,
-                  tpot_mean: float | None = None, t_fixed: float = 0.0, prefill_first: bool = False) -> list[float]:
+                  tpot_mean: float | None = None, t_fixed: float = 0.0, prefill_first: bool = False,
+                  inversion: str = "bisection") -> list[float]:
     """The ``quantiles`` (s) of the per-token gap (ITL) law of `sweep.models.continuous.itl`, on
     the host: a token's gap is its step, with or without prompt work (``chunked``: the chunks of
     a Poisson number of prompts in the step; ``prefill_first``: the prompt steps that pause the
-    decoder in between, which needs ``tpot_mean`` and ``t_fixed``)."""
-    from sweep.models.continuous.itl import itl_quantiles_jit
+    decoder in between, which needs ``tpot_mean`` and ``t_fixed``). ``inversion``: ``"bisection"``
+    (the law's CDF inverted) or ``"grid"`` (the grid column's one-part inversion,
+    `itl.itl_quantile_fast`)."""
+    from sweep.models.continuous.itl import itl_quantiles_fast_jit, itl_quantiles_jit
+
+    if inversion not in ("bisection", "grid"):
+        raise ValueError(f"itl_quantiles: inversion = {inversion!r}: 'bisection' or 'grid'")
 
     args = (step_mean, step_mean if tpot_mean is None else tpot_mean, mean_running, rate_rps, prompt_mean,
             max_batched_tokens, t_fixed, t_token, service_cv)
-    out = itl_quantiles_jit(np.asarray(quantiles, np.float64), *(np.float64(a) for a in args),
-                            prefill_first=bool(prefill_first))
+    fn = itl_quantiles_jit if inversion == "bisection" else itl_quantiles_fast_jit
+    out = fn(np.asarray(quantiles, np.float64), *(np.float64(a) for a in args), prefill_first=bool(prefill_first))
     return [float(v) for v in np.asarray(out)]
 
 

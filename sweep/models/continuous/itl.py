@@ -1,9 +1,5 @@
 """The per-token gap (ITL) of continuous batching: its law, and its quantiles, for ONE point in
-pure ``jax.numpy`` (`benchrun.itl_quantiles` calls it on the host, for `sweep predict-benchmark`).
-
-Not a grid column: a quantile costs `BISECTIONS` x (`K_MAX` + 1) normal CDFs, about 4,000 a
-point, which made the continuous grid 100x slower (benchmarks/cb_points.py: 8,700 against
-1.2 million points/s); a grid column needs a cheaper inversion first.
+pure ``jax.numpy`` (the engine vmaps; `benchrun.itl_quantiles` calls it on the host).
 
 ITL is every gap between two consecutive tokens of a request, pooled over tokens (what `vllm
 bench serve` prints as ITL); TPOT is a request's mean gap. Under both scheduler policies a
@@ -23,20 +19,28 @@ prompt work comes from a Poisson number ``K`` of prompts (arrivals at ``lambda``
 Each part is lognormal about its mean with the step noise's CV (a gap of one step; the noise of
 a gap of several steps is narrower, which this keeps on the safe side). The law is the mixture
 over ``k``; ``K`` runs to `K_MAX` terms with the rest of the Poisson mass on the last (under
-``chunked`` a step then carries the whole budget). A quantile is a bisection on the mixture's
-CDF, `BISECTIONS` halvings of ``[0, a bound above every part's 1 - 1e-9 quantile]``.
-Checked against finite runs of the reference scheduler on random configurations
+``chunked`` a step then carries the whole budget). Two inversions of the law:
+
+* `itl_quantile` (`sweep predict-benchmark`, one point): a bisection on the mixture's CDF,
+  `BISECTIONS` halvings of ``[0, a bound above every part's 1 - 1e-9 quantile]``, about 4,000
+  normal CDFs a quantile: as a grid column it made the continuous grid 100x slower;
+* `itl_quantile_fast` (the grid's `itl_p_ms`): the part the quantile falls in, then that part's
+  own lognormal quantile, about 130 multiplications and one inverse normal CDF. Equal to the
+  bisection without step noise; with noise it ignores the overlap of neighbouring parts.
+
+Both are checked against finite runs of the reference scheduler on random configurations
 (`benchmarks/itl_accuracy.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 from jax import Array, lax
-from jax.scipy.special import ndtr
+from jax.scipy.special import ndtr, ndtri
 
 #: Poisson terms of the mixture (the rest of the mass is put on the last)
 K_MAX = 64
@@ -93,6 +97,62 @@ def itl_quantile(q: Array, weights: Array, means: Array, service_cv: Array) -> A
     return hi
 
 
+def itl_quantile_fast(q: Array, step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array,
+                      prompt_mean: Array, max_batched_tokens: Array, t_fixed: Array, t_token: Array,
+                      service_cv: Array, *, prefill_first: bool = False) -> Array:
+    """The grid's ``q`` quantile (s) of the same law, at a small fixed cost (no CDF inverted).
+
+    The part the quantile falls in is the first whose cumulative Poisson weight reaches ``q``
+    (the weights by the recurrence ``w_k = w_(k-1) m / k``, no exponential a term; parts of one
+    mean, such as every count that fills the budget under `chunked`, are one part); the quantile
+    is that part's own lognormal quantile at the share of its weight ``q`` reaches into. Exact
+    without step noise (the law is then a step function) and for a law of one part; with noise it
+    ignores how far the neighbouring parts overlap this one (its error against the bisection of
+    `itl_quantile`: docs/continuous.md, "Per-token gaps (ITL)")."""
+    f64 = jnp.float64
+    p = jnp.asarray(prompt_mean, f64)
+    budget = jnp.minimum(jnp.asarray(max_batched_tokens, f64), 1e300)
+    if prefill_first:
+        m = lam * tpot_mean
+    else:
+        room = jnp.maximum(budget - mean_running, 1.0)
+        c = jnp.maximum(1.0, p / room)
+        m = lam * step_mean * c
+    m = jnp.maximum(m, 0.0)
+
+    def extra(k: Array) -> Array:
+        if prefill_first:
+            return t_fixed * jnp.ceil(k * p / budget) + t_token * k * p
+        return t_token * jnp.minimum(k * p / c, room)
+
+    def weights() -> Iterator[tuple[Array, Array, Array]]:
+        """(k, cumulative weight before part k, after it); the rest of the mass joins the last."""
+        w = cum = jnp.exp(-m)
+        yield f64(0.0), jnp.zeros_like(cum), cum
+        for k in range(1, K_MAX + 1):
+            w = w * m / k
+            nxt = jnp.where(k == K_MAX, 1.0, cum + w)
+            yield f64(k), cum, nxt
+            cum = nxt
+
+    kstar, mean_extra = f64(K_MAX), jnp.zeros_like(m)
+    for k, before, after in weights():
+        kstar = jnp.where((before < q) & (after >= q), k, kstar)
+        mean_extra = mean_extra + (after - before) * extra(k)
+    # one part's means agree to rounding only (XLA folds each k's arithmetic apart)
+    top = extra(kstar)
+    tol = 1e-9 * jnp.maximum(top, 1e-300)
+    below, upto = jnp.zeros_like(m), jnp.zeros_like(m)
+    for k, _, after in weights():
+        below = jnp.where(extra(k) < top - tol, after, below)
+        upto = jnp.where(extra(k) <= top + tol, after, upto)
+    base = (tpot_mean - mean_extra) if prefill_first else step_mean * (1.0 - t_token * lam * p)
+    mean = jnp.maximum(base, 1e-12) + top
+    s2 = jnp.log1p(service_cv * service_cv)
+    share = jnp.clip((q - below) / jnp.maximum(upto - below, 1e-300), 1e-12, 1.0 - 1e-12)
+    return jnp.where(s2 > 0.0, mean * jnp.exp(-0.5 * s2 + jnp.sqrt(s2) * ndtri(share)), mean)
+
+
 @partial(jax.jit, static_argnames=("prefill_first",))
 def itl_quantiles_jit(qs: Array, step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array,
                       prompt_mean: Array, max_batched_tokens: Array, t_fixed: Array, t_token: Array,
@@ -102,3 +162,22 @@ def itl_quantiles_jit(qs: Array, step_mean: Array, tpot_mean: Array, mean_runnin
                          t_token, prefill_first=prefill_first)
     return jax.vmap(lambda q: itl_quantile(q, w, means, service_cv))(qs)
 
+
+@partial(jax.jit, static_argnames=("prefill_first",))
+def itl_quantiles_fast_jit(qs: Array, step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array,
+                           prompt_mean: Array, max_batched_tokens: Array, t_fixed: Array, t_token: Array,
+                           service_cv: Array, *, prefill_first: bool = False) -> Array:
+    """`itl_quantiles_jit` with the grid column's inversion (`itl_quantile_fast`)."""
+    return jax.vmap(lambda q: itl_quantile_fast(q, step_mean, tpot_mean, mean_running, lam, prompt_mean,
+                                                max_batched_tokens, t_fixed, t_token, service_cv,
+                                                prefill_first=prefill_first))(qs)
+
+
+@partial(jax.jit, static_argnames=("prefill_first",))
+def itl_quantile_points(q: Array, step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array,
+                        prompt_mean: Array, max_batched_tokens: Array, t_fixed: Array, t_token: Array,
+                        service_cv: Array, *, prefill_first: bool = False) -> Array:
+    """The ``q`` quantile of each point's law (every argument float64[n]; the simulated grid's
+    entry, on the simulator's step, running count and TPOT)."""
+    return jax.vmap(partial(itl_quantile_fast, prefill_first=prefill_first))(
+        q, step_mean, tpot_mean, mean_running, lam, prompt_mean, max_batched_tokens, t_fixed, t_token, service_cv)

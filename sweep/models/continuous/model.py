@@ -63,10 +63,11 @@ if TYPE_CHECKING:
     from jax import Array
 
     from sweep.grid.spec import GridSpec, SimulationOptions
-    from sweep.models.continuous import analytic
+    from sweep.models.continuous import analytic, itl
 else:
     jnp = lazy_module("jax.numpy")
     analytic = lazy_module("sweep.models.continuous.analytic")
+    itl = lazy_module("sweep.models.continuous.itl")
 
 INF = math.inf
 MS = 1e3
@@ -215,6 +216,12 @@ COLUMNS: tuple[Column, ...] = (
            null_when="stable"),
     Column("tpot_p_ms", "float64", "ms",
            "TPOT at `percentile`; NULL (unbounded) where not stable.",
+           null_when="stable"),
+    Column("itl_p_ms", "float64", "ms",
+           "ITL at `percentile`: the gap between two consecutive tokens of a request, every gap pooled (what "
+           "`vllm bench serve` prints as ITL; TPOT is a request's mean gap), from the per-token gap law "
+           "(sweep.models.continuous.itl; its one-part inversion, exact without step noise); NULL (unbounded) "
+           "where not stable.",
            null_when="stable"),
     Column("e2e_mean_ms", "float64", "ms",
            "Mean end-to-end latency (arrival to last token); NULL (unbounded) where not stable.",
@@ -479,6 +486,9 @@ class ContinuousModel(ServingModel):
             return jnp.where(stable, v, INF)
 
         tpot_ms = gate(r["tpot_mean"] * MS)
+        itl_ms = gate(itl.itl_quantile_fast(x["percentile"], r["step_mean"], r["tpot_mean"], r["mean_running"], lam,
+                                             x["prompt_tokens"], x["max_batched_tokens"], tf, tt, x["service_cv"],
+                                             prefill_first=prefill_first) * MS)
         # a saturated engine delivers its capacity; the rest of the offered load queues
         out_tok = jnp.where(stable, r["output_tok_s"],
                             jnp.where(mem_ok, jnp.minimum(lam, r["capacity_rps"]) * x["output_tokens"], 0.0))
@@ -508,6 +518,7 @@ class ContinuousModel(ServingModel):
             "ttft_p_ms": gate(r["ttft_p"] * MS),
             "tpot_mean_ms": tpot_ms,
             "tpot_p_ms": gate(r["tpot_p"] * MS),
+            "itl_p_ms": itl_ms,
             "e2e_mean_ms": gate(r["e2e_mean"] * MS),
             "e2e_p_ms": gate(r["e2e_p"] * MS),
             "output_tok_s": out_tok,
@@ -606,6 +617,17 @@ class ContinuousSimulation(HostPass):
                 out[f"{m}_mean_ms"] = out[f"sim_{m}_mean_ms"]
                 out[f"{m}_p_ms"] = out[f"sim_{m}_p_ms"]
             out["step_mean_ms"] = np.where(steady, out["sim_step_mean_ms"], np.inf)
+            # the gap law on the simulated step, running count and TPOT
+            from sweep.models.continuous.itl import itl_quantile_points
+
+            good = steady & np.isfinite(out["sim_tpot_mean_ms"]) & (out["sim_step_mean_ms"] > 0)
+            law = np.asarray(itl_quantile_points(
+                cols["percentile"], np.where(good, out["sim_step_mean_ms"], 1.0) * 1e-3,
+                np.where(good, out["sim_tpot_mean_ms"], 1.0) * 1e-3, sim["mean_running"],
+                cols["lambda_per_replica_rps"], cols["prompt_tokens"], cols["max_batched_tokens"],
+                cols["t_step_fixed_ms"] * 1e-3, cols["t_token_ms"] * 1e-3, cols["service_cv"],
+                prefill_first=self.scheduler_policy == "prefill_first"))
+            out["itl_p_ms"] = np.where(good, law * MS, np.inf)
             out["mean_running"] = out["sim_mean_running"]
             out["output_tok_s"] = sim["output_tok_s"]
             tpot = out["tpot_mean_ms"]
