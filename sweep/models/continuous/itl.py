@@ -34,7 +34,7 @@ Both are checked against finite runs of the reference scheduler on random config
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from functools import partial
 
 import jax
@@ -48,29 +48,45 @@ K_MAX = 64
 BISECTIONS = 64
 
 
+def _law(step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array, prompt_mean: Array,
+         max_batched_tokens: Array, t_fixed: Array, t_token: Array, prefill_first: bool
+         ) -> tuple[Array, Callable[[Array], Array], Callable[[Array], Array]]:
+    """(the Poisson mean ``m`` of the prompt count, the prompt work ``extra(k)`` of ``k`` prompts,
+    the decoder's own step given the mean prompt work): the module docstring's law."""
+    p = jnp.asarray(prompt_mean, jnp.float64)
+    budget = jnp.minimum(jnp.asarray(max_batched_tokens, jnp.float64), 1e300)
+    if prefill_first:
+        m = lam * tpot_mean
+    else:
+        room = jnp.maximum(budget - mean_running, 1.0)
+        c = jnp.maximum(1.0, p / room)
+        m = lam * step_mean * c
+
+    def extra(k: Array) -> Array:
+        if prefill_first:
+            return t_fixed * jnp.ceil(k * p / budget) + t_token * k * p
+        return t_token * jnp.minimum(k * p / c, room)
+
+    def base(mean_extra: Array) -> Array:
+        return jnp.maximum((tpot_mean - mean_extra) if prefill_first else step_mean * (1.0 - t_token * lam * p),
+                           1e-12)
+
+    return jnp.maximum(m, 0.0), extra, base
+
+
 def itl_parts(step_mean: Array, tpot_mean: Array, mean_running: Array, lam: Array, prompt_mean: Array,
               max_batched_tokens: Array, t_fixed: Array, t_token: Array, *,
               prefill_first: bool = False) -> tuple[Array, Array]:
     """(weights, means) of the mixture, float64[K_MAX + 1] each (module docstring)."""
-    f64 = jnp.float64
-    k = jnp.arange(K_MAX + 1, dtype=f64)
-    p = jnp.asarray(prompt_mean, f64)
-    budget = jnp.asarray(max_batched_tokens, f64)
-    if prefill_first:
-        m = lam * tpot_mean
-        extra = t_fixed * jnp.ceil(k * p / jnp.minimum(budget, 1e300)) + t_token * k * p
-    else:
-        room = jnp.maximum(jnp.minimum(budget, 1e300) - mean_running, 1.0)
-        c = jnp.maximum(1.0, p / room)
-        m = lam * step_mean * c
-        extra = t_token * jnp.minimum(k * p / c, room)
-    m = jnp.maximum(m, 0.0)
+    k = jnp.arange(K_MAX + 1, dtype=jnp.float64)
+    m, extra, base = _law(step_mean, tpot_mean, mean_running, lam, prompt_mean, max_batched_tokens, t_fixed,
+                          t_token, prefill_first)
     # Poisson(m) weights in log space; the tail beyond K_MAX joins the last term
     logw = k * jnp.log(jnp.where(m > 0.0, m, 1.0)) - m - lax.lgamma(k + 1.0)
     w = jnp.where(m > 0.0, jnp.exp(logw), jnp.where(k == 0.0, 1.0, 0.0))
     w = w.at[K_MAX].add(jnp.maximum(1.0 - jnp.sum(w), 0.0))
-    base = (tpot_mean - jnp.sum(w * extra)) if prefill_first else step_mean * (1.0 - t_token * lam * p)
-    return w, jnp.maximum(base, 1e-12) + extra
+    x = extra(k)
+    return w, base(jnp.sum(w * x)) + x
 
 
 def itl_quantile(q: Array, weights: Array, means: Array, service_cv: Array) -> Array:
@@ -110,44 +126,29 @@ def itl_quantile_fast(q: Array, step_mean: Array, tpot_mean: Array, mean_running
     ignores how far the neighbouring parts overlap this one (its error against the bisection of
     `itl_quantile`: docs/continuous.md, "Per-token gaps (ITL)")."""
     f64 = jnp.float64
-    p = jnp.asarray(prompt_mean, f64)
-    budget = jnp.minimum(jnp.asarray(max_batched_tokens, f64), 1e300)
-    if prefill_first:
-        m = lam * tpot_mean
-    else:
-        room = jnp.maximum(budget - mean_running, 1.0)
-        c = jnp.maximum(1.0, p / room)
-        m = lam * step_mean * c
-    m = jnp.maximum(m, 0.0)
-
-    def extra(k: Array) -> Array:
-        if prefill_first:
-            return t_fixed * jnp.ceil(k * p / budget) + t_token * k * p
-        return t_token * jnp.minimum(k * p / c, room)
-
-    def weights() -> Iterator[tuple[Array, Array, Array]]:
-        """(k, cumulative weight before part k, after it); the rest of the mass joins the last."""
-        w = cum = jnp.exp(-m)
-        yield f64(0.0), jnp.zeros_like(cum), cum
-        for k in range(1, K_MAX + 1):
-            w = w * m / k
-            nxt = jnp.where(k == K_MAX, 1.0, cum + w)
-            yield f64(k), cum, nxt
-            cum = nxt
+    m, extra, base = _law(step_mean, tpot_mean, mean_running, lam, prompt_mean, max_batched_tokens, t_fixed,
+                          t_token, prefill_first)
+    # (k, cumulative weight before part k, after it); the rest of the mass joins the last part
+    w = cum = jnp.exp(-m)
+    parts = [(f64(0.0), jnp.zeros_like(cum), cum)]
+    for j in range(1, K_MAX + 1):
+        w = w * m / j
+        nxt = jnp.where(j == K_MAX, 1.0, cum + w)
+        parts.append((f64(j), cum, nxt))
+        cum = nxt
 
     kstar, mean_extra = f64(K_MAX), jnp.zeros_like(m)
-    for k, before, after in weights():
+    for k, before, after in parts:
         kstar = jnp.where((before < q) & (after >= q), k, kstar)
         mean_extra = mean_extra + (after - before) * extra(k)
     # one part's means agree to rounding only (XLA folds each k's arithmetic apart)
     top = extra(kstar)
     tol = 1e-9 * jnp.maximum(top, 1e-300)
     below, upto = jnp.zeros_like(m), jnp.zeros_like(m)
-    for k, _, after in weights():
+    for k, _, after in parts:
         below = jnp.where(extra(k) < top - tol, after, below)
         upto = jnp.where(extra(k) <= top + tol, after, upto)
-    base = (tpot_mean - mean_extra) if prefill_first else step_mean * (1.0 - t_token * lam * p)
-    mean = jnp.maximum(base, 1e-12) + top
+    mean = base(mean_extra) + top
     s2 = jnp.log1p(service_cv * service_cv)
     share = jnp.clip((q - below) / jnp.maximum(upto - below, 1e-300), 1e-12, 1.0 - 1e-12)
     return jnp.where(s2 > 0.0, mean * jnp.exp(-0.5 * s2 + jnp.sqrt(s2) * ndtri(share)), mean)
