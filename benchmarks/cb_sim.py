@@ -1,9 +1,12 @@
-"""Benchmark of the JAX continuous-batching simulator against the plain-Python reference.
+"""Benchmark of the JAX continuous-batching simulator against the plain-Python reference
+and the same scheduler as a compiled event loop.
 
 Standalone: ``python benchmarks/cb_sim.py [--scenarios 64] [--n-requests 2000] [--tiny]``.
-Both sides simulate the same scenarios on the same draws (arrivals, lengths, step noise)
-in the same run; the table gives simulated engine steps per second, the ratio, and the
-largest per-request difference of a spot check (they must agree to float rounding).
+All sides simulate the same scenarios on the same draws (arrivals, lengths, step noise)
+in the same run; the table gives simulated engine steps per second, the ratios, and the
+largest per-request difference of a spot check (they must agree to float rounding). The
+compiled event loop (:mod:`sweep.models.continuous.loop`, Numba, one thread like the JAX
+kernel) runs every replication the JAX simulator runs, step by step.
 Machines here are shared and noisy: both sides are timed ``--repeats`` times, interleaved,
 and the medians are reported (compilation, the JAX side's first call, is reported apart).
 """
@@ -25,6 +28,7 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np
 
+from sweep.models.continuous import loop as compiled
 from sweep.models.continuous import sim as cb_sim
 from sweep.testing import cb_reference as ref
 
@@ -93,6 +97,29 @@ def main(argv: list[str] | None = None) -> dict:
         z = cb_sim.step_normals(st, int(i), 0, n_steps)
         lanes_in.append((i, a, pp, oo, eng, z))
 
+    # every replication the JAX simulator runs, for the compiled loop (draws outside the timing)
+    all_lanes = []
+    for i in range(s):
+        kw = {k: float(p[k][i]) for k in ("lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv")}
+        for r in range(st.replications):
+            a, pp, oo = cb_sim.replication_draws(st, i, r, **kw)
+            n_steps = int(oo.sum() + pp.sum() / p["max_batched_tokens"][i]) + 10
+            z = (cb_sim.step_normals(st, i, r, n_steps) if p["service_cv"][i] > 0 else None)
+            all_lanes.append((i, a, pp, oo, z))
+    eng_keys = ("cap", "max_batched_tokens", "block_tokens", "queue_capacity", "t_fixed", "t_token",
+                "t_ctx", "service_cv")
+
+    def compiled_pass():
+        t = time.perf_counter()
+        out = [compiled.simulate(a, pp, oo, kv_capacity=p["kv_capacity_tokens"][i], z=z,
+                                 **{k: p[k][i] for k in eng_keys})
+               for i, a, pp, oo, z in all_lanes]
+        return out, time.perf_counter() - t
+
+    t = time.perf_counter()
+    compiled_pass()  # compiles (Numba), then runs once
+    c_first = time.perf_counter() - t
+
     def python_pass():
         t = time.perf_counter()
         out = [ref.simulate(a, pp.astype(int).tolist(), oo.astype(int).tolist(),
@@ -100,14 +127,16 @@ def main(argv: list[str] | None = None) -> dict:
                for i, a, pp, oo, eng, z in lanes_in]
         return out, time.perf_counter() - t
 
-    runs, py_runs = [], []
-    for _ in range(args.repeats):  # interleaved: both sides see the same machine load
+    runs, py_runs, c_runs = [], [], []
+    for _ in range(args.repeats):  # interleaved: every side sees the same machine load
         t = time.perf_counter()
         res = cb_sim.simulate_continuous(p, st, max_lanes=args.max_lanes, lanes=args.lanes)
         runs.append(time.perf_counter() - t)
         refs, dt = python_pass()
         py_runs.append(dt)
-    wall, py_time = float(np.median(runs)), float(np.median(py_runs))
+        c_out, dt = compiled_pass()
+        c_runs.append(dt)
+    wall, py_time, c_time = float(np.median(runs)), float(np.median(py_runs)), float(np.median(c_runs))
     jax_steps = float(np.sum(res["steps"]) * st.replications)
     jax_rate = jax_steps / wall
     py_steps, worst = 0, 0.0
@@ -121,23 +150,43 @@ def main(argv: list[str] | None = None) -> dict:
         fin = np.array(r.finish_s)[ok]
         worst = max(worst, float(np.max(np.abs(fin - o["finish_s"][ok]) / fin, initial=0.0)))
     py_rate = py_steps / py_time
+    c_steps = sum(o["n_steps"] for o in c_out)
+    c_rate = c_steps / c_time
+    # both count every engine step of the same replications (the JAX side: its mean per scenario)
+    assert abs(c_steps - jax_steps) <= 1e-9 * jax_steps, f"step counts differ: {c_steps} vs {jax_steps}"
+    checked = idx.tolist()
+    for lane, o in zip(all_lanes[::st.replications], c_out[::st.replications]):
+        if lane[0] in checked:  # the spot-checked lanes (replication 0): compiled == reference
+            r = refs[checked.index(lane[0])]
+            assert o["n_steps"] == len(r.step_start), "compiled loop: step counts differ"
+            ok = np.array(r.status) == 0
+            fin = np.array(r.finish_s)[ok]
+            worst = max(worst, float(np.max(np.abs(fin - o["finish_s"][ok]) / fin, initial=0.0)))
     print("| simulator                          | steps/s      | wall (s) | note")
     print("|------------------------------------|-------------:|---------:|------")
     print(f"| JAX first call (compile + run)     |              | {first:8.2f} | "
           f"compile ~ {first - wall:.1f} s")
-    print(f"| JAX, {lanes:4d} replications         | {jax_rate:12,.0f} | {wall:8.2f} | "
+    print(f"| JAX, {lanes:4d} replications          | {jax_rate:12,.0f} | {wall:8.2f} | "
           f"{jax_steps:,.0f} steps, median of {len(runs)} ({min(runs):.2f}-{max(runs):.2f} s)")
     print(f"| Python reference, {len(idx):3d} lanes        | {py_rate:12,.0f} | {py_time:8.2f} | "
           f"{py_steps:,} steps, same draws, median of {len(py_runs)}")
+    print(f"| compiled loop, {len(all_lanes):4d} replications | {c_rate:12,.0f} | {c_time:8.2f} | "
+          f"{c_steps:,} steps, one thread, median of {len(c_runs)}; first call {c_first:.1f} s")
     paired = sorted(jax_steps / py_steps * pr / jr for jr, pr in zip(runs, py_runs))
+    paired_c = sorted(jax_steps / c_steps * cr / jr for jr, cr in zip(runs, c_runs))
     print(f"| speed-up JAX / Python              | {jax_rate / py_rate:11.1f}x |          | "
           f"per repeat {paired[0]:.1f}-{paired[-1]:.1f}x; max rel. finish-time diff {worst:.1e}")
+    print(f"| speed-up JAX / compiled loop       | {jax_rate / c_rate:11.2f}x |          | "
+          f"per repeat {paired_c[0]:.2f}-{paired_c[-1]:.2f}x")
     print(f"\n# mean running over the grid {np.mean(res['mean_running']):.1f}, "
           f"{int(np.sum(~res['stable']))} of {s} scenarios not steady, "
           f"median TTFT {np.median(res['ttft_mean_s']) * 1e3:.1f} ms")
     print(f"baseline: the plain-Python reference (sweep.testing.cb_reference), same draws; ratio ours / baseline "
           f"{jax_rate / py_rate:.2f} (steps/s)")
+    print(f"baseline: the compiled event loop (sweep.models.continuous.loop), same draws; ratio ours / baseline "
+          f"{jax_rate / c_rate:.2f} (steps/s)")
     return {"jax_steps_per_s": jax_rate, "python_steps_per_s": py_rate, "speedup": jax_rate / py_rate,
+            "compiled_steps_per_s": c_rate, "speedup_vs_compiled": jax_rate / c_rate,
             "max_finish_rel_diff": worst, "scenarios": s, "compile_s": first - wall,
             "jax_wall_s": runs, "python_wall_s": py_runs}
 

@@ -14,6 +14,7 @@ naming the file, the key, the value and the rule. The kernels downstream trust t
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
 import re
 import tomllib
@@ -50,9 +51,14 @@ POINTS_MODES = ("all", "feasible", "none")
 TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation",
                   "schedule", "uncertainty", "sensitivity")
 OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction", "engine",
-               "scheduler_policy")
+               "scheduler_policy", "scheduler_steps", "kv_admission")
 #: `[options] scheduler_policy` values (docs/continuous.md, "Engine variants")
 SCHEDULER_POLICIES = ("chunked", "prefill_first")
+#: `[options] kv_admission` values (docs/continuous.md, "Engine variants")
+KV_ADMISSIONS = ("reserve", "on_demand")
+#: the most decode steps per scheduling decision `[options] scheduler_steps` takes (vLLM 0.6
+#: documents 8-16 as typical; beyond 64 a window outlasts any TTFT a planner would accept)
+MAX_SCHEDULER_STEPS = 64
 PARTITION_KEYS = ("model", "gpu")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -282,8 +288,46 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
         raise GridError(source, "options.kv_allocation", alloc, f"must be one of {', '.join(KV_ALLOCATIONS)}")
     block = _option(raw, "block_tokens", source)
     reserve = _option(raw, "reserve_fraction", source)
-    return Options(serving, lm, alloc, block, float(reserve), _engine(raw, serving, source),
-                   _scheduler_policy(raw, serving, source))
+    options = Options(serving, lm, alloc, block, float(reserve), _engine(raw, serving, source),
+                      _scheduler_policy(raw, serving, source), _scheduler_steps(raw, serving, source),
+                      _continuous_option(raw, "kv_admission", KV_ADMISSIONS, serving, source,
+                                         "is how an iteration-level (continuous) engine allocates KV"))
+    _check_engine_variant(options, source)
+    return options
+
+
+def _scheduler_steps(raw: Mapping[str, Any], serving: str, source: str) -> int:
+    """`[options] scheduler_steps`: decode steps per scheduling decision (continuous serving only)."""
+    if "scheduler_steps" not in raw:
+        return Options.scheduler_steps
+    value = raw["scheduler_steps"]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SCHEDULER_STEPS:
+        raise GridError(source, "options.scheduler_steps", value,
+                        f"must be an integer from 1 to {MAX_SCHEDULER_STEPS} (decode steps per scheduling "
+                        "decision), e.g. scheduler_steps = 8")
+    if serving != "continuous":
+        raise GridError(source, "options.scheduler_steps", value,
+                        f'is how often an iteration-level (continuous) engine schedules; serving is "{serving}": '
+                        'set serving = "continuous" or drop scheduler_steps')
+    return value
+
+
+def _check_engine_variant(options: Options, source: str) -> None:
+    """Multi-step scheduling and on-demand KV are simulated only, by the compiled event loop
+    (`sweep.models.continuous.loop`, Numba): the analytic model has neither yet
+    (docs/continuous.md, "Engine variants")."""
+    for key, default in (("kv_admission", Options.kv_admission), ("scheduler_steps", Options.scheduler_steps)):
+        value = getattr(options, key)
+        if value == default:
+            continue
+        if options.latency_model != "simulated":
+            raise GridError(source, f"options.{key}", value,
+                            f'has no analytic model yet: set latency_model = "simulated" under [options] '
+                            f"(the simulator decides), or drop {key}")
+        if importlib.util.find_spec("numba") is None:
+            raise GridError(source, f"options.{key}", value,
+                            "is simulated by a compiled event loop that needs Numba: "
+                            "pip install 'sweep-capacity[sim]'")
 
 
 def _continuous_option(raw: Mapping[str, Any], key: str, values: Sequence[str], serving: str, source: str,
@@ -368,6 +412,11 @@ def _build_simulation(raw: Any, options: Options, source: str,
         raise GridError(source, "simulation.n_requests", sim.n_requests,
                         "must be <= 5,000,000 (memory per simulated scenario)")
     if "trace" in raw:
+        for key in ("kv_admission", "scheduler_steps"):
+            if getattr(options, key) != getattr(Options, key):
+                raise GridError(source, "simulation.trace", raw["trace"],
+                                f"is replayed by the JAX simulator, which has no {key} = {getattr(options, key)!r}: "
+                                f"drop the trace or {key}")
         times = _read_trace(raw["trace"], source, sim.warmup, allow_outside)
         sim = SimulationOptions(**values, trace=str(raw["trace"]), trace_times=times)
     return sim

@@ -40,6 +40,11 @@ class Options:
     #: how a continuous engine composes a step (docs/continuous.md, "Engine variants"):
     #: chunked | prefill_first
     scheduler_policy: str = "chunked"
+    #: decode steps per scheduling decision (vLLM 0.6's --num-scheduler-steps); 1: every step decides
+    scheduler_steps: int = 1
+    #: KV blocks reserved for prompt + output at admission, or taken as tokens are cached with
+    #: recompute preemption (vLLM, SGLang): reserve | on_demand
+    kv_admission: str = "reserve"
 
 
 @dataclass(frozen=True)

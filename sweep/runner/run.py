@@ -109,6 +109,8 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
         "latency_model": spec.options.latency_model,
         "kv_allocation": spec.options.kv_allocation,
         "scheduler_policy": spec.options.scheduler_policy,
+        "scheduler_steps": spec.options.scheduler_steps,
+        "kv_admission": spec.options.kv_admission,
     }
 
 

@@ -265,7 +265,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("sim_drop_rate", "float64", "-",
            "Simulated share of arrivals dropped (full queue, or a reservation larger than C).", _S),
     Column("sim_preempt", "float64", "-",
-           "Simulated preemptions per request (0 under this scheduler: it never preempts).", _S),
+           "Simulated preemptions per admitted request (kv_admission = on_demand: the most recently admitted "
+           "sequence is preempted when a step's tokens find no free KV block; 0 under reserve, which never "
+           "preempts).", _S),
+    Column("sim_recomputed_tok", "float64", "tokens",
+           "Simulated cached tokens freed by preemption, per admitted request: the prompt and output tokens "
+           "recomputed when the preempted sequence is readmitted (0 under kv_admission = reserve).", _S),
     Column("sim_steady", "bool", "-",
            "Every replication reached a steady state (its last quarter's mean TTFT at most twice its first's); "
            "where false the sim_* latencies are unbounded (NULL).", _S),
@@ -546,7 +551,9 @@ class ContinuousModel(ServingModel):
         return ContinuousSimulation(spec.simulation, decides=self.needs_host_pass,
                                     paged=spec.options.kv_allocation == "paged",
                                     block_tokens=float(spec.options.block_tokens),
-                                    scheduler_policy=spec.options.scheduler_policy)
+                                    scheduler_policy=spec.options.scheduler_policy,
+                                    scheduler_steps=spec.options.scheduler_steps,
+                                    kv_admission=spec.options.kv_admission)
 
 
 class SimulatedContinuous(ContinuousModel):
@@ -566,9 +573,11 @@ class ContinuousSimulation(HostPass):
     """The iteration-level simulator (`sweep.models.continuous.sim`) on one chunk's points."""
 
     def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float,
-                 scheduler_policy: str = "chunked") -> None:
+                 scheduler_policy: str = "chunked", scheduler_steps: int = 1, kv_admission: str = "reserve") -> None:
         self.options = options
         self.scheduler_policy = scheduler_policy
+        self.scheduler_steps = scheduler_steps
+        self.kv_admission = kv_admission
         self.decides = decides
         self.block = block_tokens if paged else 1.0
         self.trace = np.asarray(options.trace_times) if options.trace_times else None
@@ -590,8 +599,17 @@ class ContinuousSimulation(HostPass):
             "t_ctx": cols["t_ctx_ms"][:n] * 1e-3, "service_cv": cols["service_cv"][:n],
         }
         settings = CBSimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
-        sim = simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
-                                  scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy)
+        if self.scheduler_steps != 1 or self.kv_admission != "reserve":
+            # the variants the JAX simulator has no room for: the compiled event loop, the same
+            # streams and measurement (the grid refuses a trace with them)
+            from sweep.models.continuous import loop
+
+            sim = loop.simulate_continuous(params, settings, percentile=cols["percentile"][:n],
+                                           scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy,
+                                           scheduler_steps=self.scheduler_steps, kv_admission=self.kv_admission)
+        else:
+            sim = simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
+                                      scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy)
         pad = np.minimum(np.arange(len(cols["point_id"])), n - 1)
         sim = {k: np.asarray(v)[pad] for k, v in sim.items()}
         steady = sim["stable"].astype(bool) & cols["mem_ok"]
@@ -605,6 +623,7 @@ class ContinuousSimulation(HostPass):
         out["sim_kv_util"] = sim["kv_util"]
         out["sim_drop_rate"] = sim["drop_rate"]
         out["sim_preempt"] = sim["preempt"]
+        out["sim_recomputed_tok"] = sim["recomputed"] if "recomputed" in sim else np.zeros(len(pad))
         out["sim_steady"] = steady
         for m in ("ttft", "tpot"):
             a, s = cols[f"{m}_mean_ms"], out[f"sim_{m}_mean_ms"]
