@@ -53,6 +53,29 @@ def _cached(j, prefilled, target, emitted, base):
 
 
 @numba.njit(cache=True, nogil=True)
+def _deliver(und_list, n_und, undelivered, first_msg, last_msg, when):
+    """A window ends at `when`: one message to each request with tokens in it; returns 0, the
+    count of requests left undelivered."""
+    for q in range(n_und):
+        j = und_list[q]
+        if first_msg[j] == np.inf:
+            first_msg[j] = when
+        last_msg[j] = when
+        undelivered[j] = False
+    return 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _undelivered(j, und_list, n_und, undelivered):
+    """Request j has a token in the current window; returns the new count."""
+    if undelivered[j]:
+        return n_und
+    undelivered[j] = True
+    und_list[n_und] = j
+    return n_und + 1
+
+
+@numba.njit(cache=True, nogil=True)
 def _compose(run, nr, window, prefill_first, big_m, prefilled, target, finished, role, chunk):
     """Fill role[p] (0 finished, 1 decoding in the step, 2 prefilling, 3 paused) and
     chunk[p] for the running positions; returns (decoders, prompt tokens, prefilling)."""
@@ -240,13 +263,7 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
                 continue
             if window > 0:  # nothing left to decode in the window: decide now
                 window = 0
-                for q in range(n_und):
-                    j = und_list[q]
-                    if first_msg[j] == inf:
-                        first_msg[j] = t
-                    last_msg[j] = t
-                    undelivered[j] = False
-                n_und = 0
+                n_und = _deliver(und_list, n_und, undelivered, first_msg, last_msg, t)
                 continue
         n_tok = n_dec + n_prefill
         n_ctx = 0
@@ -286,10 +303,7 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
             if role[p] == 1:
                 emitted[j] += 1
                 n_emit += 1
-                if not undelivered[j]:
-                    undelivered[j] = True
-                    und_list[n_und] = j
-                    n_und += 1
+                n_und = _undelivered(j, und_list, n_und, undelivered)
         for p in range(nr):
             j = run[p]
             if role[p] == 2 and chunk[p] > 0:
@@ -297,10 +311,7 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
                 if prefilled[j] == target[j]:
                     emitted[j] += 1
                     n_emit += 1
-                    if not undelivered[j]:
-                        undelivered[j] = True
-                        und_list[n_und] = j
-                        n_und += 1
+                    n_und = _undelivered(j, und_list, n_und, undelivered)
                     if first_s[j] == inf:
                         first_s[j] = end
         if t0 <= end <= t1:
@@ -315,20 +326,10 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
         else:
             window -= 1
         if window == 0:
-            for q in range(n_und):
-                j = und_list[q]
-                if first_msg[j] == inf:
-                    first_msg[j] = end
-                last_msg[j] = end
-                undelivered[j] = False
-            n_und = 0
+            n_und = _deliver(und_list, n_und, undelivered, first_msg, last_msg, end)
         t = end
         k += 1
-    for q in range(n_und):
-        j = und_list[q]
-        if first_msg[j] == inf:
-            first_msg[j] = t
-        last_msg[j] = t
+    _deliver(und_list, n_und, undelivered, first_msg, last_msg, t)
     return status, admit_s, first_s, finish_s, first_msg, last_msg, preempted, recomputed, k, stats
 
 
