@@ -147,12 +147,14 @@ def test_commands_use_only_real_flags(engine: str, budget: float, kv: float, wei
         assert exact["--max-total-tokens"] == str(int(dep.memory.kv_capacity_tokens))
     if engine == "trtllm":
         assert ("--max_num_tokens" in launch) == math.isfinite(budget)
-        keys = FLAGS["trtllm"]["config_yaml"]["kv_cache_config"]
+        yaml_keys = FLAGS["trtllm"]["config_yaml"]
         for argv, pinned in ((launch, False), (exact, True)):
-            lines = dep.files[argv["--extra_llm_api_options"]].splitlines()
-            assert lines[0] == "kv_cache_config:"
-            table = dict(line.strip().split(": ") for line in lines[1:])
-            assert set(table) <= set(keys)
+            tables = yaml_tables(dep.files[argv["--extra_llm_api_options"]])
+            assert list(tables) == ["kv_cache_config", "scheduler_config"]
+            table = tables["kv_cache_config"]
+            assert set(table) <= set(yaml_keys["kv_cache_config"])
+            # the plan reserves prompt + output at admission: the engine's default policy, written out
+            assert tables["scheduler_config"] == {"capacity_scheduler_policy": "GUARANTEED_NO_EVICT"}
             assert 0.0 < float(table["free_gpu_memory_fraction"]) <= 1.0
             assert table["dtype"] == ("fp8" if kv == 1.0 else "auto")
             assert ("tokens_per_block" in table) == paged
@@ -161,9 +163,21 @@ def test_commands_use_only_real_flags(engine: str, budget: float, kv: float, wei
         assert table_of(dep, launch)["free_gpu_memory_fraction"] == launch["--kv_cache_free_gpu_memory_fraction"]
 
 
+def yaml_tables(text: str) -> dict[str, dict[str, str]]:
+    """The YAML file sweep writes for TensorRT-LLM: top-level tables of `key: value` lines."""
+    tables: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            assert line.endswith(":"), line
+            tables[line[:-1]] = current = {}
+        else:
+            key, value = line.strip().split(": ")
+            current[key] = value
+    return tables
+
+
 def table_of(dep: Any, launch: Mapping[str, str | None]) -> dict[str, str]:
-    lines = dep.files[launch["--extra_llm_api_options"]].splitlines()[1:]
-    return dict(line.strip().split(": ") for line in lines)
+    return yaml_tables(dep.files[launch["--extra_llm_api_options"]])["kv_cache_config"]
 
 
 def test_vendored_flags_name_their_source() -> None:
@@ -429,3 +443,34 @@ def test_sweep_deploy_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["deploy", str(out), "--point", str(pid), "--engine", "trtllm", "--no-write"]) == 0
     assert "trtllm-serve meta-llama/Llama-3.1-70B" in capsys.readouterr().out
     assert main(["show", str(out)]) == 0  # the deploy/ folder leaves the run whole
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("policy", "steps", "admission"), [("chunked", 1, "reserve"), ("prefill_first", 4, "on_demand")])
+def test_the_commands_run_the_planned_scheduler(engine: str, policy: str, steps: int, admission: str) -> None:
+    """The run's engine variant ([options] scheduler_policy, scheduler_steps, kv_admission, in its
+    manifest) reaches the launch command where the engine has it, and a note says so where it
+    does not. SGLang: prompt batches run alone (prefill_first) unless --enable-mixed-chunk, and
+    --num-continuous-decode-steps is its multi-step decoding; TensorRT-LLM: the capacity
+    scheduler policy, GUARANTEED_NO_EVICT (reserve) or MAX_UTILIZATION (on demand); vLLM V1 and
+    SGLang always take KV blocks on demand; vLLM and TensorRT-LLM mix prompts into decode steps
+    and decide every step. Every flag and YAML value is the engine's own (engine_flags.json)."""
+    dep = deployment(row_for(), meta(engine) | {"scheduler_policy": policy, "scheduler_steps": steps,
+                                                "kv_admission": admission})
+    launch = check_argv(dep.launch, engine, "serve")
+    notes = " ".join(dep.notes)
+    if engine == "sglang":
+        assert ("--enable-mixed-chunk" in launch) == (policy == "chunked")
+        assert launch.get("--num-continuous-decode-steps") == (str(steps) if steps > 1 else None)
+        assert "prefill_first" not in notes and "scheduler_steps" not in notes
+    else:
+        assert ("scheduler_policy = \"prefill_first\"" in notes) == (policy == "prefill_first")
+        assert ("(scheduler_steps)" in notes) == (steps > 1)
+    if engine == "trtllm":
+        tables = yaml_tables(dep.files[launch["--extra_llm_api_options"]])
+        policy_name = tables["scheduler_config"]["capacity_scheduler_policy"]
+        assert policy_name in FLAGS["trtllm"]["config_yaml"]["scheduler_config"]["capacity_scheduler_policy"]
+        assert policy_name == ("GUARANTEED_NO_EVICT" if admission == "reserve" else "MAX_UTILIZATION")
+        assert "kv_admission" not in notes
+    else:
+        assert ("kv_admission = \"reserve\"" in notes) == (admission == "reserve")

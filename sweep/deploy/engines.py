@@ -44,6 +44,10 @@ class Knobs:
     block_tokens: int
     kv_capacity_tokens: int
     memory: Memory
+    #: how the planned engine schedules ([options] scheduler_policy, scheduler_steps, kv_admission)
+    scheduler_policy: str = "chunked"
+    scheduler_steps: int = 1
+    kv_admission: str = "reserve"
 
 
 @dataclass
@@ -78,6 +82,26 @@ def _weights_note(engine: str, k: Knobs) -> tuple[list[str], list[str]]:
                 "; the engine reads the method from the checkpoint, and the memory knob assumes that size"]
 
 
+def _scheduler_notes(engine: str, k: Knobs) -> list[str]:
+    """Where the engine cannot run the scheduler the plan modelled: one note each, saying what
+    the engine does instead and how to plan for it."""
+    name, notes = _NAMES[engine], []
+    if k.scheduler_policy == "prefill_first" and engine != "sglang":
+        notes.append(f"the plan has prompts in steps of their own that pause every decoder (scheduler_policy = "
+                     f"\"prefill_first\"); {name} mixes prompt chunks into the decode steps: plan with "
+                     "scheduler_policy = \"chunked\" for it, or deploy SGLang, whose default prefill_first is")
+    if k.scheduler_steps > 1 and engine != "sglang":
+        notes.append(f"the plan decides every {k.scheduler_steps} steps (scheduler_steps); {name} decides every step "
+                     "(vLLM's --num-scheduler-steps left with its V0 engine): plan with scheduler_steps = 1 for it, "
+                     "or deploy SGLang (--num-continuous-decode-steps)")
+    if k.kv_admission == "reserve" and engine != "trtllm":
+        notes.append(f"{name} takes KV blocks as tokens are cached and preempts a sequence when they run out, where "
+                     "the plan reserved each request's prompt + output at admission (kv_admission = \"reserve\"): "
+                     "plan with kv_admission = \"on_demand\" and latency_model = \"simulated\" to see its "
+                     "concurrency and preemptions")
+    return notes
+
+
 def _kv_dtype(engine: str, k: Knobs) -> str | None:
     return KV_DTYPES[engine].get(float(k.kv_bytes_per_elem))
 
@@ -91,6 +115,7 @@ def _vllm(k: Knobs) -> Launch:
     argv += ["--kv-cache-dtype", _kv_dtype("vllm", k) or "auto"]
     flags, notes = _weights_note("vllm", k)
     argv += flags
+    notes += _scheduler_notes("vllm", k)
     if k.paged:
         argv += ["--block-size", str(k.block_tokens)]
     u = k.memory.vllm_utilization()
@@ -116,11 +141,15 @@ def _sglang(k: Knobs) -> Launch:
     if k.budget is None:
         argv += ["--chunked-prefill-size", "-1"]
     else:
-        argv += ["--chunked-prefill-size", str(k.budget), "--max-prefill-tokens", str(k.budget),
-                 "--enable-mixed-chunk"]
+        argv += ["--chunked-prefill-size", str(k.budget), "--max-prefill-tokens", str(k.budget)]
+        if k.scheduler_policy == "chunked":  # without it SGLang runs prompt batches alone (prefill_first)
+            argv += ["--enable-mixed-chunk"]
+    if k.scheduler_steps > 1:
+        argv += ["--num-continuous-decode-steps", str(k.scheduler_steps)]
     argv += ["--kv-cache-dtype", _kv_dtype("sglang", k) or "auto"]
     flags, notes = _weights_note("sglang", k)
     argv += flags
+    notes += _scheduler_notes("sglang", k)
     if k.paged:
         argv += ["--page-size", str(k.block_tokens)]
     f = k.memory.sglang_mem_fraction()
@@ -143,7 +172,7 @@ def _trtllm(k: Knobs) -> Launch:
     else:
         argv += ["--max_num_tokens", str(k.budget), "--enable_chunked_prefill"]
     _, wnotes = _weights_note("trtllm", k)
-    notes += wnotes
+    notes += wnotes + _scheduler_notes("trtllm", k)
     dtype = _kv_dtype("trtllm", k)
     yaml = ["kv_cache_config:", f"  dtype: {dtype or 'auto'}"]
     if k.paged:
@@ -155,6 +184,11 @@ def _trtllm(k: Knobs) -> Launch:
     # the whole free memory count and max_tokens bind
     main = [*yaml, f"  free_gpu_memory_fraction: {value}"] if value is not None else yaml
     exact_yaml = [*yaml, f"  max_tokens: {k.kv_capacity_tokens}", "  free_gpu_memory_fraction: 1.0"]
+    # reserve: blocks for prompt + output at admission (the engine's default, written out);
+    # on demand: MAX_UTILIZATION admits on the blocks in hand and pauses requests when they run out
+    policy = "GUARANTEED_NO_EVICT" if k.kv_admission == "reserve" else "MAX_UTILIZATION"
+    scheduler = ["scheduler_config:", f"  capacity_scheduler_policy: {policy}"]
+    main, exact_yaml = [*main, *scheduler], [*exact_yaml, *scheduler]
     files = {"trtllm-config.yaml": "\n".join(main) + "\n", "trtllm-config-exact.yaml": "\n".join(exact_yaml) + "\n"}
     exact = [*argv, "--extra_llm_api_options", "trtllm-config-exact.yaml", "--port", str(PORTS["trtllm"])]
     argv += ["--extra_llm_api_options", "trtllm-config.yaml"]

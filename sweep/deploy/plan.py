@@ -36,7 +36,8 @@ def meta_of(spec: GridSpec) -> dict[str, Any]:
         "grid": spec.name, "source": spec.source, "engine": spec.options.engine,
         "kv_allocation": spec.options.kv_allocation, "block_tokens": spec.options.block_tokens,
         "reserve_fraction": spec.options.reserve_fraction, "latency_model": spec.options.latency_model,
-        "service_source": spec.service_source,
+        "service_source": spec.service_source, "scheduler_policy": spec.options.scheduler_policy,
+        "scheduler_steps": spec.options.scheduler_steps, "kv_admission": spec.options.kv_admission,
         "models": {m.name: m for m in spec.models}, "gpus": {g.name: g for g in spec.gpus},
     }
 
@@ -207,7 +208,9 @@ def deployment(row: Mapping[str, Any], meta: Mapping[str, Any], *, engine: str |
                   budget=int(budget) if budget is not None else None, kv_bytes_per_elem=kv_elem,
                   weight_bytes_per_param=float(row["weight_bytes_per_param"]), paged=paged,
                   block_tokens=int(meta.get("block_tokens", 16)), kv_capacity_tokens=int(memory.kv_capacity_tokens),
-                  memory=memory)
+                  memory=memory, scheduler_policy=str(meta.get("scheduler_policy", "chunked")),
+                  scheduler_steps=int(meta.get("scheduler_steps", 1)),
+                  kv_admission=str(meta.get("kv_admission", "reserve")))
     cmd = launch(engine, knobs)
     replicas = int(row["replicas"])
     lam = b._num(row, "lambda_per_replica_rps") or float(row["arrival_rps"]) / replicas
