@@ -446,7 +446,8 @@ def test_sweep_deploy_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize(("policy", "steps", "admission"), [("chunked", 1, "reserve"), ("prefill_first", 4, "on_demand")])
+@pytest.mark.parametrize(("policy", "steps", "admission"),
+                         [("chunked", 1, "reserve"), ("prefill_first", 4, "on_demand")])
 def test_the_commands_run_the_planned_scheduler(engine: str, policy: str, steps: int, admission: str) -> None:
     """The run's engine variant ([options] scheduler_policy, scheduler_steps, kv_admission, in its
     manifest) reaches the launch command where the engine has it, and a note says so where it
