@@ -37,6 +37,9 @@ adaptive batches and the time budget below are unchanged.
     python benchmarks/cb_accuracy.py --n-requests 1000 --warmup 200 --points 40 --seed 240 \\
         --min-batches 2 --max-batches 6 --budget-s 900 \\
         --reference tests/data/cb_accuracy_reference.csv   # the regression test's data
+    python benchmarks/cb_accuracy.py --kv-admission on_demand --points 150 --seed 252 --budget-s 900
+        # on-demand KV simulated by the compiled event loop, judged against the reserve model,
+        # split by the trust rule (benchmarks/results/cb_accuracy_points_on_demand.csv)
 
 The simulated results are kept in benchmarks/results/cb_accuracy_sim.npz together with the
 drawn inputs and the settings; a later run with the same settings reuses both (the drawn
@@ -70,7 +73,7 @@ OUT = ROOT / "docs" / "cb_accuracy.png"
 RESULTS = ROOT / "benchmarks" / "results"
 LABELS = ("load", "capacity_rps", "model", "gpu", "tp", "weight_bytes", "moe", "kv_bound", "chunked", "kv_slots")
 BATCH = 4  # replications per batch (one compiled shape for every batch)
-SIM_KEYS = tuple(TARGETS) + ("mean_running", "kv_util", "drop_rate", "step_mean")
+SIM_KEYS = tuple(TARGETS) + ("mean_running", "kv_util", "drop_rate", "step_mean", "preempt", "recomputed")
 SAMPLER_VERSION = 1  # bump when sweep.testing.cb_domain.draw changes what a seed draws
 
 
@@ -101,7 +104,8 @@ def size_classes(p: dict[str, np.ndarray], args) -> tuple[np.ndarray, list[tuple
 
 
 def simulate(p: dict[str, np.ndarray], ids: np.ndarray, n_requests: int, warmup: int, seed: int,
-             batches: np.ndarray, first: np.ndarray, policy: str = "chunked") -> dict[str, np.ndarray]:
+             batches: np.ndarray, first: np.ndarray, policy: str = "chunked",
+             kv_admission: str = "reserve") -> dict[str, np.ndarray]:
     """Batches ``first[i] .. first[i] + batches[i] - 1`` of point i (a batch = `BATCH`
     replications under scenario id ``ids[i] + 100000 * batch``), one call for all, every
     replication ``warmup`` + ``n_requests`` requests.
@@ -111,8 +115,15 @@ def simulate(p: dict[str, np.ndarray], ids: np.ndarray, n_requests: int, warmup:
     params = {k: p[k][rows] for k in CB_KEYS}
     params["queue_capacity"] = np.full(rows.size, np.inf)
     st = CBSimSettings(n_requests=n_requests, warmup=warmup, replications=BATCH, seed=seed)
-    s = simulate_continuous(params, st, percentile=0.9, more_percentiles=(0.5, 0.99),
-                            scenario_ids=ids[rows] + 100000 * b, scheduler_policy=policy)
+    if kv_admission == "reserve":
+        s = simulate_continuous(params, st, percentile=0.9, more_percentiles=(0.5, 0.99),
+                                scenario_ids=ids[rows] + 100000 * b, scheduler_policy=policy)
+    else:  # on demand: the compiled event loop, the same streams and statistics
+        from sweep.models.continuous import loop
+
+        s = loop.simulate_continuous(params, st, percentile=0.9, more_percentiles=(0.5, 0.99),
+                                     scenario_ids=ids[rows] + 100000 * b, scheduler_policy=policy,
+                                     kv_admission=kv_admission)
     out = {"row": rows, "stable": s["stable"], "steps": s["steps"] * BATCH}
     for k in SIM_KEYS:
         met, _, kind = k.partition("_")
@@ -121,7 +132,8 @@ def simulate(p: dict[str, np.ndarray], ids: np.ndarray, n_requests: int, warmup:
             out[k], out[k + "_hw"] = s[src], s[src.replace("_s", "_hw_s") if kind == "p90" else f"{k}_hw_s"]
         else:
             name = "step_mean_s" if k == "step_mean" else k
-            out[k], out[k + "_hw"] = s[name], s[name + "_hw"]
+            zero = np.zeros(rows.size)  # the JAX simulator never preempts: no preempt_hw, no recomputed
+            out[k], out[k + "_hw"] = s.get(name, zero), s.get(name + "_hw", zero)
     return out
 
 
@@ -183,7 +195,7 @@ def run_sim(p, args, log) -> dict[str, np.ndarray]:
             if sc.size == 0:
                 continue
             sub = {k: v[sc] for k, v in p.items() if k in CB_KEYS}
-            part = simulate(sub, ids[sc], m, w, seed, todo[sc], have[sc], args.scheduler_policy)
+            part = simulate(sub, ids[sc], m, w, seed, todo[sc], have[sc], args.scheduler_policy, args.kv_admission)
             part["row"] = sc[part["row"]]
             parts.append(part)
         have += todo
@@ -219,13 +231,16 @@ def run_sim(p, args, log) -> dict[str, np.ndarray]:
 def stamp_of(args) -> np.ndarray:
     return np.array([args.points, args.seed, args.sim_seed, args.n_requests, args.warmup, BATCH,
                      args.min_batches, args.max_batches, args.budget_s, SAMPLER_VERSION, args.max_n_requests,
-                     args.max_warmup, args.warmup_lives, args.measured_lives, float(args.prefill_first)],
+                     args.max_warmup, args.warmup_lives, args.measured_lives, float(args.prefill_first)]
+                    + ([1.0] if args.kv_admission == "on_demand" else []),
                     dtype=np.float64)
 
 
 def load_or_simulate(args, log):
-    cache = RESULTS / f"cb_accuracy_sim_{args.points}_{args.seed}{'_prefill_first' if args.prefill_first else ''}.npz"
-    if args.points == 300 and args.seed == 24 and not args.prefill_first:
+    variant = ("_prefill_first" if args.prefill_first else "")
+    variant += "_on_demand" if args.kv_admission == "on_demand" else ""
+    cache = RESULTS / f"cb_accuracy_sim_{args.points}_{args.seed}{variant}.npz"
+    if args.points == 300 and args.seed == 24 and not variant:
         cache = RESULTS / "cb_accuracy_sim.npz"
     stamp = stamp_of(args)
     if cache.exists() and not args.resim and not args.tiny:
@@ -340,10 +355,40 @@ def report(p, a, s, j, log) -> dict:
                 breakdown=breakdown)
 
 
+def trusted_split(p, a, j, log) -> dict:
+    """`kv_admission = "on_demand"`: the comparisons of points the analytic model trusts (the
+    `analytic_trusted` rule with its on-demand clause, `reservations_never_block`) and of the
+    rest, each with its share within target."""
+    from sweep.models.continuous.confidence import analytic_trusted, reservations_never_block
+
+    base = np.asarray(analytic_trusted(mean_running=a["mean_running"], slots=a["slots"], lam=p["lam"],
+                                        capacity_rps=a["capacity_rps"], mem_ok=np.ones(p["lam"].size, bool)))
+    never = np.asarray(reservations_never_block(
+        mean_running=a["mean_running"], cap=p["cap"], kv_tokens=p["kv_capacity_tokens"],
+        prompt_tokens=p["prompt_mean"], prompt_cv=p["prompt_cv"], output_tokens=p["output_mean"],
+        output_cv=p["output_cv"], block=p["block_tokens"]))
+    out = {}
+    log("\nThe analytic model's reserve values against the on-demand simulation, by the trust rule:\n")
+    log("| points | count | judged | within target | share |")
+    log("|---|---:|---:|---:|---:|")
+    for name, mask in (("trusted (reservations never block)", base & never),
+                       ("trusted before the on-demand clause, reservations may block", base & ~never),
+                       ("untrusted", ~(base & never))):
+        judged = sum(int((j[k]["judged"] & mask).sum()) for k in TARGETS)
+        ok = sum(int((j[k]["ok"] & mask).sum()) for k in TARGETS)
+        share = ok / judged if judged else float("nan")
+        log(f"| {name} | {int(mask.sum())} | {judged} | {ok} | {100 * share:.1f}% |")
+        out[name] = (judged, ok)
+    return out
+
+
 def write_points(p, a, s, j, path: Path) -> None:
     reg = region_of(p, s)
+    zero = np.zeros(p["lam"].size)  # a cache simulated before the preemption columns
     head = list(CB_KEYS) + list(LABELS) + ["sim_reps", "sim_stable", "region", "sim_mean_running",
-                                           "sim_kv_util", "sim_drop_rate", "model_stable", "model_capacity_rps"]
+                                           "sim_kv_util", "sim_drop_rate", "model_stable", "model_capacity_rps",
+                                           "model_mean_running", "model_slots", "model_kv_util", "model_p_wait",
+                                           "sim_preempt", "sim_recomputed"]
     for k in TARGETS:
         head += [f"sim_{k}_s", f"sim_{k}_hw_s", f"model_{k}_s", f"{k}_rel_err", f"{k}_judged", f"{k}_ok"]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -353,7 +398,8 @@ def write_points(p, a, s, j, path: Path) -> None:
         for i in range(p["lam"].size):
             row = [p[k][i] for k in CB_KEYS + LABELS] + [
                 s["reps"][i], bool(s["stable"][i]), bool(reg[i]), s["mean_running"][i], s["kv_util"][i],
-                s["drop_rate"][i], bool(a["stable"][i]), a["capacity_rps"][i]]
+                s["drop_rate"][i], bool(a["stable"][i]), a["capacity_rps"][i], a["mean_running"][i], a["slots"][i],
+                a["kv_util"][i], a["p_wait"][i], s.get("preempt", zero)[i], s.get("recomputed", zero)[i]]
             for k in TARGETS:
                 row += [s[k][i], s[k + "_hw"][i], a[k][i], j[k]["err"][i], bool(j[k]["judged"][i]),
                         bool(j[k]["ok"][i])]
@@ -410,6 +456,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--reference", type=Path, help="also write the regression test's CSV there")
     ap.add_argument("--scheduler-policy", choices=("chunked", "prefill_first"), default="chunked",
                     help="the engine's scheduler policy, in the simulator and the analytic model alike")
+    ap.add_argument("--kv-admission", choices=("reserve", "on_demand"), default="reserve",
+                    help="on_demand: simulate vLLM's on-demand KV with preemption (the compiled event loop) and "
+                         "judge the analytic model's reserve values against it, inside and outside the rule that "
+                         "trusts them (KV that cannot bind)")
     args = ap.parse_args(argv)
     args.prefill_first = args.scheduler_policy == "prefill_first"
     args.argv = argv
@@ -431,12 +481,16 @@ def main(argv: list[str] | None = None) -> dict:
         f"simulation {sim_s:.0f} s")
     out = report(p, a, s, j, log)
     out["sim_s"] = sim_s
+    if args.kv_admission == "on_demand":
+        out["trusted_split"] = trusted_split(p, a, j, log)
     if args.reference is not None and not args.tiny:
         write_reference(p, s, args, args.reference)
         log(f"\nwrote {args.reference}")
     if args.tiny:
         return out
-    if args.prefill_first:  # the published figure and table are the default policy's
+    if args.kv_admission == "on_demand":
+        write_points(p, a, s, j, RESULTS / "cb_accuracy_points_on_demand.csv")
+    elif args.prefill_first:  # the published figure and table are the default policy's
         write_points(p, a, s, j, RESULTS / "cb_accuracy_points_prefill_first.csv")
     else:
         write_points(p, a, s, j, RESULTS / "cb_accuracy_points.csv")

@@ -307,3 +307,15 @@ def test_cb_points_against_a_revision(capsys):
     assert row["now_points_per_s"] > 0 and row["then_points_per_s"] > 0
     assert np.isfinite(row["ratio_best"]) and np.isfinite(row["ratio_median"])
     assert "at HEAD" in capsys.readouterr().out
+
+
+def test_cb_accuracy_on_demand_smoke(capsys):
+    """`cb_accuracy.py --kv-admission on_demand` simulates through the compiled event loop and
+    splits the comparisons by the trust rule: the three groups partition the judged ones."""
+    out = _load(BENCH / "cb_accuracy.py").main(["--smoke", "--kv-admission", "on_demand"])
+    text = capsys.readouterr().out
+    _cb_accuracy(out, text)
+    split = out["trusted_split"]
+    assert len(split) == 3 and "by the trust rule" in text
+    trusted, may_block, untrusted = split.values()
+    assert trusted[0] + untrusted[0] == out["judged"] and may_block[0] <= untrusted[0]

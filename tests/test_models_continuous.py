@@ -439,8 +439,6 @@ def test_on_demand_and_multi_step_grids_simulate_the_engine(tmp_path):
 
 
 @pytest.mark.parametrize("options, tail, key, rule", [
-    ('kv_admission = "on_demand"', "", "options.kv_admission",
-     'has no analytic model yet: set latency_model = "simulated"'),
     ("scheduler_steps = 4", "", "options.scheduler_steps",
      'has no analytic model yet: set latency_model = "simulated"'),
     ('kv_admission = "ondemand"', "", "options.kv_admission", "did you mean 'on_demand'"),
@@ -473,3 +471,34 @@ def test_an_engine_variant_without_numba_is_one_line(tmp_path, capsys, monkeypat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "options.kv_admission" in err[0] and "pip install 'sweep-capacity[sim]'" in err[0], err
     assert not (tmp_path / "out").exists()
+
+
+def test_on_demand_analytic_is_the_reserve_model_where_reservations_never_block(tmp_path):
+    """`kv_admission = "on_demand"` with the analytic model: wherever the reserve engine's
+    reservations never block an admission, the on-demand engine runs the same schedule (it holds
+    at most what reserve reserves), so every value is the reserve grid's, bit for bit, and
+    `analytic_trusted` adds the rule `reservations_never_block` (recomputed here from its
+    closed form) to the reserve grid's. Llama 3.1 8B with 1,000 + 200-token requests: an L4 with
+    a fifth of its memory held back keeps 23,952 KV tokens (20 mean reservations, below the cap
+    of 64), an H100 365,744."""
+    text = GRID.replace('model = ["llama-3.1-8b", "mixtral-8x7b"]', 'model = "llama-3.1-8b"').replace(
+        'gpu = "h100-sxm"', 'gpu = ["l4", "h100-sxm"]').replace(
+        "gpus_per_replica = [1, 2]", "gpus_per_replica = 1").replace("replicas = [1, 2]", "replicas = 1").replace(
+        "batch_size = [8, 32, 128]", "batch_size = 64").replace(
+        "arrival_rps = [2.0, 12.0]", "arrival_rps = [0.5, 2.0, 8.0]").replace(
+        "reserve_fraction = 0.1", "reserve_fraction = 0.2")
+    runs = {}
+    for name in ("reserve", "on_demand"):
+        g = load(tmp_path, text.replace('serving = "continuous"', f'serving = "continuous"\nkv_admission = "{name}"'))
+        run_grid(g, tmp_path / name)
+        runs[name] = ds.dataset(tmp_path / name / "points", partitioning="hive").to_table().to_pandas().sort_values(
+            "point_id").reset_index(drop=True)
+    res, od = runs["reserve"], runs["on_demand"]
+    pd.testing.assert_frame_equal(res.drop(columns="analytic_trusted"), od.drop(columns="analytic_trusted"))
+    r_mean = 1000 + 200 + 0.5 * 16
+    r_var = 1000.0**2 + 200.0**2 + 16.0**2 / 12
+    n_hi = np.minimum(64, res.mean_running + 3 * np.sqrt(res.mean_running) + 1)
+    never = n_hi * r_mean + 3 * np.sqrt(n_hi * r_var) <= res.kv_capacity_tokens
+    assert (od.analytic_trusted == (res.analytic_trusted & never)).all()
+    assert set(res.kv_capacity_tokens) == {23952.0, 365744.0}
+    assert not never[res.gpu == "l4"].any() and never[res.gpu == "h100-sxm"].all()

@@ -313,18 +313,21 @@ def _scheduler_steps(raw: Mapping[str, Any], serving: str, source: str) -> int:
 
 
 def _check_engine_variant(options: Options, source: str) -> None:
-    """Multi-step scheduling and on-demand KV are simulated only, by the compiled event loop
-    (`sweep.models.continuous.loop`, Numba): the analytic model has neither yet
-    (docs/continuous.md, "Engine variants")."""
-    for key, default in (("kv_admission", Options.kv_admission), ("scheduler_steps", Options.scheduler_steps)):
+    """Multi-step scheduling has no analytic model yet: it is simulated only, by the compiled
+    event loop (`sweep.models.continuous.loop`). On-demand KV is modelled analytically where the
+    reserve engine's schedule is the on-demand one (reservations that never block; elsewhere
+    `analytic_trusted` is false) and simulated by the loop (docs/continuous.md, "Engine variants")."""
+    if options.scheduler_steps != Options.scheduler_steps and options.latency_model != "simulated":
+        raise GridError(source, "options.scheduler_steps", options.scheduler_steps,
+                        'has no analytic model yet: set latency_model = "simulated" under [options] '
+                        "(the simulator decides), or drop scheduler_steps")
+
+
+def _check_loop_available(options: Options, source: str) -> None:
+    """A grid that simulates an engine variant needs the compiled event loop, hence Numba."""
+    for key in ("kv_admission", "scheduler_steps"):
         value = getattr(options, key)
-        if value == default:
-            continue
-        if options.latency_model != "simulated":
-            raise GridError(source, f"options.{key}", value,
-                            f'has no analytic model yet: set latency_model = "simulated" under [options] '
-                            f"(the simulator decides), or drop {key}")
-        if importlib.util.find_spec("numba") is None:
+        if value != getattr(Options, key) and importlib.util.find_spec("numba") is None:
             raise GridError(source, f"options.{key}", value,
                             "is simulated by a compiled event loop that needs Numba: "
                             "pip install 'sweep-capacity[sim]'")
@@ -386,7 +389,10 @@ def _build_simulation(raw: Any, options: Options, source: str,
                       allow_outside: Sequence[str | Path] = ()) -> SimulationOptions | None:
     """`[simulation]` -> SimulationOptions; None when the grid does not simulate."""
     if raw is None:
-        return SimulationOptions() if options.latency_model == "simulated" else None
+        if options.latency_model != "simulated":
+            return None
+        _check_loop_available(options, source)
+        return SimulationOptions()
     if not isinstance(raw, Mapping):
         raise GridError(source, "simulation", raw, "must be a table, e.g. [simulation] n_requests = 20000")
     rules = {
@@ -407,6 +413,7 @@ def _build_simulation(raw: Any, options: Options, source: str,
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise GridError(source, f"simulation.{k}", v, f"must be {rule}")
         values[k] = v
+    _check_loop_available(options, source)
     sim = SimulationOptions(**values)
     if sim.n_requests > 5_000_000:
         raise GridError(source, "simulation.n_requests", sim.n_requests,

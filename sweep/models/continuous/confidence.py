@@ -53,3 +53,27 @@ def analytic_trusted(*, mean_running: Any, slots: Any, lam: Any, capacity_rps: A
     saturated_cap = mean_running >= RUNNING_SHARE_MAX * slots
     near_capacity = lam >= LOAD_MAX * capacity_rps
     return jnp.logical_not(mem_ok) | jnp.logical_not(saturated_cap | near_capacity)
+
+
+#: Standard deviations of headroom the on-demand rule asks for, in the running count and in
+#: the sum of the running sequences' reservations.
+KV_HEADROOM_Z = 3.0
+
+
+def reservations_never_block(*, mean_running: Any, cap: Any, kv_tokens: Any, prompt_tokens: Any, prompt_cv: Any,
+                             output_tokens: Any, output_cv: Any, block: Any) -> Array:
+    """`kv_admission = "on_demand"`: True where the reserve engine's reservations (prompt +
+    output in whole blocks, held from admission) almost never block an admission, so that the
+    on-demand engine runs the very same schedule (it holds at most what reserve reserves for
+    the same sequences, so it never lacks a block either) and the analytic model's reserve
+    values are its own. The running count stays below ``n_hi = min(cap, R + z sqrt(R) + 1)``
+    and ``n_hi`` reservations below ``n_hi r + z sqrt(n_hi var(r))`` tokens (z = KV_HEADROOM_Z,
+    ``r`` the mean reservation with half a block of rounding, var(r) the prompt's and the
+    output's variances plus the rounding's); the rule asks that to fit in the KV capacity. An
+    infinite capacity never blocks."""
+    r_mean = prompt_tokens + output_tokens + 0.5 * block
+    r_var = (prompt_tokens * prompt_cv) ** 2 + (output_tokens * output_cv) ** 2 + block * block / 12.0
+    z = KV_HEADROOM_Z
+    n_hi = jnp.minimum(cap, mean_running + z * jnp.sqrt(jnp.maximum(mean_running, 0.0)) + 1.0)
+    need = n_hi * r_mean + z * jnp.sqrt(n_hi * r_var)
+    return jnp.isinf(kv_tokens) | (need <= kv_tokens)

@@ -51,7 +51,7 @@ from sweep.models.base import (
     planning_columns,
 )
 from sweep.models.continuous import confidence
-from sweep.models.continuous.confidence import analytic_trusted
+from sweep.models.continuous.confidence import analytic_trusted, reservations_never_block
 from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
 from sweep.models.continuous.views import VIEWS
 from sweep.models.shared import columns as shared
@@ -437,6 +437,8 @@ class ContinuousModel(ServingModel):
             block_tokens=float(spec.options.block_tokens),
             reserve_fraction=spec.options.reserve_fraction,
             prefill_first=spec.options.scheduler_policy == "prefill_first",
+            # only when set, so that a reserve grid's static arguments stay what they were
+            **({"on_demand": True} if spec.options.kv_admission == "on_demand" else {}),
         )
 
     def _engine(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
@@ -473,11 +475,13 @@ class ContinuousModel(ServingModel):
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
         """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
         per point for `[sensitivity]`'s derivative program (see `ServingModel.presolve`)."""
-        td, tp = analytic.cb_state(*self._engine(x, **static)["args"], prefill_first=static.get("prefill_first", False))
+        engine_keys = {k: v for k, v in static.items() if k != "on_demand"}
+        td, tp = analytic.cb_state(*self._engine(x, **engine_keys)["args"],
+                                   prefill_first=static.get("prefill_first", False))
         return {STATE_TD: td, STATE_TP: tp}
 
     def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
-              reserve_fraction: float, prefill_first: bool = False) -> dict[str, Array]:
+              reserve_fraction: float, prefill_first: bool = False, on_demand: bool = False) -> dict[str, Array]:
         e = self._engine(x, paged=paged, service_source=service_source, block_tokens=block_tokens,
                          reserve_fraction=reserve_fraction)
         gpus, weights, roof, tf, tt, tc, lam, free, c_tok, mem_ok = (
@@ -503,6 +507,11 @@ class ContinuousModel(ServingModel):
         trusted = analytic_trusted(
             mean_running=r["mean_running"], slots=r["slots"], lam=lam, capacity_rps=r["capacity_rps"],
             mem_ok=mem_ok)
+        if on_demand:  # the reserve engine's values hold where its reservations never block
+            trusted = trusted & reservations_never_block(
+                mean_running=r["mean_running"], cap=x["batch_size"], kv_tokens=c_tok,
+                prompt_tokens=x["prompt_tokens"], prompt_cv=x["prompt_cv"], output_tokens=x["output_tokens"],
+                output_cv=x["output_cv"], block=block_tokens if paged else 1.0)
         return {
             "lambda_per_replica_rps": lam,
             "t_step_fixed_ms": tf * MS,
