@@ -409,15 +409,16 @@ def write_points(p, a, s, j, path: Path) -> None:
 def write_reference(p, s, args, path: Path) -> None:
     """The regression test's data: inputs, labels and the simulated values with their 95%
     half-widths (tests/test_cb_accuracy.py)."""
-    head = list(CB_KEYS) + list(LABELS) + ["sim_reps", "sim_stable", "sim_mean_running", "sim_kv_util"]
+    head = list(CB_KEYS) + list(LABELS) + ["sim_reps", "sim_stable", "sim_mean_running", "sim_kv_util", "sim_preempt"]
     for k in TARGETS:
         head += [f"sim_{k}_s", f"sim_{k}_hw_s"]
     cmd = " ".join(["python benchmarks/cb_accuracy.py"] + (sys.argv[1:] if args.argv is None else args.argv))
+    how = "the compiled event loop, kv_admission on_demand, " if args.kv_admission == "on_demand" else ""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         f.write(f"# Produced by `{cmd}` on {time.strftime('%Y-%m-%d', time.gmtime())}: {args.points} "
                 f"configurations drawn by sweep.testing.cb_domain.draw(n={args.points}, seed={args.seed}), each "
-                f"simulated (simulate_continuous, sim seed {args.sim_seed}, {args.n_requests} measured + "
+                f"simulated ({how}simulate_continuous, sim seed {args.sim_seed}, {args.n_requests} measured + "
                 f"{args.warmup} warmup requests per replication in the smallest size class, up to "
                 f"{args.max_n_requests} + {args.max_warmup} by the relaxation rule of the script's docstring, "
                 f"{args.min_batches}-{args.max_batches} batches "
@@ -428,7 +429,8 @@ def write_reference(p, s, args, path: Path) -> None:
         w.writerow(head)
         for i in range(p["lam"].size):
             row = [p[k][i] for k in CB_KEYS + LABELS] + [s["reps"][i], bool(s["stable"][i]),
-                                                        s["mean_running"][i], s["kv_util"][i]]
+                                                        s["mean_running"][i], s["kv_util"][i],
+                                                        s.get("preempt", np.zeros(p["lam"].size))[i]]
             for k in TARGETS:
                 row += [s[k][i], s[k + "_hw"][i]]
             w.writerow([repr(float(v)) if isinstance(v, (float, np.floating)) else v for v in row])

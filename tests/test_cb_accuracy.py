@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sweep.models.continuous.confidence import analytic_trusted, reservations_never_block
 from sweep.models.continuous.sim import CBSimSettings, simulate_continuous
 from sweep.testing.cb_domain import CB_KEYS, TARGETS, analytic_all, judge
 
@@ -30,8 +31,8 @@ FLOOR = 0.95
 N_REQUESTS, WARMUP, SIM_SEED, BATCH = 1000, 200, 11, 4
 
 
-def _reference() -> dict[str, np.ndarray]:
-    with REFERENCE.open() as f:
+def _reference(path: Path = REFERENCE) -> dict[str, np.ndarray]:
+    with path.open() as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     out: dict[str, np.ndarray] = {}
     for key in rows[0]:
@@ -111,3 +112,42 @@ def test_stored_simulations_reproduce():
     # the quarter rule may call a heavy-tailed run not steady by chance: most stay steady
     assert new["stable"].sum() >= 4, new["stable"]
     assert total >= 35 and within >= 0.9 * total, (within, total)
+
+
+#: The same judgement for `kv_admission = "on_demand"`: configurations simulated on demand by the
+#: compiled event loop (recompute preemption), against the analytic model's reserve values, where
+#: `analytic_trusted` with its on-demand clause (`reservations_never_block`) trusts them.
+ON_DEMAND = Path(__file__).parent / "data" / "cb_accuracy_on_demand_reference.csv"
+#: Floor on the trusted share: SPEC 10's goal. Measured on the reference (2026-12-03): 417/429 = 97.2%
+#: where trusted (41 of 60 points), against 15/20 and 30/41 where the clause alone, or the whole
+#: rule, sets points apart.
+ON_DEMAND_FLOOR = 0.95
+
+
+def test_on_demand_trusted_share_holds_the_floor():
+    """Where reservations never block, the on-demand engine runs the reserve engine's schedule,
+    so the reserve model is judged against on-demand simulations there; the points the clause
+    sets apart are where on demand and reserve part (preemptions recorded in the reference)."""
+    ref = _reference(ON_DEMAND)
+    assert ref["lam"].size >= 40 and "compiled event loop, kv_admission on_demand" in ON_DEMAND.read_text()[:2000]
+    s = _sim_view(ref)
+    p = {k: ref[k] for k in CB_KEYS}
+    a = analytic_all(p)
+    j = judge(p, a, s)
+    base = np.asarray(analytic_trusted(mean_running=a["mean_running"], slots=a["slots"], lam=p["lam"],
+                                       capacity_rps=a["capacity_rps"], mem_ok=np.ones(p["lam"].size, bool)))
+    never = np.asarray(reservations_never_block(
+        mean_running=a["mean_running"], cap=p["cap"], kv_tokens=p["kv_capacity_tokens"], prompt_tokens=p["prompt_mean"],
+        prompt_cv=p["prompt_cv"], output_tokens=p["output_mean"], output_cv=p["output_cv"], block=p["block_tokens"]))
+    trusted = base & never
+    judged = sum(int((j[k]["judged"] & trusted).sum()) for k in TARGETS)
+    ok = sum(int((j[k]["ok"] & trusted).sum()) for k in TARGETS)
+    assert judged >= 100, judged
+    assert ok / judged >= ON_DEMAND_FLOOR, f"{ok}/{judged} = {ok / judged:.1%} within target where trusted"
+    # the clause earns its place: the points it alone sets apart fare worse than the trusted ones
+    apart = base & ~never
+    judged_apart = sum(int((j[k]["judged"] & apart).sum()) for k in TARGETS)
+    ok_apart = sum(int((j[k]["ok"] & apart).sum()) for k in TARGETS)
+    assert judged_apart >= 10 and ok_apart / judged_apart < ok / judged, (ok_apart, judged_apart)
+    # where reservations never block, nothing was preempted in the stored runs (the proof's premise)
+    assert np.all(ref["sim_preempt"][trusted & np.isfinite(p["kv_capacity_tokens"])] < 0.01)
