@@ -325,12 +325,11 @@ def _check_engine_variant(options: Options, source: str) -> None:
 
 def _check_loop_available(options: Options, source: str) -> None:
     """A grid that simulates an engine variant needs the compiled event loop, hence Numba."""
-    for key in ("kv_admission", "scheduler_steps"):
-        value = getattr(options, key)
-        if value != getattr(Options, key) and importlib.util.find_spec("numba") is None:
-            raise GridError(source, f"options.{key}", value,
-                            "is simulated by a compiled event loop that needs Numba: "
-                            "pip install 'sweep-capacity[sim]'")
+    variants = options.engine_variants()
+    if variants and importlib.util.find_spec("numba") is None:
+        key, value = next(iter(variants.items()))
+        raise GridError(source, f"options.{key}", value,
+                        "is simulated by a compiled event loop that needs Numba: pip install 'sweep-capacity[sim]'")
 
 
 def _continuous_option(raw: Mapping[str, Any], key: str, values: Sequence[str], serving: str, source: str,
@@ -419,11 +418,12 @@ def _build_simulation(raw: Any, options: Options, source: str,
         raise GridError(source, "simulation.n_requests", sim.n_requests,
                         "must be <= 5,000,000 (memory per simulated scenario)")
     if "trace" in raw:
-        for key in ("kv_admission", "scheduler_steps"):
-            if getattr(options, key) != getattr(Options, key):
-                raise GridError(source, "simulation.trace", raw["trace"],
-                                f"is replayed by the JAX simulator, which has no {key} = {getattr(options, key)!r}: "
-                                f"drop the trace or {key}")
+        variants = options.engine_variants()
+        if variants:
+            key, value = next(iter(variants.items()))
+            raise GridError(source, "simulation.trace", raw["trace"],
+                            f"is replayed by the JAX simulator, which has no {key} = {value!r}: "
+                            f"drop the trace or {key}")
         times = _read_trace(raw["trace"], source, sim.warmup, allow_outside)
         sim = SimulationOptions(**values, trace=str(raw["trace"]), trace_times=times)
     return sim

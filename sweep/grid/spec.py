@@ -46,6 +46,12 @@ class Options:
     #: recompute preemption (vLLM, SGLang): reserve | on_demand
     kv_admission: str = "reserve"
 
+    def engine_variants(self) -> dict[str, Any]:
+        """The engine variants that differ from the defaults (`scheduler_steps`, `kv_admission`),
+        which the compiled event loop simulates, not the JAX simulator."""
+        return {k: getattr(self, k) for k in ("scheduler_steps", "kv_admission")
+                if getattr(self, k) != getattr(Options, k)}
+
 
 @dataclass(frozen=True)
 class SimulationOptions:
