@@ -401,18 +401,25 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
     extra = np.empty((s, reps, 2))
     idx = np.arange(n)
     quarter = (n - warmup) // 4
+
+    def mean(x, msk):
+        c = int(msk.sum())
+        return float(x[msk].sum() / c) if c else np.inf
+
     for i in range(s):
-        lengths = {k: float(p[k][i]) for k in ("lam", "prompt_mean", "prompt_cv", "output_mean", "output_cv")}
         eng = {k: float(p[k][i]) for k in ("cap", "max_batched_tokens", "block_tokens", "queue_capacity",
                                            "t_fixed", "t_token", "t_ctx", "service_cv")}
+        kv = float(p["kv_capacity_tokens"][i])
         for r in range(reps):
-            a, pp, oo = sim.replication_draws(settings, int(ids[i]), r, lam=lengths["lam"],
-                                              prompt_mean=lengths["prompt_mean"], prompt_cv=lengths["prompt_cv"],
-                                              output_mean=lengths["output_mean"], output_cv=lengths["output_cv"])
+            a, pp, oo = sim.replication_draws(settings, int(ids[i]), r, lam=float(p["lam"][i]),
+                                              prompt_mean=float(p["prompt_mean"][i]),
+                                              prompt_cv=float(p["prompt_cv"][i]),
+                                              output_mean=float(p["output_mean"][i]),
+                                              output_cv=float(p["output_cv"][i]))
             n_z = int(oo.sum() + pp.sum() / eng["max_batched_tokens"]) + 64
             while True:
                 z = sim.step_normals(settings, int(ids[i]), r, n_z) if eng["service_cv"] > 0 else None
-                o = simulate(a, pp, oo, kv_capacity=float(p["kv_capacity_tokens"][i]), z=z,
+                o = simulate(a, pp, oo, kv_capacity=kv, z=z,
                              scheduler_policy=scheduler_policy, scheduler_steps=scheduler_steps,
                              kv_admission=kv_admission, span=(a[warmup], a[-1]), **eng)
                 if o["n_steps"] >= 0:
@@ -426,17 +433,11 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
                 tpot = np.where(has_tpot, (o["last_msg_s"] - o["first_msg_s"]) / np.maximum(oo - 1.0, 1.0), np.inf)
             am = adm & (idx >= warmup)
             tm = has_tpot & (idx >= warmup)
-
-            def mean(x, msk):
-                c = int(msk.sum())
-                return float(x[msk].sum() / c) if c else np.inf
-
             mf = mean(ttft, am & (idx < warmup + quarter))
             ml = mean(ttft, am & (idx >= n - quarter))
             steady = not (quarter > 0 and np.isfinite(mf) and np.isfinite(ml) and ml > 2.0 * mf)
             span = a[-1] - a[warmup]
             st = o["stats"]
-            kv = float(p["kv_capacity_tokens"][i])
             kv_fin = np.isfinite(kv)
             m = n - warmup
             n_adm = int(am.sum())
