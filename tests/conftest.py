@@ -1,5 +1,16 @@
 """Keep JAX honest: float64 everywhere and strict promotion, so a silent float32 or an
-accidental broadcast in a kernel fails the tests instead of skewing the numbers."""
+accidental broadcast in a kernel fails the tests instead of skewing the numbers.
+
+On x86 the suite also caps the instructions XLA compiles for at AVX2 (`XLA_FLAGS`, set here
+before JAX starts, so the Dask workers the cluster tests spawn inherit it): the golden digests
+pin exact bytes, and with AVX-512 XLA rounds some last bits of TTFT differently. A cap the
+caller already set is kept."""
+
+import os
+import platform
+
+if platform.machine().lower() in ("x86_64", "amd64") and "--xla_cpu_max_isa" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX2").strip()
 
 import jax
 

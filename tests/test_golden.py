@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden" / "digests.json"
 #: Grids too large for the default suite (seconds of compute and tens of MB of output).
 #: Their digests were written on another machine: on a Zen 4 (AVX-512) VM llm-fleet's TTFT/E2E
-#: last bits differ (they match with XLA_FLAGS=--xla_cpu_max_isa=AVX2) and fleet-nightly's
+#: last bits differ without the AVX2 cap conftest.py sets (they match with it) and fleet-nightly's
 #: frontier gains 682 near-tie rows of 3.34M, already at 89732af, the commit that wrote it
 #: (docs/testing.md).
 SLOW = {"fleet-nightly.toml", "search-fleet.toml", "llm-fleet.toml"}
