@@ -14,7 +14,6 @@ naming the file, the key, the value and the rule. The kernels downstream trust t
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
 import re
 import tomllib
@@ -323,15 +322,6 @@ def _check_engine_variant(options: Options, source: str) -> None:
                         "(the simulator decides), or drop scheduler_steps")
 
 
-def _check_loop_available(options: Options, source: str) -> None:
-    """A grid that simulates an engine variant needs the compiled event loop, hence Numba."""
-    variants = options.engine_variants()
-    if variants and importlib.util.find_spec("numba") is None:
-        key, value = next(iter(variants.items()))
-        raise GridError(source, f"options.{key}", value,
-                        "is simulated by a compiled event loop that needs Numba: pip install 'sweep-capacity[sim]'")
-
-
 def _continuous_option(raw: Mapping[str, Any], key: str, values: Sequence[str], serving: str, source: str,
                        what: str, example: str = "") -> str:
     """`[options] key`, one of `values`, for continuous serving only (`what` says what it is
@@ -390,7 +380,6 @@ def _build_simulation(raw: Any, options: Options, source: str,
     if raw is None:
         if options.latency_model != "simulated":
             return None
-        _check_loop_available(options, source)
         return SimulationOptions()
     if not isinstance(raw, Mapping):
         raise GridError(source, "simulation", raw, "must be a table, e.g. [simulation] n_requests = 20000")
@@ -412,18 +401,11 @@ def _build_simulation(raw: Any, options: Options, source: str,
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise GridError(source, f"simulation.{k}", v, f"must be {rule}")
         values[k] = v
-    _check_loop_available(options, source)
     sim = SimulationOptions(**values)
     if sim.n_requests > 5_000_000:
         raise GridError(source, "simulation.n_requests", sim.n_requests,
                         "must be <= 5,000,000 (memory per simulated scenario)")
     if "trace" in raw:
-        variants = options.engine_variants()
-        if variants:
-            key, value = next(iter(variants.items()))
-            raise GridError(source, "simulation.trace", raw["trace"],
-                            f"is replayed by the JAX simulator, which has no {key} = {value!r}: "
-                            f"drop the trace or {key}")
         times = _read_trace(raw["trace"], source, sim.warmup, allow_outside)
         sim = SimulationOptions(**values, trace=str(raw["trace"]), trace_times=times)
     return sim

@@ -42,15 +42,10 @@ class Options:
     scheduler_policy: str = "chunked"
     #: decode steps per scheduling decision (vLLM 0.6's --num-scheduler-steps); 1: every step decides
     scheduler_steps: int = 1
-    #: KV blocks reserved for prompt + output at admission, or taken as tokens are cached with
-    #: recompute preemption (vLLM, SGLang): reserve | on_demand
-    kv_admission: str = "reserve"
-
-    def engine_variants(self) -> dict[str, Any]:
-        """The engine variants that differ from the defaults (`scheduler_steps`, `kv_admission`),
-        which the compiled event loop simulates, not the JAX simulator."""
-        return {k: getattr(self, k) for k in ("scheduler_steps", "kv_admission")
-                if getattr(self, k) != getattr(Options, k)}
+    #: KV blocks taken as tokens are cached, with recompute preemption (vLLM, SGLang: the
+    #: default), or reserved for prompt + output at admission (TensorRT-LLM's
+    #: GUARANTEED_NO_EVICT, TGI): on_demand | reserve
+    kv_admission: str = "on_demand"
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,10 @@ class RunResult:
 
 
 def provenance(spec: GridSpec) -> dict[str, Any]:
-    """What a reader of any output file needs to know where it came from."""
+    """What a reader of any output file needs to know where it came from. The engine variant
+    (`scheduler_policy`, `scheduler_steps`, `kv_admission`) is a continuous engine's; null for
+    the other servings."""
+    continuous = spec.options.serving == "continuous"
     return {
         "sweep_version": __version__,
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -108,9 +111,9 @@ def provenance(spec: GridSpec) -> dict[str, Any]:
         "serving": spec.options.serving,
         "latency_model": spec.options.latency_model,
         "kv_allocation": spec.options.kv_allocation,
-        "scheduler_policy": spec.options.scheduler_policy,
-        "scheduler_steps": spec.options.scheduler_steps,
-        "kv_admission": spec.options.kv_admission,
+        "scheduler_policy": spec.options.scheduler_policy if continuous else None,
+        "scheduler_steps": spec.options.scheduler_steps if continuous else None,
+        "kv_admission": spec.options.kv_admission if continuous else None,
     }
 
 

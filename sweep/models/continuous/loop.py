@@ -19,10 +19,9 @@ order, the waiting queue as the arrivals that joined (a pointer pair) behind the
 sequences (kept sorted by admission order, as the reference inserts them). The tests check
 it against the reference request by request on random engines of every variant.
 
-Numba is an optional dependency (the ``sim`` extra, which ``bench`` and ``test`` bring);
-importing this module needs it, and only a grid that asks for a variant imports it (the
-grid loader refuses the variants in one line when Numba is missing). The compiled code is
-cached on disk (Numba's ``cache=True``), so only a machine's first run compiles it.
+Numba is a core dependency: the default engine (``kv_admission = "on_demand"``) is simulated
+here. Only a grid that simulates such an engine imports this module. The compiled code is
+cached on disk (Numba's ``cache=True``), so only a machine's first run compiles it (about 10 s).
 """
 
 from __future__ import annotations
@@ -368,7 +367,7 @@ def simulate(arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_c
 
 
 def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(), scenario_ids=None,
-                        scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve") -> dict:
+                        trace=None, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve") -> dict:
     """:func:`sweep.models.continuous.sim.simulate_continuous` for every engine variant: the same
     parameters, the same random streams per (scenario id, replication), the same measurement and
     the same outputs, from this loop, one replication after another. Where both run (chunked or
@@ -379,19 +378,24 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
     ``scheduler_steps = k`` a message carries a window's tokens, as vLLM's multi-step
     scheduling streams them). ``preempt`` is preemptions per measured admitted request and
     ``recomputed`` the cached tokens they freed per measured admitted request (each with
-    ``_hw``); both 0 under ``kv_admission = "reserve"``. Open loop, no trace."""
+    ``_hw``); both 0 under ``kv_admission = "reserve"``. Open loop; ``trace`` is replayed as
+    the JAX simulator replays it (every lane the trace's arrivals, and its lengths where given)."""
     from sweep.models.continuous import sim
 
     if scheduler_policy not in _POLICIES or kv_admission not in _KV or int(scheduler_steps) < 1:
         raise sim.CBSimulationError(f"simulate_continuous: scheduler_policy {scheduler_policy!r}, kv_admission "
                                     f"{kv_admission!r}, scheduler_steps {scheduler_steps!r}")
-    p = sim._validate(params, need_lam=True)
+    p = sim._validate(params, need_lam=trace is None)
     s = p["cap"].shape[0]
     reps = int(settings.replications)
     warmup = int(settings.warmup)
-    if reps < 1 or warmup < 0 or settings.n_requests < 4:
+    if reps < 1 or warmup < 0 or (trace is None and settings.n_requests < 4):
         raise sim.CBSimulationError("simulate_continuous: replications >= 1, warmup >= 0 and n_requests >= 4")
-    n = warmup + int(settings.n_requests)
+    if trace is None:
+        n = warmup + int(settings.n_requests)
+    else:
+        tr_a, tr_p, tr_o = sim.trace_arrays(trace, warmup)
+        n = tr_a.shape[0]
     q = np.broadcast_to(np.asarray(percentile, np.float64), (s,))
     more = tuple(float(x) for x in more_percentiles)
     ids = np.arange(s, dtype=np.int64) if scenario_ids is None else np.asarray(scenario_ids, np.int64).reshape(s)
@@ -415,7 +419,9 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
                                               prompt_mean=float(p["prompt_mean"][i]),
                                               prompt_cv=float(p["prompt_cv"][i]),
                                               output_mean=float(p["output_mean"][i]),
-                                              output_cv=float(p["output_cv"][i]))
+                                              output_cv=float(p["output_cv"][i]), n=n)
+            if trace is not None:
+                a, pp, oo = tr_a, np.where(tr_p > 0, tr_p, pp), np.where(tr_o > 0, tr_o, oo)
             n_z = int(oo.sum() + pp.sum() / eng["max_batched_tokens"]) + 64
             while True:
                 z = sim.step_normals(settings, int(ids[i]), r, n_z) if eng["service_cv"] > 0 else None

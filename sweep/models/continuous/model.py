@@ -582,7 +582,7 @@ class ContinuousSimulation(HostPass):
     """The iteration-level simulator (`sweep.models.continuous.sim`) on one chunk's points."""
 
     def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float,
-                 scheduler_policy: str = "chunked", scheduler_steps: int = 1, kv_admission: str = "reserve") -> None:
+                 scheduler_policy: str = "chunked", scheduler_steps: int = 1, kv_admission: str = "on_demand") -> None:
         self.options = options
         self.scheduler_policy = scheduler_policy
         self.scheduler_steps = scheduler_steps
@@ -609,11 +609,11 @@ class ContinuousSimulation(HostPass):
         }
         settings = CBSimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
         if self.scheduler_steps != 1 or self.kv_admission != "reserve":
-            # the variants the JAX simulator has no room for: the compiled event loop, the same
-            # streams and measurement (the grid refuses a trace with them)
+            # the variants the JAX simulator has no room for (on-demand KV, the default, and
+            # multi-step windows): the compiled event loop, the same streams and measurement
             from sweep.models.continuous import loop
 
-            sim = loop.simulate_continuous(params, settings, percentile=cols["percentile"][:n],
+            sim = loop.simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
                                            scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy,
                                            scheduler_steps=self.scheduler_steps, kv_admission=self.kv_admission)
         else:

@@ -1111,6 +1111,27 @@ def _check(arrs: dict[str, np.ndarray], who: str) -> None:
                 f"{arrs['cap'][i]!r}: SPEC 10 needs M >= N (e.g. 2048 for N = 64)")
 
 
+def trace_arrays(trace: ArrayLike | Mapping[str, ArrayLike], warmup: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A replayed trace (arrival times, or a mapping with ``arrival_s`` and optional
+    ``prompt_tokens`` / ``output_tokens``), checked: float64[n] arrivals, prompts and outputs,
+    0 where the trace gives no length (the lane's own draw is used there)."""
+    tr = trace if isinstance(trace, Mapping) else {"arrival_s": trace}
+    tr_a = np.asarray(tr["arrival_s"], np.float64)
+    if tr_a.ndim != 1 or tr_a.shape[0] <= warmup + 1:
+        raise CBSimulationError(f"simulate_continuous: trace must be 1-D with more than "
+                                f"warmup + 1 = {warmup + 1} arrivals")
+    if not np.all(np.isfinite(tr_a)) or np.any(np.diff(tr_a) < 0):
+        raise CBSimulationError("simulate_continuous: trace arrival_s must be finite and sorted")
+    n = tr_a.shape[0]
+    lengths = []
+    for key in ("prompt_tokens", "output_tokens"):
+        v = np.asarray(tr.get(key, np.zeros(n)), np.float64)
+        if v.shape != (n,) or (key in tr and (np.any(v < 1) or np.any(v != np.round(v)))):
+            raise CBSimulationError(f"simulate_continuous: trace {key} must be {n} integers >= 1")
+        lengths.append(v)
+    return tr_a, lengths[0], lengths[1]
+
+
 def _validate(params: Mapping[str, ArrayLike], need_lam: bool) -> dict[str, np.ndarray]:
     keys = [k for k in PARAM_KEYS if need_lam or k != "lam"]
     missing = [k for k in keys if k not in params]
@@ -1215,23 +1236,8 @@ def simulate_continuous(
                                 "be >= 1 and warmup >= 0")
     tr_a = tr_p = tr_o = np.zeros(1)
     if use_trace:
-        tr = trace if isinstance(trace, Mapping) else {"arrival_s": trace}
-        tr_a = np.asarray(tr["arrival_s"], np.float64)
-        if tr_a.ndim != 1 or tr_a.shape[0] <= settings.warmup + 1:
-            raise CBSimulationError(f"simulate_continuous: trace must be 1-D with more than "
-                                    f"warmup + 1 = {settings.warmup + 1} arrivals")
-        if not np.all(np.isfinite(tr_a)) or np.any(np.diff(tr_a) < 0):
-            raise CBSimulationError("simulate_continuous: trace arrival_s must be finite and sorted")
+        tr_a, tr_p, tr_o = trace_arrays(trace, settings.warmup)
         n = tr_a.shape[0]
-        for key in ("prompt_tokens", "output_tokens"):
-            v = np.asarray(tr.get(key, np.zeros(n)), np.float64)
-            if v.shape != (n,) or (key in tr and (np.any(v < 1) or np.any(v != np.round(v)))):
-                raise CBSimulationError(f"simulate_continuous: trace {key} must be {n} "
-                                        "integers >= 1")
-            if key == "prompt_tokens":
-                tr_p = v
-            else:
-                tr_o = v
     else:
         if settings.n_requests < 4:
             raise CBSimulationError("simulate_continuous: n_requests must be >= 4")
