@@ -1235,7 +1235,7 @@ def simulate_continuous(
         raise CBSimulationError("simulate_continuous: replications, lanes and max_lanes must "
                                 "be >= 1 and warmup >= 0")
     tr_a = tr_p = tr_o = np.zeros(1)
-    if use_trace:
+    if trace is not None:
         tr_a, tr_p, tr_o = trace_arrays(trace, settings.warmup)
         n = tr_a.shape[0]
     else:
