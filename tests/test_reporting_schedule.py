@@ -76,3 +76,35 @@ def test_schedule_figure_renders_to_png(run_dir, tmp_path):
     result = build_report(run_dir, out=tmp_path / "r.html", png_dir=tmp_path / "png")
     png = tmp_path / "png" / "schedule.png"
     assert png in result.pngs and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_browser_that_was_not_ready_renders_on_the_second_try(run_dir, tmp_path, monkeypatch):
+    """Failure injection: kaleido's first render fails as it did on a loaded 2-core machine
+    (the page script not loaded yet); the second renders. Any other failure is one error at
+    once, with no retry."""
+    kaleido = pytest.importorskip("kaleido")
+    calls = []
+
+    def flaky(jobs, **kw):
+        calls.append(len(jobs))
+        if len(calls) == 1:
+            raise RuntimeError("{'description': 'ReferenceError: kaleido_scopes is not defined'}")
+        for job in jobs:
+            with open(job["path"], "wb") as f:
+                f.write(b"\x89PNG\r\n\x1a\n")
+
+    monkeypatch.setattr(kaleido, "write_fig_from_object_sync", flaky)
+    result = build_report(run_dir, out=tmp_path / "r.html", png_dir=tmp_path / "png")
+    assert len(calls) == 2 and (tmp_path / "png" / "schedule.png") in result.pngs
+
+    def broken(jobs, **kw):
+        calls.append(len(jobs))
+        raise RuntimeError("Chrome not found")
+
+    calls.clear()
+    monkeypatch.setattr(kaleido, "write_fig_from_object_sync", broken)
+    from sweep.reporting.data import ReportError
+
+    with pytest.raises(ReportError, match="Chrome not found"):
+        build_report(run_dir, out=tmp_path / "r2.html", png_dir=tmp_path / "png2")
+    assert len(calls) == 1

@@ -434,12 +434,18 @@ def write_pngs(figs: list[Any], folder: Path, pick: dict[str, str] | None = None
         paths.append(path)
     if not jobs:
         return []
-    try:
-        kaleido.write_fig_from_object_sync(jobs, kopts={"mathjax": False}, cancel_on_error=True)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ReportError(f"--png: kaleido could not render ({first}); it needs Chrome or Chromium installed "
-                          "(Debian: apt-get install chromium)") from None
+    for attempt in (1, 2):
+        try:
+            kaleido.write_fig_from_object_sync(jobs, kopts={"mathjax": False}, cancel_on_error=True)
+            break
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            # a browser that ran before kaleido's page script loaded ("kaleido_scopes is not
+            # defined", seen on a loaded 2-core machine) renders on a second try
+            if attempt == 1 and "kaleido_scopes" in first:
+                continue
+            raise ReportError(f"--png: kaleido could not render ({first}); it needs Chrome or Chromium installed "
+                              "(Debian: apt-get install chromium)") from None
     missing = [p for p in paths if not p.exists()]
     if missing:
         raise ReportError(f"--png: kaleido wrote no {missing[0].name}")
