@@ -40,6 +40,10 @@ adaptive batches and the time budget below are unchanged.
     python benchmarks/cb_accuracy.py --kv-admission on_demand --points 150 --seed 252 --budget-s 900
         # on-demand KV simulated by the compiled event loop, judged against the reserve model,
         # split by the trust rule (benchmarks/results/cb_accuracy_points_on_demand.csv)
+    python benchmarks/cb_accuracy.py --scheduler-steps 2 4 8 16 --points 150 --seed 253 --budget-s 900
+        # multi-step scheduling: each point's k drawn from the list, simulated by the compiled
+        # event loop and judged against the analytic model's windows at that k
+        # (benchmarks/results/cb_accuracy_points_steps.csv)
 
 The simulated results are kept in benchmarks/results/cb_accuracy_sim.npz together with the
 drawn inputs and the settings; a later run with the same settings reuses both (the drawn
@@ -105,7 +109,7 @@ def size_classes(p: dict[str, np.ndarray], args) -> tuple[np.ndarray, list[tuple
 
 def simulate(p: dict[str, np.ndarray], ids: np.ndarray, n_requests: int, warmup: int, seed: int,
              batches: np.ndarray, first: np.ndarray, policy: str = "chunked",
-             kv_admission: str = "reserve") -> dict[str, np.ndarray]:
+             kv_admission: str = "reserve", steps: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Batches ``first[i] .. first[i] + batches[i] - 1`` of point i (a batch = `BATCH`
     replications under scenario id ``ids[i] + 100000 * batch``), one call for all, every
     replication ``warmup`` + ``n_requests`` requests.
@@ -115,15 +119,22 @@ def simulate(p: dict[str, np.ndarray], ids: np.ndarray, n_requests: int, warmup:
     params = {k: p[k][rows] for k in CB_KEYS}
     params["queue_capacity"] = np.full(rows.size, np.inf)
     st = CBSimSettings(n_requests=n_requests, warmup=warmup, replications=BATCH, seed=seed)
-    if kv_admission == "reserve":
+    k_row = np.ones(rows.size, np.int64) if steps is None else steps[rows].astype(np.int64)
+    if kv_admission == "reserve" and (k_row == 1).all():
         s = simulate_continuous(params, st, percentile=0.9, more_percentiles=(0.5, 0.99),
                                 scenario_ids=ids[rows] + 100000 * b, scheduler_policy=policy)
-    else:  # on demand: the compiled event loop, the same streams and statistics
+    else:  # on demand or multi-step: the compiled event loop, the same streams and statistics
         from sweep.models.continuous import loop
 
-        s = loop.simulate_continuous(params, st, percentile=0.9, more_percentiles=(0.5, 0.99),
-                                     scenario_ids=ids[rows] + 100000 * b, scheduler_policy=policy,
-                                     kv_admission=kv_admission)
+        s = {}
+        for k in np.unique(k_row):
+            m = k_row == k
+            part = loop.simulate_continuous({key: v[m] for key, v in params.items()}, st, percentile=0.9,
+                                            more_percentiles=(0.5, 0.99), scenario_ids=(ids[rows] + 100000 * b)[m],
+                                            scheduler_policy=policy, kv_admission=kv_admission,
+                                            scheduler_steps=int(k))
+            for key, v in part.items():
+                s.setdefault(key, np.empty(rows.size, np.asarray(v).dtype))[m] = v
     out = {"row": rows, "stable": s["stable"], "steps": s["steps"] * BATCH}
     for k in SIM_KEYS:
         met, _, kind = k.partition("_")
@@ -195,7 +206,8 @@ def run_sim(p, args, log) -> dict[str, np.ndarray]:
             if sc.size == 0:
                 continue
             sub = {k: v[sc] for k, v in p.items() if k in CB_KEYS}
-            part = simulate(sub, ids[sc], m, w, seed, todo[sc], have[sc], args.scheduler_policy, args.kv_admission)
+            part = simulate(sub, ids[sc], m, w, seed, todo[sc], have[sc], args.scheduler_policy, args.kv_admission,
+                            p["steps"][sc])
             part["row"] = sc[part["row"]]
             parts.append(part)
         have += todo
@@ -232,13 +244,15 @@ def stamp_of(args) -> np.ndarray:
     return np.array([args.points, args.seed, args.sim_seed, args.n_requests, args.warmup, BATCH,
                      args.min_batches, args.max_batches, args.budget_s, SAMPLER_VERSION, args.max_n_requests,
                      args.max_warmup, args.warmup_lives, args.measured_lives, float(args.prefill_first)]
-                    + ([1.0] if args.kv_admission == "on_demand" else []),
+                    + ([1.0] if args.kv_admission == "on_demand" else [])
+                    + ([float(k) for k in args.scheduler_steps] if args.scheduler_steps != [1] else []),
                     dtype=np.float64)
 
 
 def load_or_simulate(args, log):
     variant = ("_prefill_first" if args.prefill_first else "")
     variant += "_on_demand" if args.kv_admission == "on_demand" else ""
+    variant += "_steps" + "-".join(map(str, args.scheduler_steps)) if args.scheduler_steps != [1] else ""
     cache = RESULTS / f"cb_accuracy_sim_{args.points}_{args.seed}{variant}.npz"
     if args.points == 300 and args.seed == 24 and not variant:
         cache = RESULTS / "cb_accuracy_sim.npz"
@@ -247,11 +261,13 @@ def load_or_simulate(args, log):
         old = dict(np.load(cache, allow_pickle=False))
         if old["stamp"].shape == stamp.shape and np.array_equal(old["stamp"], stamp):
             p = {k: old["in_" + k] for k in CB_KEYS + LABELS}
+            p["steps"] = old.get("in_steps", np.ones(p["lam"].size))
             s = {k[4:]: v for k, v in old.items() if k.startswith("sim_")}
             log(f"# simulated results and drawn inputs from {cache.relative_to(ROOT)} (--resim to redo)")
             return p, s, 0.0
     t0 = time.perf_counter()
     p = draw(args.points, args.seed, prefill_first=args.prefill_first)
+    p["steps"] = draw_steps(args.points, args.seed, args.scheduler_steps)
     log(f"# drew {args.points} configurations (seed {args.seed}) in {time.perf_counter() - t0:.0f} s")
     t0 = time.perf_counter()
     s = run_sim(p, args, log)
@@ -260,9 +276,27 @@ def load_or_simulate(args, log):
         "(compilation included)")
     if not args.tiny:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(cache, stamp=stamp, **{"in_" + k: p[k] for k in CB_KEYS + LABELS},
+        np.savez(cache, stamp=stamp, **{"in_" + k: p[k] for k in CB_KEYS + LABELS + ("steps",)},
                  **{"sim_" + k: v for k, v in s.items()})
     return p, s, sim_s
+
+
+def draw_steps(n: int, seed: int, choices: list[int]) -> np.ndarray:
+    """Per point its ``scheduler_steps``, drawn uniformly from ``choices`` (its own stream:
+    the configurations are `draw`'s whatever the choices)."""
+    return np.random.default_rng([seed, 25]).choice(np.asarray(choices, np.float64), n)
+
+
+def analytic_steps(p: dict[str, np.ndarray], prefill_first: bool) -> dict[str, np.ndarray]:
+    """`analytic_all` at each point's own ``scheduler_steps`` (one program per k)."""
+    ks = p["steps"].astype(np.int64)
+    out: dict[str, np.ndarray] = {}
+    for k in np.unique(ks):
+        m = ks == k
+        part = analytic_all({key: p[key][m] for key in CB_KEYS}, prefill_first=prefill_first, steps=int(k))
+        for key, v in part.items():
+            out.setdefault(key, np.empty(ks.size, np.asarray(v).dtype))[m] = v
+    return out
 
 
 def load_band(x):
@@ -385,7 +419,7 @@ def trusted_split(p, a, j, log) -> dict:
 def write_points(p, a, s, j, path: Path) -> None:
     reg = region_of(p, s)
     zero = np.zeros(p["lam"].size)  # a cache simulated before the preemption columns
-    head = list(CB_KEYS) + list(LABELS) + ["sim_reps", "sim_stable", "region", "sim_mean_running",
+    head = list(CB_KEYS) + list(LABELS) + ["steps", "sim_reps", "sim_stable", "region", "sim_mean_running",
                                            "sim_kv_util", "sim_drop_rate", "model_stable", "model_capacity_rps",
                                            "model_mean_running", "model_slots", "model_kv_util", "model_p_wait",
                                            "sim_preempt", "sim_recomputed"]
@@ -396,7 +430,7 @@ def write_points(p, a, s, j, path: Path) -> None:
         w = csv.writer(f)
         w.writerow(head)
         for i in range(p["lam"].size):
-            row = [p[k][i] for k in CB_KEYS + LABELS] + [
+            row = [p[k][i] for k in CB_KEYS + LABELS + ("steps",)] + [
                 s["reps"][i], bool(s["stable"][i]), bool(reg[i]), s["mean_running"][i], s["kv_util"][i],
                 s["drop_rate"][i], bool(a["stable"][i]), a["capacity_rps"][i], a["mean_running"][i], a["slots"][i],
                 a["kv_util"][i], a["p_wait"][i], s.get("preempt", zero)[i], s.get("recomputed", zero)[i]]
@@ -409,11 +443,14 @@ def write_points(p, a, s, j, path: Path) -> None:
 def write_reference(p, s, args, path: Path) -> None:
     """The regression test's data: inputs, labels and the simulated values with their 95%
     half-widths (tests/test_cb_accuracy.py)."""
-    head = list(CB_KEYS) + list(LABELS) + ["sim_reps", "sim_stable", "sim_mean_running", "sim_kv_util", "sim_preempt"]
+    head = list(CB_KEYS) + list(LABELS) + ["steps", "sim_reps", "sim_stable", "sim_mean_running", "sim_kv_util",
+                                           "sim_preempt"]
     for k in TARGETS:
         head += [f"sim_{k}_s", f"sim_{k}_hw_s"]
     cmd = " ".join(["python benchmarks/cb_accuracy.py"] + (sys.argv[1:] if args.argv is None else args.argv))
     how = "the compiled event loop, kv_admission on_demand, " if args.kv_admission == "on_demand" else ""
+    if args.scheduler_steps != [1]:
+        how = f"the compiled event loop, scheduler_steps drawn from {args.scheduler_steps} (column steps), "
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         f.write(f"# Produced by `{cmd}` on {time.strftime('%Y-%m-%d', time.gmtime())}: {args.points} "
@@ -428,7 +465,7 @@ def write_reference(p, s, args, path: Path) -> None:
         w = csv.writer(f)
         w.writerow(head)
         for i in range(p["lam"].size):
-            row = [p[k][i] for k in CB_KEYS + LABELS] + [s["reps"][i], bool(s["stable"][i]),
+            row = [p[k][i] for k in CB_KEYS + LABELS + ("steps",)] + [s["reps"][i], bool(s["stable"][i]),
                                                         s["mean_running"][i], s["kv_util"][i],
                                                         s.get("preempt", np.zeros(p["lam"].size))[i]]
             for k in TARGETS:
@@ -462,6 +499,9 @@ def main(argv: list[str] | None = None) -> dict:
                     help="on_demand: simulate vLLM's on-demand KV with preemption (the compiled event loop) and "
                          "judge the analytic model's reserve values against it, inside and outside the rule that "
                          "trusts them (KV that cannot bind)")
+    ap.add_argument("--scheduler-steps", type=int, nargs="+", default=[1], metavar="K",
+                    help="decode steps per scheduling decision, each point's drawn from these (multi-step "
+                         "scheduling: the compiled event loop against the analytic model's windows; chunked)")
     args = ap.parse_args(argv)
     args.prefill_first = args.scheduler_policy == "prefill_first"
     args.argv = argv
@@ -477,7 +517,7 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     p, s, sim_s = load_or_simulate(args, log)
     t1 = time.perf_counter()
-    a = analytic_all(p, prefill_first=args.prefill_first)
+    a = analytic_steps(p, args.prefill_first)
     j = judge(p, a, s)
     log(f"# analytic model on {p['lam'].size} points x {len(QS)} percentiles in {time.perf_counter() - t1:.1f} s; "
         f"simulation {sim_s:.0f} s")
@@ -490,7 +530,9 @@ def main(argv: list[str] | None = None) -> dict:
         log(f"\nwrote {args.reference}")
     if args.tiny:
         return out
-    if args.kv_admission == "on_demand":
+    if args.scheduler_steps != [1]:
+        write_points(p, a, s, j, RESULTS / "cb_accuracy_points_steps.csv")
+    elif args.kv_admission == "on_demand":
         write_points(p, a, s, j, RESULTS / "cb_accuracy_points_on_demand.csv")
     elif args.prefill_first:  # the published figure and table are the default policy's
         write_points(p, a, s, j, RESULTS / "cb_accuracy_points_prefill_first.csv")

@@ -144,7 +144,8 @@ def test_engine_variants_reach_the_simulated_run() -> None:
     with a KV cache that never binds, on-demand allocation admits and steps exactly as a
     reservation does (every figure equal); multi-step windows deliver tokens in bursts, so the
     client's median gap between messages (ITL) is several steps while its mean TPOT barely
-    moves; and the analytic model, which has no windows, gives no figure rather than one."""
+    moves; the analytic model's windows lengthen TTFT and the message gaps alike (open loop;
+    under a concurrency limit it gives no figure rather than a one-step one)."""
     bench = Benchmark(120, 6.0, None)
     on_demand = simulate(_small(kv_admission="on_demand"), bench, 2, 3)
     reserve = simulate(_small(kv_admission="reserve"), bench, 2, 3)
@@ -153,7 +154,11 @@ def test_engine_variants_reach_the_simulated_run() -> None:
     assert windows["itl_q0.5"][0] > 2.5 * on_demand["itl_q0.5"][0]
     assert windows["tpot_mean"][0] == pytest.approx(on_demand["tpot_mean"][0], rel=0.5)
     model, basis = analytic(_small(scheduler_steps=4), bench)
-    assert model == {} and "multi-step" in basis
+    one, _ = analytic(_small(), bench)
+    assert "windows of 4 steps" in basis and model["ttft_mean"] > one["ttft_mean"]
+    assert model["itl_q0.5"] > 2.5 * one["itl_q0.5"]  # a message a window, as simulated above
+    model, basis = analytic(_small(scheduler_steps=4), Benchmark(120, 6.0, 8))
+    assert model == {} and "open loop only" in basis
     first = simulate(_small(scheduler_policy="prefill_first"), bench, 2, 3)
     assert first != on_demand  # prompts in steps of their own pause the decodes
 

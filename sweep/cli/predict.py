@@ -254,10 +254,11 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
 
     kw = cfg.kwargs()
     n, rate, conc = bench.num_prompts, bench.request_rate, bench.max_concurrency
-    if cfg.scheduler_steps > 1:
-        return {}, (f"no analytic figure: multi-step scheduling ({cfg.scheduler_steps} steps a decision) is "
-                    "modelled by the simulated run only")
     prefill_first = cfg.scheduler_policy == "prefill_first"
+    k = cfg.scheduler_steps
+    if k > 1 and (prefill_first or conc is not None):
+        return {}, (f"no analytic figure: multi-step scheduling ({k} steps a decision) has analytic windows for the "
+                    "chunked policy in an open loop only; the simulated run is the prediction")
     closed = None
     if conc is not None:
         closed = closed_loop(conc, bench.think_s, quantiles=bench.quantiles, **kw)
@@ -276,7 +277,7 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
 
         params = {k: jnp.float64(v) for k, v in kw.items()}
         res = [{k: float(v) for k, v in cb_point(lam=jnp.float64(rate), q=jnp.float64(q), **params,
-                                                  prefill_first=prefill_first).items()}
+                                                  prefill_first=prefill_first, steps=k).items()}
                for q in bench.quantiles]
         if not res[0]["stable"]:
             return {}, (f"no analytic figure: {rate:g} req/s exceeds the configuration's capacity "
@@ -284,7 +285,8 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
                         "simulated run is the prediction")
         r = dict(res[0], throughput_rps=rate,
                  **{f"{m}_q": {q: x[f"{m}_p"] for q, x in zip(bench.quantiles, res)} for m in ("ttft", "tpot", "e2e")})
-        basis = f"open loop at {rate:g} req/s (steady state)"
+        basis = f"open loop at {rate:g} req/s (steady state)" + (
+            f"; windows of {k} steps: ITL is the gap between messages, {k} steps of the per-step law" if k > 1 else "")
     x = r["throughput_rps"]
     if r is closed:
         # the first `conc` requests are sent at once, then one per completion at X: the last of n
@@ -299,7 +301,8 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
         out[f"{m}_mean"] = r[f"{m}_mean"]
         for q in bench.quantiles:
             out[f"{m}_q{q:g}"] = r[f"{m}_q"][q]
-    out["itl_mean"] = r["tpot_mean"]  # the mean gap a decoding sequence sees
+    # the mean gap a decoding sequence sees (at k steps a decision, between a client's messages)
+    out["itl_mean"] = r["tpot_mean"] if k == 1 else k * float(r["step_mean"])
     out["mean_running"] = r["mean_running"]
     # the per-token gap law (sweep.models.continuous.itl); the closed loop composes chunked steps
     from sweep.models.continuous.benchrun import itl_quantiles
@@ -309,7 +312,7 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
                service_cv=cfg.service_cv, tpot_mean=r["tpot_mean"], t_fixed=cfg.t_fixed,
                prefill_first=prefill_first and r is not closed)
     for q, v in zip(bench.quantiles, itl_quantiles(bench.quantiles, **law)):
-        out[f"itl_q{q:g}"] = v
+        out[f"itl_q{q:g}"] = k * v
     if itl_grid:  # the grid column's inversion of the same law, beside it (benchmarks/itl_accuracy.py)
         for q, v in zip(bench.quantiles, itl_quantiles(bench.quantiles, **law, inversion="grid")):
             out[f"itl_grid_q{q:g}"] = v

@@ -312,14 +312,14 @@ def _scheduler_steps(raw: Mapping[str, Any], serving: str, source: str) -> int:
 
 
 def _check_engine_variant(options: Options, source: str) -> None:
-    """Multi-step scheduling has no analytic model yet: it is simulated only, by the compiled
-    event loop (`sweep.models.continuous.loop`). On-demand KV is modelled analytically where the
-    reserve engine's schedule is the on-demand one (reservations that never block; elsewhere
-    `analytic_trusted` is false) and simulated by the loop (docs/continuous.md, "Engine variants")."""
-    if options.scheduler_steps != Options.scheduler_steps and options.latency_model != "simulated":
+    """Multi-step scheduling has an analytic model for the chunked policy only; under
+    `prefill_first` it is simulated only, by the compiled event loop
+    (`sweep.models.continuous.loop`; docs/continuous.md, "Engine variants")."""
+    if (options.scheduler_steps != Options.scheduler_steps and options.scheduler_policy == "prefill_first"
+            and options.latency_model != "simulated"):
         raise GridError(source, "options.scheduler_steps", options.scheduler_steps,
-                        'has no analytic model yet: set latency_model = "simulated" under [options] '
-                        "(the simulator decides), or drop scheduler_steps")
+                        'with scheduler_policy = "prefill_first" has no analytic model: set latency_model = '
+                        '"simulated" under [options] (the simulator decides), or drop scheduler_steps')
 
 
 def _continuous_option(raw: Mapping[str, Any], key: str, values: Sequence[str], serving: str, source: str,

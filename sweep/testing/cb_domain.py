@@ -151,21 +151,24 @@ def draw(n: int, seed: int, *, prefill_first: bool = False) -> dict[str, np.ndar
     return out
 
 
-def analytic(p: dict[str, np.ndarray], q: float, *, prefill_first: bool = False) -> dict[str, np.ndarray]:
+def analytic(p: dict[str, np.ndarray], q: float, *, prefill_first: bool = False,
+             steps: int = 1) -> dict[str, np.ndarray]:
     """`cb_point` at every configuration of ``p`` (arrays under `CB_KEYS`), percentile ``q``,
-    under the `prefill_first` scheduler policy or `chunked`."""
+    under the `prefill_first` scheduler policy or `chunked`, ``steps`` decode steps a decision."""
     n = p["lam"].shape[0]
-    out = _VMAPPED[prefill_first](*(jnp.asarray(p[k], jnp.float64) for k in CB_KEYS), jnp.full(n, q))
+    out = _vmapped(prefill_first, steps)(*(jnp.asarray(p[k], jnp.float64) for k in CB_KEYS), jnp.full(n, q))
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-_VMAPPED = {ff: jax.jit(jax.vmap(functools.partial(cb_point, prefill_first=ff))) for ff in (False, True)}
+@functools.cache
+def _vmapped(prefill_first: bool, steps: int):
+    return jax.jit(jax.vmap(functools.partial(cb_point, prefill_first=prefill_first, steps=steps)))
 
 
-def analytic_all(p: dict[str, np.ndarray], *, prefill_first: bool = False) -> dict[str, np.ndarray]:
+def analytic_all(p: dict[str, np.ndarray], *, prefill_first: bool = False, steps: int = 1) -> dict[str, np.ndarray]:
     """`analytic` at every percentile of `QS`: its outputs at q = 0.9, plus ``{m}_{name}``
     for m in ttft, tpot, e2e and every name of `QS`."""
-    outs = {name: analytic(p, q, prefill_first=prefill_first) for name, q in QS.items()}
+    outs = {name: analytic(p, q, prefill_first=prefill_first, steps=steps) for name, q in QS.items()}
     a = dict(outs["p90"])
     for name in QS:
         for m in ("ttft", "tpot", "e2e"):

@@ -111,6 +111,24 @@ no decoder (the whole budget ``M``, no decoders' cache), and sustainability coun
 ``(O - 1) / c`` decode steps and ``(1 - e^-mu) / mu`` prompt steps per request
 (``mu = c / (O - 1)``), with no budget bound.
 
+Multi-step scheduling (``scheduler_steps = k``, ``km = k - 1``; chunked policy only): a
+decision step (admission, prompt chunks, decodes) is followed by ``km`` decode-only steps,
+and a client receives a window's tokens in one message at its end (docs/continuous.md,
+"Engine variants"). The one-step fixed point is solved with the capacity at ``k`` and the
+windows are added around it (`_windows`): (a) sustainability: a slot is also held through
+each later chunk's window and the rest of its last window (``(n_chunks - 1/2) km`` steps,
+while decoders keep windows going), and a window's prompts must fit one decision's budget
+beside the decoders running at that load (the step time at that load, a few rounds);
+(b) TTFT adds the rest of the window in progress (length-biased, ``W ~ k`` steps), the
+prompts that arrived during it (its decision step carries them), a window per later chunk,
+and the delivery of the first message at the window's end (``km`` decode-only steps when
+another sequence decodes, else the request's own ``min(km, O - 1)``); (c) a request's TPOT
+is the gap from its first message to its last over ``O - 1``: ``k (ceil(O / k) - 1)`` steps
+with other decoders, ``O - 1 - min(km, O - 1)`` alone, averaged over the output length's law
+at 64 equal-probability nodes (rounded as the simulator rounds); 0 where every token comes in
+one message, so its quantiles are those of a mixture with an atom at 0; (d) E2E is TTFT plus
+that span. ``k = 1`` leaves the program as it was (a Python-level branch).
+
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
 the exact integer rounding of lengths; see docs/continuous.md for what neither models.
 """
@@ -118,6 +136,7 @@ the exact integer rounding of lengths; see docs/continuous.md for what neither m
 from __future__ import annotations
 
 import functools
+from statistics import NormalDist
 from typing import Any
 
 import jax
@@ -342,7 +361,75 @@ def _slot_chain(lam, c, capacity, rho_tok):
     return dict(p_wait=jnp.clip(p_wait, 0.0, 1.0), w_q=lq / lam)
 
 
-def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, ff) -> dict[str, Array]:
+#: ``scheduler_steps = k``: the output length's law at equal-probability midpoints (its normal
+#: quantiles), rounded as the simulator rounds lengths: a window's arithmetic needs the integer
+#: length, ``k ceil(O / k)``
+_O_NODES = tuple(NormalDist().inv_cdf((i + 0.5) / 64) for i in range(64))
+
+
+def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law) -> dict[str, Array]:
+    """Multi-step windows of ``k = km + 1`` steps (chunked policy), from the one-step model's
+    solution: what an arrival, a chunked prompt and a client's messages wait for beyond it."""
+    kk = 1.0 + km
+    u, t_bar, var_t = g["u"], g["t_bar"], g["var_t"]
+    # a decode-only step: a decoder's mean step less the prompt work in it (lam p1 (t_t + t_c)
+    # of each second: the decisions carry the prompts; a lone request's step at light load)
+    t_do = jnp.maximum(td * (1.0 - (tt + tc) * lam_p1), tf + tt)
+    # another sequence keeps a window going (the others a running sequence sees)
+    others = -jnp.expm1(-jnp.maximum(g["r_seen"] - 1.0, 0.0))
+    s2 = jnp.log1p(ocv * ocv)
+    zs = jnp.asarray(_O_NODES)
+    o = jnp.maximum(1.0, jnp.round(jnp.where(ocv > 0.0, o1 * jnp.exp(jnp.sqrt(s2) * zs - 0.5 * s2), o1)))
+    # steps from the first message to the last: whole windows when others decode; alone the
+    # window ends with the request's last token
+    span_with = kk * (jnp.ceil(o / kk) - 1.0)
+    first_alone = jnp.minimum(km, o - 1.0)
+    span_alone = o - 1.0 - first_alone
+    span = others * span_with + (1.0 - others) * span_alone
+    has = o >= 2.0
+    n_has = jnp.sum(jnp.where(has, 1.0, 0.0))
+    ratio = jnp.where(has, span / jnp.maximum(o - 1.0, 1.0), -1.0)
+    g_mean = jnp.where(n_has > 0, jnp.sum(jnp.where(has, ratio, 0.0)) / jnp.maximum(n_has, 1.0), 1.0)
+    # TPOT's law: 0 for the requests whose tokens all come in one message (span 0), the
+    # one-step law (floor, fast and slow variance) over the others' own 1 / (O - 1), scaled
+    # by their span / (O - 1)
+    t_floor, var_t1, burst_var, var_slow = tpot_law
+    pos = has & (ratio > 0.0)
+    n_pos = jnp.maximum(jnp.sum(jnp.where(pos, 1.0, 0.0)), 1.0)
+    p0 = 1.0 - jnp.sum(jnp.where(pos, 1.0, 0.0)) / jnp.maximum(n_has, 1.0)
+    inv1 = jnp.sum(jnp.where(pos, 1.0 / jnp.maximum(o - 1.0, 1.0), 0.0)) / n_pos
+    inv2 = jnp.sum(jnp.where(pos, 1.0 / jnp.maximum(o - 1.0, 1.0) ** 2, 0.0)) / n_pos
+    g_pos = jnp.sum(jnp.where(pos, ratio, 0.0)) / n_pos
+    g_var = jnp.maximum(jnp.sum(jnp.where(pos, ratio * ratio, 0.0)) / n_pos - g_pos * g_pos, 0.0)
+    qq = jnp.clip((q - p0) / jnp.maximum(1.0 - p0, 1e-12), 1e-9, 1.0 - 1e-9)
+    var_k = var_t1 * inv1 + burst_var * inv2 + var_slow + td * td * g_var / jnp.maximum(g_pos * g_pos, 1e-12)
+    law = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_k, ndtri(qq))
+    tpot_p = jnp.where(q > p0, g_pos * law, 0.0)
+    span_mean = jnp.mean(span)
+    # a window runs km steps only while a sequence has tokens left: the others' longest
+    # remaining decode taken as the size-biased output, O^2 / O over the law (short outputs
+    # end windows early)
+    om1 = o - 1.0
+    rem = jnp.mean(om1 * om1) / jnp.maximum(jnp.mean(om1), 1e-9)
+    km_a = jnp.minimum(km, rem)
+    span_var = jnp.maximum(jnp.mean(span * span) - span_mean * span_mean, 0.0)
+    # the arrival waits for the window in progress (length-biased, W ~ k steps), its decision
+    # step carries the prompts that arrived during it, a chunked prompt's later chunks wait a
+    # window each, and the first token reaches the client at the window's end
+    ka = 1.0 + km_a
+    ew2 = ka * ka * t_bar * t_bar + ka * var_t
+    resid = u * ew2 / (2.0 * ka * t_bar)
+    var_resid = jnp.maximum(u * ew2 / 3.0 - resid * resid, 0.0)
+    comp = (tt + tc) * lam_p1 * u * km_a * t_bar
+    chunks = pf["chunks_after"] * km_a * t_do * -jnp.expm1(-g["a"] * g["f_dec"])
+    deliver = t_do * (others * jnp.mean(jnp.minimum(km, jnp.maximum(om1, rem)))
+                      + (1.0 - others) * jnp.mean(first_alone))
+    resid1 = u * g["et2"] / (2.0 * t_bar)
+    return dict(extra=resid - resid1 + comp + chunks + deliver, resid=resid, var_resid=var_resid,
+                g_mean=g_mean, tpot_p=tpot_p, span_mean=span_mean, span_var=span_var, paused=chunks)
+
+
+def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, ff, km=0.0) -> dict[str, Array]:
     """Everything about one point that the fixed point does not change: the request moments,
     the slots (step 2), sustainability (step 6) and the fixed point's constants (step 3), as
     a dict: a function of `cb_point`'s inputs alone."""
@@ -378,10 +465,30 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
     mu_sat = c / jnp.maximum(o1 - 1.0, 1.0)
     pf_steps = -jnp.expm1(-mu_sat) / mu_sat * jnp.maximum(1.0, mu_sat * p1 / bud)
     fixed_req = jnp.where(ff > 0.0, tf * (jnp.maximum(o1 - 1.0, 0.0) / c + pw * pf_steps), tf * e_d / c)
+    if km:  # multi-step windows: a slot also holds a chunk's window and the rest of the last window
+        # (a window ends with the last decoder's tokens: short outputs hold a slot less than km / 2)
+        rem_o = jnp.maximum(o2 - 2.0 * o1 + 1.0, 0.0) / jnp.maximum(o1 - 1.0, 1e-9)
+        hold = (n_chunks - 1.0) * km + 0.5 * jnp.minimum(km, rem_o)
+        fixed_req = tf * (e_d + hold * -jnp.expm1(-c * dec_share)) / c
     cap_steps = 1.0 / (fixed_req + tt * a1 + tc * a2)
     t_sat = tf + tt * jnp.minimum(bud, c * dec_share + pw * p1 * c / e_d) + tc * c * a2 / e_d
     # (prefill_first gives prompts steps of their own, with the whole budget: more steps, above)
     cap_budget = jnp.where(budget_fin & (pw > 0.0) & (ff == 0.0), b_sat / (p1 * t_sat), INF)
+    if km:
+        # prompts enter at decisions only: a window's prompts must fit one decision's budget
+        # besides the decoders running at that load (below the cap: lam (o1 - 1) T of them),
+        # and a window lasts k steps only while a sequence decodes in it
+        # (the step time at that load, not at full occupancy: a few fixed-point rounds)
+        t_b = tf + tt * bud / (1.0 + km)
+        k_eff = 1.0 + km
+        for _ in range(4):
+            lam_b = bud / (t_b * (k_eff * p1 + o1 - 1.0))
+            dec_b = jnp.minimum(lam_b * (o1 - 1.0) * t_b, c * dec_share)
+            k_eff = 1.0 - km * jnp.expm1(-dec_b)
+            t_b = tf + tt * (dec_b + (bud - dec_b) / k_eff) + tc * dec_b * a2 / e_d
+        lam_b = bud / (t_b * (k_eff * p1 + o1 - 1.0))
+        lam_b = jnp.where(lam_b * (o1 - 1.0) * t_b < c * dec_share, lam_b, b_sat / (p1 * t_b * k_eff))
+        cap_budget = jnp.where(budget_fin & (pw > 0.0), lam_b, INF)
     capacity = jnp.minimum(cap_steps, cap_budget)
     stable = (lam < capacity) & (c >= 1.0) & ~(kv_fin & (c_kv < 1.0))
 
@@ -497,7 +604,7 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         var_tp = (jnp.where(some1, f1 * (v1 + (one_step - tp_mean) ** 2), 0.0)
                   + jnp.where(some2, f2 * (v2 + (chunked - tp_mean) ** 2), 0.0))
         # prefilled (pw = 0): no prefill phase at all
-        return dict(tp=pw * tp_mean,
+        return dict(tp=pw * tp_mean, chunks_after=pw * jnp.where(some2, f2 * jnp.maximum(steps - 1.0, 0.0), 0.0),
                     last=pw * jnp.where(some2 & (bud < 1e299), f1 * one_step + f2 * full, one_step),
                     wait_pf=backlog * per_tok_c,
                     rho_pf=jnp.where(backlog > 0.0, rho_pf, 0.0),
@@ -598,10 +705,15 @@ def _at_state_jvp(primals, tangents):
 
 def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
          block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled=False,
-         prefill_first=False) -> dict[str, Array]:
+         prefill_first=False, steps=1) -> dict[str, Array]:
     """`cb_point`'s inputs as float64, with the two floors every formula relies on,
-    ``pw``, the share of the prompt the engine prefills (0 where prompts arrive cached), and
-    ``ff``, 1 under the `prefill_first` scheduler policy (0: `chunked`)."""
+    ``pw``, the share of the prompt the engine prefills (0 where prompts arrive cached),
+    ``ff``, 1 under the `prefill_first` scheduler policy (0: `chunked`), and ``km``, the
+    decode steps a window adds to a decision (``scheduler_steps - 1``, a Python float: 0
+    leaves the one-step model's program as it is)."""
+    if int(steps) < 1 or (int(steps) > 1 and (prefill_first or prefilled)):
+        raise ValueError(f"scheduler_steps = {steps}: the analytic model has windows for the chunked "
+                         "policy of an engine that prefills")
     lam = jnp.maximum(_f64(lam), 1e-300)
     p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
     n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens, block_tokens))
@@ -609,23 +721,24 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     # a step takes at least 1 ps: the mean step time divides several ratios (0/0 at t_f = 0)
     tf = jnp.maximum(tf, 1e-12)
     return dict(lam=lam, p1=p1, pcv=pcv, o1=o1, ocv=ocv, n_cap=n_cap, budget=budget, kv=kv, blk=blk, tf=tf, tt=tt,
-                tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0), ff=_f64(1.0 if prefill_first else 0.0))
+                tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0), ff=_f64(1.0 if prefill_first else 0.0),
+                km=float(int(steps) - 1))
 
 
 def cb_state(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
-             prefilled: bool = False, prefill_first: bool = False) -> tuple[Array, Array]:
+             prefilled: bool = False, prefill_first: bool = False, steps: int = 1) -> tuple[Array, Array]:
     """The step-time fixed point (T_d, T_p) of `cb_point` with the same arguments, for its
     ``state=`` (`ContinuousModel.presolve`)."""
     return _fixed_point(_env(_raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
                                   kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled,
-                                  prefill_first)))
+                                  prefill_first, steps)))
 
 
 def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
              kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
              state: tuple[Array, Array] | None = None, prefilled: bool = False,
-             prefill_first: bool = False) -> dict[str, Array]:
+             prefill_first: bool = False, steps: int = 1) -> dict[str, Array]:
     """Continuous-batching model for one point (see the module docstring).
 
     Arguments: float64 scalars, SI (``lam`` 1/s, token counts, seconds);
@@ -634,6 +747,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     (`cb_state`); the outputs are the same, and it is differentiated implicitly.
     ``prefilled``: prompts arrive already cached (module docstring): no prefill work.
     ``prefill_first``: the scheduler policy of that name (module docstring).
+    ``steps``: decode steps per scheduling decision (``scheduler_steps``; module docstring,
+    "Multi-step scheduling"); chunked policy only.
 
     Returns float64 scalars (``stable`` bool): ``stable``, ``capacity_rps``,
     ``mean_running``, ``step_mean`` (s), ``ttft_mean``, ``ttft_p``, ``tpot_mean``,
@@ -645,8 +760,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     token-budget bounds whose minimum is ``capacity_rps``).
     """
     raw = _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
-               block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled, prefill_first)
+               block_tokens, t_fixed, t_token, t_ctx, service_cv, prefilled, prefill_first, steps)
     lam, p1, o1, kv, blk, tf, tt, tc = (raw[k] for k in ("lam", "p1", "o1", "kv", "blk", "tf", "tt", "tc"))
+    km = raw["km"]
     q = _f64(q)
     z = ndtri(q)
     pre = _prelude(**raw)
@@ -710,6 +826,25 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     s_e, mu_e = _ln_shape(e2e_rest, var_e2e)
     e2e_p = shift + jnp.where(e2e_rest > 0.0, jnp.exp(mu_e + s_e * z), 0.0)
 
+    running, tpot_mean = g["a"], td
+    if km:  # multi-step windows (module docstring, "Multi-step scheduling")
+        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, g["var_t"], burst_var, var_slow))
+        ttft_k = ttft + w["extra"]
+        resid_k, var_resid_k = w["resid"], w["var_resid"]
+        mean0_k = mean0 + w["extra"]
+        var0_k = var0 - var_resid + var_resid_k
+        ttft_p = _mix_quantile(q, z, p_wait, shift, (mean0_k, var0_k), (mean0_k + cond_w, var0_k + cond_w * cond_w))
+        tpot_p = w["tpot_p"]
+        span = td * w["span_mean"]
+        e2e_rest = e2e_rest + w["extra"] + span - dec
+        var_e2e = var_e2e - td * td * (o2 - o1 * o1) + td * td * w["span_var"]
+        s_e, mu_e = _ln_shape(e2e_rest, var_e2e)
+        e2e_p = shift + jnp.where(e2e_rest > 0.0, jnp.exp(mu_e + s_e * z), 0.0)
+        e2e = ttft_k + span
+        ttft, resid = ttft_k, resid_k
+        running = running + lam * w["paused"]
+        tpot_mean = td * w["g_mean"]
+
     def gate(x):
         return jnp.where(ok, x, INF)
 
@@ -719,11 +854,11 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     return {
         "stable": ok,
         "capacity_rps": capacity,
-        "mean_running": jnp.where(ok, g["a"], c),
+        "mean_running": jnp.where(ok, running, c),
         "step_mean": jnp.where(ok, g["t_bar"], INF),
         "ttft_mean": gate(ttft),
         "ttft_p": gate(ttft_p),
-        "tpot_mean": gate(td),
+        "tpot_mean": gate(tpot_mean),
         "tpot_p": gate(tpot_p),
         "e2e_mean": gate(e2e),
         "e2e_p": gate(e2e_p),

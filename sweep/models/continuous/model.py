@@ -439,6 +439,7 @@ class ContinuousModel(ServingModel):
             prefill_first=spec.options.scheduler_policy == "prefill_first",
             # only when set, so that a reserve grid's static arguments stay what they were
             **({"on_demand": True} if spec.options.kv_admission == "on_demand" else {}),
+            **({"steps": spec.options.scheduler_steps} if spec.options.scheduler_steps > 1 else {}),
         )
 
     def _engine(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
@@ -475,19 +476,20 @@ class ContinuousModel(ServingModel):
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
         """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
         per point for `[sensitivity]`'s derivative program (see `ServingModel.presolve`)."""
-        engine_keys = {k: v for k, v in static.items() if k != "on_demand"}
+        engine_keys = {k: v for k, v in static.items() if k not in ("on_demand", "steps")}
         td, tp = analytic.cb_state(*self._engine(x, **engine_keys)["args"],
-                                   prefill_first=static.get("prefill_first", False))
+                                   prefill_first=static.get("prefill_first", False), steps=static.get("steps", 1))
         return {STATE_TD: td, STATE_TP: tp}
 
     def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
-              reserve_fraction: float, prefill_first: bool = False, on_demand: bool = False) -> dict[str, Array]:
+              reserve_fraction: float, prefill_first: bool = False, on_demand: bool = False,
+              steps: int = 1) -> dict[str, Array]:
         e = self._engine(x, paged=paged, service_source=service_source, block_tokens=block_tokens,
                          reserve_fraction=reserve_fraction)
         gpus, weights, roof, tf, tt, tc, lam, free, c_tok, mem_ok = (
             e[k] for k in ("gpus", "weights", "roof", "tf", "tt", "tc", "lam", "free", "c_tok", "mem_ok"))
         state = (x[STATE_TD], x[STATE_TP]) if STATE_TD in x else None
-        r = analytic.cb_point(*e["args"], state=state, prefill_first=prefill_first)
+        r = analytic.cb_point(*e["args"], state=state, prefill_first=prefill_first, steps=steps)
         stable = r["stable"] & mem_ok
         rho = jnp.where(r["capacity_rps"] > 0, lam / jnp.where(r["capacity_rps"] > 0, r["capacity_rps"], 1.0), INF)
 
@@ -498,6 +500,8 @@ class ContinuousModel(ServingModel):
         itl_ms = gate(itl.itl_quantile_fast(x["percentile"], r["step_mean"], r["tpot_mean"], r["mean_running"], lam,
                                              x["prompt_tokens"], x["max_batched_tokens"], tf, tt, x["service_cv"],
                                              prefill_first=prefill_first) * MS)
+        if steps > 1:  # a client's messages come a window apart (docs/continuous.md, "Engine variants")
+            itl_ms = itl_ms * steps
         # a saturated engine delivers its capacity; the rest of the offered load queues
         out_tok = jnp.where(stable, r["output_tok_s"],
                             jnp.where(mem_ok, jnp.minimum(lam, r["capacity_rps"]) * x["output_tokens"], 0.0))
