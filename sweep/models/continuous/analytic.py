@@ -116,9 +116,10 @@ decision step (admission, prompt chunks, decodes) is followed by ``km`` decode-o
 and a client receives a window's tokens in one message at its end (docs/continuous.md,
 "Engine variants"). The one-step fixed point is solved with the capacity at ``k`` and the
 windows are added around it (`_windows`): (a) sustainability: a slot is also held through
-each later chunk's window and the rest of its last window (``(n_chunks - 1/2) km`` steps,
-while decoders keep windows going), and a window's prompts must fit one decision's budget
-beside the decoders running at that load (the step time at that load, a few rounds);
+each later chunk's window and the rest of its last window (half a window, or half the
+others' longest remaining decode where that is shorter; while decoders keep windows
+going), and a window's prompts must fit one decision's budget beside the decoders running
+at that load (the step time at that load, a few rounds);
 (b) TTFT adds the rest of the window in progress (length-biased, ``W ~ k`` steps), the
 prompts that arrived during it (its decision step carries them), a window per later chunk,
 and the delivery of the first message at the window's end (``km`` decode-only steps when
@@ -393,7 +394,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law) -> dict[st
     # TPOT's law: 0 for the requests whose tokens all come in one message (span 0), the
     # one-step law (floor, fast and slow variance) over the others' own 1 / (O - 1), scaled
     # by their span / (O - 1)
-    t_floor, var_t1, burst_var, var_slow = tpot_law
+    t_floor, burst_var, var_slow = tpot_law
     pos = has & (ratio > 0.0)
     n_pos = jnp.maximum(jnp.sum(jnp.where(pos, 1.0, 0.0)), 1.0)
     p0 = 1.0 - jnp.sum(jnp.where(pos, 1.0, 0.0)) / jnp.maximum(n_has, 1.0)
@@ -402,7 +403,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law) -> dict[st
     g_pos = jnp.sum(jnp.where(pos, ratio, 0.0)) / n_pos
     g_var = jnp.maximum(jnp.sum(jnp.where(pos, ratio * ratio, 0.0)) / n_pos - g_pos * g_pos, 0.0)
     qq = jnp.clip((q - p0) / jnp.maximum(1.0 - p0, 1e-12), 1e-9, 1.0 - 1e-9)
-    var_k = var_t1 * inv1 + burst_var * inv2 + var_slow + td * td * g_var / jnp.maximum(g_pos * g_pos, 1e-12)
+    var_k = var_t * inv1 + burst_var * inv2 + var_slow + td * td * g_var / jnp.maximum(g_pos * g_pos, 1e-12)
     law = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_k, ndtri(qq))
     tpot_p = jnp.where(q > p0, g_pos * law, 0.0)
     span_mean = jnp.mean(span)
@@ -828,7 +829,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
 
     running, tpot_mean = g["a"], td
     if km:  # multi-step windows (module docstring, "Multi-step scheduling")
-        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, g["var_t"], burst_var, var_slow))
+        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, burst_var, var_slow))
         ttft_k = ttft + w["extra"]
         resid_k, var_resid_k = w["resid"], w["var_resid"]
         mean0_k = mean0 + w["extra"]
