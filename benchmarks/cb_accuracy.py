@@ -71,7 +71,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np
 
 from sweep.models.continuous.sim import CBSimSettings, simulate_continuous, student_t975
-from sweep.testing.cb_domain import CB_KEYS, QS, TARGETS, analytic, analytic_all, draw, judge, region_of, wide
+from sweep.testing.cb_domain import CB_KEYS, QS, TARGETS, analytic, analytic_by_steps, draw, judge, region_of, wide
 
 OUT = ROOT / "docs" / "cb_accuracy.png"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -285,18 +285,6 @@ def draw_steps(n: int, seed: int, choices: list[int]) -> np.ndarray:
     """Per point its ``scheduler_steps``, drawn uniformly from ``choices`` (its own stream:
     the configurations are `draw`'s whatever the choices)."""
     return np.random.default_rng([seed, 25]).choice(np.asarray(choices, np.float64), n)
-
-
-def analytic_steps(p: dict[str, np.ndarray], prefill_first: bool) -> dict[str, np.ndarray]:
-    """`analytic_all` at each point's own ``scheduler_steps`` (one program per k)."""
-    ks = p["steps"].astype(np.int64)
-    out: dict[str, np.ndarray] = {}
-    for k in np.unique(ks):
-        m = ks == k
-        part = analytic_all({key: p[key][m] for key in CB_KEYS}, prefill_first=prefill_first, steps=int(k))
-        for key, v in part.items():
-            out.setdefault(key, np.empty(ks.size, np.asarray(v).dtype))[m] = v
-    return out
 
 
 def load_band(x):
@@ -517,7 +505,7 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     p, s, sim_s = load_or_simulate(args, log)
     t1 = time.perf_counter()
-    a = analytic_steps(p, args.prefill_first)
+    a = analytic_by_steps(p, p["steps"], prefill_first=args.prefill_first)
     j = judge(p, a, s)
     log(f"# analytic model on {p['lam'].size} points x {len(QS)} percentiles in {time.perf_counter() - t1:.1f} s; "
         f"simulation {sim_s:.0f} s")

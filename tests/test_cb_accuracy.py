@@ -18,7 +18,7 @@ import pytest
 
 from sweep.models.continuous.confidence import analytic_trusted, reservations_never_block
 from sweep.models.continuous.sim import CBSimSettings, simulate_continuous
-from sweep.testing.cb_domain import CB_KEYS, TARGETS, analytic_all, judge
+from sweep.testing.cb_domain import CB_KEYS, TARGETS, analytic_all, analytic_by_steps, judge
 
 REFERENCE = Path(__file__).parent / "data" / "cb_accuracy_reference.csv"
 #: Floor on the share of judged comparisons (point x metric) within SPEC 10's target. The
@@ -167,15 +167,8 @@ def test_multi_step_windows_hold_their_floor():
     assert STEPS.read_text().startswith("# Produced by `python benchmarks/cb_accuracy.py")
     ref = _reference(STEPS)
     p = {k: ref[k] for k in CB_KEYS}
-    ks = ref["steps"].astype(np.int64)
-    assert set(np.unique(ks)) == {2, 4, 8, 16}
-    a: dict[str, np.ndarray] = {}
-    for k in np.unique(ks):
-        m = ks == k
-        part = analytic_all({key: v[m] for key, v in p.items()}, steps=int(k))
-        for key, v in part.items():
-            a.setdefault(key, np.empty(ks.size, np.asarray(v).dtype))[m] = v
-    j = judge(p, a, _sim_view(ref))
+    assert set(np.unique(ref["steps"])) == {2.0, 4.0, 8.0, 16.0}
+    j = judge(p, analytic_by_steps(p, ref["steps"]), _sim_view(ref))
     judged = sum(int(j[k]["judged"].sum()) for k in TARGETS)
     ok = sum(int(j[k]["ok"].sum()) for k in TARGETS)
     assert judged >= 100, judged

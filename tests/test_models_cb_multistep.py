@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import jax
-import numpy as np
 import pytest
 
 from sweep.models.continuous.analytic import cb_point
@@ -33,15 +32,6 @@ def test_a_lone_request_follows_the_windows_closed_form(k: int, o: int) -> None:
     assert float(r["ttft_mean"]) == pytest.approx(tf + tt * p + first * step, rel=1e-6)
     assert float(r["e2e_mean"]) == pytest.approx(tf + tt * p + (o - 1) * step, rel=1e-6)
     assert float(r["tpot_mean"]) == pytest.approx((o - 1 - first) * step / (o - 1), rel=1e-6, abs=1e-12)
-
-
-def test_one_step_a_decision_is_the_one_step_model() -> None:
-    """`steps=1` takes no window branch: every output equals the plain call's, bit for bit."""
-    args = (3.0, 500.0, 1.0, 200.0, 1.0, 32.0, 2048.0, 60000.0, 16.0, 0.012, 8e-5, 2e-7, 0.1, 0.9)
-    a = jax.jit(cb_point)(*args)
-    b = jax.jit(lambda *x: cb_point(*x, steps=1))(*args)
-    for key in a:
-        assert np.asarray(a[key]) == np.asarray(b[key]), key
 
 
 def test_windows_refuse_what_they_do_not_model() -> None:

@@ -176,6 +176,21 @@ def analytic_all(p: dict[str, np.ndarray], *, prefill_first: bool = False, steps
     return a
 
 
+def analytic_by_steps(p: dict[str, np.ndarray], steps: np.ndarray, *,
+                      prefill_first: bool = False) -> dict[str, np.ndarray]:
+    """`analytic_all` at each configuration's own ``scheduler_steps`` (``steps``, one per
+    configuration; one compiled program per distinct k)."""
+    ks = np.asarray(steps).astype(np.int64)
+    out: dict[str, np.ndarray] = {}
+    for k in np.unique(ks):
+        m = ks == k
+        part = analytic_all({key: np.asarray(v)[m] for key, v in p.items() if key in CB_KEYS},
+                            prefill_first=prefill_first, steps=int(k))
+        for key, v in part.items():
+            out.setdefault(key, np.empty(ks.size, np.asarray(v).dtype))[m] = v
+    return out
+
+
 def region_of(p: dict[str, np.ndarray], s: dict[str, np.ndarray]) -> np.ndarray:
     """SPEC 10's stable region, from the simulation ``s`` (``stable``, ``mean_running``,
     ``kv_util``): steady, mean running below 0.9 N and mean reserved KV below 0.9 C (mean
