@@ -58,6 +58,33 @@ def test_compiled_loop_is_the_reference_request_by_request() -> None:
     assert min(seen.values()) >= 5, seen
 
 
+def test_compiled_closed_loop_is_the_reference_request_by_request() -> None:
+    """The closed loop (workload = "closed"): clients send when free, after a think time, with
+    earliest send times all 0 (`--request-rate inf`) or Poisson (`--request-rate r` under
+    `--max-concurrency`); every variant, the send times too."""
+    rng = np.random.default_rng(20261204)
+    seen = {"think": 0, "rate": 0, "preempted": 0, "one_client": 0}
+    for _ in range(60):
+        a, p, o, kw = _draw(rng)
+        clients = int(rng.choice([1, 2, 5, 17, 64]))
+        think = rng.exponential(rng.choice([0.0, 0.02, 0.5]), len(a))
+        if rng.random() < 0.5:
+            a = np.zeros_like(a)
+        r = ref.simulate(a, p.tolist(), o.tolist(), clients=clients, think_s=think.tolist(), **kw)
+        c = compiled.simulate(a, p, o, clients=clients, think_s=think, **kw)
+        assert np.array_equal(np.array(r.status), c["status"])
+        assert c["n_steps"] == len(r.step_start)
+        np.testing.assert_allclose(c["arrival_s"], np.array(r.arrival_s), rtol=1e-12)
+        for name in ("admit_s", "first_s", "finish_s", "ttft_s", "e2e_s"):
+            np.testing.assert_allclose(c[name], np.array(getattr(r, name)), rtol=1e-12, err_msg=name)
+        np.testing.assert_allclose(c["last_msg_s"], [d[-1] if d else math.inf for d in r.delivered_s], rtol=1e-12)
+        seen["think"] += int(think.max() > 0)
+        seen["rate"] += int(a.max() > 0)
+        seen["preempted"] += int(c["preempted"].sum() > 0)
+        seen["one_client"] += int(clients == 1)
+    assert min(seen.values()) >= 3, seen
+
+
 def test_compiled_loop_refuses_an_unknown_variant() -> None:
     with pytest.raises(ValueError, match="scheduler_policy"):
         compiled.simulate([0.0], [1], [1], cap=1, t_fixed=1.0, t_token=0.0, scheduler_policy="fifo")

@@ -5,8 +5,9 @@ order (one engine step per loop iteration, the running sequences in admission or
 admission without skipping), with the engine variants of docs/continuous.md ("Engine
 variants"): ``scheduler_policy`` (``"chunked"``, ``"prefill_first"``), ``scheduler_steps``
 (k decode steps per decision) and ``kv_admission`` (``"reserve"``, ``"on_demand"`` with
-recompute preemption of the most recently admitted sequence). Open loop only: a closed loop
-and cached prompts stay in the Python reference.
+recompute preemption of the most recently admitted sequence), and the reference's closed loop
+(``clients``: a request is sent when a client is free, ``think_s`` after its last request
+finished; ``workload = "closed"``). Cached prompts stay in the Python reference.
 
 Why it exists: the JAX simulator (:mod:`sweep.models.continuous.sim`) jumps over runs of
 decode steps in closed form and runs many lanes at once, a design with no room for a
@@ -117,9 +118,21 @@ def _compose(run, nr, window, prefill_first, big_m, prefilled, target, finished,
 
 
 @numba.njit(cache=True, nogil=True)
-def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token, t_ctx, cv,
-          prefill_first, k_steps, on_demand, t0, t1):
-    n = a.shape[0]
+def _loop(gen, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token, t_ctx, cv,
+          prefill_first, k_steps, on_demand, t0, t1, clients, think, warmup):
+    n = gen.shape[0]
+    # closed loop (clients > 0): request j is sent at max(gen[j], the earliest time a client is
+    # free), in request order, as the reference sends it; `a` holds the send times. The
+    # statistics' span then runs from the send of request `warmup` to the last send, each end
+    # set when it happens (exact when sends fall on step ends, as without think time)
+    closed = clients > 0
+    a = np.full(n, np.inf) if closed else gen
+    free = np.full(max(clients, 1), -np.inf)  # the times clients are free (an unordered pool)
+    n_free = clients
+    sent = 0
+    if closed:
+        t0 = np.inf
+        t1 = np.inf
     # over [t0, t1]: areas of running, KV reserved (on demand: held blocks), KV held once the
     # step's tokens are written; tokens emitted at step ends; duration sum and count of steps
     # starting in it (the JAX simulator's statistics)
@@ -167,12 +180,41 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
         if nr == 0 and n_pq == 0 and wh == wt:
             if i >= n:
                 break
-            s = max(t, a[i])
+            if i < sent or not closed:
+                nxt = a[i]
+            else:
+                nxt = inf
+                if sent < n and n_free > 0:
+                    f = free[0]
+                    for q in range(1, n_free):
+                        f = min(f, free[q])
+                    nxt = max(gen[sent], f)
+            if nxt == inf:  # a closed loop always has a free client when idle
+                break
+            s = max(t, nxt)
         else:
             s = t
+        while closed and sent < n and n_free > 0:  # send what is due by s, clients earliest free first
+            best = 0
+            for q in range(1, n_free):
+                if free[q] < free[best]:
+                    best = q
+            if max(gen[sent], free[best]) > s:
+                break
+            a[sent] = max(gen[sent], free[best])
+            n_free -= 1
+            free[best] = free[n_free]
+            if sent == warmup:
+                t0 = a[sent]
+            if sent == n - 1:
+                t1 = a[sent]
+            sent += 1
         while i < n and a[i] <= s:
             if big_k < inf and wt - wh >= big_k:
                 status[i] = DROPPED
+                if closed:
+                    free[n_free] = a[i]
+                    n_free += 1
             else:
                 wq[wt] = i
                 wt += 1
@@ -195,6 +237,9 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
                 if not back and r > big_c:
                     status[j] = REJECTED
                     wh += 1
+                    if closed:
+                        free[n_free] = s
+                        n_free += 1
                     continue
                 if nr >= big_n:
                     break
@@ -273,7 +318,7 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
             elif role[p] == 2:
                 n_ctx += prefilled[j] + chunk[p]
         if cv > 0.0 and k >= z.shape[0]:  # the caller's normals ran out: it draws more and runs again
-            return status, admit_s, first_s, finish_s, first_msg, last_msg, preempted, recomputed, -1, stats
+            return status, admit_s, first_s, finish_s, first_msg, last_msg, preempted, recomputed, -1, stats, a
         mult = math.exp(mu + sig * z[k]) if cv > 0.0 else 1.0
         end = s + (t_fixed + t_token * n_tok + t_ctx * n_ctx) * mult
         n_live = 0
@@ -320,6 +365,9 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
             if not finished[j] and emitted[j] == output[j]:
                 finished[j] = True
                 finish_s[j] = end
+                if closed:
+                    free[n_free] = end + think[j]
+                    n_free += 1
         if window == 0:
             window = k_steps - 1 if not (prefill_first and n_prefill > 0) else 0
         else:
@@ -329,16 +377,22 @@ def _loop(a, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_token,
         t = end
         k += 1
     _deliver(und_list, n_und, undelivered, first_msg, last_msg, t)
-    return status, admit_s, first_s, finish_s, first_msg, last_msg, preempted, recomputed, k, stats
+    return status, admit_s, first_s, finish_s, first_msg, last_msg, preempted, recomputed, k, stats, a
 
 
 def simulate(arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_capacity=math.inf,
              block_tokens=1, queue_capacity=math.inf, t_fixed, t_token, t_ctx=0.0, service_cv=0.0,
              z=None, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve",
-             span=(-math.inf, math.inf)) -> dict:
-    """One replication, as :func:`sweep.testing.cb_reference.simulate` runs it (open loop).
+             span=(-math.inf, math.inf), clients=None, think_s=None, warmup=0) -> dict:
+    """One replication, as :func:`sweep.testing.cb_reference.simulate` runs it.
 
-    Returns per request ``status``, ``admit_s``, ``first_s`` and ``finish_s`` (when the
+    ``clients = c`` (an integer >= 1) runs the reference's closed loop: ``arrivals`` are the
+    earliest send times (all 0: every client sends at once), request j is sent when a client
+    is free, ``think_s[j]`` (default 0) after its request j finished; the statistics' span
+    is then from request ``warmup``'s send to the last send (``span`` is not used).
+
+    Returns per request ``arrival_s`` (the send times; ``arrivals`` in an open loop),
+    ``status``, ``admit_s``, ``first_s`` and ``finish_s`` (when the
     first and the last token are computed), ``first_msg_s`` and ``last_msg_s`` (when a
     streaming client receives them), ``preempted``, ``recomputed``, the times ``ttft_s``,
     ``tpot_s`` (NaN for O = 1) and ``e2e_s`` (inf unless admitted), ``n_steps`` (-1 when ``z``
@@ -351,15 +405,18 @@ def simulate(arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_c
     p = np.array(prompt, dtype=np.int64)
     o = np.array(output, dtype=np.int64)
     zz = np.zeros(1) if z is None or service_cv == 0 else np.array(z, dtype=np.float64)
+    if clients is not None and int(clients) < 1:
+        raise ValueError(f"clients = {clients!r}: a closed loop needs at least one client")
+    th = np.zeros(len(a)) if think_s is None else np.array(think_s, dtype=np.float64)
     out = _loop(a, p, o, zz, float(cap), float(max_batched_tokens), float(kv_capacity), int(block_tokens),
                 float(queue_capacity), float(t_fixed), float(t_token), float(t_ctx), float(service_cv),
                 _POLICIES[scheduler_policy] == 1, int(scheduler_steps), _KV[kv_admission] == 1,
-                float(span[0]), float(span[1]))
-    status, admit_s, first_s, finish_s, first_msg, last_msg, preempted, recomputed, n_steps, stats = out
+                float(span[0]), float(span[1]), 0 if clients is None else int(clients), th, int(warmup))
+    status, admit_s, first_s, finish_s, first_msg, last_msg, preempted, recomputed, n_steps, stats, a = out
     ok = status == ADMITTED
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(ok & (o >= 2), (finish_s - first_s) / np.maximum(o - 1, 1), np.nan)
-    return {"status": status, "admit_s": admit_s, "first_s": first_s, "finish_s": finish_s,
+    return {"arrival_s": a, "status": status, "admit_s": admit_s, "first_s": first_s, "finish_s": finish_s,
             "first_msg_s": first_msg, "last_msg_s": last_msg, "preempted": preempted,
             "recomputed": recomputed, "ttft_s": np.where(ok, first_s - a, np.inf),
             "tpot_s": tpot, "e2e_s": np.where(ok, finish_s - a, np.inf), "n_steps": int(n_steps),
@@ -367,7 +424,8 @@ def simulate(arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_c
 
 
 def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(), scenario_ids=None,
-                        trace=None, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve") -> dict:
+                        trace=None, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve",
+                        clients=None, think_s=None) -> dict:
     """:func:`sweep.models.continuous.sim.simulate_continuous` for every engine variant: the same
     parameters, the same random streams per (scenario id, replication), the same measurement and
     the same outputs, from this loop, one replication after another. Where both run (chunked or
@@ -378,13 +436,27 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
     ``scheduler_steps = k`` a message carries a window's tokens, as vLLM's multi-step
     scheduling streams them). ``preempt`` is preemptions per measured admitted request and
     ``recomputed`` the cached tokens they freed per measured admitted request (each with
-    ``_hw``); both 0 under ``kv_admission = "reserve"``. Open loop; ``trace`` is replayed as
-    the JAX simulator replays it (every lane the trace's arrivals, and its lengths where given)."""
+    ``_hw``); both 0 under ``kv_admission = "reserve"``. ``trace`` is replayed as the JAX
+    simulator replays it (every lane the trace's arrivals, and its lengths where given).
+
+    ``clients`` (one integer >= 1 a point) makes each replication a closed loop
+    (``workload = "closed"``): ``params["lam"]`` is then the rate at which requests become due
+    (``inf``: all at once, a pure closed loop), each client sends its next request
+    ``think_s`` (a point's mean, exponential draws of its own stream; default 0) after its
+    last one finished, and latencies count from the send. ``rate_rps`` (with ``_hw``) is the
+    measured send rate, the closed loop's throughput: requests sent from request ``warmup``
+    to the last, over that span."""
     from sweep.models.continuous import sim
 
     if scheduler_policy not in _POLICIES or kv_admission not in _KV or int(scheduler_steps) < 1:
         raise sim.CBSimulationError(f"simulate_continuous: scheduler_policy {scheduler_policy!r}, kv_admission "
                                     f"{kv_admission!r}, scheduler_steps {scheduler_steps!r}")
+    closed = clients is not None
+    if closed and trace is not None:
+        raise sim.CBSimulationError("simulate_continuous: a trace is an open loop's arrivals; drop clients or trace")
+    if closed:  # the due times' rate may be inf (a pure closed loop): validated with a finite stand-in
+        lam_due = np.asarray(params["lam"], np.float64)
+        params = {**params, "lam": np.where(np.isfinite(lam_due), lam_due, 1.0)}
     p = sim._validate(params, need_lam=trace is None)
     s = p["cap"].shape[0]
     reps = int(settings.replications)
@@ -402,7 +474,12 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
     ids = ids % (1 << 31)
     n_summary = len(sim._SUMMARY)
     per = np.empty((s, reps, n_summary + 3 * (1 + len(more))))
-    extra = np.empty((s, reps, 2))
+    extra = np.empty((s, reps, 3))
+    if closed:
+        n_cl = np.broadcast_to(np.asarray(clients, np.int64), (s,))
+        z_mean = np.broadcast_to(np.asarray(0.0 if think_s is None else think_s, np.float64), (s,))
+        if (n_cl < 1).any() or not (z_mean >= 0).all():
+            raise sim.CBSimulationError("simulate_continuous: clients >= 1 and think_s >= 0 a point")
     idx = np.arange(n)
     quarter = (n - warmup) // 4
 
@@ -422,15 +499,23 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
                                               output_cv=float(p["output_cv"][i]), n=n)
             if trace is not None:
                 a, pp, oo = tr_a, np.where(tr_p > 0, tr_p, pp), np.where(tr_o > 0, tr_o, oo)
+            loop_kw = {}
+            if closed:
+                if not np.isfinite(lam_due[i]):
+                    a = np.zeros_like(a)
+                think = (np.random.default_rng([int(settings.seed), int(ids[i]), r, 1]).exponential(z_mean[i], n)
+                         if z_mean[i] > 0 else None)
+                loop_kw = dict(clients=int(n_cl[i]), think_s=think, warmup=warmup)
             n_z = int(oo.sum() + pp.sum() / eng["max_batched_tokens"]) + 64
             while True:
                 z = sim.step_normals(settings, int(ids[i]), r, n_z) if eng["service_cv"] > 0 else None
                 o = simulate(a, pp, oo, kv_capacity=kv, z=z,
                              scheduler_policy=scheduler_policy, scheduler_steps=scheduler_steps,
-                             kv_admission=kv_admission, span=(a[warmup], a[-1]), **eng)
+                             kv_admission=kv_admission, span=(a[warmup], a[-1]), **loop_kw, **eng)
                 if o["n_steps"] >= 0:
                     break
                 n_z *= 2
+            a = o["arrival_s"]
             adm = o["status"] == ADMITTED
             ttft = np.where(adm, o["first_msg_s"] - a, np.inf)
             e2e = np.where(adm, o["last_msg_s"] - a, np.inf)
@@ -462,10 +547,11 @@ def simulate_continuous(params, settings, *, percentile=0.99, more_percentiles=(
                         sim._sorted_quantiles(np.where(tm, tpot, np.inf)[w][None, :], cnt_t, qa)[0],
                         sim._sorted_quantiles(np.where(am, e2e, np.inf)[w][None, :], cnt_a, qa)[0]]
             per[i, r] = row
-            extra[i, r] = (o["preempted"][am].sum() / max(n_adm, 1), o["recomputed"][am].sum() / max(n_adm, 1))
+            extra[i, r] = (o["preempted"][am].sum() / max(n_adm, 1), o["recomputed"][am].sum() / max(n_adm, 1),
+                           (m - 1) / span if span > 0 else np.inf)
     out = sim._aggregate(per, reps, more)
     tq = sim.student_t975(reps - 1)
-    for j, name in enumerate(("preempt", "recomputed")):
+    for j, name in enumerate(("preempt", "recomputed", "rate_rps")[:3 if closed else 2]):
         x = extra[:, :, j]
         out[name] = x.mean(axis=1)
         out[name + "_hw"] = (tq * x.std(axis=1, ddof=1) / np.sqrt(reps)) if reps > 1 else np.full(s, np.inf)
