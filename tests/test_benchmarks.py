@@ -215,7 +215,18 @@ def _itl_accuracy(out, text):
     assert "worst P99" in text
 
 
-CHECKS = {"cb_accuracy": _cb_accuracy, "itl_accuracy": _itl_accuracy, "disagg_accuracy": _disagg_accuracy,
+def _closed_accuracy(out, text):
+    """Three small closed loops; the first is one client without think time, a lone request
+    after another: its mean TTFT and TPOT are the open model's at zero load, closed forms
+    the simulator reproduces (within SPEC 10's targets)."""
+    assert len(out["rows"]) == 3 and out["rows"][0]["clients"] == 1
+    first = out["rows"][0]
+    assert abs(first["tpot_mean_err"]) <= 0.05 and abs(first["ttft_mean_err"]) <= 0.15
+    assert ("trusted", "throughput") in out["summary"] and "judged comparisons within target" in text
+
+
+CHECKS = {"cb_accuracy": _cb_accuracy, "itl_accuracy": _itl_accuracy, "closed_accuracy": _closed_accuracy,
+          "disagg_accuracy": _disagg_accuracy,
           "search_workers": _search_workers,
           "cluster": _cluster, "kernel": _kernel, "uncertainty": _uncertainty, "gamma": _gamma, "batcher": _batcher,
           "proxy_vs_sim": _proxy_vs_sim, "roofline_accuracy": _roofline_accuracy, "load_accuracy": _load_accuracy,

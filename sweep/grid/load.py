@@ -50,11 +50,15 @@ POINTS_MODES = ("all", "feasible", "none")
 TOP_LEVEL_KEYS = ("name", "description", "grid", "options", "output", "catalog", "profile", "search", "simulation",
                   "schedule", "uncertainty", "sensitivity")
 OPTION_KEYS = ("serving", "latency_model", "kv_allocation", "block_tokens", "reserve_fraction", "engine",
-               "scheduler_policy", "scheduler_steps", "kv_admission")
+               "scheduler_policy", "scheduler_steps", "kv_admission", "workload")
 #: `[options] scheduler_policy` values (docs/continuous.md, "Engine variants")
 SCHEDULER_POLICIES = ("chunked", "prefill_first")
 #: `[options] kv_admission` values (docs/continuous.md, "Engine variants")
 KV_ADMISSIONS = ("reserve", "on_demand")
+#: `[options] workload` values (docs/continuous.md, "Closed loops")
+WORKLOADS = ("open", "closed")
+#: tables whose rates or samples assume an open loop at arrival_rps
+_OPEN_LOOP_TABLES = ("schedule", "uncertainty", "sensitivity")
 #: the most decode steps per scheduling decision `[options] scheduler_steps` takes (vLLM 0.6
 #: documents 8-16 as typical; beyond 64 a window outlasts any TTFT a planner would accept)
 MAX_SCHEDULER_STEPS = 64
@@ -106,6 +110,8 @@ def build(
     name = _check_name(doc, source)
     options = _build_options(doc.get("options", {}), source)
     model = get_model(options.serving, options.latency_model)
+    if options.workload == "closed":
+        _check_closed(doc, source)
     grid = doc.get("grid")
     if not isinstance(grid, Mapping):
         raise GridError(source, "grid", grid, "a [grid] table is required")
@@ -290,7 +296,9 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
     options = Options(serving, lm, alloc, block, float(reserve), _engine(raw, serving, source),
                       _scheduler_policy(raw, serving, source), _scheduler_steps(raw, serving, source),
                       _continuous_option(raw, "kv_admission", KV_ADMISSIONS, serving, source,
-                                         "is how an iteration-level (continuous) engine allocates KV"))
+                                         "is how an iteration-level (continuous) engine allocates KV"),
+                      workload=_continuous_option(raw, "workload", WORKLOADS, serving, source,
+                                                  "is how clients load an iteration-level (continuous) engine"))
     _check_engine_variant(options, source)
     return options
 
@@ -320,6 +328,25 @@ def _check_engine_variant(options: Options, source: str) -> None:
         raise GridError(source, "options.scheduler_steps", options.scheduler_steps,
                         'with scheduler_policy = "prefill_first" has no analytic model: set latency_model = '
                         '"simulated" under [options] (the simulator decides), or drop scheduler_steps')
+
+
+def _check_closed(doc: Mapping[str, Any], source: str) -> None:
+    """A closed loop is set by its clients; its rate is what they make of the engine: the
+    tables that set or sample arrival rates, and a replayed arrival trace, are open-loop tools."""
+    grid = doc.get("grid")
+    if isinstance(grid, Mapping) and "clients" not in grid:
+        raise GridError(source, "grid.clients", None,
+                        'is required with workload = "closed" (the clients over the fleet), e.g. clients = [64, 256]')
+    for table in _OPEN_LOOP_TABLES:
+        if table in doc:
+            raise GridError(source, table, f"[{table}]",
+                            'assumes an open loop at arrival_rps; workload = "closed" sets the load by clients: '
+                            f'drop [{table}] or set workload = "open"')
+    sim = doc.get("simulation")
+    if isinstance(sim, Mapping) and "trace" in sim:
+        raise GridError(source, "simulation.trace", sim["trace"],
+                        'is an open loop\'s arrival times; workload = "closed" sends a request when a client is '
+                        'free: drop trace or set workload = "open"')
 
 
 def _continuous_option(raw: Mapping[str, Any], key: str, values: Sequence[str], serving: str, source: str,

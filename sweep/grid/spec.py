@@ -46,6 +46,9 @@ class Options:
     #: default), or reserved for prompt + output at admission (TensorRT-LLM's
     #: GUARANTEED_NO_EVICT, TGI): on_demand | reserve
     kv_admission: str = "on_demand"
+    #: how clients load a continuous engine: an open loop at arrival_rps, or a closed loop of
+    #: `clients` that send their next request when the last one finished: open | closed
+    workload: str = "open"
 
 
 @dataclass(frozen=True)

@@ -58,60 +58,81 @@ __all__ = ["N_BISECT", "cb_closed", "closed_loop"]
 
 #: Halvings of the throughput bracket: 2^-60 of it, below float64's resolution of the rate.
 N_BISECT = 60
-_OUT = ("ttft_mean", "ttft_p", "tpot_mean", "tpot_p", "e2e_mean", "e2e_p", "mean_running", "step_mean")
 
 
 def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
               kv_capacity_tokens, block_tokens, t_fixed, t_token, t_ctx, service_cv, q, *,
-              arrival_theorem: bool | Array = True) -> dict[str, Array]:
+              arrival_theorem: bool | Array = True, rate: Array | float = jnp.inf, prefill_first: bool = False,
+              steps: int = 1) -> dict[str, Array]:
     """The closed loop of ``clients`` users with mean think time ``think_s`` (s) for one point
     (see the module docstring); the other arguments are `analytic.cb_point`'s, float64
-    scalars in SI units.
+    scalars in SI units, and ``prefill_first`` and ``steps`` its engine variants.
+
+    ``rate`` (1/s, default inf) caps the rate at which requests become due, as `vllm bench
+    serve --request-rate r --max-concurrency c` does: where ``rate`` is below the loop's own
+    throughput ``X_c`` the throughput is ``rate``, and the engine sees
+    ``min(rate, X_c (n - 1) / n)`` (the open model's arrivals while the clients rarely all
+    wait; the closed loop's where they do): continuous in ``rate``, and the closed loop at
+    ``rate = inf``.
 
     Returns float64 scalars: ``throughput_rps`` (X, requests per second), ``output_tok_s``,
     ``saturated`` (bool: X is the capacity),
     ``lam_seen`` (the rate the open model is evaluated at), ``capacity_rps`` (the open
-    model's), and that model's ``ttft_mean``, ``ttft_p``, ``tpot_mean``, ``tpot_p``,
-    ``e2e_mean``, ``e2e_p``, ``mean_running`` and ``step_mean`` at ``lam_seen`` (s). Every
-    output is finite: a closed loop always has a throughput below the capacity."""
+    model's), and every other output of `cb_point` at ``lam_seen`` (``ttft_mean``,
+    ``ttft_p``, ``tpot_mean``, ``tpot_p``, ``e2e_mean``, ``e2e_p``, ``mean_running``,
+    ``step_mean``, ``slots``, ``kv_util``, ``stable``, ...; s). Every latency is finite: a
+    closed loop always has a throughput below the capacity."""
     n = jnp.asarray(clients, jnp.float64)
     z = jnp.asarray(think_s, jnp.float64)
+    rate = jnp.asarray(rate, jnp.float64)
     rest = (prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens, kv_capacity_tokens,
             block_tokens, t_fixed, t_token, t_ctx, service_cv, q)
+    variant: dict[str, Any] = dict(prefill_first=prefill_first, steps=steps)
     share = jnp.where(jnp.asarray(arrival_theorem), (n - 1.0) / n, jnp.ones_like(n))
 
     # One loop whose body holds the open model once (it compiles once, not three times):
     # iteration 0 evaluates a lone request (the bracket), the next N_BISECT halve the
     # bracket, the last evaluates the root found.
     def body(i, st):
-        lo, up, _ = st
-        mid = jnp.where(i == N_BISECT + 1, lo, 0.5 * (lo + up))
-        r = cb_point(jnp.where(i == 0, 0.0, mid * share), *rest)  # cb_point floors the rate at 1e-300
+        lo, up, _, lone = st
+        last = i == N_BISECT + 1
+        mid = jnp.where(last, lo, 0.5 * (lo + up))
+        seen = jnp.where(last, jnp.minimum(mid * share, rate), mid * share)
+        r = cb_point(jnp.where(i == 0, 0.0, seen), *rest, **variant)  # cb_point floors the rate at 1e-300
         hi0 = jnp.minimum(n / (r["e2e_mean"] + z), r["capacity_rps"])
         e2e = r["e2e_mean"]
         low = jnp.isfinite(e2e) & (mid * (jnp.where(jnp.isfinite(e2e), e2e, 0.0) + z) < n)
         halving = (i > 0) & (i <= N_BISECT)
         lo = jnp.where(halving & low, mid, lo)
         up = jnp.where(i == 0, hi0, jnp.where(halving & ~low, mid, up))
-        return lo, up, r
+        return lo, up, r, jnp.where(i == 0, r["ttft_mean"], lone)
 
-    zero = jnp.zeros_like(n * z)
-    shape = jax.eval_shape(lambda: cb_point(zero, *rest))
+    zero = jnp.zeros_like(n * z * rate)
+    shape = jax.eval_shape(lambda: cb_point(zero, *rest, **variant))
     r0 = {k: jnp.zeros(v.shape, v.dtype) for k, v in shape.items()}
     # lo: the largest rate known to keep the law's left side below n (finite latencies)
-    x, _, r = lax.fori_loop(0, N_BISECT + 2, body, (zero, zero, r0))
+    x, _, r, lone = lax.fori_loop(0, N_BISECT + 2, body, (zero, zero, r0, zero))
     capacity = r["capacity_rps"]
-    out = {k: r[k] for k in _OUT}
+    out = dict(r)
+    out["ttft_lone"] = lone  # a lone request's TTFT (the bracket's evaluation)
+    out["ttft_open"] = r["ttft_mean"]  # the open model's at lam_seen, before any slot wait is added
     # Where even the capacity leaves the law's left side below n (more clients than the engine
     # serves at once: the bracket's top is the capacity) the response is the law's, n / X - Z,
     # and the excess over the open model's is a wait for a slot, before the first token.
-    # Elsewhere the excess is the bisection's residual (2^-60 of the bracket).
-    excess = jnp.maximum(n / x - z - r["e2e_mean"], 0.0)
+    # Elsewhere the excess is the bisection's residual (2^-60 of the bracket). Where the due
+    # rate binds, no client waits for a slot.
+    limited = rate < x * share
+    excess = jnp.where(limited, 0.0, jnp.maximum(n / x - z - r["e2e_mean"], 0.0))
+    through = jnp.minimum(x, rate)
+    # running sequences by Little's law over the engine, the slot wait excluded (the open
+    # model's count at lam_seen misses the request itself: 0 for one client); where the due
+    # rate binds, the open model's own
+    out["mean_running"] = jnp.where(limited, r["mean_running"], jnp.minimum(through * r["e2e_mean"], r["slots"]))
     for k in ("ttft_mean", "ttft_p", "e2e_mean", "e2e_p"):
         out[k] = out[k] + excess
-    out.update(saturated=excess > 1e-6 * out["e2e_mean"], throughput_rps=x,
-               output_tok_s=x * jnp.asarray(output_mean, jnp.float64), lam_seen=x * share,
-               capacity_rps=capacity)
+    out.update(saturated=excess > 1e-6 * out["e2e_mean"], throughput_rps=through,
+               output_tok_s=through * jnp.asarray(output_mean, jnp.float64),
+               lam_seen=jnp.minimum(x * share, rate), capacity_rps=capacity)
     return out
 
 

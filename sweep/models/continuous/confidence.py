@@ -77,3 +77,17 @@ def reservations_never_block(*, mean_running: Any, cap: Any, kv_tokens: Any, pro
     n_hi = jnp.minimum(cap, mean_running + z * jnp.sqrt(jnp.maximum(mean_running, 0.0)) + 1.0)
     need = n_hi * r_mean + z * jnp.sqrt(n_hi * r_var)
     return jnp.isinf(kv_tokens) | (need <= kv_tokens)
+
+
+
+def closed_loop_trusted(*, saturated: Any, clients: Any, slots: Any, ttft_open: Any, ttft_lone: Any) -> Array:
+    """The closed loop's own clause (`workload = "closed"`; `benchmarks/closed_accuracy.py`):
+    false where the clients outnumber what the engine serves at once (`saturated`: the slot
+    wait is added as a constant, while the open model's spread at that rate is too wide), and
+    where no more clients than slots meet an open-model TTFT above `clients` lone requests'
+    TTFTs: a request of such a loop has at most `clients - 1` others' prompts ahead of it, so
+    a longer TTFT is the open model's queue of Poisson arrivals (a slot or prefill backlog)
+    outgrowing a population of a few clients (seen on KV-bound engines with heavy-tailed
+    outputs and on small token budgets with long prompts)."""
+    few = clients <= slots
+    return ~saturated & ~(few & (ttft_open > clients * ttft_lone))

@@ -51,7 +51,11 @@ from sweep.models.base import (
     planning_columns,
 )
 from sweep.models.continuous import confidence
-from sweep.models.continuous.confidence import analytic_trusted, reservations_never_block
+from sweep.models.continuous.confidence import (
+    analytic_trusted,
+    closed_loop_trusted,
+    reservations_never_block,
+)
 from sweep.models.continuous.slos import SLO_CHECKS, SLO_KEYS
 from sweep.models.continuous.views import VIEWS
 from sweep.models.shared import columns as shared
@@ -64,9 +68,11 @@ if TYPE_CHECKING:
 
     from sweep.grid.spec import GridSpec, SimulationOptions
     from sweep.models.continuous import analytic, itl
+    from sweep.models.continuous import closed as closed_model
 else:
     jnp = lazy_module("jax.numpy")
     analytic = lazy_module("sweep.models.continuous.analytic")
+    closed_model = lazy_module("sweep.models.continuous.closed")
     itl = lazy_module("sweep.models.continuous.itl")
 
 INF = math.inf
@@ -91,6 +97,9 @@ DOMAINS: dict[str, Domain] = {
     "batch_size": Domain(1, 1e5, "sequences"),
     # tokens per step (max_num_batched_tokens): up to 1e8, or inf (whole prompts in one step)
     "max_batched_tokens": Domain(1, 1e8, "tokens", inf=True),
+    # workload = "closed": clients over the fleet (inf: an open loop), and their mean think time
+    "clients": Domain(1, 1e7, "clients", inf=True),
+    "think_time_s": Domain(0, 1e6, "s"),
 }
 
 PARAMS: tuple[Param, ...] = (
@@ -100,6 +109,9 @@ PARAMS: tuple[Param, ...] = (
     Param("gpus_per_replica", "int", 1, DOMAINS["gpus_per_replica"], example="gpus_per_replica = [1, 2, 4, 8]",
           search_example="gpus_per_replica = [1, 2, 4, 8]"),
     Param("arrival_rps", "float", None, DOMAINS["arrival_rps"], example="arrival_rps = [5, 10, 20]"),
+    # no example: the contract's grids are open loops, where the kernel reads neither
+    Param("clients", "int", math.inf, DOMAINS["clients"]),
+    Param("think_time_s", "float", 0.0, DOMAINS["think_time_s"]),
     Param("prompt_tokens", "float", None, DOMAINS["prompt_tokens"], example="prompt_tokens = 1000"),
     Param("prompt_cv", "float", 0.0, DOMAINS["prompt_cv"], example="prompt_cv = 1.0"),
     Param("output_tokens", "float", None, DOMAINS["output_tokens"], example="output_tokens = 200"),
@@ -147,9 +159,20 @@ COLUMNS: tuple[Column, ...] = (
     shared.MODEL,
     shared.GPU,
     shared.GPUS_PER_REPLICA,
-    shared.ARRIVAL_RPS,
+    Column("arrival_rps", "float64", "requests/s",
+           "Total arrival rate for the fleet; under workload = closed the rate at which requests become due "
+           "(vllm bench serve --request-rate), NULL (no limit) for a pure closed loop.", null_when=UNLIMITED),
     shared.REPLICAS,
-    Column("lambda_per_replica_rps", "float64", "requests/s", "Per-replica arrival rate arrival_rps / replicas."),
+    Column("clients", "int64", "clients",
+           "workload = closed: the clients over the fleet (each replica gets clients / replicas; the simulator "
+           "runs that rounded, at least 1), each sending its next request when the last finished; NULL (no "
+           "limit) in an open loop.", null_when=UNLIMITED),
+    Column("think_time_s", "float64", "s",
+           "workload = closed: a client's mean think time between a finish and its next request (exponential); "
+           "0 in an open loop."),
+    Column("lambda_per_replica_rps", "float64", "requests/s",
+           "Per-replica arrival rate arrival_rps / replicas; NULL (no limit) for a pure closed loop.",
+           null_when=UNLIMITED),
     Column("prompt_tokens", "float64", "tokens", "Mean prompt length P (lognormal, rounded, at least 1)."),
     Column("prompt_cv", "float64", "-", "Coefficient of variation of the prompt length."),
     Column("output_tokens", "float64", "tokens", "Mean output length O (lognormal, rounded, at least 1)."),
@@ -228,7 +251,11 @@ COLUMNS: tuple[Column, ...] = (
            null_when="stable"),
     Column("e2e_p_ms", "float64", "ms", "E2E at `percentile`; NULL (unbounded) where not stable.", null_when="stable"),
     Column("output_tok_s", "float64", "tokens/s",
-           "Output tokens per second of one replica: lambda x O when stable, capacity_rps x O when saturated."),
+           "Output tokens per second of one replica: throughput_rps x O."),
+    Column("throughput_rps", "float64", "requests/s",
+           "Requests per second one replica serves: lambda_per_replica_rps when stable, capacity_rps when "
+           "saturated (open loop); under workload = closed the rate its clients send at, the closed loop's "
+           "throughput (mean value analysis; the simulator's measured send rate where it decides)."),
     Column("tok_s_per_gpu", "float64", "tokens/s",
            "Output tokens/s per GPU this cap and budget sustain: capacity_rps x output_tokens / gpus_per_replica "
            "(the frontier's throughput axis, as capacity_rps is in dynamic serving)."),
@@ -283,8 +310,9 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 ROW_CONSTANT: tuple[str, ...] = (
-    "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "lambda_per_replica_rps", "prompt_tokens",
-    "prompt_cv", "output_tokens", "output_cv", "t_step_fixed_ms", "t_token_ms", "t_ctx_ms", "service_source",
+    "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "clients", "think_time_s",
+    "lambda_per_replica_rps", "prompt_tokens", "prompt_cv", "output_tokens", "output_cv", "t_step_fixed_ms",
+    "t_token_ms", "t_ctx_ms", "service_source",
     "eta_bw", "eta_flops", "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms",
     "percentile", "rho_max", "rho_min", "queue_capacity", "service_cv", "kv_capacity_tokens", "weights_gb",
     "free_gb", "weights_fit", "cost_usd_per_hour",
@@ -381,8 +409,8 @@ class ContinuousModel(ServingModel):
     #: and 228x as separate scalars, where XLA recomputes the tangents per column)
     derivative_mode: ClassVar[str] = "reverse"
     echo: ClassVar[tuple[str, ...]] = (
-        "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "prompt_tokens", "prompt_cv",
-        "output_tokens", "output_cv", "batch_size", "max_batched_tokens",
+        "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "clients", "think_time_s", "prompt_tokens",
+        "prompt_cv", "output_tokens", "output_cv", "batch_size", "max_batched_tokens",
         "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms", "percentile",
         "rho_max", "rho_min", "queue_capacity", "service_cv",
     )
@@ -413,10 +441,23 @@ class ContinuousModel(ServingModel):
 
     def fill(self, values: dict[str, list[Any]], where: Callable[[str], str],
              source: str) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+        if "clients" in values and "arrival_rps" not in values:
+            # a closed loop without a due rate: every client sends when free (--request-rate inf)
+            values = {**values, "arrival_rps": [math.inf]}
         return fill_keys(self, values, where, source, REQUIRED, slo_keys=SLO_KEYS)
 
     def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str],
               source: str) -> None:
+        closed = getattr(options, "workload", "open") == "closed"
+        if closed and not all(math.isfinite(v) for v in values["clients"]):
+            raise GridError(source, where("clients"), values["clients"][0] if "clients" in values else None,
+                            'is required with workload = "closed" (the clients over the fleet), '
+                            'e.g. clients = [64, 256]')
+        if not closed:
+            for key, idle in (("clients", math.inf), ("think_time_s", 0.0)):
+                if any(v != idle for v in values[key]):
+                    raise GridError(source, where(key), values[key][0],
+                                    'is a closed loop\'s: set workload = "closed" under [options], or drop ' + key)
         if max(values["rho_min"]) >= min(values["rho_max"]):
             raise GridError(source, where("rho_min"), max(values["rho_min"]),
                             f"must be < rho_max for every combination (smallest rho_max is {min(values['rho_max'])})")
@@ -440,16 +481,20 @@ class ContinuousModel(ServingModel):
             # only when set, so that a reserve grid's static arguments stay what they were
             **({"on_demand": True} if spec.options.kv_admission == "on_demand" else {}),
             **({"steps": spec.options.scheduler_steps} if spec.options.scheduler_steps > 1 else {}),
+            **({"closed": True} if spec.options.workload == "closed" else {}),
         )
 
     def _engine(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
-                reserve_fraction: float, prefill_first: bool = False) -> dict[str, Any]:
+                reserve_fraction: float, prefill_first: bool = False, closed: bool = False) -> dict[str, Any]:
         """One point's engine before the queueing model: step-time coefficients, arrival
-        rate, KV capacity and memory verdict, and the arguments of `cb_point` (`args`)."""
+        rate, KV capacity and memory verdict, and the arguments of `cb_point` (`args`).
+        ``closed``: ``lam`` is the rate requests become due (inf: a pure closed loop) and
+        ``clients`` the clients one replica serves."""
         gpus = x["gpus_per_replica"]
         kv_per_token = x["kv_elems_per_token"] * x["kv_bytes_per_elem"]
         weights = x["n_params"] * x["weight_bytes_per_param"]
         lam = x["arrival_rps"] / x["replicas"]
+        clients = x["clients"] / x["replicas"] if closed else jnp.inf
         free = gpus * x["hbm_bytes"] * (1.0 - reserve_fraction) - weights
         block = block_tokens if paged else 1.0
         c_tok = kv_capacity_tokens(free, kv_per_token, block, paged=paged)
@@ -461,9 +506,12 @@ class ContinuousModel(ServingModel):
             eta_bw = x["eta_bw"] if "eta_bw" in x else x["gpu_eta_bw"]
             eta_flops = x["eta_flops"] if "eta_flops" in x else x["gpu_eta_flops"]
             # the refined step linearized at the occupancy this load produces (docs/roofline.md)
-            tf, tt, tc = rl.operating_line(rl.replica_params(x, eta_bw, eta_flops), lam, x["prompt_tokens"],
+            # (a closed loop: at the occupancy its due rate would make, at most its clients;
+            # the flow balance takes a finite stand-in for an unlimited rate)
+            line_lam = jnp.where(jnp.isfinite(lam), lam, 1e12) if closed else lam
+            tf, tt, tc = rl.operating_line(rl.replica_params(x, eta_bw, eta_flops), line_lam, x["prompt_tokens"],
                                            x["output_tokens"], x["max_batched_tokens"], x["batch_size"], kv_tokens,
-                                           block, kv_per_token, x["attn_width"], x["n_layers"])
+                                           block, kv_per_token, x["attn_width"], x["n_layers"], clients)
             roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
         else:
             tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
@@ -471,46 +519,56 @@ class ContinuousModel(ServingModel):
                 x["max_batched_tokens"], kv_tokens, block, tf, tt, tc, x["service_cv"],
                 x["percentile"])
         return dict(gpus=gpus, weights=weights, roof=roof, tf=tf, tt=tt, tc=tc, lam=lam, free=free, c_tok=c_tok,
-                    mem_ok=mem_ok, reservation=reservation, args=args)
+                    mem_ok=mem_ok, reservation=reservation, args=args, clients=clients)
 
     def presolve(self, x: Mapping[str, Array], **static: Any) -> dict[str, Array]:
         """The step-time fixed point (T_d, T_p) of `sweep.models.continuous.analytic`, solved once
         per point for `[sensitivity]`'s derivative program (see `ServingModel.presolve`)."""
-        engine_keys = {k: v for k, v in static.items() if k not in ("on_demand", "steps")}
+        engine_keys = {k: v for k, v in static.items() if k not in ("on_demand", "steps", "closed")}
         td, tp = analytic.cb_state(*self._engine(x, **engine_keys)["args"],
                                    prefill_first=static.get("prefill_first", False), steps=static.get("steps", 1))
         return {STATE_TD: td, STATE_TP: tp}
 
     def point(self, x: Mapping[str, Array], *, paged: bool, service_source: str, block_tokens: float,
               reserve_fraction: float, prefill_first: bool = False, on_demand: bool = False,
-              steps: int = 1) -> dict[str, Array]:
+              steps: int = 1, closed: bool = False) -> dict[str, Array]:
         e = self._engine(x, paged=paged, service_source=service_source, block_tokens=block_tokens,
-                         reserve_fraction=reserve_fraction)
+                         reserve_fraction=reserve_fraction, closed=closed)
         gpus, weights, roof, tf, tt, tc, lam, free, c_tok, mem_ok = (
             e[k] for k in ("gpus", "weights", "roof", "tf", "tt", "tc", "lam", "free", "c_tok", "mem_ok"))
-        state = (x[STATE_TD], x[STATE_TP]) if STATE_TD in x else None
-        r = analytic.cb_point(*e["args"], state=state, prefill_first=prefill_first, steps=steps)
+        if closed:  # mean value analysis over the open model (docs/continuous.md, "Closed loops")
+            r = closed_model.cb_closed(e["clients"], x["think_time_s"], *e["args"][1:], rate=lam,
+                                       prefill_first=prefill_first, steps=steps)
+            seen, through = r["lam_seen"], r["throughput_rps"]
+        else:
+            state = (x[STATE_TD], x[STATE_TP]) if STATE_TD in x else None
+            r = analytic.cb_point(*e["args"], state=state, prefill_first=prefill_first, steps=steps)
+            seen, through = lam, lam
         stable = r["stable"] & mem_ok
-        rho = jnp.where(r["capacity_rps"] > 0, lam / jnp.where(r["capacity_rps"] > 0, r["capacity_rps"], 1.0), INF)
+        rho = jnp.where(r["capacity_rps"] > 0, through / jnp.where(r["capacity_rps"] > 0, r["capacity_rps"], 1.0),
+                        INF)
 
         def gate(v: Array) -> Array:
             return jnp.where(stable, v, INF)
 
         tpot_ms = gate(r["tpot_mean"] * MS)
-        itl_ms = gate(itl.itl_quantile_fast(x["percentile"], r["step_mean"], r["tpot_mean"], r["mean_running"], lam,
+        itl_ms = gate(itl.itl_quantile_fast(x["percentile"], r["step_mean"], r["tpot_mean"], r["mean_running"], seen,
                                              x["prompt_tokens"], x["max_batched_tokens"], tf, tt, x["service_cv"],
                                              prefill_first=prefill_first) * MS)
         if steps > 1:  # a client's messages come a window apart (docs/continuous.md, "Engine variants")
             itl_ms = itl_ms * steps
         # a saturated engine delivers its capacity; the rest of the offered load queues
-        out_tok = jnp.where(stable, r["output_tok_s"],
-                            jnp.where(mem_ok, jnp.minimum(lam, r["capacity_rps"]) * x["output_tokens"], 0.0))
+        served = jnp.where(stable, through, jnp.where(mem_ok, jnp.minimum(through, r["capacity_rps"]), 0.0))
+        out_tok = jnp.where(stable, r["output_tok_s"], served * x["output_tokens"])
         cost_h = x["replicas"] * gpus * x["usd_per_gpu_hour"]
         per_mtok = jnp.where(stable & (out_tok > 0),
                              cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
         trusted = analytic_trusted(
-            mean_running=r["mean_running"], slots=r["slots"], lam=lam, capacity_rps=r["capacity_rps"],
+            mean_running=r["mean_running"], slots=r["slots"], lam=seen, capacity_rps=r["capacity_rps"],
             mem_ok=mem_ok)
+        if closed:  # the closed loop's own clause (confidence.closed_loop_trusted)
+            trusted = trusted & closed_loop_trusted(saturated=r["saturated"], clients=e["clients"], slots=r["slots"],
+                                                    ttft_open=r["ttft_open"], ttft_lone=r["ttft_lone"])
         if on_demand:  # the reserve engine's values hold where its reservations never block
             trusted = trusted & reservations_never_block(
                 mean_running=r["mean_running"], cap=x["batch_size"], kv_tokens=c_tok,
@@ -540,6 +598,7 @@ class ContinuousModel(ServingModel):
             "e2e_mean_ms": gate(r["e2e_mean"] * MS),
             "e2e_p_ms": gate(r["e2e_p"] * MS),
             "output_tok_s": out_tok,
+            "throughput_rps": served,
             "tok_s_per_gpu": jnp.where(mem_ok, r["capacity_rps"], 0.0) * x["output_tokens"] / gpus,
             # no steady state, no speed a user sees: +inf is the engine's NULL (never the limit 0)
             "tok_s_per_user": jnp.where(stable, 1e3 / jnp.where(stable, tpot_ms, 1.0), INF),
@@ -566,7 +625,8 @@ class ContinuousModel(ServingModel):
                                     block_tokens=float(spec.options.block_tokens),
                                     scheduler_policy=spec.options.scheduler_policy,
                                     scheduler_steps=spec.options.scheduler_steps,
-                                    kv_admission=spec.options.kv_admission)
+                                    kv_admission=spec.options.kv_admission,
+                                    closed=spec.options.workload == "closed")
 
 
 class SimulatedContinuous(ContinuousModel):
@@ -586,8 +646,10 @@ class ContinuousSimulation(HostPass):
     """The iteration-level simulator (`sweep.models.continuous.sim`) on one chunk's points."""
 
     def __init__(self, options: SimulationOptions, *, decides: bool, paged: bool, block_tokens: float,
-                 scheduler_policy: str = "chunked", scheduler_steps: int = 1, kv_admission: str = "on_demand") -> None:
+                 scheduler_policy: str = "chunked", scheduler_steps: int = 1, kv_admission: str = "on_demand",
+                 closed: bool = False) -> None:
         self.options = options
+        self.closed = closed
         self.scheduler_policy = scheduler_policy
         self.scheduler_steps = scheduler_steps
         self.kv_admission = kv_admission
@@ -612,14 +674,21 @@ class ContinuousSimulation(HostPass):
             "t_ctx": cols["t_ctx_ms"][:n] * 1e-3, "service_cv": cols["service_cv"][:n],
         }
         settings = CBSimSettings(n_requests=o.n_requests, warmup=o.warmup, replications=o.replications, seed=o.seed)
-        if self.scheduler_steps != 1 or self.kv_admission != "reserve":
-            # the variants the JAX simulator has no room for (on-demand KV, the default, and
-            # multi-step windows): the compiled event loop, the same streams and measurement
+        if self.scheduler_steps != 1 or self.kv_admission != "reserve" or self.closed:
+            # the variants the JAX simulator has no room for (on-demand KV, the default,
+            # multi-step windows, closed loops): the compiled event loop, the same streams and
+            # measurement
             from sweep.models.continuous import loop
 
+            closed: dict[str, Any] = {}
+            if self.closed:  # each replica's share of the clients, rounded, at least one
+                params["lam"] = cols["arrival_rps"][:n] / cols["replicas"][:n]
+                share = np.rint(cols["clients"][:n] / cols["replicas"][:n])
+                closed = dict(clients=np.maximum(share, 1).astype(np.int64), think_s=cols["think_time_s"][:n])
             sim = loop.simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
                                            scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy,
-                                           scheduler_steps=self.scheduler_steps, kv_admission=self.kv_admission)
+                                           scheduler_steps=self.scheduler_steps, kv_admission=self.kv_admission,
+                                           **closed)
         else:
             sim = simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
                                       scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy)
@@ -656,12 +725,17 @@ class ContinuousSimulation(HostPass):
             law = np.asarray(itl_quantile_points(
                 cols["percentile"], np.where(good, out["sim_step_mean_ms"], 1.0) * 1e-3,
                 np.where(good, out["sim_tpot_mean_ms"], 1.0) * 1e-3, sim["mean_running"],
-                cols["lambda_per_replica_rps"], cols["prompt_tokens"], cols["max_batched_tokens"],
+                sim["rate_rps"] if self.closed else cols["lambda_per_replica_rps"], cols["prompt_tokens"],
+                cols["max_batched_tokens"],
                 cols["t_step_fixed_ms"] * 1e-3, cols["t_token_ms"] * 1e-3, cols["service_cv"],
                 prefill_first=self.scheduler_policy == "prefill_first"))
             out["itl_p_ms"] = np.where(good, law * MS, np.inf)
             out["mean_running"] = out["sim_mean_running"]
             out["output_tok_s"] = sim["output_tok_s"]
+            if self.closed:  # the clients' measured send rate is the loop's throughput
+                out["throughput_rps"] = sim["rate_rps"]
+                cap = cols["capacity_rps"]
+                out["rho"] = np.where(cap > 0, sim["rate_rps"] / np.where(cap > 0, cap, 1.0), np.inf)
             tpot = out["tpot_mean_ms"]
             fast = steady & (tpot > 0)
             out["tok_s_per_user"] = np.where(fast, 1e3 / np.where(fast, tpot, 1.0), np.inf)  # NULL where unsteady

@@ -31,6 +31,7 @@ Defaults (one set for every model, GPU and phase; justified in docs/roofline.md)
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sweep._lazy import lazy_module
@@ -301,7 +302,7 @@ def step_line(p: StepParams, prompt_tokens, output_tokens, budget, kv_bytes_per_
 
 
 def operating_running(p: StepParams, lam, prompt_tokens, output_tokens, budget, cap, kv_capacity_tokens,
-                      block_tokens, kv_bytes_per_token, attn_width, n_layers) -> Array:
+                      block_tokens, kv_bytes_per_token, attn_width, n_layers, most=math.inf) -> Array:
     """The running count r a sequence sees at the point's load (itself included), for
     `operating_line`: r = min(c, A + 1), A the mean running count, c = min(N, C / reservation).
 
@@ -316,7 +317,8 @@ def operating_running(p: StepParams, lam, prompt_tokens, output_tokens, budget, 
     is the running count a running sequence sees under Poisson occupancy (size-biased,
     E[R^2] / E[R]), the analytic model's R_seen below the cap; it is 1 (a lone request) as
     the load goes to 0. c follows the mean reservation ceil((P + O) / b) b; KV capacity
-    C = inf gives c = N.
+    C = inf gives c = N. ``most`` bounds r: a closed loop of n clients never runs more than n
+    sequences (the caller passes n; a closed loop's due rate as ``lam``).
     """
     dec_ctx = prompt_tokens + output_tokens / 2.0
     steps = output_tokens - 1.0 + jnp.maximum(1.0, prompt_tokens / budget)
@@ -361,15 +363,15 @@ def operating_running(p: StepParams, lam, prompt_tokens, output_tokens, budget, 
         0, OPERATING_ITERATIONS, illinois, (lo, hi, h_lo, h_hi, jnp.zeros_like(c), saturated, c))
     den = h_lo - h_hi
     root = jnp.where(done, root, lo + h_lo * (hi - lo) / jnp.where(den > 0.0, den, 1.0))
-    return jnp.minimum(root + 1.0, c)
+    return jnp.minimum(jnp.minimum(root + 1.0, c), jnp.maximum(most, 1.0))
 
 
 def operating_line(p: StepParams, lam, prompt_tokens, output_tokens, budget, cap, kv_capacity_tokens, block_tokens,
-                   kv_bytes_per_token, attn_width, n_layers) -> tuple[Array, Array, Array]:
+                   kv_bytes_per_token, attn_width, n_layers, most=math.inf) -> tuple[Array, Array, Array]:
     """(t_fixed, t_token, t_ctx) seconds: SPEC 10's line linearized at the point's operating
     composition: `line_at` the running count `operating_running` estimates from the load.
     Exact at the decode step of r sequences and at the step where one of them prefills a
     chunk beside r - 1 decoders; r -> 1 at light load gives `step_line`."""
     r = operating_running(p, lam, prompt_tokens, output_tokens, budget, cap, kv_capacity_tokens, block_tokens,
-                          kv_bytes_per_token, attn_width, n_layers)
+                          kv_bytes_per_token, attn_width, n_layers, most)
     return line_at(p, r, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width, n_layers)
