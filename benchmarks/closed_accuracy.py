@@ -42,17 +42,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results" / "closed_accuracy.csv"
-#: metric -> (analytic key of closed_loop, simulated key of simulate_continuous, target)
+#: metric -> (analytic key of closed_loop, its quantile or None, simulated key of
+#: simulate_continuous, that key's half-width, target)
 METRICS = {
-    "throughput": ("throughput_rps", "rate_rps", 0.05),
-    "tpot_mean": ("tpot_mean", "tpot_mean_s", 0.05),
-    "ttft_mean": ("ttft_mean", "ttft_mean_s", 0.15),
-    "e2e_mean": ("e2e_mean", "e2e_mean_s", 0.15),
-    "ttft_p50": ("ttft_q0.5", "ttft_p_s", 0.25),
-    "e2e_p50": ("e2e_q0.5", "e2e_p_s", 0.25),
-    "ttft_p99": ("ttft_q0.99", "ttft_p99_s", 0.25),
-    "tpot_p99": ("tpot_q0.99", "tpot_p99_s", 0.25),
-    "e2e_p99": ("e2e_q0.99", "e2e_p99_s", 0.25),
+    "throughput": ("throughput_rps", None, "rate_rps", "rate_rps_hw", 0.05),
+    "tpot_mean": ("tpot_mean", None, "tpot_mean_s", "tpot_mean_hw_s", 0.05),
+    "ttft_mean": ("ttft_mean", None, "ttft_mean_s", "ttft_mean_hw_s", 0.15),
+    "e2e_mean": ("e2e_mean", None, "e2e_mean_s", "e2e_mean_hw_s", 0.15),
+    "ttft_p50": ("ttft_q", 0.5, "ttft_p_s", "ttft_p_hw_s", 0.25),
+    "e2e_p50": ("e2e_q", 0.5, "e2e_p_s", "e2e_p_hw_s", 0.25),
+    "ttft_p99": ("ttft_q", 0.99, "ttft_p99_s", "ttft_p99_hw_s", 0.25),
+    "tpot_p99": ("tpot_q", 0.99, "tpot_p99_s", "tpot_p99_hw_s", 0.25),
+    "e2e_p99": ("e2e_q", 0.99, "e2e_p99_s", "e2e_p99_hw_s", 0.25),
 }
 _KEYS = ("prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap", "max_batched_tokens",
          "kv_capacity_tokens", "block_tokens", "t_fixed", "t_token", "t_ctx", "service_cv")
@@ -91,9 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
             warm, meas = max(200, 4 * clients), min(6000, max(800, 8 * clients))
         ana = closed_loop(clients, think, quantiles=(0.5, 0.99), **eng)
         settings = CBSimSettings(n_requests=meas, warmup=warm, replications=2 if args.smoke else 4, seed=i)
-        params = {k: np.array([v]) for k, v in {**eng, "lam": math.inf}.items()}
-        params["queue_capacity"] = np.array([math.inf])
-        params["prompt_mean"], params["output_mean"] = params.pop("prompt_mean"), params.pop("output_mean")
+        params = {k: np.array([v]) for k, v in {**eng, "lam": math.inf, "queue_capacity": math.inf}.items()}
         sim = loop.simulate_continuous(params, settings, percentile=0.5, more_percentiles=(0.99,),
                                        clients=np.array([clients]), think_s=np.array([think]),
                                        kv_admission="reserve")
@@ -105,10 +104,9 @@ def main(argv: list[str] | None = None) -> dict:
                "trusted": trusted,
                "steady": bool(sim["stable"][0]), **{k: eng[k] for k in ("cap", "max_batched_tokens",
                                                                         "prompt_mean", "output_mean")}}
-        for name, (a_key, s_key, target) in METRICS.items():
-            a = ana[a_key.split("_q")[0] + "_q"][float(a_key.split("_q")[1])] if "_q" in a_key else ana[a_key]
-            s, hw = float(sim[s_key][0]), float(sim[s_key.replace("_s", "_hw_s") if s_key.endswith("_s")
-                                                       else s_key + "_hw"][0])
+        for name, (a_key, q, s_key, hw_key, target) in METRICS.items():
+            a = ana[a_key] if q is None else ana[a_key][q]
+            s, hw = float(sim[s_key][0]), float(sim[hw_key][0])
             judged = row["steady"] and math.isfinite(s) and s > 0 and hw <= target / 3.0 * abs(s)
             row[f"{name}_model"], row[f"{name}_sim"], row[f"{name}_hw"] = a, s, hw
             row[f"{name}_err"] = a / s - 1.0 if s > 0 else math.nan
@@ -119,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"E2E p99 {row['e2e_p99_err']:+6.1%}", flush=True)
     summary = {}
     for part, keep in (("trusted", lambda r: r["trusted"]), ("untrusted", lambda r: not r["trusted"])):
-        for name, (_, _, target) in METRICS.items():
+        for name, (*_, target) in METRICS.items():
             judged = [r for r in rows if keep(r) and r[f"{name}_judged"]]
             within = sum(abs(r[f"{name}_err"]) <= target for r in judged)
             summary[(part, name)] = {"target": target, "judged": len(judged), "within": within}

@@ -107,7 +107,7 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
         up = jnp.where(i == 0, hi0, jnp.where(halving & ~low, mid, up))
         return lo, up, r, jnp.where(i == 0, r["ttft_mean"], lone)
 
-    zero = jnp.zeros_like(n * z * rate)
+    zero = jnp.zeros(jnp.broadcast_shapes(n.shape, z.shape, rate.shape), jnp.float64)
     shape = jax.eval_shape(lambda: cb_point(zero, *rest, **variant))
     r0 = {k: jnp.zeros(v.shape, v.dtype) for k, v in shape.items()}
     # lo: the largest rate known to keep the law's left side below n (finite latencies)

@@ -449,9 +449,9 @@ class ContinuousModel(ServingModel):
     def check(self, values: Mapping[str, Sequence[Any]], options: Any, where: Callable[[str], str],
               source: str) -> None:
         closed = getattr(options, "workload", "open") == "closed"
-        if closed and not all(math.isfinite(v) for v in values["clients"]):
-            raise GridError(source, where("clients"), values["clients"][0] if "clients" in values else None,
-                            'is required with workload = "closed" (the clients over the fleet), '
+        if closed and not all(math.isfinite(v) for v in values["clients"]):  # (absent: refused by the loader)
+            raise GridError(source, where("clients"), math.inf,
+                            'must be finite with workload = "closed" (the clients over the fleet), '
                             'e.g. clients = [64, 256]')
         if not closed:
             for key, idle in (("clients", math.inf), ("think_time_s", 0.0)):
@@ -681,8 +681,7 @@ class ContinuousSimulation(HostPass):
             from sweep.models.continuous import loop
 
             closed: dict[str, Any] = {}
-            if self.closed:  # each replica's share of the clients, rounded, at least one
-                params["lam"] = cols["arrival_rps"][:n] / cols["replicas"][:n]
+            if self.closed:  # each replica's share of the clients, rounded, at least one (lam: the due rate)
                 share = np.rint(cols["clients"][:n] / cols["replicas"][:n])
                 closed = dict(clients=np.maximum(share, 1).astype(np.int64), think_s=cols["think_time_s"][:n])
             sim = loop.simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
