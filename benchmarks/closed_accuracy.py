@@ -96,9 +96,12 @@ def main(argv: list[str] | None = None) -> dict:
         sim = loop.simulate_continuous(params, settings, percentile=0.5, more_percentiles=(0.99,),
                                        clients=np.array([clients]), think_s=np.array([think]),
                                        kv_admission="reserve")
-        trusted = bool(closed_loop_trusted(saturated=np.bool_(ana["saturated"]), clients=float(clients),
-                                           slots=ana["slots"], ttft_open=ana["ttft_open"],
-                                           ttft_lone=ana["ttft_lone"]))
+        trusted = bool(closed_loop_trusted(
+            clients=float(clients), cap=eng["cap"], slots=ana["slots"], saturated=np.bool_(ana["saturated"]),
+            mean_running=ana["mean_running"],
+            ttft_served=ana["ttft_served"], ttft_lone=ana["ttft_lone"],
+            kv_tokens=eng["kv_capacity_tokens"], prompt_tokens=eng["prompt_mean"], prompt_cv=eng["prompt_cv"],
+            output_tokens=eng["output_mean"], output_cv=eng["output_cv"], block=eng["block_tokens"]))
         row = {"point": i, "model": p["model"][i], "gpu": p["gpu"][i], "tp": int(p["tp"][i]),
                "clients": clients, "think_s": think, "slots": slots, "saturated": bool(ana["saturated"]),
                "trusted": trusted,

@@ -185,7 +185,11 @@ def simulate(
     ``j`` is sent at ``max(arrivals[j], the time a client is free)``, clients taken in
     request order as they become free (FIFO, like the benchmark's semaphore); a client is
     free at the start, and again ``think_s[j]`` seconds (default 0) after its request ``j``
-    finishes, or at once when ``j`` is dropped or rejected. ``arrivals`` are then the earliest
+    finishes, or at once when ``j`` is dropped or rejected. A sent request joins the first
+    step that starts after its send; one sent at the very start of a step joins that step
+    only when the engine is idle (nothing running or waiting): a busy engine has begun the
+    step by the time a client's request reaches it (the client's round trip), so a request
+    sent at its predecessor's finish waits for the step that follows. ``arrivals`` are then the earliest
     send times (all 0: a pure closed loop; Poisson times: `--request-rate` under a
     concurrency limit), and ``Result.arrival_s`` the send times. ``cached``: prompts already
     cached (module docstring; every output >= 2, reserve admission only)."""
@@ -265,7 +269,8 @@ def simulate(
         return min(k_steps, q.output - q.emitted) - 1 if k_steps > 1 else 0
 
     while True:
-        if not running and not waiting:
+        idle = not running and not waiting
+        if idle:
             if i >= n:
                 break
             nxt = a[i] if i < sent or not closed else next_send()
@@ -275,7 +280,9 @@ def simulate(
         else:
             s = t
         send(s)
-        while i < n and a[i] <= s:  # arrivals in time for this step join (or are dropped)
+        # arrivals in time for this step join (or are dropped); a closed loop's request sent
+        # at the step's start joins only an idle engine (the docstring)
+        while i < n and (a[i] < s or (a[i] == s and (idle or not closed))):
             if big_k < inf and sum(1 for w in waiting if isinstance(w, int)) >= big_k:
                 res.status[i] = DROPPED
                 if closed:

@@ -828,6 +828,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     e2e_p = shift + jnp.where(e2e_rest > 0.0, jnp.exp(mu_e + s_e * z), 0.0)
 
     running, tpot_mean = g["a"], td
+    served = (mean0, var0)  # TTFT beyond the shift, without a slot wait
     if km:  # multi-step windows (module docstring, "Multi-step scheduling")
         w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, burst_var, var_slow))
         ttft_k = ttft + w["extra"]
@@ -835,6 +836,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         mean0_k = mean0 + w["extra"]
         var0_k = var0 - var_resid + var_resid_k
         ttft_p = _mix_quantile(q, z, p_wait, shift, (mean0_k, var0_k), (mean0_k + cond_w, var0_k + cond_w * cond_w))
+        served = (mean0_k, var0_k)
         tpot_p = w["tpot_p"]
         span = td * w["span_mean"]
         e2e_rest = e2e_rest + w["extra"] + span - dec
@@ -848,6 +850,14 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
 
     def gate(x):
         return jnp.where(ok, x, INF)
+
+    # the quantiles of a request that finds a slot free (closed loops add their own wait:
+    # sweep.models.continuous.closed); unused outputs cost nothing under jit
+    s_t, mu_t = _ln_shape(*served)
+    ttft_p_served = shift + jnp.where(served[0] > 0.0, jnp.exp(mu_t + s_t * z), 0.0)
+    e2e_served = e2e_rest - w_q
+    s_e, mu_e = _ln_shape(e2e_served, var_e2e - p_wait * (2.0 - p_wait) * cond_w * cond_w)
+    e2e_p_served = shift + jnp.where(e2e_served > 0.0, jnp.exp(mu_e + s_e * z), 0.0)
 
     kv_util = jnp.where(
         kv_fin, lam * (tp * r_mean + td * (p1 * o1 + o2 - p1 - o1 + 0.5 * (blk - 1.0) * (o1 - 1.0)))
@@ -870,6 +880,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         # the decomposition `sweep explain` shows (s; +inf when not stable): TTFT = slot
         # wait + residual of the step in progress + prefill phase; the two capacity bounds
         "ttft_slot_wait": gate(w_q),
+        "ttft_p_served": gate(ttft_p_served),
+        "busy_share": jnp.where(ok, g["u"], 1.0),  # time share with a step running
+        "e2e_p_served": gate(e2e_p_served),
         "ttft_residual": gate(resid),
         "ttft_prefill": gate(tp),
         "capacity_steps_rps": cap_steps,

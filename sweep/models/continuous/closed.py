@@ -13,35 +13,39 @@ response-time law (Little's law over the whole cycle) ties the throughput to the
 
     X = n / (R + Z).
 
-The response at throughput ``X`` is the open-loop model's (`analytic.cb_point`) mean E2E at
+The response at throughput ``X`` is built from the open-loop model (`analytic.cb_point`) at
 the rate a request *sees*. By the arrival theorem of closed product-form networks (the basis
 of mean value analysis), a request arriving in a closed system of ``n`` clients sees the
 system as it is with ``n - 1`` clients, whose mean population is about ``(n - 1) / n`` of
 the full one's (Schweitzer's approximation); in the open model the population is
-proportional to the rate, so the response is the open model's at ``lam_seen = X (n - 1) / n``:
+proportional to the rate, so the response is taken at ``lam_seen = X (n - 1) / n``:
 
-    X (E2E_open(X (n - 1) / n) + Z) = n.
+    X (E2E_served(X (n - 1) / n) + Z) = n.
 
-At ``n = 1`` this is exact: the request runs alone, ``lam_seen = 0`` and the open model at
-zero load is a lone request's time (its prefill step, then ``O - 1`` decode steps of one
-sequence whose context grows by one token a step), ``X = 1 / (E2E_1 + Z)``. Without the
-correction (``arrival_theorem = False``, the open model at ``lam = X``) the request would
-see one companion too many. As ``n`` grows, ``X`` rises to the open model's capacity.
+``E2E_served`` is the open model's E2E for a request that finds a slot free (its slot wait,
+a Poisson stream's queue, taken out: a few clients never queue like that), plus the closed
+loop's wait for a step (`step_wait`: sent ``Z`` after its predecessor finished at a step's
+end, a request finds a busy engine a step begun). At ``n = 1`` this is exact: the request
+runs alone, ``lam_seen = 0`` and the open model at zero load is a lone request's time (its
+prefill step, then ``O - 1`` decode steps of one sequence whose context grows by one token a
+step), ``X = 1 / (E2E_1 + Z)``. Without the correction (``arrival_theorem = False``, the open
+model at ``lam = X``) the request would see one companion too many. As ``n`` grows, ``X``
+rises to the open model's capacity.
 
-The left side rises from 0 (``X -> 0``) to ``+inf`` (``lam_seen`` at the open model's
-capacity, where its E2E is unbounded), so the root is found by bisection (`N_BISECT`
-halvings of ``[0, min(n / (E2E_1 + Z), capacity)]``: the response is at least a lone
-request's, and no population drives an engine past its capacity, where the open model
-stays stable at ``lam_seen < X``). TTFT, TPOT and E2E (means and the
-``q``-quantile) are the open model's at ``lam_seen``; the request throughput is ``X`` and
-the output token throughput ``X E[O]``. Where no root lies below the capacity (more clients
-than the engine serves at once; ``saturated``), ``X`` is the capacity, the response is the
-law's ``n / X - Z``, and its excess over the open model's E2E is a wait for a slot, added to
-TTFT and E2E (means and quantiles).
+The root is found by bisection (`N_BISECT` halvings of ``[0, min(n / (E2E_1 + Z),
+capacity)]``: the response is at least a lone request's, and no population drives an engine
+past its capacity). TTFT and E2E are the served ones; TPOT, the running count and the rest
+are the open model's at ``lam_seen``; the request throughput is ``X`` and the output token
+throughput ``X E[O]``. Where no root lies below the capacity (more clients than the engine
+serves at once; ``saturated``), ``X`` is the capacity, the response is the law's ``n / X -
+Z``, and its excess over the served E2E is the wait for a slot, before the first token: a
+gamma law of that mean with rate ``X`` (the slots free one after another), whose deviation
+at the quantile adds in quadrature to the served request's. A due rate below the loop's
+throughput (``rate``) gives the open model at that rate.
 
 Accuracy against the simulated closed loop (the reference scheduler with completion-driven
-arrivals, `sweep.testing.cb_reference`): tests/test_models_cb_closed.py and
-docs/continuous.md, "Predicting a benchmark".
+arrivals, `sweep.testing.cb_reference`): `benchmarks/closed_accuracy.py`,
+tests/test_models_cb_closed.py and docs/continuous.md, "Closed loops".
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import Array, lax
+from jax.scipy.special import ndtri
 
-from sweep.models.continuous.analytic import cb_point
+from sweep.models.continuous.analytic import _wh_quantile, cb_point
 
 __all__ = ["N_BISECT", "cb_closed", "closed_loop"]
 
@@ -93,14 +98,36 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
     # One loop whose body holds the open model once (it compiles once, not three times):
     # iteration 0 evaluates a lone request (the bracket), the next N_BISECT halve the
     # bracket, the last evaluates the root found.
+    def step_wait(r):
+        """What a closed loop's request waits for the next step beyond a random arrival's
+        residual: it is sent ``Z`` (exponential) after its predecessor's finish, a step's end,
+        and a busy engine (probability ``u``) has begun the next step by then (docs/continuous.md,
+        "Closed loops"). With steps of length ``T`` back to back from that end, the wait to the
+        next start is ``T / (1 - e^-phi) - Z`` on average (``phi = T / Z``): a whole step at
+        ``Z = 0``, half a step, a random arrival's, as ``Z`` grows. The open model counts the
+        residual already, so the extra is ``u T h(phi)``, ``h = 1 / (1 - e^-phi) - 1 / phi -
+        1/2`` (1/2 at ``Z = 0``, ``phi / 12`` as ``Z`` grows)."""
+        t = r["step_mean"]
+        phi = t / jnp.where(z > 0.0, z, 1.0)
+        small = phi < 1e-3
+        ps = jnp.where(small, 1.0, phi)
+        h = jnp.where(z > 0.0, jnp.where(small, phi / 12.0, 1.0 / -jnp.expm1(-ps) - 1.0 / ps - 0.5), 0.5)
+        return jnp.where(jnp.isfinite(t), r["busy_share"] * t * jnp.clip(h, 0.0, 0.5), 0.0)
+
+    def served(r):
+        """The open model's E2E without its slot wait, with the closed loop's wait for a step:
+        a closed loop's clients wait for a slot only as the response-time law says (below),
+        not as a Poisson stream would."""
+        return r["e2e_mean"] - jnp.where(jnp.isfinite(r["ttft_slot_wait"]), r["ttft_slot_wait"], 0.0) + step_wait(r)
+
     def body(i, st):
         lo, up, _, lone = st
         last = i == N_BISECT + 1
         mid = jnp.where(last, lo, 0.5 * (lo + up))
         seen = jnp.where(last, jnp.minimum(mid * share, rate), mid * share)
         r = cb_point(jnp.where(i == 0, 0.0, seen), *rest, **variant)  # cb_point floors the rate at 1e-300
-        hi0 = jnp.minimum(n / (r["e2e_mean"] + z), r["capacity_rps"])
-        e2e = r["e2e_mean"]
+        e2e = served(r)
+        hi0 = jnp.minimum(n / (e2e + z), r["capacity_rps"])
         low = jnp.isfinite(e2e) & (mid * (jnp.where(jnp.isfinite(e2e), e2e, 0.0) + z) < n)
         halving = (i > 0) & (i <= N_BISECT)
         lo = jnp.where(halving & low, mid, lo)
@@ -114,23 +141,43 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
     x, _, r, lone = lax.fori_loop(0, N_BISECT + 2, body, (zero, zero, r0, zero))
     capacity = r["capacity_rps"]
     out = dict(r)
-    out["ttft_lone"] = lone  # a lone request's TTFT (the bracket's evaluation)
-    out["ttft_open"] = r["ttft_mean"]  # the open model's at lam_seen, before any slot wait is added
-    # Where even the capacity leaves the law's left side below n (more clients than the engine
-    # serves at once: the bracket's top is the capacity) the response is the law's, n / X - Z,
-    # and the excess over the open model's is a wait for a slot, before the first token.
-    # Elsewhere the excess is the bisection's residual (2^-60 of the bracket). Where the due
-    # rate binds, no client waits for a slot.
+    # Where the due rate binds (rate < X (n - 1) / n), the engine sees that rate's arrivals
+    # and the open model's values hold, its slot wait included. Otherwise a request waits for
+    # a slot only where the clients outnumber what the engine serves at once: where even the
+    # capacity leaves the law's left side below n (the bracket's top is the capacity), the
+    # response is the law's, n / X - Z, and its excess over the served E2E is that wait,
+    # before the first token; elsewhere the excess is the bisection's residual (2^-60 of the
+    # bracket).
     limited = rate < x * share
-    excess = jnp.where(limited, 0.0, jnp.maximum(n / x - z - r["e2e_mean"], 0.0))
+    e2e_sv = served(r)
+    extra = step_wait(r)
+    ttft_sv = r["ttft_mean"] - (r["e2e_mean"] - e2e_sv)
+    excess = jnp.where(limited, 0.0, jnp.maximum(n / x - z - e2e_sv, 0.0))
+    saturated = excess > 1e-6 * (e2e_sv + excess)
     through = jnp.minimum(x, rate)
+    out["ttft_lone"] = lone  # a lone request's TTFT (the bracket's evaluation)
+    out["ttft_served"] = jnp.where(limited, r["ttft_mean"], ttft_sv)  # before any wait for a slot
     # running sequences by Little's law over the engine, the slot wait excluded (the open
-    # model's count at lam_seen misses the request itself: 0 for one client); where the due
-    # rate binds, the open model's own
-    out["mean_running"] = jnp.where(limited, r["mean_running"], jnp.minimum(through * r["e2e_mean"], r["slots"]))
-    for k in ("ttft_mean", "ttft_p", "e2e_mean", "e2e_p"):
-        out[k] = out[k] + excess
-    out.update(saturated=excess > 1e-6 * out["e2e_mean"], throughput_rps=through,
+    # model's count at lam_seen misses the request itself: 0 for one client)
+    out["mean_running"] = jnp.where(limited, r["mean_running"], jnp.minimum(through * e2e_sv, r["slots"]))
+    out["ttft_mean"] = jnp.where(limited, r["ttft_mean"], ttft_sv + excess)
+    out["e2e_mean"] = jnp.where(limited, r["e2e_mean"], e2e_sv + excess)
+    out["ttft_slot_wait"] = jnp.where(limited, r["ttft_slot_wait"], excess)
+    # Quantiles. Saturated, every request waits for a slot: a wait W of mean `excess`, a
+    # gamma law of that mean with rate X (the slots free one after another, X a second; the
+    # number ahead is W X), beside the served request's own TTFT or E2E (the open model's for
+    # a request that finds a slot); their deviations from the mean at the quantile add in
+    # quadrature, with the sign of their sum (both below the mean at the median of skewed
+    # laws). Unsaturated, the served request's quantiles.
+    zq = ndtri(jnp.asarray(q, jnp.float64))
+    dev_w = _wh_quantile(excess, excess / jnp.where(x > 0, x, 1.0), zq) - excess
+    for k, own in (("ttft", ttft_sv), ("e2e", e2e_sv)):
+        dev = r[f"{k}_p_served"] + extra - own
+        sign = jnp.where(dev_w + dev >= 0.0, 1.0, -1.0)
+        closed = jnp.where(saturated, excess + own + sign * jnp.sqrt(dev_w * dev_w + dev * dev),
+                           r[f"{k}_p_served"] + extra)
+        out[f"{k}_p"] = jnp.where(limited, r[f"{k}_p"], closed)
+    out.update(saturated=saturated, throughput_rps=through,
                output_tok_s=through * jnp.asarray(output_mean, jnp.float64),
                lam_seen=jnp.minimum(x * share, rate), capacity_rps=capacity)
     return out

@@ -7,7 +7,8 @@ variants"): ``scheduler_policy`` (``"chunked"``, ``"prefill_first"``), ``schedul
 (k decode steps per decision) and ``kv_admission`` (``"reserve"``, ``"on_demand"`` with
 recompute preemption of the most recently admitted sequence), and the reference's closed loop
 (``clients``: a request is sent when a client is free, ``think_s`` after its last request
-finished; ``workload = "closed"``). Cached prompts stay in the Python reference.
+finished, and one sent at a step's start joins it only when the engine is idle;
+``workload = "closed"``). Cached prompts stay in the Python reference.
 
 Why it exists: the JAX simulator (:mod:`sweep.models.continuous.sim`) jumps over runs of
 decode steps in closed form and runs many lanes at once, a design with no room for a
@@ -177,7 +178,8 @@ def _loop(gen, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_toke
     i = 0
     k = 0
     while True:
-        if nr == 0 and n_pq == 0 and wh == wt:
+        idle = nr == 0 and n_pq == 0 and wh == wt
+        if idle:
             if i >= n:
                 break
             if i < sent or not closed:
@@ -209,7 +211,9 @@ def _loop(gen, prompt, output, z, big_n, big_m, big_c, b, big_k, t_fixed, t_toke
             if sent == n - 1:
                 t1 = a[sent]
             sent += 1
-        while i < n and a[i] <= s:
+        # a closed loop's request sent at the step's start joins only an idle engine (the
+        # reference's rule: a busy engine has begun the step by the time the request reaches it)
+        while i < n and (a[i] < s or (a[i] == s and (idle or not closed))):
             if big_k < inf and wt - wh >= big_k:
                 status[i] = DROPPED
                 if closed:

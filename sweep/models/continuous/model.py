@@ -563,12 +563,16 @@ class ContinuousModel(ServingModel):
         cost_h = x["replicas"] * gpus * x["usd_per_gpu_hour"]
         per_mtok = jnp.where(stable & (out_tok > 0),
                              cost_h / jnp.where(out_tok > 0, out_tok * x["replicas"], 1.0) / 3600.0 * 1e6, INF)
-        trusted = analytic_trusted(
-            mean_running=r["mean_running"], slots=r["slots"], lam=seen, capacity_rps=r["capacity_rps"],
-            mem_ok=mem_ok)
-        if closed:  # the closed loop's own clause (confidence.closed_loop_trusted)
-            trusted = trusted & closed_loop_trusted(saturated=r["saturated"], clients=e["clients"], slots=r["slots"],
-                                                    ttft_open=r["ttft_open"], ttft_lone=r["ttft_lone"])
+        if closed:  # the closed loop's own rule (confidence.closed_loop_trusted)
+            trusted = ~mem_ok | closed_loop_trusted(
+                clients=e["clients"], cap=x["batch_size"], slots=r["slots"], saturated=r["saturated"],
+                mean_running=r["mean_running"],
+                ttft_served=r["ttft_served"], ttft_lone=r["ttft_lone"], kv_tokens=c_tok,
+                prompt_tokens=x["prompt_tokens"], prompt_cv=x["prompt_cv"], output_tokens=x["output_tokens"],
+                output_cv=x["output_cv"], block=block_tokens if paged else 1.0)
+        else:
+            trusted = analytic_trusted(mean_running=r["mean_running"], slots=r["slots"], lam=lam,
+                                       capacity_rps=r["capacity_rps"], mem_ok=mem_ok)
         if on_demand:  # the reserve engine's values hold where its reservations never block
             trusted = trusted & reservations_never_block(
                 mean_running=r["mean_running"], cap=x["batch_size"], kv_tokens=c_tok,
