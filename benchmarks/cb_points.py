@@ -102,6 +102,7 @@ def continuous(n: int, seed: int = 0, roofline: bool = False) -> tuple:
         "ttft_slo_ms": full(n, 2000.0), "tpot_slo_ms": full(n, 50.0), "slo_ms": full(n, np.inf),
         "percentile": full(n, 0.99), "rho_max": full(n, 0.85), "rho_min": full(n, 0.5),
         "queue_capacity": full(n, np.inf), "service_cv": rng.choice([0.0, 0.2], n),
+        "clients": full(n, np.inf), "think_time_s": full(n, 0.0),  # an open loop
         "max_batched_tokens": np.maximum(cap, rng.choice([np.inf, 512.0, 2048.0, 8192.0], n)), "batch_size": cap,
     }
     tables = {"kv_elems_per_token": full(n, 32 * 2048.0), "n_params": full(n, 8e9), "active_params": full(n, 8e9),

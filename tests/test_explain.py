@@ -137,6 +137,41 @@ def test_a_continuous_point_recomputes_to_the_engines_numbers():
     assert checked >= 8
 
 
+def test_a_closed_loop_point_recomputes_to_the_engines_numbers():
+    """workload = "closed": the derivation starts from the closed loop (the response-time law
+    X (E2E + Z) = n holds on its numbers), shows lambda as the loop's throughput, and its TTFT
+    parts add up to the kernel's TTFT, saturated (64 clients on 8 slots) or not."""
+    from sweep.models.continuous.derive import model_parts, recompute
+
+    doc = {"name": "cb-closed", "grid": {
+        "model": "llama-3.1-8b", "gpu": "h100-sxm", "clients": [4, 64], "think_time_s": [0.0, 1.0],
+        "prompt_tokens": 1000, "prompt_cv": 1.0, "output_tokens": 200, "output_cv": 1.0, "batch_size": [8, 64],
+        "max_batched_tokens": 2048, "ttft_slo_ms": 800.0},
+        "options": {"serving": "continuous", "kv_allocation": "paged", "workload": "closed"}}
+    spec = sweep.grid_from_dict(doc)
+    table = sweep.evaluate(spec).to_pydict()
+    saturated = 0
+    for i in range(len(table["point_id"])):
+        row = {k: (math.inf if v[i] is None else v[i]) for k, v in table.items()}
+        parts = model_parts(row, 16.0)
+        r = recompute(row, parts, 16.0)
+        assert r["lam"] == pytest.approx(row["throughput_rps"], rel=1e-9)
+        for name in ("capacity_rps", "rho", "e2e_mean_ms", "output_tok_s", "cost_usd_per_mtok"):
+            assert r[name] == pytest.approx(row[name], rel=1e-9), (name, i)
+        parts_ms = (parts["ttft_slot_wait"] + parts["ttft_residual"] + parts["ttft_prefill"]) * 1e3
+        closed_ms = row["ttft_mean_ms"]  # the closed loop's: its step wait is in the shown residual
+        assert parts_ms <= closed_ms * (1 + 1e-9)
+        x, n, z = row["throughput_rps"], row["clients"], row["think_time_s"]
+        assert x * (row["e2e_mean_ms"] * 1e-3 + z) == pytest.approx(n, rel=1e-6)
+        saturated += bool(parts["saturated"])
+        e = sweep.explain(spec, point_id=row["point_id"])
+        lines = _lines(e)
+        assert e.steps[0].title == "Closed loop"
+        ttft = float(lines["TTFT = W_slot + residual + prefill"][1].split()[0])
+        assert ttft == pytest.approx(row["ttft_mean_ms"], rel=1e-3)
+    assert saturated >= 2
+
+
 def test_a_continuous_point_step_by_step(capsys, tmp_path):
     grid = tmp_path / "cb.toml"
     grid.write_text('name = "cb"\n[grid]\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\narrival_rps = 0.001\n'

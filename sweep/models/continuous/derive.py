@@ -40,21 +40,35 @@ def _f(row: Mapping[str, Any], key: str, default: float = INF) -> float:
     return default if v is None else float(v)
 
 
+def closed_clients(row: Mapping[str, Any]) -> float | None:
+    """The clients one replica serves in a closed loop (`workload = "closed"`), else None."""
+    c = row.get("clients")
+    if c is None or not math.isfinite(float(c)):
+        return None
+    return float(c) / _f(row, "replicas", 1.0)
+
+
 def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]:
     """The analytic model's quantities for this point (`cb_point`, the kernel's own code, on
-    one point), in seconds and tokens; {} where the point's memory leaves no KV capacity."""
+    one point; a closed loop's `cb_closed`), in seconds and tokens; {} where the point's
+    memory leaves no KV capacity."""
     if not row.get("mem_ok", True) or _f(row, "kv_capacity_tokens", 0.0) <= 0:
         return {}
     import jax
 
     from sweep.models.continuous.analytic import cb_point
+    from sweep.models.continuous.closed import cb_closed
 
     args = (_f(row, "lambda_per_replica_rps"), _f(row, "prompt_tokens"), _f(row, "prompt_cv", 0.0),
             _f(row, "output_tokens"), _f(row, "output_cv", 0.0), _f(row, "batch_size"), _f(row, "max_batched_tokens"),
             _f(row, "kv_capacity_tokens"), block_tokens, _f(row, "t_step_fixed_ms") * 1e-3,
             _f(row, "t_token_ms") * 1e-3, _f(row, "t_ctx_ms") * 1e-3, _f(row, "service_cv", 0.0),
             _f(row, "percentile", 0.99))
-    out = jax.jit(cb_point)(*args)
+    n = closed_clients(row)
+    if n is None:
+        out = jax.jit(cb_point)(*args)
+    else:
+        out = jax.jit(cb_closed)(n, _f(row, "think_time_s", 0.0), *args[1:], rate=args[0])
     return {k: float(v) for k, v in out.items()}
 
 
@@ -74,8 +88,11 @@ def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float], block_to
     kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem", 2.0)
     width, layers = figures["attn_width"], figures["n_layers"]
     kv_cap = _f(row, "kv_capacity_tokens", 1.0) if row.get("mem_ok", True) else 1.0
-    running = float(rl.operating_running(p, _f(row, "lambda_per_replica_rps"), p1, o1, budget,
-                                         _f(row, "batch_size"), kv_cap, block_tokens, kv_tok, width, layers))
+    lam, n = _f(row, "lambda_per_replica_rps"), closed_clients(row)
+    if n is not None and not math.isfinite(lam):  # a closed loop's stand-in for no due rate, as the kernel's
+        lam = 1e12
+    running = float(rl.operating_running(p, lam, p1, o1, budget, _f(row, "batch_size"), kv_cap, block_tokens, kv_tok,
+                                         width, layers, math.inf if n is None else n))
     ctx = p1 + o1 / 2.0
     chunk = max(min(p1, budget), 2.0)
     t_dec, _ = rl.step_time(rl.decode_work(running, ctx, kv_tok, width, layers), p)
@@ -95,6 +112,8 @@ def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: 
     """The closed forms of this point recomputed from its inputs and the model's slots
     (file units: ms, tokens/s, USD)."""
     lam = _f(row, "arrival_rps") / _f(row, "replicas", 1.0)
+    if closed_clients(row) is not None:  # a closed loop serves its throughput
+        lam = parts["throughput_rps"] if parts else _f(row, "throughput_rps")
     p1, o1 = _f(row, "prompt_tokens"), _f(row, "output_tokens")
     pcv, ocv = _f(row, "prompt_cv", 0.0), _f(row, "output_cv", 0.0)
     g = _f(row, "gpus_per_replica", 1.0)
@@ -144,6 +163,30 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     budget = _f(row, "max_batched_tokens")
     tf, tt, tc = _f(row, "t_step_fixed_ms"), _f(row, "t_token_ms"), _f(row, "t_ctx_ms")
     steps: list[Step] = []
+    n_clients = closed_clients(row)
+    if n_clients is not None and parts:
+        # 0. the closed loop (mean value analysis over the open model)
+        think, due = _f(row, "think_time_s", 0.0), _f(row, "lambda_per_replica_rps")
+        lines = [("n, the clients one replica serves = clients / replicas",
+                  f"{num(row.get('clients'))} / {num(row.get('replicas'))}", num(n_clients, "clients"))]
+        if math.isfinite(due):
+            lines.append(("the rate requests become due = arrival_rps / replicas",
+                          f"{num(row.get('arrival_rps'))} / {num(row.get('replicas'))}", num(due, "requests/s")))
+        lines += [
+            ("X solves X (E2E(X (n - 1) / n) + Z) = n (the response-time law; E2E a request's that finds a "
+             "slot, with the wait for a step) by bisection, at most the capacity" +
+             (" and the due rate" if math.isfinite(due) else ""),
+             f"n = {num(n_clients)}, Z = {num(think)} s", num(parts["throughput_rps"], "requests/s")),
+            ("the rate the engine sees (arrival theorem): min(due, X (n - 1) / n)",
+             f"{num(parts['throughput_rps'])} x ({num(n_clients)} - 1) / {num(n_clients)}",
+             num(parts["lam_seen"], "requests/s")),
+            ("saturated: more clients than the engine serves at once, the rest of the cycle a wait for a slot, "
+             "n / X - Z - E2E",
+             f"{num(n_clients)} / {num(parts['throughput_rps'])} - {num(think)} - "
+             f"{num(parts['e2e_mean'] - parts['ttft_slot_wait'])} s",
+             num(parts["ttft_slot_wait"] * 1e3, "ms") if parts["saturated"] else "no"),
+        ]
+        steps.append(Step("Closed loop", f"{DOC}#closed-loops", tuple(lines)))
 
     # 1. the step time
     lines = []
@@ -153,7 +196,9 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         lines += [
             ("r, the running sequences a sequence sees at this load (itself included): 1 + A, A from the flow "
              "balance A = min(c, lambda E[D] S(A)) on the refined step S (docs/roofline.md)",
-             f"lambda {num(_f(row, 'lambda_per_replica_rps'))} requests/s, cap {num(n_cap)}",
+             (f"a closed loop of {num(closed_clients(row))} clients (at most that many), cap {num(n_cap)}"
+              if closed_clients(row) is not None else
+              f"lambda {num(_f(row, 'lambda_per_replica_rps'))} requests/s, cap {num(n_cap)}"),
              num(rf["running"], "sequences")),
             ("their decode step (r tokens, P + O/2 cached each) on the refined roofline "
              "(max(memory, compute) + collectives + overhead; docs/roofline.md)",
@@ -220,8 +265,11 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
 
     # 3. load against capacity
     lam = r["lam"]
-    lines = [("lambda = arrival_rps / replicas", f"{num(row.get('arrival_rps'))} / {num(row.get('replicas'))}",
-              num(lam, "requests/s"))]
+    if n_clients is not None:
+        lines = [("lambda = X, the closed loop's throughput (above)", "", num(lam, "requests/s"))]
+    else:
+        lines = [("lambda = arrival_rps / replicas", f"{num(row.get('arrival_rps'))} / {num(row.get('replicas'))}",
+                  num(lam, "requests/s"))]
     if parts:
         lines += [
             ("capacity (steps): 1 / (t_fixed E[D] / c + t_token a1 + t_ctx a2), E[D] = O - 1 + prefill steps",
@@ -241,10 +289,19 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         # 4. TTFT (the analytic model's; the simulator's, where it decided, in its own step)
         w, res, pf = parts["ttft_slot_wait"] * 1e3, parts["ttft_residual"] * 1e3, parts["ttft_prefill"] * 1e3
         ttft_a, tpot_a = parts["ttft_mean"] * 1e3, parts["tpot_mean"] * 1e3
+        if n_clients is None:
+            slot = ("W_slot: waiting for a sequence slot (M/G/c, Allen-Cunneen)",
+                    f"P(all {num(parts['slots'])} slots busy) = {num(parts['p_wait'])}", num(w, "ms"))
+            step = ("residual of the step in progress (u E[T^2] / (2 E[T]))", "length-biased step time",
+                    num(res, "ms"))
+        else:  # the closed loop's: its slot wait from the law, its wait for the next step
+            res = ttft_a - w - pf
+            slot = ("W_slot: the closed loop's wait for a slot (above; 0 unless saturated)", "", num(w, "ms"))
+            step = ("residual of the step in progress, and the wait for the next step of a request sent at a "
+                    "step's end (u T h(T / Z))", "length-biased step time, the busy share", num(res, "ms"))
         steps.append(Step("Time to first token", SECTION["analytic"], (
-            ("W_slot: waiting for a sequence slot (M/G/c, Allen-Cunneen)",
-             f"P(all {num(parts['slots'])} slots busy) = {num(parts['p_wait'])}", num(w, "ms")),
-            ("residual of the step in progress (u E[T^2] / (2 E[T]))", "length-biased step time", num(res, "ms")),
+            slot,
+            step,
             ("prefill phase: the own prompt and the prompts that arrived during the previous step"
              + ("" if not math.isfinite(budget) else ", chunked by the token budget"),
              f"P = {num(p1)} tokens at {num(tt)} + {num(tc)} ms each, plus t_fixed", num(pf, "ms")),
