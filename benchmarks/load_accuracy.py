@@ -19,11 +19,10 @@ How a row becomes a point (every choice here is the script's, not the source's):
   per-token gap distribution.
 * open loop at rate inf (all requests at once): the run's throughput is the engine's
   saturation throughput, predicted by ``capacity_rps`` (and ``capacity_rps`` x O tokens/s).
-* closed loop at concurrency N (no think time): the model has no closed loop. The mapping
-  used is Little's law: the open-loop rate lambda at which the mean number in the system
-  ``lambda x E2E_mean(lambda)`` equals N (bisection on log lambda below ``capacity_rps``);
-  TTFT and TPOT are then the means at that rate, output tokens/s ``lambda x O``. Closed-loop
-  rows are reported apart from the open-loop ones.
+* closed loop at concurrency N (no think time): the grid's closed loop (``workload =
+  "closed"``, ``clients = N``, no due rate: mean value analysis over the open model,
+  docs/continuous.md "Closed loops"); TTFT, TPOT and E2E are its means, output tokens/s its
+  ``output_tok_s``. Closed-loop rows are reported apart from the open-loop ones.
 * lengths: the row's means; where the source gives no CV (ShareGPT rows) ``ASSUMED_CV``.
 * engine limits the sources leave unstated: cap ``CAP`` running sequences, token budget
   ``BUDGET[engine]`` (vLLM 0.6 without chunked prefill: max_model_len 4096; SGLang and
@@ -58,6 +57,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jax
 
@@ -134,30 +134,17 @@ class Predictor:
 
     def at(self, rate: float) -> dict[str, float | None]:
         """Every column of the point at `rate` requests/s (None where the model says NULL)."""
-        doc = {"name": "load-accuracy", "grid": {**self.grid, "arrival_rps": rate},
+        return self._point({"arrival_rps": rate}, {})
+
+    def closed(self, clients: float) -> dict[str, float | None]:
+        """Every column of the point as a closed loop of `clients` clients without think time."""
+        return self._point({"clients": int(clients)}, {"workload": "closed"})
+
+    def _point(self, load: dict[str, Any], options: dict[str, Any]) -> dict[str, float | None]:
+        doc = {"name": "load-accuracy", "grid": {**self.grid, **load},
                "options": {"serving": "continuous", "latency_model": "analytic", "kv_allocation": "paged",
-                           "block_tokens": 16}}
+                           "block_tokens": 16, **options}}
         return sweep.evaluate(sweep.grid_from_dict(doc), chunk_size=1).to_pylist()[0]
-
-
-def closed_loop_rate(p: Predictor, clients: float, capacity: float) -> tuple[float, dict]:
-    """The open-loop rate whose mean number in the system (Little: rate x mean E2E) is
-    `clients`, by bisection on log rate in (0, capacity); and the point there."""
-    def in_system(rate: float) -> tuple[float, dict]:
-        pt = p.at(rate)
-        e2e = pt["e2e_mean_ms"]
-        return (math.inf if e2e is None or not pt["stable"] else rate * e2e / 1e3), pt
-
-    lo, hi = math.log(capacity) - 12.0, math.log(capacity * (1.0 - 1e-6))
-    pt_hi = in_system(math.exp(hi))
-    if pt_hi[0] <= clients:  # the open loop holds fewer than N even next to saturation
-        return math.exp(hi), pt_hi[1]
-    pt = pt_hi[1]
-    for _ in range(30):
-        mid = 0.5 * (lo + hi)
-        n, pt = in_system(math.exp(mid))
-        lo, hi = (mid, hi) if n < clients else (lo, mid)
-    return math.exp(0.5 * (lo + hi)), pt
 
 
 def predict(row: dict[str, str], eta: dict[str, float] | None = None) -> tuple[float | None, str]:
@@ -177,15 +164,12 @@ def predict(row: dict[str, str], eta: dict[str, float] | None = None) -> tuple[f
         pt = Predictor(row, q, eta).at(_num(row["request_rate_rps"]))
         how = col if metric != "itl_p50_ms" else f"{col} (ITL by TPOT)"
         return pt[col], how
-    p = Predictor(row, eta=eta)
-    capacity = p.at(1.0)["capacity_rps"]
-    if capacity is None or not capacity > 0:
+    pt = Predictor(row, eta=eta).closed(float(row["concurrency"]))
+    if not pt["mem_ok"]:
         return None, "not predicted (no capacity)"
-    rate, pt = closed_loop_rate(p, float(row["concurrency"]), capacity)
-    if metric == "output_tok_s":
-        return rate * p.output_tokens, "closed via Little: lambda x O"
-    col = {"ttft_mean_ms": "ttft_mean_ms", "tpot_mean_ms": "tpot_mean_ms", "e2e_mean_ms": "e2e_mean_ms"}[metric]
-    return pt[col], f"closed via Little: {col}"
+    col = {"ttft_mean_ms": "ttft_mean_ms", "tpot_mean_ms": "tpot_mean_ms", "e2e_mean_ms": "e2e_mean_ms",
+           "output_tok_s": "output_tok_s"}[metric]
+    return pt[col], f"closed loop: {col}"
 
 
 def scheduler_steps(row: dict[str, str]) -> int:
@@ -211,18 +195,18 @@ def simulate_run(row: dict[str, str], eta: dict[str, float] | None = None,
     """The row's benchmark run simulated as run (`sweep.cli.predict.simulate`: the reference
     scheduler with the engine's variants, the finite run and its drain, the closed loop's clients
     starting together), step coefficients from the continuous point linearised at the run's load
-    (its rate; a closed loop's Little-mapped rate; 0.95 x capacity for rate inf)."""
+    (its rate; the closed loop's point; 0.95 x capacity for rate inf)."""
     bench = run_of(row)
     key = (setup_of(row), bench, tuple(sorted((eta or {}).items())), replications)
     if key not in _SIMULATED:
         p = Predictor(row, eta=eta)
-        capacity = p.at(1.0)["capacity_rps"]
         if bench.max_concurrency is not None:
-            rate = closed_loop_rate(p, bench.max_concurrency, capacity)[0]
+            pt = p.closed(bench.max_concurrency)
         else:
-            rate = bench.request_rate if math.isfinite(bench.request_rate) else 0.95 * capacity
+            rate = bench.request_rate if math.isfinite(bench.request_rate) else 0.95 * p.at(1.0)["capacity_rps"]
+            pt = p.at(rate)
         policy, kv = ENGINES[row["engine"]]
-        cfg = replace(config_from_row(p.at(rate), 16.0, row["id"]), scheduler_policy=policy,
+        cfg = replace(config_from_row(pt, 16.0, row["id"]), scheduler_policy=policy,
                       scheduler_steps=scheduler_steps(row), kv_admission=kv)
         _SIMULATED[key] = simulate(cfg, bench, replications=replications, seed=0)
     return _SIMULATED[key]
