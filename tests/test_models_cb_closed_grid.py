@@ -139,3 +139,23 @@ def test_open_loop_refuses_a_think_time(tmp_path, capsys):
     assert main(["run", str(f), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert "grid.think_time_s" in err and 'set workload = "closed"' in err
+
+
+def test_a_closed_run_reports_and_deploys_as_a_closed_loop(tmp_path, capsys):
+    """`sweep report` draws the action map over the clients (the run has no arrival rate), and
+    `sweep deploy` benchmarks one replica with its share of the clients (`--max-concurrency`,
+    `--request-rate inf`), saying that `vllm bench serve` cannot think between requests."""
+    pts = _points(tmp_path, GRID)
+    out = tmp_path / "o"
+    assert main(["report", str(out)]) == 0
+    assert "clients (fleet)" in (out / "report.html").read_text()
+    pick = pts[(pts.clients == 64) & (pts.replicas == 2) & (pts.batch_size == 256)]
+    texts = {}
+    for _, r in pick.iterrows():
+        capsys.readouterr()
+        assert main(["deploy", str(out), "--point", str(int(r.point_id))]) == 0
+        texts[r.think_time_s] = capsys.readouterr().out
+    for text in texts.values():
+        assert "--max-concurrency 32" in text and "--request-rate inf" in text  # 64 clients over 2 replicas
+        assert "a closed loop of 64 clients in all, 32 a replica" in text
+    assert "has no think time" in texts[2.0] and "has no think time" not in texts[0.0]

@@ -81,21 +81,39 @@ def prompts(lam: float, mean_running: float | None, rho: float | None) -> tuple[
     return n, span
 
 
+def closed_clients(row: Mapping[str, Any]) -> int | None:
+    """A closed loop's clients a replica (`workload = "closed"`: clients / replicas, rounded, at
+    least one, as the simulator runs them), else None."""
+    c = _num(row, "clients")
+    if c is None:
+        return None
+    return max(1, round(c / float(row.get("replicas") or 1)))
+
+
+def closed_prompts(clients: int) -> int:
+    """A closed loop's prompt count: at least `MIN_PROMPTS`, and `SPANS` requests a client (the
+    opening wave of every client's prompt at once touches a twentieth of the run)."""
+    return max(MIN_PROMPTS, SPANS * clients)
+
+
 def percentile_word(q: float) -> str:
     """0.99 -> "99", 0.999 -> "99.9": the benchmark's `--metric-percentiles` and its P-label."""
     return f"{q * 100:.6g}"
 
 
 def bench_argv(engine: str, model_id: str, lam: float, n: int, prompt: Lengths, output: Lengths, q: float,
-               seed: int = 0) -> list[str]:
-    """`vllm bench serve` against the engine's server on this host."""
+               seed: int = 0, clients: int | None = None) -> list[str]:
+    """`vllm bench serve` against the engine's server on this host; `clients`: a closed loop
+    (`--max-concurrency`, at the due rate `lam`, inf when there is none)."""
     ratio = (f"{prompt.ratio:g}" if prompt.ratio == output.ratio
              else json.dumps({"input": prompt.ratio, "output": output.ratio}))
+    rate = f"{lam:.6g}" if math.isfinite(lam) else "inf"
     return ["vllm", "bench", "serve", "--backend", "vllm" if engine == "vllm" else "openai",
             "--host", "127.0.0.1", "--port", str(PORTS[engine]), "--model", model_id,
             "--dataset-name", "random", "--random-input-len", str(prompt.mean),
             "--random-output-len", str(output.mean), "--random-range-ratio", ratio, "--ignore-eos",
-            "--request-rate", f"{lam:.6g}", "--burstiness", "1.0", "--num-prompts", str(n),
+            "--request-rate", rate, "--burstiness", "1.0",
+            *(("--max-concurrency", str(clients)) if clients is not None else ()), "--num-prompts", str(n),
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", percentile_word(q),
             "--seed", str(seed), "--save-result", "--result-filename", f"bench-{engine}.json"]
 
@@ -114,9 +132,11 @@ def predicted(row: Mapping[str, Any], latency_model: str) -> list[Figure]:
     q = float(row.get("percentile") or 0.99)
     pw = percentile_word(q)
     stable = bool(row.get("stable"))
+    loop = ("a closed loop of its clients (mean value analysis)" if closed_clients(row) is not None
+            else "an open-loop Poisson stream")
     basis = ("simulator (latency_model = \"simulated\"): replications of a finite run after a warm-up, the "
              "steady state it estimates" if latency_model == "simulated"
-             else "analytic model: the steady state of an open-loop Poisson stream")
+             else f"analytic model: the steady state of {loop}")
     unstable = ("no prediction: the load is not sustainable at this configuration (stable = false), so the queue "
                 "grows for as long as the benchmark runs")
     out: list[Figure] = []

@@ -3,6 +3,7 @@ check it, with the figures the check should print (docs/deploy.md)."""
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import tempfile
@@ -75,7 +76,17 @@ class Deployment:
         r, m = self.row, self.memory
         name = ENGINE_NAMES[self.engine]
         replicas, gpus = int(r["replicas"]), int(r["gpus_per_replica"])
-        lam = float(r.get("lambda_per_replica_rps") or float(r["arrival_rps"]) / replicas)
+        clients = b.closed_clients(r)
+        if clients is None:
+            lam = float(r.get("lambda_per_replica_rps") or float(r["arrival_rps"]) / replicas)
+            load = f"{float(r['arrival_rps']):g} req/s in all, {lam:g} req/s a replica"
+            bench_load = f"{lam:g} req/s"
+        else:
+            due = b._num(r, "lambda_per_replica_rps")
+            load = (f"a closed loop of {float(r['clients']):g} clients in all, {clients} a replica"
+                    + (f", due at most {due:g} req/s a replica" if due is not None else "")
+                    + f" ({b._num(r, 'throughput_rps') or 0.0:.4g} req/s a replica)")
+            bench_load = f"{clients} clients"
         pid = f", point_id {r['point_id']}" if r.get("point_id") is not None else ""
         grid = f" (grid {self.meta['grid']}{pid})" if self.meta.get("grid") else ""
         lines = [f"# Deploy {r['model']} on {r['gpu']} with {name}{grid}", ""]
@@ -83,8 +94,7 @@ class Deployment:
                      f"(tensor parallel {gpus}; {replicas * gpus} GPUs), cap {int(r['batch_size'])} sequences, "
                      f"token budget {_budget_text(r)}, KV {_dtype(r['kv_bytes_per_elem'])}, weights "
                      f"{_dtype(r['weight_bytes_per_param'])}; KV capacity {m.kv_capacity_tokens:,.0f} tokens a "
-                     f"replica; {float(r['arrival_rps']):g} req/s in all, {lam:g} req/s a replica"
-                     + _price(r) + ".")
+                     f"replica; {load}" + _price(r) + ".")
         lines += ["", f"## Launch (each replica: {gpus} GPU{'s' if gpus != 1 else ''})", "", "```sh",
                   _shell(self.launch), "```", ""]
         flag, value = self.knob
@@ -93,7 +103,7 @@ class Deployment:
                   _shell(self.launch_exact), "```"]
         for fname, body in self.files.items():
             lines += ["", f"`{fname}`:", "", "```yaml", body.rstrip(), "```"]
-        lines += ["", f"## Benchmark (one replica at its share of the load, {lam:g} req/s)", "", "```sh",
+        lines += ["", f"## Benchmark (one replica at its share of the load, {bench_load})", "", "```sh",
                   _shell(self.bench), "```", ""]
         lines.append(self._bench_line())
         lines += ["", "## What the benchmark should print", "", self._figure_table()]
@@ -124,8 +134,12 @@ class Deployment:
         span = (f"the relaxation span is W = {self.span:,.0f} arrivals (mean running / (1 - rho)), so the first "
                 f"~{2 * self.span:,.0f} requests see a filling engine and the last ones a draining one"
                 if self.span is not None else "the relaxation span is unknown (no stable prediction)")
-        return (f"{self.prompts:,} prompts (at least {b.MIN_PROMPTS:,}, {b.SPANS} relaxation spans and "
-                f"{b.MIN_SECONDS:g} s of arrivals): {span}. Lengths: prompts {p.mean} tokens, outputs {o.mean}, "
+        clients = b.closed_clients(self.row)
+        count = (f"{self.prompts:,} prompts (at least {b.MIN_PROMPTS:,}, and {b.SPANS} a client: the opening wave of "
+                 f"every client's prompt at once is a small part of the run)" if clients is not None else
+                 f"{self.prompts:,} prompts (at least {b.MIN_PROMPTS:,}, {b.SPANS} relaxation spans and "
+                 f"{b.MIN_SECONDS:g} s of arrivals): {span}")
+        return (f"{count}. Lengths: prompts {p.mean} tokens, outputs {o.mean}, "
                 f"uniform with range ratio {p.ratio:g} / {o.ratio:g} (CV {p.cv_bench:.3g} / {o.cv_bench:.3g}; "
                 f"the grid's lognormal CV {p.cv_grid:g} / {o.cv_grid:g}).")
 
@@ -169,7 +183,9 @@ def deployment(row: Mapping[str, Any], meta: Mapping[str, Any], *, engine: str |
     `meta` (`meta_of(spec)`, or a mapping with the same keys). `engine` overrides the grid's
     `[options] engine`; `model_id` the catalog's `hf_id`. Bad input raises `DeployError`."""
     source = str(meta.get("source") or meta.get("grid") or "<row>")
-    missing = [k for k in NEEDED if row.get(k) is None]
+    clients = b.closed_clients(row)
+    # a pure closed loop has no arrival rate (NULL): its clients set the load
+    missing = [k for k in NEEDED if row.get(k) is None and not (k == "arrival_rps" and clients is not None)]
     if missing:
         raise DeployError(source, missing[0], None,
                           "the row lacks this column: a deployment needs a continuous-serving point "
@@ -213,9 +229,13 @@ def deployment(row: Mapping[str, Any], meta: Mapping[str, Any], *, engine: str |
                   kv_admission=str(meta.get("kv_admission", "reserve")))
     cmd = launch(engine, knobs)
     replicas = int(row["replicas"])
-    lam = b._num(row, "lambda_per_replica_rps") or float(row["arrival_rps"]) / replicas
-    n, span = b.prompts(lam, b._num(row, "mean_running") if row.get("stable") else None,
-                        b._num(row, "rho") if row.get("stable") else None)
+    if clients is None:
+        lam = b._num(row, "lambda_per_replica_rps") or float(row["arrival_rps"]) / replicas
+        n, span = b.prompts(lam, b._num(row, "mean_running") if row.get("stable") else None,
+                            b._num(row, "rho") if row.get("stable") else None)
+    else:  # the closed loop: its due rate (inf: none) and each replica's clients
+        lam = b._num(row, "lambda_per_replica_rps") or math.inf
+        n, span = b.closed_prompts(clients), None
     p = b.lengths(float(row["prompt_tokens"]), float(row.get("prompt_cv") or 0.0))
     o = b.lengths(float(row["output_tokens"]), float(row.get("output_cv") or 0.0))
     q = float(row.get("percentile") or 0.99)
@@ -223,9 +243,13 @@ def deployment(row: Mapping[str, Any], meta: Mapping[str, Any], *, engine: str |
     dep = Deployment(
         engine=engine, model_id=model_id, row=dict(row), meta=dict(meta), memory=memory, launch=cmd.argv,
         launch_exact=cmd.exact_argv, knob=cmd.knob, files=cmd.files,
-        bench=b.bench_argv(engine, model_id, lam, n, p, o, q), prompts=n, span=span, prompt_lengths=p,
-        output_lengths=o, predicted=b.predicted(row, latency_model), notes=list(cmd.notes),
+        bench=b.bench_argv(engine, model_id, lam, n, p, o, q, clients=clients), prompts=n, span=span,
+        prompt_lengths=p, output_lengths=o, predicted=b.predicted(row, latency_model), notes=list(cmd.notes),
     )
+    if clients is not None and (b._num(row, "think_time_s") or 0.0) > 0.0:
+        dep.warnings.append(f"the plan's clients think {float(row['think_time_s']):g} s between requests; "
+                            "`vllm bench serve` has no think time (each client sends at once): benchmark a grid "
+                            "point with think_time_s = 0, or drive the server with a client that thinks")
     _caveats(dep, p, o)
     return dep
 

@@ -45,6 +45,9 @@ POINTS_BUDGET = 50_000
 PLAN_BUDGET = 60_000
 #: Schedule groups drawn in the schedule figure (one line set each).
 SCHEDULE_GROUPS = 6
+#: The columns that set a run's load: the arrival rate, and a closed loop's clients
+#: (`workload = "closed"`); an action map runs over one of them, a configuration is the rest.
+LOAD_KEYS: tuple[str, ...] = ("arrival_rps", "clients")
 
 
 class ReportError(SweepError):
@@ -299,7 +302,7 @@ class Run:
             return Sample({}, 0, 0, notes=[f"needs points/ with {cap} and action; this run has "
                                            + ("none" if self.points_src is None else "other columns")])
         idx = self.row_index()
-        config_axes = [a for a in self.varying if a not in ("arrival_rps",)]
+        config_axes = [a for a in self.varying if a not in LOAD_KEYS]
         keys_all = _row_keys(idx, config_axes)
         keys_scen = _row_keys(scen, config_axes)
         wanted = np.isin(keys_all, np.unique(keys_scen))
@@ -324,7 +327,7 @@ class Run:
         lo, hi = rows * n_points, rows * n_points + n_points - 1
         ranges = " OR ".join(f"point_id BETWEEN {a} AND {b}" for a, b in zip(lo, hi))
         first = self.model.slo_checks[:1]
-        sel = self._select(list(dict.fromkeys(("point_id", "arrival_rps", *self.row_axes, "action",
+        sel = self._select(list(dict.fromkeys(("point_id", *LOAD_KEYS, *self.row_axes, "action",
                                                *(lat for lat, _ in first), self.model.decisions.utilisation))),
                            self.points_cols)
         cols = self.query(f"SELECT {sel} FROM {self.points_src} WHERE {ranges} ORDER BY point_id")
@@ -336,7 +339,7 @@ class Run:
         return Sample(cols, len(cols["point_id"]), total, notes=notes)
 
     def config_key(self, scen: Columns) -> np.ndarray:
-        return _row_keys(scen, [a for a in self.varying if a != "arrival_rps"])
+        return _row_keys(scen, [a for a in self.varying if a not in LOAD_KEYS])
 
     # ------------------------------------------------------------------ frontier
 

@@ -514,6 +514,16 @@ def _kv_share(spec: KvBudget, model: ServingModel, row: dict[str, Any], pts: Col
     return {"data": traces, "layout": layout}
 
 
+def load_axis(cells: Columns) -> tuple[str, str, str]:
+    """The column that sets a run's load, its name and unit: the arrival rate, or a closed
+    loop's clients (`workload = "closed"`, where the rate is what the clients make of it and
+    `arrival_rps` NULL without a due rate)."""
+    rate = cells.get("arrival_rps")
+    if rate is not None and finite(np.asarray(rate, dtype=float)).any():
+        return "arrival_rps", "arrival", " req/s"
+    return "clients", "clients", ""
+
+
 def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
     """Action map of one configuration: arrival rate x cap, coloured by action, one panel
     per knob value; the hover names the first SLO latency and the utilisation."""
@@ -526,7 +536,8 @@ def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
     util = model.decisions.utilisation
     n = len(combos)
     batches = np.unique(cells[cap][finite(cells[cap])])
-    rates = np.unique(cells["arrival_rps"][finite(cells["arrival_rps"])])
+    load, load_name, load_unit = load_axis(cells)
+    rates = np.unique(cells[load][finite(cells[load])])
     code = {a: i for i, a in enumerate(ACTIONS)}
     scale = []
     for i, a in enumerate(ACTIONS):
@@ -542,7 +553,7 @@ def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
         legend = _combo_label(model, knobs, combo)
         z = np.full((len(rates), len(batches)), np.nan)
         text = np.full((len(rates), len(batches)), "", dtype=object)
-        for bb, rr, act, lat, rho in zip(cells[cap][m], cells["arrival_rps"][m], cells["action"][m],
+        for bb, rr, act, lat, rho in zip(cells[cap][m], cells[load][m], cells["action"][m],
                                          cells.get(lat_col, cells[cap])[m], cells.get(util, cells[cap])[m]):
             i, j = ri[float(rr)], bi[float(bb)]
             z[i, j] = code.get(act, np.nan) + 0.5
@@ -552,12 +563,14 @@ def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
             "type": "heatmap", "x": [f"{v:g}" for v in batches], "y": [f"{v:g}" for v in rates], "z": z.tolist(),
             "text": text.tolist(), "zmin": 0, "zmax": len(ACTIONS), "colorscale": scale, "showscale": False,
             "xgap": 1, "ygap": 1, "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
-            "hovertemplate": f"arrival %{{y}} req/s, {cap_axis.symbol} %{{x}}<br>%{{text}}<extra>{legend}</extra>",
+            "hovertemplate": (f"{load_name} %{{y}}{load_unit}, {cap_axis.symbol} %{{x}}<br>%{{text}}"
+                              f"<extra>{legend}</extra>"),
         })
         layout[f"xaxis{suffix}"] = axis(cap_axis.short, type="category",
                                         domain=[k * (width + gap), k * (width + gap) + width],
                                         anchor=f"y{suffix}", showgrid=False)
-        layout[f"yaxis{suffix}"] = axis("arrival rate (req/s, fleet)" if k == 0 else "", type="category",
+        layout[f"yaxis{suffix}"] = axis((f"{load_name} ({load_unit.strip()}, fleet)" if load_unit else
+                                         f"{load_name} (fleet)") if k == 0 else "", type="category",
                                         anchor=f"x{suffix}", showgrid=False, showticklabels=k == 0)
         layout.setdefault("annotations", []).append(
             {"text": legend, "xref": "paper", "yref": "paper", "x": k * (width + gap) + width / 2,
