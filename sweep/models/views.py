@@ -436,6 +436,9 @@ class Views:
     size_most: str = "most replicas"
     #: lines the terminal adds when a decision rests on a point a flag marks
     caveats: tuple[Caveat, ...] = ()
+    #: the columns that set a run's load, first preferred where the run has values of it:
+    #: (column, name, unit) ("clients" for a closed loop, whose arrival rate is NULL)
+    loads: tuple[tuple[str, str, str], ...] = (("arrival_rps", "arrival", " req/s"),)
 
     def axis(self, key: str) -> Axis:
         """How row axis `key` reads (its name throughout, if undeclared)."""

@@ -45,9 +45,6 @@ POINTS_BUDGET = 50_000
 PLAN_BUDGET = 60_000
 #: Schedule groups drawn in the schedule figure (one line set each).
 SCHEDULE_GROUPS = 6
-#: The columns that set a run's load: the arrival rate, and a closed loop's clients
-#: (`workload = "closed"`); an action map runs over one of them, a configuration is the rest.
-LOAD_KEYS: tuple[str, ...] = ("arrival_rps", "clients")
 
 
 class ReportError(SweepError):
@@ -302,7 +299,7 @@ class Run:
             return Sample({}, 0, 0, notes=[f"needs points/ with {cap} and action; this run has "
                                            + ("none" if self.points_src is None else "other columns")])
         idx = self.row_index()
-        config_axes = [a for a in self.varying if a not in LOAD_KEYS]
+        config_axes = [a for a in self.varying if a not in self.load_keys]
         keys_all = _row_keys(idx, config_axes)
         keys_scen = _row_keys(scen, config_axes)
         wanted = np.isin(keys_all, np.unique(keys_scen))
@@ -327,7 +324,7 @@ class Run:
         lo, hi = rows * n_points, rows * n_points + n_points - 1
         ranges = " OR ".join(f"point_id BETWEEN {a} AND {b}" for a, b in zip(lo, hi))
         first = self.model.slo_checks[:1]
-        sel = self._select(list(dict.fromkeys(("point_id", *LOAD_KEYS, *self.row_axes, "action",
+        sel = self._select(list(dict.fromkeys(("point_id", *self.load_keys, *self.row_axes, "action",
                                                *(lat for lat, _ in first), self.model.decisions.utilisation))),
                            self.points_cols)
         cols = self.query(f"SELECT {sel} FROM {self.points_src} WHERE {ranges} ORDER BY point_id")
@@ -338,8 +335,14 @@ class Run:
         cols["config"] = np.array([key_of_row[r] for r in row_of.tolist()], dtype=object)
         return Sample(cols, len(cols["point_id"]), total, notes=notes)
 
+    @property
+    def load_keys(self) -> tuple[str, ...]:
+        """The columns that set the run's load (the model's `Views.loads`): an action map runs
+        over one of them, a configuration is the rest of the varying axes."""
+        return tuple(k for k, *_ in self.model.views.loads)
+
     def config_key(self, scen: Columns) -> np.ndarray:
-        return _row_keys(scen, [a for a in self.varying if a not in LOAD_KEYS])
+        return _row_keys(scen, [a for a in self.varying if a not in self.load_keys])
 
     # ------------------------------------------------------------------ frontier
 

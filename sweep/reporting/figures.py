@@ -514,14 +514,12 @@ def _kv_share(spec: KvBudget, model: ServingModel, row: dict[str, Any], pts: Col
     return {"data": traces, "layout": layout}
 
 
-def load_axis(cells: Columns) -> tuple[str, str, str]:
-    """The column that sets a run's load, its name and unit: the arrival rate, or a closed
-    loop's clients (`workload = "closed"`, where the rate is what the clients make of it and
-    `arrival_rps` NULL without a due rate)."""
-    rate = cells.get("arrival_rps")
-    if rate is not None and finite(np.asarray(rate, dtype=float)).any():
-        return "arrival_rps", "arrival", " req/s"
-    return "clients", "clients", ""
+def load_axis(cells: Columns, model: ServingModel) -> tuple[str, str, str]:
+    """The column that sets a run's load, its name and unit (the model's `Views.loads`): the
+    first with finite values in `cells`, else the first."""
+    loads = model.views.loads
+    return next((ld for ld in loads if ld[0] in cells and finite(np.asarray(cells[ld[0]], dtype=float)).any()),
+                loads[0])
 
 
 def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
@@ -536,7 +534,7 @@ def action_figure(cells: Columns, model: ServingModel) -> dict[str, Any]:
     util = model.decisions.utilisation
     n = len(combos)
     batches = np.unique(cells[cap][finite(cells[cap])])
-    load, load_name, load_unit = load_axis(cells)
+    load, load_name, load_unit = load_axis(cells, model)
     rates = np.unique(cells[load][finite(cells[load])])
     code = {a: i for i, a in enumerate(ACTIONS)}
     scale = []

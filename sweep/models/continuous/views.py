@@ -50,6 +50,7 @@ def _engine_line(r: Mapping[str, Any]) -> str:
 _RHO = Cell("rho", "rho", percent=True, flag="stable", flag_text=" (unstable)")
 
 VIEWS = Views(
+    loads=(("arrival_rps", "arrival", " req/s"), ("clients", "clients", "")),
     axes=(
         Axis("max_batched_tokens", symbol="M", title="token budget M (tokens per step)", short="token budget M",
              hover="token budget", inf="no budget", inf_text="no token budget", legend_inf="no token budget (inf)",
