@@ -44,6 +44,8 @@ adaptive batches and the time budget below are unchanged.
         # multi-step scheduling: each point's k drawn from the list, simulated by the compiled
         # event loop and judged against the analytic model's windows at that k
         # (benchmarks/results/cb_accuracy_points_steps.csv)
+    python benchmarks/cb_accuracy.py --scheduler-policy prefill_first --scheduler-steps 2 4 8 16 --points 120 \\
+        --seed 261 --budget-s 900   # the same under prefill_first (decode windows between chains of prompt steps)
 
 The simulated results are kept in benchmarks/results/cb_accuracy_sim.npz together with the
 drawn inputs and the settings; a later run with the same settings reuses both (the drawn
@@ -489,7 +491,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "trusts them (KV that cannot bind)")
     ap.add_argument("--scheduler-steps", type=int, nargs="+", default=[1], metavar="K",
                     help="decode steps per scheduling decision, each point's drawn from these (multi-step "
-                         "scheduling: the compiled event loop against the analytic model's windows; chunked)")
+                         "scheduling: the compiled event loop against the analytic model's windows)")
     args = ap.parse_args(argv)
     args.prefill_first = args.scheduler_policy == "prefill_first"
     args.argv = argv
@@ -519,7 +521,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tiny:
         return out
     if args.scheduler_steps != [1]:
-        write_points(p, a, s, j, RESULTS / "cb_accuracy_points_steps.csv")
+        write_points(p, a, s, j, RESULTS / ("cb_accuracy_points_prefill_first_steps.csv" if args.prefill_first
+                                            else "cb_accuracy_points_steps.csv"))
     elif args.kv_admission == "on_demand":
         write_points(p, a, s, j, RESULTS / "cb_accuracy_points_on_demand.csv")
     elif args.prefill_first:  # the published figure and table are the default policy's

@@ -157,10 +157,16 @@ def test_engine_variants_reach_the_simulated_run() -> None:
     one, _ = analytic(_small(), bench)
     assert "windows of 4 steps" in basis and model["ttft_mean"] > one["ttft_mean"]
     assert model["itl_q0.5"] > 2.5 * one["itl_q0.5"]  # a message a window, as simulated above
+    chunked_k = model
     model, basis = analytic(_small(scheduler_steps=4), Benchmark(120, 6.0, 8))
     assert model == {} and "open loop only" in basis
     first = simulate(_small(scheduler_policy="prefill_first"), bench, 2, 3)
     assert first != on_demand  # prompts in steps of their own pause the decodes
+    # prefill_first has windows too: the first token comes with its prompt step, so the TTFT
+    # waits for the window in progress but not for a window after it
+    pf_k, basis = analytic(_small(scheduler_policy="prefill_first", scheduler_steps=4), bench)
+    pf_1, _ = analytic(_small(scheduler_policy="prefill_first"), bench)
+    assert "windows of 4 steps" in basis and pf_1["ttft_mean"] < pf_k["ttft_mean"] < chunked_k["ttft_mean"]
 
 
 def test_on_demand_kv_runs_more_sequences_and_preempts() -> None:

@@ -256,9 +256,9 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
     n, rate, conc = bench.num_prompts, bench.request_rate, bench.max_concurrency
     prefill_first = cfg.scheduler_policy == "prefill_first"
     k = cfg.scheduler_steps
-    if k > 1 and (prefill_first or conc is not None):
-        return {}, (f"no analytic figure: multi-step scheduling ({k} steps a decision) has analytic windows for the "
-                    "chunked policy in an open loop only; the simulated run is the prediction")
+    if k > 1 and conc is not None:
+        return {}, (f"no analytic figure: multi-step scheduling ({k} steps a decision) has analytic windows in an "
+                    "open loop only; the simulated run is the prediction")
     closed = None
     if conc is not None:
         closed = closed_loop(conc, bench.think_s, quantiles=bench.quantiles, **kw)

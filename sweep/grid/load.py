@@ -299,7 +299,6 @@ def _build_options(raw: Mapping[str, Any], source: str) -> Options:
                                          "is how an iteration-level (continuous) engine allocates KV"),
                       workload=_continuous_option(raw, "workload", WORKLOADS, serving, source,
                                                   "is how clients load an iteration-level (continuous) engine"))
-    _check_engine_variant(options, source)
     return options
 
 
@@ -317,17 +316,6 @@ def _scheduler_steps(raw: Mapping[str, Any], serving: str, source: str) -> int:
                         f'is how often an iteration-level (continuous) engine schedules; serving is "{serving}": '
                         'set serving = "continuous" or drop scheduler_steps')
     return value
-
-
-def _check_engine_variant(options: Options, source: str) -> None:
-    """Multi-step scheduling has an analytic model for the chunked policy only; under
-    `prefill_first` it is simulated only, by the compiled event loop
-    (`sweep.models.continuous.loop`; docs/continuous.md, "Engine variants")."""
-    if (options.scheduler_steps != Options.scheduler_steps and options.scheduler_policy == "prefill_first"
-            and options.latency_model != "simulated"):
-        raise GridError(source, "options.scheduler_steps", options.scheduler_steps,
-                        'with scheduler_policy = "prefill_first" has no analytic model: set latency_model = '
-                        '"simulated" under [options] (the simulator decides), or drop scheduler_steps')
 
 
 def _check_closed(doc: Mapping[str, Any], source: str) -> None:

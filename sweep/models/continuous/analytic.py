@@ -111,7 +111,7 @@ no decoder (the whole budget ``M``, no decoders' cache), and sustainability coun
 ``(O - 1) / c`` decode steps and ``(1 - e^-mu) / mu`` prompt steps per request
 (``mu = c / (O - 1)``), with no budget bound.
 
-Multi-step scheduling (``scheduler_steps = k``, ``km = k - 1``; chunked policy only): a
+Multi-step scheduling (``scheduler_steps = k``, ``km = k - 1``), chunked policy: a
 decision step (admission, prompt chunks, decodes) is followed by ``km`` decode-only steps,
 and a client receives a window's tokens in one message at its end (docs/continuous.md,
 "Engine variants"). The one-step fixed point is solved with the capacity at ``k`` and the
@@ -128,7 +128,16 @@ is the gap from its first message to its last over ``O - 1``: ``k (ceil(O / k) -
 with other decoders, ``O - 1 - min(km, O - 1)`` alone, averaged over the output length's law
 at 64 equal-probability nodes (rounded as the simulator rounds); 0 where every token comes in
 one message, so its quantiles are those of a mixture with an atom at 0; (d) E2E is TTFT plus
-that span. ``k = 1`` leaves the program as it was (a Python-level branch).
+that span; a chunked prompt's window waits grow with it, so they scale the prompt's share of
+the TTFT variance. Under ``prefill_first`` a busy engine alternates a decode window of ``k``
+decode-only steps and a chain of prompt steps (`_pf_chain`: the decision after a window
+prefills what arrived during it, and prefills again while prompts keep arriving, until a step
+sees none or the admissions take every slot); the decoders' step carries the chain's prompt
+steps spread over the window; an arrival waits for the rest of the window or prompt step in
+progress, then the next prompt step carries it and hands its first token over at once, the
+window's rest kept uniform in the quantiles (`_window_quantile`); its later tokens come in
+windows, ``k ceil((O - 1) / k)`` steps with other decoders. ``k = 1`` leaves the program as it
+was (a Python-level branch).
 
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
 the exact integer rounding of lengths; see docs/continuous.md for what neither models.
@@ -316,11 +325,111 @@ def _mix_quantile(q, z, w, shift, one, two):
     return shift + jnp.where(mean > 0.0, x, 0.0)
 
 
+#: bisection steps of `_window_quantile` (the bracket is one window wide: 2^-24 of it)
+N_BISECT = 24
+
+
+def _window_quantile(q, z, pi, width, mean_y, var_y):
+    """q-quantile of ``B U + Y``: with probability ``pi`` the rest of a window in progress,
+    uniform on ``(0, width)``, plus ``Y``, a lognormal of mean ``mean_y`` and variance
+    ``var_y`` (independent): the TTFT of a multi-step engine, whose window residual is
+    bounded where one lognormal for the whole sum puts a long upper tail (+50% at the
+    99th percentile when the window dominates). Its CDF is closed-form:
+    ``F(t) = (1 - pi) L(t) + pi (G(t) - G(t - width)) / width`` with ``L`` the lognormal's
+    CDF and ``G(y) = y L(y) - mean_y Phi(d - s)`` its integral (``d = (ln y - mu) / s``).
+    ``F`` lies between ``L(t - width)`` and ``L(t)``, so the quantile lies within one window
+    above ``Y``'s own: `N_BISECT` bisections, then a Newton step from the root with the
+    root and the slope held constant, for the implicit derivative (`_mix_quantile`)."""
+    s, mu = _ln_shape(mean_y, var_y)
+    s = jnp.maximum(s, 1e-9)
+    wd = jnp.maximum(width, 1e-300)
+
+    def big_l(y):
+        return jnp.where(y > 0.0, _ndtr((jnp.log(jnp.maximum(y, 1e-300)) - mu) / s), 0.0)
+
+    def big_g(y):
+        d = (jnp.log(jnp.maximum(y, 1e-300)) - mu) / s
+        return jnp.where(y > 0.0, y * _ndtr(d) - mean_y * _ndtr(d - s), 0.0)
+
+    def cdf(t):
+        return (1.0 - pi) * big_l(t) + pi * (big_g(t) - big_g(t - wd)) / wd - q
+
+    def pdf(t):
+        d = (jnp.log(jnp.maximum(t, 1e-300)) - mu) / s
+        dens = jnp.where(t > 0.0, 0.3989422804014327 * jnp.exp(-0.5 * d * d) / (s * jnp.maximum(t, 1e-300)), 0.0)
+        return (1.0 - pi) * dens + pi * (big_l(t) - big_l(t - wd)) / wd
+
+    y_q = jnp.exp(mu + s * z)
+    lo, hi = y_q, y_q + wd
+    for _ in range(N_BISECT):
+        mid = 0.5 * (lo + hi)
+        below = cdf(mid) < 0.0
+        lo, hi = jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+    t0 = lax.stop_gradient(0.5 * (lo + hi))
+    d0 = lax.stop_gradient(pdf(t0))
+    f0 = cdf(t0)
+    t = t0 - safe_div(f0 - lax.stop_gradient(f0), d0, d0 > 0.0, 0.0)
+    return jnp.where((pi > 0.0) & (width > 0.0) & (mean_y > 0.0), t, jnp.where(mean_y > 0.0, y_q, 0.0))
+
+
 def _pf_steps(m, p_over_m):
     """prefill_first: the prompt steps between two of a decoder's steps, when ``m`` prompts
     arrive (Poisson) in the meantime: one step if any arrived (probability ``1 - e^-m``), more
     where their tokens exceed the budget (``p_over_m`` = mean prompt / budget)."""
     return -jnp.expm1(-m) * jnp.maximum(1.0, m * p_over_m)
+
+
+#: prefill_first with windows: the prompt steps of a chain followed one by one (`_pf_chain`)
+_CHAIN_STEPS = 10
+
+
+def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
+    """prefill_first with windows: the chain of prompt steps after a decode window of ``w``
+    seconds. Its decision carries the prompts that arrived during the window (Poisson,
+    ``lam w``); each prompt step carries what is waiting (up to the budget's tokens: the rest
+    waits for the next), and another decision follows, a prompt step again as long as prompts
+    arrived meanwhile: the chain ends with the first prompt step during which none arrived
+    (and none was left over). A step of prompts of ``T`` tokens takes ``t_f + a_tok min(T, M)``
+    (``a_tok = t_t + t_c``). A step's prompt count is followed by its mean and variance: the
+    arrivals during a step of random length are a mixed Poisson count, taken as negative
+    binomial of the same two moments, whose probability of none ends the chain (short steps,
+    of few or short prompts, end it more often than their mean suggests). The first
+    `_CHAIN_STEPS` steps are followed, the rest as a geometric tail at the last one's. No
+    sequence leaves during a chain, so it also ends once its admissions fill the slots: it
+    lasts at most ``t_max`` (the caller's slot bound). Returns
+    the expected prompt steps ``n`` of a chain, its expected time ``time`` and the expected
+    sum of its steps' squared durations ``d2`` (for the residual of the step in progress)."""
+    var_p = (p1 * pcv) ** 2
+    m = lam * w  # the count at a decision: mean and variance (Poisson after a window)
+    v = m
+
+    def step(m, v):
+        kappa = m * m / jnp.maximum(v - m, 1e-12 * m * m + 1e-300)
+        p0 = jnp.exp(-kappa * jnp.log1p(m / jnp.maximum(kappa, 1e-300)))
+        go = jnp.maximum(1.0 - p0, 1e-300)
+        mu = m / go  # given the step happens
+        var_n = jnp.maximum((v + m * m) / go - mu * mu, 0.0)
+        tok = mu * p1
+        d = tf + a_tok * jnp.minimum(tok, bud)
+        var_d = jnp.where(tok < bud, a_tok * a_tok * (mu * var_p + var_n * p1 * p1), 0.0)
+        left = jnp.maximum(tok - bud, 0.0) / p1  # prompts the budget leaves for the next step
+        m_next = lam * d + left
+        v_next = lam * d + lam * lam * var_d + left
+        return go, d, var_d, m_next, v_next
+
+    reach = jnp.ones_like(m)
+    n = jnp.zeros_like(m)
+    time = jnp.zeros_like(m)
+    d2 = jnp.zeros_like(m)
+    for _ in range(_CHAIN_STEPS):
+        go, d, var_d, m, v = step(m, v)
+        reach = reach * go
+        n, time, d2 = n + reach, time + reach * d, d2 + reach * (d * d + var_d)
+    go, d, var_d, _, _ = step(m, v)
+    more = reach * go / jnp.maximum(1.0 - go, 0.01)  # reach (q + q^2 + ...), q = go <= 0.99
+    n, time, d2 = n + more, time + more * d, d2 + more * (d * d + var_d)
+    cut = jnp.minimum(1.0, safe_div(jnp.maximum(t_max, tf), time, time > 0.0, 1.0))
+    return dict(n=n * cut, time=time * cut, d2=d2 * cut)
 
 
 def _slot_chain(lam, c, capacity, rho_tok):
@@ -368,23 +477,42 @@ def _slot_chain(lam, c, capacity, rho_tok):
 _O_NODES = tuple(NormalDist().inv_cdf((i + 0.5) / 64) for i in range(64))
 
 
-def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law) -> dict[str, Array]:
-    """Multi-step windows of ``k = km + 1`` steps (chunked policy), from the one-step model's
-    solution: what an arrival, a chunked prompt and a client's messages wait for beyond it."""
+def _decode_windows(o1, ocv, kk):
+    """The decode windows of ``kk`` steps a request's ``O - 1`` decode tokens span,
+    ``E[ceil((O - 1) / kk)]`` (at least 1), over the output length's law (`_O_NODES`)."""
+    s2 = jnp.log1p(ocv * ocv)
+    o = jnp.maximum(1.0, jnp.round(o1 * jnp.exp(jnp.sqrt(s2)[..., None] * jnp.asarray(_O_NODES) - 0.5 * s2[..., None])))
+    return jnp.maximum(jnp.mean(jnp.ceil((o - 1.0) / kk), axis=-1), 1.0)
+
+
+def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_first=False,
+             pf_env=None) -> dict[str, Array]:
+    """Multi-step windows of ``k = km + 1`` steps, from the one-step model's solution: what an
+    arrival, a chunked prompt and a client's messages wait for beyond it. ``prefill_first``
+    (a Python bool): prompts take single steps of their own between decode windows, so the
+    first token is its own message, no chunk waits for a window, and the window in progress
+    is a decode window or a step of a chain of prompt steps (`_pf_chain`; ``pf_env``: the
+    point's ``lam``, ``p1``, ``bud``, ``t_own`` and ``c_bar``)."""
     kk = 1.0 + km
     u, t_bar, var_t = g["u"], g["t_bar"], g["var_t"]
     # a decode-only step: a decoder's mean step less the prompt work in it (lam p1 (t_t + t_c)
     # of each second: the decisions carry the prompts; a lone request's step at light load)
     t_do = jnp.maximum(td * (1.0 - (tt + tc) * lam_p1), tf + tt)
-    # another sequence keeps a window going (the others a running sequence sees)
-    others = -jnp.expm1(-jnp.maximum(g["r_seen"] - 1.0, 0.0))
+    # another sequence keeps a window going (the others a running sequence sees; under
+    # prefill_first only the decoding ones: a window never carries a prompt)
+    seen = jnp.maximum(g["r_seen"] - 1.0, 0.0)
+    others = -jnp.expm1(-seen * g["f_dec"]) if prefill_first else -jnp.expm1(-seen)
     s2 = jnp.log1p(ocv * ocv)
     zs = jnp.asarray(_O_NODES)
     o = jnp.maximum(1.0, jnp.round(jnp.where(ocv > 0.0, o1 * jnp.exp(jnp.sqrt(s2) * zs - 0.5 * s2), o1)))
     # steps from the first message to the last: whole windows when others decode; alone the
     # window ends with the request's last token
-    span_with = kk * (jnp.ceil(o / kk) - 1.0)
-    first_alone = jnp.minimum(km, o - 1.0)
+    if prefill_first:  # the first token alone, then the decode tokens in windows of k
+        span_with = kk * jnp.ceil((o - 1.0) / kk)
+        first_alone = jnp.zeros_like(o)
+    else:  # the first message also carries the decision window's decode tokens
+        span_with = kk * (jnp.ceil(o / kk) - 1.0)
+        first_alone = jnp.minimum(km, o - 1.0)
     span_alone = o - 1.0 - first_alone
     span = others * span_with + (1.0 - others) * span_alone
     has = o >= 2.0
@@ -418,19 +546,44 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law) -> dict[st
     # step carries the prompts that arrived during it, a chunked prompt's later chunks wait a
     # window each, and the first token reaches the client at the window's end
     ka = 1.0 + km_a
-    ew2 = ka * ka * t_bar * t_bar + ka * var_t
-    resid = u * ew2 / (2.0 * ka * t_bar)
-    var_resid = jnp.maximum(u * ew2 / 3.0 - resid * resid, 0.0)
     comp = (tt + tc) * lam_p1 * u * km_a * t_bar
-    chunks = pf["chunks_after"] * km_a * t_do * -jnp.expm1(-g["a"] * g["f_dec"])
-    deliver = t_do * (others * jnp.mean(jnp.minimum(km, jnp.maximum(om1, rem)))
-                      + (1.0 - others) * jnp.mean(first_alone))
+    if prefill_first:
+        # a busy engine alternates a decode window (ka decode-only steps) and a chain of prompt
+        # steps (`_pf_chain`). An arrival in the window waits for its rest, then the chain's
+        # first step carries it with the window's arrivals; an arrival in a prompt step waits
+        # for its rest, then the next step carries it with that step's arrivals. The prompt
+        # step that carries the request hands its first token over at once (no deliver wait)
+        e = pf_env
+        t_dec = e["t_own"] + jnp.maximum(g["a"] * g["f_dec"] - 1.0, 0.0) * (tt + tc * e["c_bar"])
+        w_d = ka * t_dec
+        ch = _pf_chain(e["lam"], w_d, tf, tt + tc, e["p1"], e["pcv"], e["bud"], e["c"] / (e["lam"] * e["n_w"]) - w_d)
+        cycle = w_d + ch["time"]
+        phi_d, phi_p = w_d / cycle, ch["time"] / cycle
+        r_d = (w_d * w_d + ka * var_t) / (2.0 * w_d)
+        r_p = ch["d2"] / jnp.maximum(2.0 * ch["time"], 1e-300)
+        comp_d = (tt + tc) * lam_p1 * 2.0 * r_d
+        comp_p = (tt + tc) * lam_p1 * 2.0 * r_p
+        resid = u * (phi_d * r_d + phi_p * r_p)
+        var_resid = jnp.maximum(u * (phi_d * 4.0 * r_d * r_d + phi_p * 4.0 * r_p * r_p) / 3.0 - resid * resid, 0.0)
+        comp = u * (phi_d * comp_d + phi_p * comp_p) - (tt + tc) * pf["comp"]
+        pi, width = u * phi_d, 2.0 * r_d  # the window residual's share (uniform), for the quantiles
+        chunks = jnp.zeros_like(resid)
+        deliver = jnp.zeros_like(resid)
+    else:
+        ew2 = ka * ka * t_bar * t_bar + ka * var_t
+        resid = u * ew2 / (2.0 * ka * t_bar)
+        var_resid = jnp.maximum(u * ew2 / 3.0 - resid * resid, 0.0)
+        pi, width = u, ew2 / (ka * t_bar)
+        chunks = pf["chunks_after"] * km_a * t_do * -jnp.expm1(-g["a"] * g["f_dec"])
+        deliver = t_do * (others * jnp.mean(jnp.minimum(km, jnp.maximum(om1, rem)))
+                          + (1.0 - others) * jnp.mean(first_alone))
     resid1 = u * g["et2"] / (2.0 * t_bar)
-    return dict(extra=resid - resid1 + comp + chunks + deliver, resid=resid, var_resid=var_resid,
+    return dict(extra=resid - resid1 + comp + chunks + deliver, resid=resid, var_resid=var_resid, pi=pi, width=width,
                 g_mean=g_mean, tpot_p=tpot_p, span_mean=span_mean, span_var=span_var, paused=chunks)
 
 
-def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, ff, km=0.0) -> dict[str, Array]:
+def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, ff, km=0.0,
+             chain=False) -> dict[str, Array]:
     """Everything about one point that the fixed point does not change: the request moments,
     the slots (step 2), sustainability (step 6) and the fixed point's constants (step 3), as
     a dict: a function of `cb_point`'s inputs alone."""
@@ -469,8 +622,16 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
     if km:  # multi-step windows: a slot also holds a chunk's window and the rest of the last window
         # (a window ends with the last decoder's tokens: short outputs hold a slot less than km / 2)
         rem_o = jnp.maximum(o2 - 2.0 * o1 + 1.0, 0.0) / jnp.maximum(o1 - 1.0, 1e-9)
-        hold = (n_chunks - 1.0) * km + 0.5 * jnp.minimum(km, rem_o)
-        fixed_req = tf * (e_d + hold * -jnp.expm1(-c * dec_share)) / c
+        last = 0.5 * jnp.minimum(km, rem_o)
+        hold = (n_chunks - 1.0) * km + last
+        fixed_chunked = tf * (e_d + hold * -jnp.expm1(-c * dec_share)) / c
+        # prefill_first: prompts take single steps of their own (no chunk waits for a window), and
+        # the admissions of a window, k c / (o1 - 1 + last) of them at full occupancy, share its
+        # decision's prompt steps
+        dec_hold = jnp.maximum(o1 - 1.0, 1.0) + last * -jnp.expm1(-c * dec_share)
+        mu_k = (1.0 + km) * c / dec_hold
+        fixed_pf = tf * (dec_hold / c + pw * -jnp.expm1(-mu_k) / mu_k * jnp.maximum(1.0, mu_k * p1 / bud))
+        fixed_req = jnp.where(ff > 0.0, fixed_pf, fixed_chunked)
     cap_steps = 1.0 / (fixed_req + tt * a1 + tc * a2)
     t_sat = tf + tt * jnp.minimum(bud, c * dec_share + pw * p1 * c / e_d) + tc * c * a2 / e_d
     # (prefill_first gives prompts steps of their own, with the whole budget: more steps, above)
@@ -489,7 +650,7 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
             t_b = tf + tt * (dec_b + (bud - dec_b) / k_eff) + tc * dec_b * a2 / e_d
         lam_b = bud / (t_b * (k_eff * p1 + o1 - 1.0))
         lam_b = jnp.where(lam_b * (o1 - 1.0) * t_b < c * dec_share, lam_b, b_sat / (p1 * t_b * k_eff))
-        cap_budget = jnp.where(budget_fin & (pw > 0.0), lam_b, INF)
+        cap_budget = jnp.where(budget_fin & (pw > 0.0) & (ff == 0.0), lam_b, INF)
     capacity = jnp.minimum(cap_steps, cap_budget)
     stable = (lam < capacity) & (c >= 1.0) & ~(kv_fin & (c_kv < 1.0))
 
@@ -512,21 +673,25 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
     rho_cap = capacity * (tt * a1 + tc * a2)  # token work share at full occupancy
     return dict(p2=p2, o2=o2, r_mean=r_mean, kv_fin=kv_fin, hol=hol, c=c, bud=bud, rho_tok=rho_tok,
                 capacity=capacity, cap_steps=cap_steps, cap_budget=cap_budget, stable=stable, c_bar=c_bar,
-                m2=m2, t_own=t_own, s_o=s_o, mu_o=mu_o, inv_o=inv_o, rho_cap=rho_cap)
+                m2=m2, t_own=t_own, s_o=s_o, mu_o=mu_o, inv_o=inv_o, rho_cap=rho_cap,
+                # prefill_first with windows (``chain``, a Python bool): the fixed point follows
+                # the chains of prompt steps between windows; without, these keys are absent
+                **(dict(kk=_f64(1.0 + km), n_w=_decode_windows(o1, ocv, 1.0 + km)) if chain else {}))
 
 
 #: the fixed point's constants (`_maps`' keyword arguments): `cb_point`'s inputs or `_prelude`'s
 _ENV = ("lam", "p1", "p2", "o1", "c", "capacity", "rho_tok", "tf", "tt", "tc", "c_bar", "m2", "bud", "inv_o",
-        "t_own", "rho_cap", "pw", "ff")
+        "t_own", "rho_cap", "pw", "ff", "kk", "n_w")
 
 
 def _env(raw: dict[str, Array], pre: dict[str, Array] | None = None) -> dict[str, Array]:
     """The fixed point's constants of the point with inputs `raw` (`pre`: its `_prelude`)."""
     pre = _prelude(**raw) if pre is None else pre
-    return {k: raw[k] if k in raw else pre[k] for k in _ENV}
+    return {k: raw[k] if k in raw else pre[k] for k in _ENV if k in raw or k in pre}
 
 
-def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap, pw, ff):
+def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv_o, t_own, rho_cap, pw, ff, kk=None,
+          n_w=None):
     """The fixed point's parts (step 2), the prefill phase (step 4) and its map
     ``(T_d, T_p) -> (T_d', T_p')`` (step 3), closed over one point's quantities (its keyword
     arguments, the ``env`` of `_fixed_point`), so that `_fixed_point` can differentiate the
@@ -618,9 +783,21 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         g = parts(td, tp, exact=False)
         pf = t_prefill(g, td, exact=False)
         burst = (tt + tc) * lam * p1 * jnp.maximum(pf["last"] - td, 0.0) * inv_o
-        own = t_own + burst + ff * pw * tf * _pf_steps(lam * td, p1 / bud)
+        if kk is None:
+            n_pf = _pf_steps(lam * td, p1 / bud)
+            sat = _pf_steps(c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud)
+        else:  # prefill_first with windows of kk steps: a chain of prompt steps between two
+            # decode windows (`_pf_chain`); it ends at the latest when its admissions take every
+            # slot, which the n_w cohorts admitted over the n_w cycles of a request's windows
+            # fill: a window and its chain last at most c / (lam n_w)
+            t_dec = t_own + jnp.maximum(g["a"] * g["f_dec"] - 1.0, 0.0) * (tt + tc * c_bar)
+            pcv = _sqrt0(jnp.maximum(p2 / (p1 * p1) - 1.0, 0.0))
+            w_d = kk * t_dec
+            n_pf = _pf_chain(lam, w_d, tf, tt + tc, p1, pcv, bud, c / (lam * n_w) - w_d)["n"] / kk
+            sat = _pf_steps(kk * c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud) / kk
+        own = t_own + burst + ff * pw * tf * n_pf
         td_free = own / jnp.maximum(1.0 - rho_tok, 1e-9)
-        own_sat = t_own + burst + ff * pw * tf * _pf_steps(c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud)
+        own_sat = t_own + burst + ff * pw * tf * sat
         td_sat = own_sat / jnp.maximum(1.0 - rho_cap, 1e-9)
         return (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free), pf["tp"]
 
@@ -711,10 +888,11 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     ``pw``, the share of the prompt the engine prefills (0 where prompts arrive cached),
     ``ff``, 1 under the `prefill_first` scheduler policy (0: `chunked`), and ``km``, the
     decode steps a window adds to a decision (``scheduler_steps - 1``, a Python float: 0
-    leaves the one-step model's program as it is)."""
-    if int(steps) < 1 or (int(steps) > 1 and (prefill_first or prefilled)):
-        raise ValueError(f"scheduler_steps = {steps}: the analytic model has windows for the chunked "
-                         "policy of an engine that prefills")
+    leaves the one-step model's program as it is), and ``chain``, a Python bool: windows
+    under `prefill_first`, whose fixed point follows the chains of prompt steps (`_pf_chain`)."""
+    if int(steps) < 1 or (int(steps) > 1 and prefilled):
+        raise ValueError(f"scheduler_steps = {steps}: the analytic model has windows for an engine that "
+                         "prefills")
     lam = jnp.maximum(_f64(lam), 1e-300)
     p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
     n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens, block_tokens))
@@ -723,7 +901,7 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     tf = jnp.maximum(tf, 1e-12)
     return dict(lam=lam, p1=p1, pcv=pcv, o1=o1, ocv=ocv, n_cap=n_cap, budget=budget, kv=kv, blk=blk, tf=tf, tt=tt,
                 tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0), ff=_f64(1.0 if prefill_first else 0.0),
-                km=float(int(steps) - 1))
+                km=float(int(steps) - 1), chain=bool(prefill_first) and int(steps) > 1)
 
 
 def cb_state(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
@@ -749,7 +927,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     ``prefilled``: prompts arrive already cached (module docstring): no prefill work.
     ``prefill_first``: the scheduler policy of that name (module docstring).
     ``steps``: decode steps per scheduling decision (``scheduler_steps``; module docstring,
-    "Multi-step scheduling"); chunked policy only.
+    "Multi-step scheduling"), under either scheduler policy.
 
     Returns float64 scalars (``stable`` bool): ``stable``, ``capacity_rps``,
     ``mean_running``, ``step_mean`` (s), ``ttft_mean``, ``ttft_p``, ``tpot_mean``,
@@ -830,12 +1008,28 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     running, tpot_mean = g["a"], td
     served = (mean0, var0)  # TTFT beyond the shift, without a slot wait
     if km:  # multi-step windows (module docstring, "Multi-step scheduling")
-        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, burst_var, var_slow))
+        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, burst_var, var_slow),
+                     prefill_first=bool(prefill_first),
+                     pf_env=dict(lam=lam, p1=p1, pcv=raw["pcv"], bud=pre["bud"], t_own=pre["t_own"], c_bar=c_bar,
+                                 c=c, n_w=pre.get("n_w")))
         ttft_k = ttft + w["extra"]
         resid_k, var_resid_k = w["resid"], w["var_resid"]
         mean0_k = mean0 + w["extra"]
-        var0_k = var0 - var_resid + var_resid_k
-        ttft_p = _mix_quantile(q, z, p_wait, shift, (mean0_k, var0_k), (mean0_k + cond_w, var0_k + cond_w * cond_w))
+        # a chunked prompt's later chunks wait a window each: a wait that grows with the prompt,
+        # as its prefill does, so the prompt's share of the TTFT variance grows with it
+        grow = 1.0 + safe_div(w["paused"], tp, tp > 0.0, 0.0)
+        var0_k = var0 - var_resid + var_resid_k + pf["var_tp"] * (grow * grow - 1.0)
+        if prefill_first:
+            # the window residual kept uniform (`_window_quantile`), the rest and the slot wait one
+            # lognormal: a decode window's rest dominates this policy's wait, and one lognormal
+            # for the whole would put a long tail on it (+50% at the 99th percentile)
+            bu_mean = w["pi"] * w["width"] / 2.0
+            bu_var = jnp.maximum(w["pi"] * w["width"] ** 2 / 3.0 - bu_mean * bu_mean, 0.0)
+            ttft_p = shift + _window_quantile(q, z, w["pi"], w["width"], mean0_k - bu_mean + w_q,
+                                              jnp.maximum(var0_k - bu_var, 0.0) + p_wait * (2.0 - p_wait) * cond_w ** 2)
+        else:  # (the chunked policy's first message waits for its window's end besides: no better measured)
+            ttft_p = _mix_quantile(q, z, p_wait, shift, (mean0_k, var0_k),
+                                   (mean0_k + cond_w, var0_k + cond_w * cond_w))
         served = (mean0_k, var0_k)
         tpot_p = w["tpot_p"]
         span = td * w["span_mean"]
