@@ -206,7 +206,8 @@ def explain(spec: GridSpec, point_id: int | None = None, filters: Mapping[str, s
     if "gpus_per_replica" in row:  # the point's (gpu, size class, tp) efficiency cell, as the engine uses
         figures.update(efficiency_figures(spec.models[m], spec.gpus[g], float(row["gpus_per_replica"])))
     options = {"kv_allocation": spec.options.kv_allocation, "block_tokens": spec.options.block_tokens,
-               "reserve_fraction": spec.options.reserve_fraction}
+               "reserve_fraction": spec.options.reserve_fraction,
+               "scheduler_policy": spec.options.scheduler_policy, "scheduler_steps": spec.options.scheduler_steps}
     steps = spec.model.derivation(row, figures, options)
     layout = _group_layout(spec, ev, chunk, row) if has_layouts(spec) else ""
     return Explanation(spec.name, pid, f"{spec.model.serving}/{spec.model.name}", row, steps, figures, chosen,

@@ -172,6 +172,37 @@ def test_a_closed_loop_point_recomputes_to_the_engines_numbers():
     assert saturated >= 2
 
 
+@pytest.mark.parametrize(("policy", "steps"), [("prefill_first", 1), ("chunked", 4), ("prefill_first", 4)])
+def test_an_engine_variant_explains_with_its_own_numbers(policy, steps):
+    """`scheduler_policy` and `scheduler_steps` reach the derivation: its capacity, rho, E2E and
+    tokens/s are the kernel's columns under that variant, and the TTFT it shows (with the
+    windows' own line at k > 1) adds up to the kernel's TTFT."""
+    from sweep.models.continuous.derive import model_parts, recompute
+
+    doc = {**CONTINUOUS, "options": {**CONTINUOUS["options"], "scheduler_policy": policy, "scheduler_steps": steps}}
+    spec = sweep.grid_from_dict(doc)
+    table = sweep.evaluate(spec).to_pydict()
+    checked = 0
+    for i in range(len(table["point_id"])):
+        row = {k: (math.inf if v[i] is None else v[i]) for k, v in table.items()}
+        parts = model_parts(row, 16.0, prefill_first=policy == "prefill_first", steps=steps)
+        r = recompute(row, parts, 16.0, True)
+        for name in ("capacity_rps", "rho", "tok_s_per_gpu"):
+            assert r[name] == pytest.approx(row[name], rel=1e-9), (name, i)
+        if not row["stable"]:
+            continue
+        for name in ("e2e_mean_ms", "output_tok_s", "cost_usd_per_mtok"):
+            assert r[name] == pytest.approx(row[name], rel=1e-9), (name, i)
+        if checked == 0:  # the explanation itself (one: it compiles the kernel for the point)
+            lines = _lines(sweep.explain(spec, point_id=row["point_id"]))
+            label = next(x for x in lines if x.startswith("TTFT = W_slot + residual + prefill"))
+            shown = lines[label][0].split(" + ")
+            assert len(shown) == (4 if steps > 1 else 3)
+            assert float(lines[label][1].split()[0]) == pytest.approx(row["ttft_mean_ms"], rel=1e-3)
+        checked += 1
+    assert checked >= 8
+
+
 def test_a_continuous_point_step_by_step(capsys, tmp_path):
     grid = tmp_path / "cb.toml"
     grid.write_text('name = "cb"\n[grid]\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\narrival_rps = 0.001\n'

@@ -369,7 +369,8 @@ def _explanations(run: Run, rows: list[dict[str, Any]], ids: list[str], T: Any) 
 
 
 def _grid_options(run: Run) -> dict[str, Any]:
-    """The KV options of the run's grid file (kept in the manifest): block size and reserve."""
+    """The KV and engine options of the run's grid file (kept in the manifest): block size,
+    reserve, scheduler policy and steps."""
     import tomllib
 
     text = run.manifest.get("grid", {}).get("toml") or run.manifest.get("grid_toml") or ""
@@ -377,7 +378,8 @@ def _grid_options(run: Run) -> dict[str, Any]:
         opts = tomllib.loads(text).get("options", {})
     except tomllib.TOMLDecodeError:
         return {}
-    return {k: opts[k] for k in ("block_tokens", "reserve_fraction") if k in opts}
+    return {k: opts[k] for k in ("block_tokens", "reserve_fraction", "scheduler_policy", "scheduler_steps")
+            if k in opts}
 
 
 def _plain(v: Any) -> Any:

@@ -17,6 +17,7 @@ recomputed numbers are the engine's and that the parts add up to its TTFT.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -48,13 +49,22 @@ def closed_clients(row: Mapping[str, Any]) -> float | None:
     return float(c) / _f(row, "replicas", 1.0)
 
 
-def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]:
+@functools.lru_cache(maxsize=16)
+def _jitted(fn: Any, prefill_first: bool, steps: int) -> Any:
+    """``fn`` (`cb_point` or `cb_closed`) under one engine variant, compiled once per variant."""
+    import jax
+
+    return jax.jit(functools.partial(fn, prefill_first=prefill_first, steps=steps))
+
+
+def model_parts(row: Mapping[str, Any], block_tokens: float, *, prefill_first: bool = False,
+                steps: int = 1) -> dict[str, float]:
     """The analytic model's quantities for this point (`cb_point`, the kernel's own code, on
-    one point; a closed loop's `cb_closed`), in seconds and tokens; {} where the point's
-    memory leaves no KV capacity."""
+    one point; a closed loop's `cb_closed`), in seconds and tokens, under the grid's engine
+    variant (``prefill_first``, ``steps``: `scheduler_policy`, `scheduler_steps`); {} where
+    the point's memory leaves no KV capacity."""
     if not row.get("mem_ok", True) or _f(row, "kv_capacity_tokens", 0.0) <= 0:
         return {}
-    import jax
 
     from sweep.models.continuous.analytic import cb_point
     from sweep.models.continuous.closed import cb_closed
@@ -66,9 +76,9 @@ def model_parts(row: Mapping[str, Any], block_tokens: float) -> dict[str, float]
             _f(row, "percentile", 0.99))
     n = closed_clients(row)
     if n is None:
-        out = jax.jit(cb_point)(*args)
+        out = _jitted(cb_point, prefill_first, int(steps))(*args)
     else:
-        out = jax.jit(cb_closed)(n, _f(row, "think_time_s", 0.0), *args[1:], rate=args[0])
+        out = _jitted(cb_closed, prefill_first, int(steps))(n, _f(row, "think_time_s", 0.0), *args[1:], rate=args[0])
     return {k: float(v) for k, v in out.items()}
 
 
@@ -108,9 +118,12 @@ def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float], block_to
             "t_ctx": t_ctx, "t_token": t_token, "t_fixed": max(t_fixed, 0.0)}
 
 
-def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: float) -> dict[str, float]:
+def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: float,
+              variant: bool = False) -> dict[str, float]:
     """The closed forms of this point recomputed from its inputs and the model's slots
-    (file units: ms, tokens/s, USD)."""
+    (file units: ms, tokens/s, USD). ``variant``: the grid's engine is `prefill_first` or
+    multi-step, whose capacity and E2E are the kernel's own (docs/continuous.md, "Engine
+    variants"), taken from ``parts``."""
     lam = _f(row, "arrival_rps") / _f(row, "replicas", 1.0)
     if closed_clients(row) is not None:  # a closed loop serves its throughput
         lam = parts["throughput_rps"] if parts else _f(row, "throughput_rps")
@@ -135,12 +148,16 @@ def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: 
         cap_budget = b_sat / (p1 * t_sat) if math.isfinite(budget) else INF
         out.update(e_d=e_d, b_sat=b_sat, capacity_steps_rps=cap_steps, capacity_budget_rps=cap_budget,
                    capacity_rps=min(cap_steps, cap_budget))
+        if variant:
+            out.update({k: parts[k] for k in ("capacity_steps_rps", "capacity_budget_rps", "capacity_rps")})
         out["rho"] = lam / out["capacity_rps"]
         out["tok_s_per_gpu"] = out["capacity_rps"] * o1 / g
     # the analytic model's TTFT and TPOT (the row's own, unless the simulator decided)
     ttft = parts["ttft_mean"] * 1e3 if parts else _f(row, "ttft_mean_ms")
     tpot = parts["tpot_mean"] * 1e3 if parts else _f(row, "tpot_mean_ms")
     out["e2e_mean_ms"] = ttft + (o1 - 1.0) * tpot
+    if variant:  # windows: E2E is TTFT plus the span of the request's messages
+        out["e2e_mean_ms"] = parts["e2e_mean"] * 1e3 if parts else _f(row, "e2e_mean_ms")
     out["tok_s_per_user"] = 1e3 / tpot if math.isfinite(tpot) and tpot > 0 else INF  # NULL: no steady state
     out["output_tok_s"] = lam * o1
     cost_h = _f(row, "cost_usd_per_hour")
@@ -156,8 +173,11 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     paged = options.get("kv_allocation", "contiguous") == "paged"
     block = float(options.get("block_tokens", 16)) if paged else 1.0
     reserve = float(options.get("reserve_fraction", 0.0))
-    parts = model_parts(row, block)
-    r = recompute(row, parts, block)
+    policy, k_steps = str(options.get("scheduler_policy", "chunked")), int(options.get("scheduler_steps", 1))
+    variant = policy == "prefill_first" or k_steps > 1
+    what = f"scheduler_policy = {policy}" + (f", scheduler_steps = {k_steps}" if k_steps > 1 else "")
+    parts = model_parts(row, block, prefill_first=policy == "prefill_first", steps=k_steps)
+    r = recompute(row, parts, block, variant)
     g = _f(row, "gpus_per_replica", 1.0)
     p1, o1, n_cap = _f(row, "prompt_tokens"), _f(row, "output_tokens"), _f(row, "batch_size")
     budget = _f(row, "max_batched_tokens")
@@ -270,7 +290,17 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
     else:
         lines = [("lambda = arrival_rps / replicas", f"{num(row.get('arrival_rps'))} / {num(row.get('replicas'))}",
                   num(lam, "requests/s"))]
-    if parts:
+    if parts and variant:  # the variant's own capacity (its prompt steps, its windows' slot holds)
+        lines += [
+            (f"capacity (steps) under {what}: the slots' steps, with the variant's prompt steps and windows "
+             "(docs/continuous.md, Engine variants)", f"c = {num(parts['slots'])} slots",
+             num(r["capacity_steps_rps"], "requests/s")),
+            ("capacity (token budget)", "no budget bound" if not math.isfinite(r["capacity_budget_rps"]) else
+             "a decision's prompts must fit M beside the decoders", num(r["capacity_budget_rps"], "requests/s")),
+            ("capacity_rps = the smaller; rho = lambda / capacity_rps",
+             f"{num(lam)} / {num(r['capacity_rps'])}", f"rho = {num(r['rho'])}"),
+        ]
+    elif parts:
         lines += [
             ("capacity (steps): 1 / (t_fixed E[D] / c + t_token a1 + t_ctx a2), E[D] = O - 1 + prefill steps",
              f"1 / ({num(tf)} ms x {num(r['e_d'])} / {num(parts['slots'])} + {num(tt)} ms x {num(r['a1'])} + "
@@ -299,26 +329,45 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
             slot = ("W_slot: the closed loop's wait for a slot (above; 0 unless saturated)", "", num(w, "ms"))
             step = ("residual of the step in progress, and the wait for the next step of a request sent at a "
                     "step's end (u T h(T / Z))", "length-biased step time, the busy share", num(res, "ms"))
+        windows: tuple[tuple[str, str, str], ...] = ()
+        if k_steps > 1:  # docs/continuous.md, "Engine variants": what the windows add
+            step = (f"residual of the window in progress ({k_steps} steps a decision"
+                    + (", or of a prompt step of a chain)" if policy == "prefill_first" else ")"),
+                    "length-biased window", num(res, "ms"))
+            extra = ttft_a - w - res - pf
+            windows = ((("the prompts gathered meanwhile, which the next prompt step carries"
+                         if policy == "prefill_first" else
+                         "the prompts the window gathered (its decision step carries them), a window per later "
+                         "chunk, and the first message's wait for its window's end"),
+                        f"scheduler_steps = {k_steps}", num(extra, "ms")),)
         steps.append(Step("Time to first token", SECTION["analytic"], (
             slot,
             step,
             ("prefill phase: the own prompt and the prompts that arrived during the previous step"
-             + ("" if not math.isfinite(budget) else ", chunked by the token budget"),
+             + ("" if not math.isfinite(budget) else ", chunked by the token budget")
+             + ("; prompts take steps of their own (prefill_first)" if policy == "prefill_first" else ""),
              f"P = {num(p1)} tokens at {num(tt)} + {num(tc)} ms each, plus t_fixed", num(pf, "ms")),
-            ("TTFT = W_slot + residual + prefill", f"{num(w)} + {num(res)} + {num(pf)}", num(ttft_a, "ms")),
+            *windows,
+            ("TTFT = W_slot + residual + prefill" + (" + windows" if windows else ""),
+             " + ".join(num(x) for x in (w, res, pf, *([ttft_a - w - res - pf] if windows else []))),
+             num(ttft_a, "ms")),
             (f"TTFT at q = {_f(row, 'percentile', 0.99):g}: the mean plus the q-quantile excesses of its parts in "
              "quadrature", "prompt length, step in progress, slot wait", num(parts["ttft_p"] * 1e3, "ms")),
         )))
         # 5. TPOT and E2E
         steps.append(Step("Time per output token and end to end", SECTION["analytic"], (
             ("TPOT = T_d, the decode step a running sequence sees (its token, the other decoders', the prompts "
-             "prefilled meanwhile, their cache)", f"{num(parts['mean_running'])} sequences running on average",
-             num(tpot_a, "ms")),
+             "prefilled meanwhile, their cache)" + ("" if k_steps == 1 else
+                                                    f", times the steps from its first message to its last "
+                                                    f"over O - 1 (windows of {k_steps})"),
+             f"{num(parts['mean_running'])} sequences running on average", num(tpot_a, "ms")),
             ("tok_s_per_user = 1000 / TPOT", f"1000 / {num(tpot_a)}", num(1e3 / tpot_a, "tokens/s")),
             (f"TPOT at q = {_f(row, 'percentile', 0.99):g} (a gamma law over the request's O - 1 steps)", "",
              num(parts["tpot_p"] * 1e3, "ms")),
             ("E2E = TTFT + (O - 1) TPOT", f"{num(ttft_a)} + ({num(o1)} - 1) x {num(tpot_a)}",
-             num(r["e2e_mean_ms"], "ms")),
+             num(r["e2e_mean_ms"], "ms")) if k_steps == 1 else
+            (f"E2E = TTFT + the span of its messages (windows of {k_steps} steps: TPOT is that span over O - 1, "
+             "averaged over the output's law)", f"{num(ttft_a)} + ...", num(r["e2e_mean_ms"], "ms")),
             (f"E2E at q = {_f(row, 'percentile', 0.99):g}", "output length, TTFT and TPOT excesses in quadrature",
              num(parts["e2e_p"] * 1e3, "ms")),
         )))
