@@ -120,7 +120,12 @@ class Predictor:
     """The continuous model at one configuration and any rate: one single-point grid per
     call, evaluated with chunk size 1 so that every call reuses one compiled program."""
 
-    def __init__(self, row: dict[str, str], q: float = 0.5, eta: dict[str, float] | None = None) -> None:
+    def __init__(self, row: dict[str, str], q: float = 0.5, eta: dict[str, float] | None = None,
+                 as_run: bool = False) -> None:
+        # as_run: the engine's scheduler as the source ran it (`ENGINES`' policy, the row's
+        # --num-scheduler-steps) in the analytic model; else the grid's defaults
+        self.options = ({"scheduler_policy": ENGINES[row["engine"]][0], "scheduler_steps": scheduler_steps(row)}
+                        if as_run else {})
         cv = {k: float(row[k]) if row[k].strip() else ASSUMED_CV for k in ("prompt_tokens_cv", "output_tokens_cv")}
         self.output_tokens = float(row["output_tokens_mean"])
         self.grid = {
@@ -143,16 +148,17 @@ class Predictor:
     def _point(self, load: dict[str, Any], options: dict[str, Any]) -> dict[str, float | None]:
         doc = {"name": "load-accuracy", "grid": {**self.grid, **load},
                "options": {"serving": "continuous", "latency_model": "analytic", "kv_allocation": "paged",
-                           "block_tokens": 16, **options}}
+                           "block_tokens": 16, **self.options, **options}}
         return sweep.evaluate(sweep.grid_from_dict(doc), chunk_size=1).to_pylist()[0]
 
 
-def predict(row: dict[str, str], eta: dict[str, float] | None = None) -> tuple[float | None, str]:
+def predict(row: dict[str, str], eta: dict[str, float] | None = None, as_run: bool = False) -> tuple[float | None, str]:
     """The model's value of the row's metric and how it was obtained (`eta`: the grid's
-    efficiency keys, `eta_bw` and `eta_flops`, in place of the catalog's)."""
+    efficiency keys, `eta_bw` and `eta_flops`, in place of the catalog's; `as_run`: the
+    analytic model under the engine's scheduler as run, `Predictor`)."""
     metric = row["metric"]
     if row["workload"] == "open" and _num(row["request_rate_rps"]) == math.inf:
-        pt = Predictor(row, eta=eta).at(1.0)
+        pt = Predictor(row, eta=eta, as_run=as_run).at(1.0)
         cap = pt["capacity_rps"]
         if metric == "throughput_rps":
             return cap, "capacity_rps"
@@ -161,10 +167,10 @@ def predict(row: dict[str, str], eta: dict[str, float] | None = None) -> tuple[f
         return None, f"not predicted (rate inf, {metric})"
     if row["workload"] == "open":
         col, q = OPEN_COLUMNS[metric]
-        pt = Predictor(row, q, eta).at(_num(row["request_rate_rps"]))
+        pt = Predictor(row, q, eta, as_run).at(_num(row["request_rate_rps"]))
         how = col if metric != "itl_p50_ms" else f"{col} (ITL by TPOT)"
         return pt[col], how
-    pt = Predictor(row, eta=eta).closed(float(row["concurrency"]))
+    pt = Predictor(row, eta=eta, as_run=as_run).closed(float(row["concurrency"]))
     if not pt["mem_ok"]:
         return None, "not predicted (no capacity)"
     col = {"ttft_mean_ms": "ttft_mean_ms", "tpot_mean_ms": "tpot_mean_ms", "e2e_mean_ms": "e2e_mean_ms",
@@ -239,7 +245,8 @@ CALIBRATES = {"tpot": "eta_bw"}
 CAL_ITERATIONS = 6
 
 
-def calibrate(rows: list[dict[str, str]]) -> tuple[dict[tuple[str, ...], dict[str, float]], set[str]]:
+def calibrate(rows: list[dict[str, str]], as_run: bool = False) -> tuple[dict[tuple[str, ...], dict[str, float]],
+                                                                         set[str]]:
     """Per setup, the efficiencies of `CALIBRATES` (`eta_bw`) such that the model reproduces
     the setup's lightest-load TPOT figure (its lowest rate, or concurrency); and the ids of
     those figures (used to calibrate, so left out of the calibrated share).
@@ -261,7 +268,7 @@ def calibrate(rows: list[dict[str, str]]) -> tuple[dict[tuple[str, ...], dict[st
         eta = {name: float(first[name]) for name in targets}
         for _ in range(CAL_ITERATIONS):
             for name, r in targets.items():
-                value, _how = predict(r, eta)
+                value, _how = predict(r, eta, as_run)
                 if value is None:
                     break
                 eta[name] = min(1.0, max(1e-3, eta[name] * value / float(r["measured"])))
@@ -330,6 +337,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         rows = [r for r in rows if r["id"] in SMOKE_IDS]
     cal, used = calibrate(rows)
+    cal_run, _ = calibrate(rows, as_run=True)  # the same lightest-load TPOT figures
     results = []
     print(f"{'figure':62s} {'metric':14s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s} {'calib.':>9s} "
           f"{'ratio':>6s} {'simulated':>9s} {'ratio':>6s} {'calib.':>9s} {'ratio':>6s}  how")
@@ -337,6 +345,9 @@ def main(argv: list[str] | None = None) -> dict:
         value, how = predict(row)
         eta = cal.get(setup_of(row))
         value_cal = predict(row, eta)[0] if eta is not None else None
+        eta_run = cal_run.get(setup_of(row))
+        as_run = predict(row, as_run=True)[0]
+        as_run_cal = predict(row, eta_run, as_run=True)[0] if eta_run is not None else None
         measured = float(row["measured"])
         sim, sim_hw = predict_simulated(row, None, reps) if not args.no_simulate else (None, None)
         sim_cal = (predict_simulated(row, eta, reps)[0] if not args.no_simulate and eta is not None else None)
@@ -346,7 +357,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "calibration_figure": row["id"] in used,
                         "eta_bw": None if eta is None else eta.get("eta_bw"),
                         "eta_flops": None if eta is None else eta.get("eta_flops"),
-                        "simulated": sim, "simulated_half_width": sim_hw, "simulated_calibrated": sim_cal})
+                        "simulated": sim, "simulated_half_width": sim_hw, "simulated_calibrated": sim_cal,
+                        "analytic_as_run": as_run, "analytic_as_run_calibrated": as_run_cal})
         mark = " *" if row["id"] in used else ""
         print(f"{row['id'][:62]:62s} {row['metric']:14s} {measured:9.2f} {_cell(value, measured)} "
               f"{_cell(value_cal, measured)} {_cell(sim, measured)} {_cell(sim_cal, measured)}  {how}{mark}")
@@ -365,7 +377,15 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"calibrated, the {len(used)} calibration figures left out: within 20%: {share(errs_cal, 0.2)}, "
           f"within 50%: {share(errs_cal, 0.5)}; too low: {sum(e < -0.2 for e in errs_cal)}, "
           f"too high: {sum(e > 0.2 for e in errs_cal)}")
-    simulated = {}
+    errs_run = [r["analytic_as_run"] / r["measured"] - 1.0 for r in results if r["analytic_as_run"] is not None]
+    run_held = [r for r in held if r["analytic_as_run_calibrated"] is not None]
+    errs_run_cal = [r["analytic_as_run_calibrated"] / r["measured"] - 1.0 for r in run_held]
+    for label, e in (("analytic as run, default catalog", errs_run), ("analytic as run, calibrated (held out)",
+                                                                      errs_run_cal)):
+        print(f"{label}: within 20%: {share(e, 0.2)}, within 50%: {share(e, 0.5)}; too low: "
+              f"{sum(x < -0.2 for x in e)}, too high: {sum(x > 0.2 for x in e)}")
+    simulated = {"within_20_as_run": sum(abs(e) <= 0.2 for e in errs_run),
+                 "within_20_as_run_calibrated": sum(abs(e) <= 0.2 for e in errs_run_cal)}
     if not args.no_simulate:
         errs_sim = [r["simulated"] / r["measured"] - 1.0 for r in results]
         sim_held = [r for r in held if r["simulated_calibrated"] is not None]
@@ -376,7 +396,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"simulated as run, calibrated (held out): within 20%: {share(errs_sim_cal, 0.2)}, within 50%: "
               f"{share(errs_sim_cal, 0.5)}; too low: {sum(e < -0.2 for e in errs_sim_cal)}, "
               f"too high: {sum(e > 0.2 for e in errs_sim_cal)}")
-        simulated = {"within_20_simulated": sum(abs(e) <= 0.2 for e in errs_sim),
+        simulated |= {"within_20_simulated": sum(abs(e) <= 0.2 for e in errs_sim),
                      "within_50_simulated": sum(abs(e) <= 0.5 for e in errs_sim),
                      "n_held_out_simulated": len(sim_held),
                      "within_20_simulated_calibrated": sum(abs(e) <= 0.2 for e in errs_sim_cal),

@@ -108,6 +108,10 @@ def _load_accuracy(out, text):
     for row in out["rows"]:
         assert np.isfinite(row["simulated"]) and row["simulated"] > 0 and row["simulated_half_width"] >= 0
     assert 0 <= out["within_20_simulated"] <= out["within_50_simulated"] <= 3
+    # and by the analytic model under the engine's scheduler as run (its policy and steps)
+    for row in out["rows"]:
+        assert np.isfinite(row["analytic_as_run"]) and row["analytic_as_run"] > 0
+    assert "analytic as run, default catalog: within 20%" in text
     assert "simulated as run, default catalog" in text and "simulated: expected to be fixed by" in text
     # the closed-loop figure is its setup's only TPOT, so it calibrates eta_bw and reproduces
     # itself (fixed-point iteration to within 1%), and is left out of the calibrated share
