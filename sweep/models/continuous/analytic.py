@@ -432,6 +432,17 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     return dict(n=n * cut, time=time * cut, d2=d2 * cut)
 
 
+def _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w):
+    """prefill_first with windows of ``kk`` steps: the decode window's length (``kk``
+    decode-only steps of the decoders running at the state ``g``, `_maps`' parts) and the
+    chain of prompt steps after it (`_pf_chain`), which ends at the latest when its admissions
+    take every slot: the ``n_w`` cohorts admitted over the ``n_w`` cycles of a request's
+    windows fill them, so a window and its chain last at most ``c / (lam n_w)``."""
+    t_dec = t_own + jnp.maximum(g["a"] * g["f_dec"] - 1.0, 0.0) * (tt + tc * c_bar)
+    w_d = kk * t_dec
+    return w_d, _pf_chain(lam, w_d, tf, tt + tc, p1, pcv, bud, c / (lam * n_w) - w_d)
+
+
 def _slot_chain(lam, c, capacity, rho_tok):
     """The requests present as a birth-death chain with state-dependent departures. All
     running sequences share every step: with ``r`` running, a step costs ``t_f`` plus the
@@ -477,12 +488,18 @@ def _slot_chain(lam, c, capacity, rho_tok):
 _O_NODES = tuple(NormalDist().inv_cdf((i + 0.5) / 64) for i in range(64))
 
 
+def _o_nodes(o1, ocv):
+    """The output length at the 64 nodes of `_O_NODES` (its lognormal law), rounded as the
+    simulator rounds lengths."""
+    s2 = jnp.log1p(ocv * ocv)
+    zs = jnp.asarray(_O_NODES)
+    return jnp.maximum(1.0, jnp.round(jnp.where(ocv > 0.0, o1 * jnp.exp(jnp.sqrt(s2) * zs - 0.5 * s2), o1)))
+
+
 def _decode_windows(o1, ocv, kk):
     """The decode windows of ``kk`` steps a request's ``O - 1`` decode tokens span,
-    ``E[ceil((O - 1) / kk)]`` (at least 1), over the output length's law (`_O_NODES`)."""
-    s2 = jnp.log1p(ocv * ocv)
-    o = jnp.maximum(1.0, jnp.round(o1 * jnp.exp(jnp.sqrt(s2)[..., None] * jnp.asarray(_O_NODES) - 0.5 * s2[..., None])))
-    return jnp.maximum(jnp.mean(jnp.ceil((o - 1.0) / kk), axis=-1), 1.0)
+    ``E[ceil((O - 1) / kk)]`` (at least 1), over the output length's law (`_o_nodes`)."""
+    return jnp.maximum(jnp.mean(jnp.ceil((_o_nodes(o1, ocv) - 1.0) / kk)), 1.0)
 
 
 def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_first=False,
@@ -502,9 +519,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
     # prefill_first only the decoding ones: a window never carries a prompt)
     seen = jnp.maximum(g["r_seen"] - 1.0, 0.0)
     others = -jnp.expm1(-seen * g["f_dec"]) if prefill_first else -jnp.expm1(-seen)
-    s2 = jnp.log1p(ocv * ocv)
-    zs = jnp.asarray(_O_NODES)
-    o = jnp.maximum(1.0, jnp.round(jnp.where(ocv > 0.0, o1 * jnp.exp(jnp.sqrt(s2) * zs - 0.5 * s2), o1)))
+    o = _o_nodes(o1, ocv)
     # steps from the first message to the last: whole windows when others decode; alone the
     # window ends with the request's last token
     if prefill_first:  # the first token alone, then the decode tokens in windows of k
@@ -554,9 +569,8 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
         # for its rest, then the next step carries it with that step's arrivals. The prompt
         # step that carries the request hands its first token over at once (no deliver wait)
         e = pf_env
-        t_dec = e["t_own"] + jnp.maximum(g["a"] * g["f_dec"] - 1.0, 0.0) * (tt + tc * e["c_bar"])
-        w_d = ka * t_dec
-        ch = _pf_chain(e["lam"], w_d, tf, tt + tc, e["p1"], e["pcv"], e["bud"], e["c"] / (e["lam"] * e["n_w"]) - w_d)
+        w_d, ch = _pf_window_and_chain(e["lam"], ka, g, e["t_own"], e["c_bar"], tt, tc, tf, e["p1"], e["pcv"],
+                                       e["bud"], e["c"], e["n_w"])
         cycle = w_d + ch["time"]
         phi_d, phi_p = w_d / cycle, ch["time"] / cycle
         r_d = (w_d * w_d + ka * var_t) / (2.0 * w_d)
@@ -573,7 +587,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
         ew2 = ka * ka * t_bar * t_bar + ka * var_t
         resid = u * ew2 / (2.0 * ka * t_bar)
         var_resid = jnp.maximum(u * ew2 / 3.0 - resid * resid, 0.0)
-        pi, width = u, ew2 / (ka * t_bar)
+        pi = width = None  # (the chunked policy's quantiles keep `_mix_quantile`: cb_point)
         chunks = pf["chunks_after"] * km_a * t_do * -jnp.expm1(-g["a"] * g["f_dec"])
         deliver = t_do * (others * jnp.mean(jnp.minimum(km, jnp.maximum(om1, rem)))
                           + (1.0 - others) * jnp.mean(first_alone))
@@ -787,13 +801,10 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
             n_pf = _pf_steps(lam * td, p1 / bud)
             sat = _pf_steps(c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud)
         else:  # prefill_first with windows of kk steps: a chain of prompt steps between two
-            # decode windows (`_pf_chain`); it ends at the latest when its admissions take every
-            # slot, which the n_w cohorts admitted over the n_w cycles of a request's windows
-            # fill: a window and its chain last at most c / (lam n_w)
-            t_dec = t_own + jnp.maximum(g["a"] * g["f_dec"] - 1.0, 0.0) * (tt + tc * c_bar)
+            # decode windows, spread over the window's steps
             pcv = _sqrt0(jnp.maximum(p2 / (p1 * p1) - 1.0, 0.0))
-            w_d = kk * t_dec
-            n_pf = _pf_chain(lam, w_d, tf, tt + tc, p1, pcv, bud, c / (lam * n_w) - w_d)["n"] / kk
+            _, chain = _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w)
+            n_pf = chain["n"] / kk
             sat = _pf_steps(kk * c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud) / kk
         own = t_own + burst + ff * pw * tf * n_pf
         td_free = own / jnp.maximum(1.0 - rho_tok, 1e-9)

@@ -330,7 +330,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
             step = ("residual of the step in progress, and the wait for the next step of a request sent at a "
                     "step's end (u T h(T / Z))", "length-biased step time, the busy share", num(res, "ms"))
         windows: tuple[tuple[str, str, str], ...] = ()
-        if k_steps > 1:  # docs/continuous.md, "Engine variants": what the windows add
+        if k_steps > 1 and n_clients is None:  # docs/continuous.md, "Engine variants": what the windows add
+            # (a closed loop's residual line above already holds everything beyond W_slot and prefill)
             step = (f"residual of the window in progress ({k_steps} steps a decision"
                     + (", or of a prompt step of a chain)" if policy == "prefill_first" else ")"),
                     "length-biased window", num(res, "ms"))
@@ -349,7 +350,7 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
              f"P = {num(p1)} tokens at {num(tt)} + {num(tc)} ms each, plus t_fixed", num(pf, "ms")),
             *windows,
             ("TTFT = W_slot + residual + prefill" + (" + windows" if windows else ""),
-             " + ".join(num(x) for x in (w, res, pf, *([ttft_a - w - res - pf] if windows else []))),
+             " + ".join(num(x) for x in (w, res, pf, *([extra] if windows else []))),
              num(ttft_a, "ms")),
             (f"TTFT at q = {_f(row, 'percentile', 0.99):g}: the mean plus the q-quantile excesses of its parts in "
              "quadrature", "prompt length, step in progress, slot wait", num(parts["ttft_p"] * 1e3, "ms")),
