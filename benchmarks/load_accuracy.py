@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                                       errs_run_cal)):
         print(f"{label}: within 20%: {share(e, 0.2)}, within 50%: {share(e, 0.5)}; too low: "
               f"{sum(x < -0.2 for x in e)}, too high: {sum(x > 0.2 for x in e)}")
-    simulated = {"within_20_as_run": sum(abs(e) <= 0.2 for e in errs_run),
+    counts = {"within_20_as_run": sum(abs(e) <= 0.2 for e in errs_run),
                  "within_20_as_run_calibrated": sum(abs(e) <= 0.2 for e in errs_run_cal)}
     if not args.no_simulate:
         errs_sim = [r["simulated"] / r["measured"] - 1.0 for r in results]
@@ -396,11 +396,11 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"simulated as run, calibrated (held out): within 20%: {share(errs_sim_cal, 0.2)}, within 50%: "
               f"{share(errs_sim_cal, 0.5)}; too low: {sum(e < -0.2 for e in errs_sim_cal)}, "
               f"too high: {sum(e > 0.2 for e in errs_sim_cal)}")
-        simulated |= {"within_20_simulated": sum(abs(e) <= 0.2 for e in errs_sim),
-                     "within_50_simulated": sum(abs(e) <= 0.5 for e in errs_sim),
-                     "n_held_out_simulated": len(sim_held),
-                     "within_20_simulated_calibrated": sum(abs(e) <= 0.2 for e in errs_sim_cal),
-                     "within_50_simulated_calibrated": sum(abs(e) <= 0.5 for e in errs_sim_cal)}
+        counts |= {"within_20_simulated": sum(abs(e) <= 0.2 for e in errs_sim),
+                   "within_50_simulated": sum(abs(e) <= 0.5 for e in errs_sim),
+                   "n_held_out_simulated": len(sim_held),
+                   "within_20_simulated_calibrated": sum(abs(e) <= 0.2 for e in errs_sim_cal),
+                   "within_50_simulated_calibrated": sum(abs(e) <= 0.5 for e in errs_sim_cal)}
     tables = [summarize(results, lambda r: r["workload"], "workload"),
               summarize(results, lambda r: f"{r['workload']} {r['engine']}", "workload, engine"),
               summarize(results, lambda r: r["metric"], "metric"),
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"rows": results, "n": len(results), "n_predicted": len(predicted),
            "within_20": sum(abs(e) <= 0.2 for e in errs), "within_50": sum(abs(e) <= 0.5 for e in errs),
            "calibration": cal, "n_held_out": len(held), "within_20_calibrated": sum(abs(e) <= 0.2 for e in errs_cal),
-           "within_50_calibrated": sum(abs(e) <= 0.5 for e in errs_cal), **simulated}
+           "within_50_calibrated": sum(abs(e) <= 0.5 for e in errs_cal), **counts}
     if not args.smoke:
         RESULTS.parent.mkdir(exist_ok=True)
         with RESULTS.open("w", newline="") as f:
