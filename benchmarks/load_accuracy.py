@@ -15,8 +15,8 @@ How a row becomes a point (every choice here is the script's, not the source's):
 
 * open loop at a finite rate r: the open-loop steady state at ``arrival_rps = r``. Medians
   are the model's percentile at q = 0.5 (``ttft_p_ms``, ``tpot_p_ms``, ``e2e_p_ms``); a
-  median ITL (every token gap, pooled) is predicted by the median TPOT: the model has no
-  per-token gap distribution.
+  median ITL (every token gap, pooled) is the per-token gap law's median ``itl_p_ms`` (at
+  ``scheduler_steps = k`` the gap between a client's messages, k steps).
 * open loop at rate inf (all requests at once): the run's throughput is the engine's
   saturation throughput, predicted by ``capacity_rps`` (and ``capacity_rps`` x O tokens/s).
 * closed loop at concurrency N (no think time): the grid's closed loop (``workload =
@@ -78,7 +78,7 @@ CAP = 256  # max running sequences (vLLM max_num_seqs default; the others' unsta
 BUDGET = {"vllm": 4096, "sglang": 8192, "tensorrt-llm": 8192}  # tokens per step (module docstring)
 #: metric -> (model column, percentile q) for open-loop rows at a finite rate
 OPEN_COLUMNS = {"ttft_p50_ms": ("ttft_p_ms", 0.5), "tpot_p50_ms": ("tpot_p_ms", 0.5),
-                "itl_p50_ms": ("tpot_p_ms", 0.5), "e2e_p50_ms": ("e2e_p_ms", 0.5),
+                "itl_p50_ms": ("itl_p_ms", 0.5), "e2e_p50_ms": ("e2e_p_ms", 0.5),
                 "ttft_mean_ms": ("ttft_mean_ms", 0.5), "tpot_mean_ms": ("tpot_mean_ms", 0.5),
                 "e2e_mean_ms": ("e2e_mean_ms", 0.5)}
 #: How each engine ran in its source (docs/accuracy-load.md, "Simulated as run"): scheduler policy and KV
@@ -168,8 +168,7 @@ def predict(row: dict[str, str], eta: dict[str, float] | None = None, as_run: bo
     if row["workload"] == "open":
         col, q = OPEN_COLUMNS[metric]
         pt = Predictor(row, q, eta, as_run).at(_num(row["request_rate_rps"]))
-        how = col if metric != "itl_p50_ms" else f"{col} (ITL by TPOT)"
-        return pt[col], how
+        return pt[col], col
     pt = Predictor(row, eta=eta, as_run=as_run).closed(float(row["concurrency"]))
     if not pt["mem_ok"]:
         return None, "not predicted (no capacity)"
