@@ -57,7 +57,7 @@ def row_for(model: str = "llama-3.1-70b", gpu: str = "h100-sxm", tp: int = 4, re
            "kv_capacity_tokens": float(c), "weights_gb": m.weights_bytes(weights) * 1e-9, "mem_ok": True,
            "stable": stable, "slo_ok": stable, "rho": 0.5, "rho_max": 0.85, "mean_running": 30.0,
            "percentile": percentile, "ttft_mean_ms": 101.0, "ttft_p_ms": 102.0, "tpot_mean_ms": 21.0,
-           "tpot_p_ms": 22.0, "e2e_mean_ms": 4001.0, "e2e_p_ms": 4002.0, "cost_usd_per_hour": 20.0,
+           "tpot_p_ms": 22.0, "itl_p_ms": 23.0, "e2e_mean_ms": 4001.0, "e2e_p_ms": 4002.0, "cost_usd_per_hour": 20.0,
            "cost_usd_per_mtok": 2.78, "analytic_trusted": True}
     row.update(extra)
     return row
@@ -284,13 +284,30 @@ def test_predicted_figures_are_the_rows_columns() -> None:
     assert [f[("TTFT", "Mean")].value_ms, f[("TTFT", "P99")].value_ms] == [101.0, 102.0]
     assert [f[("TPOT", "Mean")].value_ms, f[("TPOT", "P99")].value_ms] == [21.0, 22.0]
     assert [f[("E2EL", "Mean")].value_ms, f[("E2EL", "P99")].value_ms] == [4001.0, 4002.0]
-    assert f[("ITL", "Mean")].value_ms == 21.0 and f[("ITL", "P99")].value_ms is None
+    # ITL: its mean is the mean step (TPOT's), its percentile the per-token gap law's column
+    assert f[("ITL", "Mean")].value_ms == 21.0 and f[("ITL", "P99")].value_ms == 23.0
+    assert "itl_p_ms" in f[("ITL", "P99")].why
     assert all(f[(m, "Median")].value_ms is None and "percentile is 0.99" in f[(m, "Median")].why
                for m in ("TTFT", "TPOT", "E2EL"))
     assert "steady state" in f[("TTFT", "Mean")].why
     # a grid at percentile 0.5 predicts the median: the same column, under the benchmark's P50
     g = _figures(deployment(row_for(percentile=0.5), meta()))
     assert g[("TTFT", "Median")].value_ms == 102.0
+    assert g[("ITL", "Median")].value_ms == 23.0
+
+
+def test_itl_under_multi_step_is_the_gap_between_messages() -> None:
+    """k steps a decision stream their tokens together: the mean ITL is k mean steps (the
+    benchmark's gap between messages), the percentile the row's itl_p_ms (k steps already)."""
+    f = _figures(deployment(row_for(), {**meta(), "scheduler_steps": 4}))
+    assert f[("ITL", "Mean")].value_ms == 4 * 21.0 and f[("ITL", "P99")].value_ms == 23.0
+    assert "gap between messages, 4 steps" in f[("ITL", "Mean")].why
+
+
+def test_itl_of_a_run_without_the_gap_column_is_not_predicted() -> None:
+    row = {k: v for k, v in row_for().items() if k != "itl_p_ms"}
+    f = _figures(deployment(row, meta()))
+    assert f[("ITL", "P99")].value_ms is None and "no itl_p_ms column" in f[("ITL", "P99")].why
 
 
 def test_unstable_point_predicts_nothing() -> None:

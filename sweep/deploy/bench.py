@@ -127,8 +127,10 @@ def _num(row: Mapping[str, Any], key: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def predicted(row: Mapping[str, Any], latency_model: str) -> list[Figure]:
-    """The figures `vllm bench serve` prints, each with the row's prediction or why none."""
+def predicted(row: Mapping[str, Any], latency_model: str, steps: int = 1) -> list[Figure]:
+    """The figures `vllm bench serve` prints, each with the row's prediction or why none
+    (`steps`: the plan's decode steps per scheduling decision, whose tokens reach the client
+    together, so that its ITL is the gap between messages)."""
     q = float(row.get("percentile") or 0.99)
     pw = percentile_word(q)
     stable = bool(row.get("stable"))
@@ -139,29 +141,36 @@ def predicted(row: Mapping[str, Any], latency_model: str) -> list[Figure]:
              else f"analytic model: the steady state of {loop}")
     unstable = ("no prediction: the load is not sustainable at this configuration (stable = false), so the queue "
                 "grows for as long as the benchmark runs")
+    window = (f"; {steps} steps a scheduling decision, whose tokens reach the client together: ITL is the gap "
+              f"between messages, {steps} steps" if steps > 1 else "")
     out: list[Figure] = []
-    for metric, col in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "tpot"), ("E2EL", "e2e")):
+    for metric, col in (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2EL", "e2e")):
         for stat in ("Mean", "Median", f"P{pw}"):
-            if metric == "ITL" and stat != "Mean":
-                out.append(Figure(metric, stat, None, "",
-                                  "not predicted here: ITL pools every gap between tokens, so its tail is one "
-                                  "step's (a step that carries a prefill chunk); the model predicts per-request "
-                                  "TPOT; `sweep predict-benchmark RUN_DIR --point ID --request-rate R` simulates ITL"))
-                continue
             if stat == "Median" and q != 0.5:
                 out.append(Figure(metric, stat, None, "",
                                   f"not predicted: the grid's percentile is {q:g}; a grid with percentile = 0.5 "
                                   "predicts the median"))
                 continue
-            key = f"{col}_mean_ms" if stat == "Mean" else f"{col}_p_ms"
-            sim_key = f"sim_{col}_mean_ms" if stat == "Mean" else f"sim_{col}_p_ms"
+            if metric == "ITL" and stat == "Mean":
+                key, sim_key = "tpot_mean_ms", "sim_tpot_mean_ms"
+            else:
+                key = f"{col}_mean_ms" if stat == "Mean" else f"{col}_p_ms"
+                sim_key = f"sim_{col}_mean_ms" if stat == "Mean" else f"sim_{col}_p_ms"
             sim = _num(row, sim_key) if bool(row.get("sim_steady")) else None
             if not stable:
                 out.append(Figure(metric, stat, None, key, unstable, sim))
                 continue
-            why = basis
-            if metric == "ITL":
+            why, value = basis, _num(row, key)
+            if metric == "ITL" and stat == "Mean":
                 why = (f"{basis}; the mean step a decoding sequence sees (tpot_mean_ms): ITL averages every gap, "
-                       "TPOT every request, equal when speed does not depend on the output length")
-            out.append(Figure(metric, stat, _num(row, key), key, why, sim))
+                       "TPOT every request, equal when speed does not depend on the output length" + window)
+                value = None if value is None else value * max(steps, 1)
+                sim = None if sim is None else sim * max(steps, 1)
+            elif metric == "ITL" and value is None:
+                why = ("not predicted: the run has no itl_p_ms column (written before it existed); `sweep "
+                       "predict-benchmark RUN_DIR --point ID --request-rate R` gives ITL")
+            elif metric == "ITL":
+                why = (f"{basis}; the per-token gap law (itl_p_ms): every gap between tokens pooled, so its "
+                       "tail is a step that carries prompt work" + window)
+            out.append(Figure(metric, stat, value, key, why, sim))
     return out

@@ -244,7 +244,8 @@ def deployment(row: Mapping[str, Any], meta: Mapping[str, Any], *, engine: str |
         engine=engine, model_id=model_id, row=dict(row), meta=dict(meta), memory=memory, launch=cmd.argv,
         launch_exact=cmd.exact_argv, knob=cmd.knob, files=cmd.files,
         bench=b.bench_argv(engine, model_id, lam, n, p, o, q, clients=clients), prompts=n, span=span,
-        prompt_lengths=p, output_lengths=o, predicted=b.predicted(row, latency_model), notes=list(cmd.notes),
+        prompt_lengths=p, output_lengths=o, predicted=b.predicted(row, latency_model, knobs.scheduler_steps),
+        notes=list(cmd.notes),
     )
     if clients is not None and (b._num(row, "think_time_s") or 0.0) > 0.0:
         dep.warnings.append(f"the plan's clients think {float(row['think_time_s']):g} s between requests; "

@@ -16,6 +16,14 @@ The table (`sweep.catalog._efficiency`) holds `eta_bw`, `eta_flops` and `t_overh
    figures, the same objective over the cell's rows with the GPU-wide row as the prior.
    A cell with fewer figures is not written: the lookup falls back to the GPU-wide row.
 
+A row or cell whose figures are all prefills (first-token latencies) keeps its prior's
+`eta_bw` and fits only `eta_flops` and `t_overhead_s`: a short prompt's step is near the
+memory/compute ridge, so three first-token latencies trade bandwidth against overhead
+freely, and the bandwidth they settle on is not the one a decode step streams weights at.
+(Fitted freely, the (H100, medium, TP 4) cell's three Llama 70B prefills put eta_bw at 0.35
+and every 70B decode step at TP 4 1.5x too slow against the open-loop measurements of
+docs/accuracy-load.md.)
+
 PRIOR_WEIGHT = 0.1: moving a parameter by a factor e^0.3 = 1.35 from its prior costs as much
 as one figure missed by 9.5%; a cell of two or three figures can move its parameters by tens
 of percent, not by factors. Bounds: eta_* in [0.05, 1], t_overhead_s in [10 us, 20 ms], inside
@@ -103,21 +111,30 @@ class FittedCell:
     lines: tuple[int, ...]
 
 
-def _fit(terms: StepTerms, measured: np.ndarray, prior: Sequence[float]) -> tuple[float, float, float]:
+def _fit(terms: StepTerms, measured: np.ndarray, prior: Sequence[float], *,
+         fit_bw: bool = True) -> tuple[float, float, float]:
+    """(eta_bw, eta_flops, t_overhead_s) minimising the module doc's objective; with `fit_bw`
+    False, eta_bw is held at its prior and only the other two move."""
     from scipy.optimize import least_squares
 
+    free = np.asarray([fit_bw, True, True])
     p0 = np.log(np.asarray(prior, dtype=np.float64))
-    lo = np.log([ETA_BOUNDS[0], ETA_BOUNDS[0], T_OVERHEAD_BOUNDS_S[0]])
-    hi = np.log([ETA_BOUNDS[1], ETA_BOUNDS[1], T_OVERHEAD_BOUNDS_S[1]])
-    x0 = np.clip(p0, lo + 1e-9, hi - 1e-9)
+    lo = np.log([ETA_BOUNDS[0], ETA_BOUNDS[0], T_OVERHEAD_BOUNDS_S[0]])[free]
+    hi = np.log([ETA_BOUNDS[1], ETA_BOUNDS[1], T_OVERHEAD_BOUNDS_S[1]])[free]
+    x0 = np.clip(p0[free], lo + 1e-9, hi - 1e-9)
     w = math.sqrt(PRIOR_WEIGHT)
 
+    def full(x: np.ndarray) -> np.ndarray:
+        out = p0.copy()
+        out[free] = x
+        return out
+
     def resid(x):
-        est = terms.estimate_ms(*np.exp(x))
-        return np.concatenate([np.log(est / measured), w * (x - p0)])
+        est = terms.estimate_ms(*np.exp(full(x)))
+        return np.concatenate([np.log(est / measured), w * (x - p0[free])])
 
     sol = least_squares(resid, x0, bounds=(lo, hi), xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=500)
-    eb, ef, t = (float(v) for v in np.exp(sol.x))
+    eb, ef, t = (float(v) for v in np.exp(full(sol.x)))
     return eb, ef, t
 
 
@@ -135,6 +152,7 @@ def fit_table(rows: Sequence[StepRow], terms: StepTerms, *, source: str = "<rows
         raise _err(source, "rows", [], "no rows to fit the efficiency table to")
     measured = np.asarray([r.measured_ms for r in rows], dtype=np.float64)
     keys = [(r.gpu, size_class(catalog.model(r.model)), tp_bin(r.tensor_parallel)) for r in rows]
+    decodes = np.asarray([r.phase != "prefill" for r in rows])
     use = np.ones(len(rows), dtype=bool)
     if exclude is not None:
         use[exclude] = False
@@ -144,7 +162,8 @@ def fit_table(rows: Sequence[StepRow], terms: StepTerms, *, source: str = "<rows
         keep = use & np.asarray([k[0] == gpu for k in keys])
         if keep.sum() < MIN_GPU_FIGURES:
             continue
-        eb, ef, t = (_round(v) for v in _fit(terms.subset(keep), measured[keep], DEFAULTS))
+        eb, ef, t = (_round(v) for v in _fit(terms.subset(keep), measured[keep], DEFAULTS,
+                                             fit_bw=bool((keep & decodes).any())))
         gpu_prior[gpu] = (eb, ef, t)
         cells.append(FittedCell(gpu, ANY_CLASS, 0, eb, ef, t, _lines(rows, keep)))
     for key in sorted(set(keys), key=lambda k: (k[0], SIZE_CLASSES.index(k[1]), k[2])):
@@ -152,7 +171,8 @@ def fit_table(rows: Sequence[StepRow], terms: StepTerms, *, source: str = "<rows
         if keep.sum() < MIN_CELL_FIGURES:
             continue
         prior = gpu_prior.get(key[0], DEFAULTS)
-        eb, ef, t = (_round(v) for v in _fit(terms.subset(keep), measured[keep], prior))
+        eb, ef, t = (_round(v) for v in _fit(terms.subset(keep), measured[keep], prior,
+                                             fit_bw=bool((keep & decodes).any())))
         cells.append(FittedCell(key[0], key[1], 2 ** key[2], eb, ef, t, _lines(rows, keep)))
     for c in cells:
         if not all(math.isfinite(getattr(c, f)) for f in FIGURES):
