@@ -125,6 +125,25 @@ def test_calibrate_regenerates_the_shipped_table_byte_for_byte(tmp_path, capsys)
     assert "within 20%" in text and "efficiency table" in text
 
 
+def test_a_cell_of_prefills_keeps_its_gpu_rows_bandwidth():
+    """A cell whose figures are all first-token latencies fits eta_flops and the overhead
+    only: its eta_bw is the GPU-wide row's (in the shipped table the (H100, medium, TP 4)
+    cell, three Llama 70B prefills); a cell with a decode figure fits its own."""
+    rows = read_rows(DATA)
+    cells = {(c.gpu, c.size_class, c.tensor_parallel): c for c in ef.fit_table(rows, ef.step_terms(rows))}
+    phases: dict[tuple[str, str, int], set[str]] = {}
+    for r in rows:
+        key = (r.gpu, size_class(CAT.model(r.model)), 2 ** tp_bin(r.tensor_parallel))
+        phases.setdefault(key, set()).add(r.phase)
+    only_prefill = [k for k in cells if k[1] != "*" and phases.get(k) == {"prefill"}]
+    assert ("h100-sxm", "medium", 4) in only_prefill
+    for k in only_prefill:
+        assert cells[k].eta_bw == cells[(k[0], "*", 0)].eta_bw, k
+    moved = [k for k in cells if k[1] != "*" and phases.get(k, set()) - {"prefill"}
+             and cells[k].eta_bw != cells[(k[0], "*", 0)].eta_bw]
+    assert moved, "no cell with decode figures fitted its own eta_bw"
+
+
 def test_the_table_beats_the_single_set_on_the_published_figures():
     """Share of the cited figures within 20%: the defaults, then the shipped table (its
     leave-one-out share is in docs/roofline.md, from benchmarks/efficiency_fit.py)."""
