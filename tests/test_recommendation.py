@@ -255,3 +255,32 @@ def test_recommend_picks_order_on_a_hand_built_chunk():
     rec, run = picks(model, cols, 4)
     # group 0: points 0, 1 (cost 1; cap 2 first), 2 (cost 2); group 1: only point 7
     assert rec.tolist() == [1, 7] and run.tolist() == [0, -1]
+
+
+def test_groups_at_the_same_price_rank_by_room_under_their_slos():
+    """Across scenario groups: the cheaper first; at the same price the recommendation whose
+    largest latency / SLO ratio is smaller (hand-computed: 59.7 / 60 = 0.995 against
+    max(549.8 / 2000, 36.1 / 60) = 0.602), then the group order."""
+    from sweep.decide.recommend import group_order, recommendation, slo_use
+    from sweep.models import get_model
+
+    model = get_model("continuous")
+    table = {
+        "group_id": [0, 1, 2],
+        "is_recommended": [True, True, True],
+        "recommended_cost_usd_per_hour": [120.0, 120.0, 100.0],
+        "recommended_batch": [256, 256, 16],
+        "recommended_ttft_p_ms": [738.1, 549.8, 1900.0],
+        "recommended_tpot_p_ms": [59.7, 36.1, 59.9],
+        "ttft_slo_ms": [2000.0, 2000.0, 2000.0],
+        "tpot_slo_ms": [60.0, 60.0, 60.0],
+        "slo_ms": [None, None, None],  # no E2E target (NULL in the file)
+    }
+    assert slo_use(table, model, 0) == pytest.approx(59.7 / 60.0)
+    assert slo_use(table, model, 1) == pytest.approx(36.1 / 60.0)
+    assert sorted(range(3), key=lambda i: group_order(table, model, i)) == [2, 1, 0]
+    rec = recommendation(table, model)
+    assert rec["group_id"] == 2 and rec["runner_up"]["group_id"] == 1
+    table["recommended_cost_usd_per_hour"][2] = 130.0
+    rec = recommendation(table, model)
+    assert rec["group_id"] == 1 and rec["runner_up"]["group_id"] == 0

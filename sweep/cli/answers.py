@@ -42,7 +42,7 @@ from rich.table import Table
 
 from sweep.cli.fit import fit_table
 from sweep.decide import layouts as L
-from sweep.decide.recommend import PREFIXES, answer_name, band_columns, shown_columns
+from sweep.decide.recommend import PREFIXES, answer_name, band_columns, group_order, shown_columns
 from sweep.errors import SweepError
 from sweep.io.published import check_run
 from sweep.models import ServingModel, get_model
@@ -372,10 +372,9 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
                       else "decisions: optimum.parquet is empty")
         return
     rows = to_host(table)
-    cost = answer_name(REC, "_cost_usd_per_hour")
     groups = np.unique(rows["group_id"])
-    order = np.flatnonzero(rows["is_recommended"])
-    order = order[np.lexsort((rows["group_id"][order], rows[cost][order]))]
+    order = np.asarray(sorted(np.flatnonzero(rows["is_recommended"]).tolist(),
+                              key=lambda i: group_order(rows, model, i)), dtype=np.int64)
     shown = order[:top]
     label = latency_label(run.latency_name, rows.get("percentile"))
     slo = "the SLO" if len(view.checks) == 1 else "every SLO"

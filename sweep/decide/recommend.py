@@ -11,7 +11,9 @@ e.g. `replicas`, and the row axes: the cap and its knobs); `optimum.parquet` has
     point_id
 
 and the **runner-up** the second: the next cheapest distinct configuration (the same price
-with a smaller cap, or the next price up). With one pool, cost rises with replicas, so the
+with a smaller cap, or the next price up). Across groups (one answer over several hardware
+choices) `group_order` ranks the recommendations: the cheaper, then at the same price the
+one with more room under its SLOs (`slo_use`), then the group order. With one pool, cost rises with replicas, so the
 recommendation is the point `replicas_min` reports. `group_reason` says why a group has
 none: the furthest any of its rows got through the rules (`REASONS`), so `near_saturation`
 where some point meets every SLO but only above rho_max.
@@ -182,6 +184,33 @@ def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+def slo_use(table: Mapping[str, Any], model: ServingModel, i: int) -> float:
+    """Row ``i``'s recommendation: its largest latency / SLO ratio over the model's SLO checks
+    (how close it runs to its tightest target; 0 where no SLO is set or the answer lacks the
+    latency)."""
+    suffix = {src: sfx for sfx, src, *_ in model.decisions.answer_fields}
+    worst = 0.0
+    for lat, slo in model.slo_checks:
+        col = answer_name("recommended", suffix[lat]) if lat in suffix else None
+        if col is None or col not in table or slo not in table:
+            continue
+        v, s = table[col][i], table[slo][i]
+        if v is None or s is None:
+            continue
+        v, s = float(v), float(s)
+        if math.isfinite(v) and math.isfinite(s) and s > 0.0:
+            worst = max(worst, v / s)
+    return worst
+
+
+def group_order(table: Mapping[str, Any], model: ServingModel, i: int) -> tuple[float, float, int]:
+    """How the recommendations of different scenario groups rank (the answer over several
+    hardware choices, and the terminal's "cheapest first"): the cheaper, then at the same price
+    the one with more room under its SLOs (`slo_use`), then the group order."""
+    cost = table[answer_name("recommended", "_cost_usd_per_hour")][i]
+    return (math.inf if cost is None else float(cost), slo_use(table, model, i), int(table["group_id"][i]))
+
+
 def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
                    group: int | None = None) -> dict[str, Any] | None:
     """One scenario group's recommendation from optimum.parquet's columns (`table`, e.g.
@@ -194,9 +223,10 @@ def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
     "recommended": {point column: value}, "runner_up": {...} or None, "group_reason"}. Field
     names are point column names (`batch_size`, `max_batched_tokens`, `replicas`, `ttft_p_ms`,
     ...) plus `gpus` and the prices `cost_usd_per_m_requests`, `cost_usd_per_m_output_tok`,
-    `cost_usd_per_m_total_tok`. With `group` None the runner-up is the next group's
-    recommendation (another GPU, tensor-parallel size or model: the alternative a planner
-    weighs), with its "group_id"; the best group's own runner-up (often the same hardware at
+    `cost_usd_per_m_total_tok`. With `group` None the groups rank by `group_order` (the
+    cheapest; at the same price the more room under the SLOs), and the runner-up is the next
+    group's recommendation (another GPU, tensor-parallel size or model: the alternative a
+    planner weighs), with its "group_id"; the best group's own runner-up (often the same hardware at
     the same price with another knob) only where no other group has a recommendation.
     """
     names = list(table)
@@ -210,8 +240,7 @@ def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
         return {"group_id": group, "scenario": {k: _plain(table[k][rows[0]]) for k in model.row_constant
                                                 if k in names and k not in model.group_axes},
                 "recommended": None, "runner_up": None, "group_reason": table["group_reason"][rows[0]]}
-    cost = answer_name("recommended", "_cost_usd_per_hour")
-    at.sort(key=lambda i: (table[cost][i], table["group_id"][i]))
+    at.sort(key=lambda i: group_order(table, model, i))
     best = at[0]
 
     def answer(prefix: str, i: int) -> dict[str, Any] | None:
