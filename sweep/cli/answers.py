@@ -373,8 +373,7 @@ def print_decisions(run: RunFolder, console: Console, top: int = TOP) -> None:
         return
     rows = to_host(table)
     groups = np.unique(rows["group_id"])
-    order = np.asarray(sorted(np.flatnonzero(rows["is_recommended"]).tolist(),
-                              key=lambda i: group_order(rows, model, i)), dtype=np.int64)
+    order = group_order(rows, model, np.flatnonzero(rows["is_recommended"]))
     shown = order[:top]
     label = latency_label(run.latency_name, rows.get("percentile"))
     slo = "the SLO" if len(view.checks) == 1 else "every SLO"

@@ -184,31 +184,39 @@ def _plain(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
-def slo_use(table: Mapping[str, Any], model: ServingModel, i: int) -> float:
-    """Row ``i``'s recommendation: its largest latency / SLO ratio over the model's SLO checks
-    (how close it runs to its tightest target; 0 where no SLO is set or the answer lacks the
-    latency)."""
+def _floats(column: Sequence[Any], rows: np.ndarray) -> np.ndarray:
+    """`column` (a list with None for NULL, or a host array) at `rows` as float64, NULL as NaN."""
+    if isinstance(column, np.ndarray) and column.dtype != object:
+        return column[rows].astype(np.float64)
+    return np.asarray([np.nan if column[i] is None else column[i] for i in rows], dtype=np.float64)
+
+
+def slo_use(table: Mapping[str, Any], model: ServingModel, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The recommendation of each of `rows`: its largest latency / SLO ratio over the model's
+    SLO checks (how close it runs to its tightest target; 0 where no SLO is set or the answer
+    lacks the latency)."""
+    at = np.asarray(rows, dtype=np.int64)
     suffix = {src: sfx for sfx, src, *_ in model.decisions.answer_fields}
-    worst = 0.0
+    worst = np.zeros(len(at))
     for lat, slo in model.slo_checks:
         col = answer_name("recommended", suffix[lat]) if lat in suffix else None
         if col is None or col not in table or slo not in table:
             continue
-        v, s = table[col][i], table[slo][i]
-        if v is None or s is None:
-            continue
-        v, s = float(v), float(s)
-        if math.isfinite(v) and math.isfinite(s) and s > 0.0:
-            worst = max(worst, v / s)
+        v, s = _floats(table[col], at), _floats(table[slo], at)
+        ok = np.isfinite(v) & np.isfinite(s) & (s > 0.0)
+        worst = np.maximum(worst, np.where(ok, v / np.where(ok, s, 1.0), 0.0))
     return worst
 
 
-def group_order(table: Mapping[str, Any], model: ServingModel, i: int) -> tuple[float, float, int]:
-    """How the recommendations of different scenario groups rank (the answer over several
-    hardware choices, and the terminal's "cheapest first"): the cheaper, then at the same price
-    the one with more room under its SLOs (`slo_use`), then the group order."""
-    cost = table[answer_name("recommended", "_cost_usd_per_hour")][i]
-    return (math.inf if cost is None else float(cost), slo_use(table, model, i), int(table["group_id"][i]))
+def group_order(table: Mapping[str, Any], model: ServingModel, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`rows` (recommendations of different scenario groups) in the order they rank, for the
+    answer over several hardware choices and the terminal's "cheapest first": the cheaper, then
+    at the same price the one with more room under its SLOs (`slo_use`), then the group order."""
+    at = np.asarray(rows, dtype=np.int64)
+    cost = _floats(table[answer_name("recommended", "_cost_usd_per_hour")], at)
+    cost = np.where(np.isnan(cost), np.inf, cost)
+    group = _floats(table["group_id"], at)
+    return at[np.lexsort((group, slo_use(table, model, at), cost))]
 
 
 def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
@@ -240,7 +248,7 @@ def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
         return {"group_id": group, "scenario": {k: _plain(table[k][rows[0]]) for k in model.row_constant
                                                 if k in names and k not in model.group_axes},
                 "recommended": None, "runner_up": None, "group_reason": table["group_reason"][rows[0]]}
-    at.sort(key=lambda i: group_order(table, model, i))
+    at = [int(i) for i in group_order(table, model, at)]
     best = at[0]
 
     def answer(prefix: str, i: int) -> dict[str, Any] | None:
