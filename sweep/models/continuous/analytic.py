@@ -104,10 +104,15 @@ Scheduler policy ``prefill_first`` (``ff = 1``; docs/continuous.md, "Engine vari
 with prompt tokens carries no decode token. The token work is the same as under ``chunked``
 (every prompt and decode token, and the cache each step reads, is still processed once), but
 the prompts now take steps of their own, each paying ``t_f``: between two of a decoder's
-steps come ``(1 - e^-m) max(1, m P / M)`` prompt steps when ``m = lam T_d`` prompts arrived
-meanwhile (Poisson), so ``T_d = (t_own + burst + t_f (1 - e^-m) ...) / (1 - rho_tok)``; at
-full occupancy ``m = c / (O - 1)`` (one admission per departure). A prompt's own step carries
-no decoder (the whole budget ``M``, no decoders' cache), and sustainability counts
+steps comes a chain of prompt steps (`_pf_chain`, the windows' below with a window of one
+decode step): the decision after a decode step prefills the prompts that arrived during it,
+and the engine keeps prefilling while prompts arrive during its prompt steps, so
+``T_d = (t_own + burst + t_f n) / (1 - rho_tok)`` with ``n`` the chain's mean prompt steps; at
+full occupancy ``(1 - e^-m) max(1, m P / M)`` with ``m = c / (O - 1)`` (one admission per
+departure). A decoder's gap holds that chain or nothing, so TPOT's law adds the
+all-or-nothing pause's variance (``t_f^2 Var[N]`` for ``N`` prompt steps, one chain link,
+plus the prompts' tokens) and sits above the decoders' own step, not the shortest step.
+A prompt's own step carries no decoder (the whole budget ``M``, no decoders' cache), and sustainability counts
 ``(O - 1) / c`` decode steps and ``(1 - e^-mu) / mu`` prompt steps per request
 (``mu = c / (O - 1)``), with no budget bound.
 
@@ -379,13 +384,13 @@ def _pf_steps(m, p_over_m):
     return -jnp.expm1(-m) * jnp.maximum(1.0, m * p_over_m)
 
 
-#: prefill_first with windows: the prompt steps of a chain followed one by one (`_pf_chain`)
+#: prefill_first: the prompt steps of a chain followed one by one (`_pf_chain`)
 _CHAIN_STEPS = 10
 
 
 def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
-    """prefill_first with windows: the chain of prompt steps after a decode window of ``w``
-    seconds. Its decision carries the prompts that arrived during the window (Poisson,
+    """prefill_first: the chain of prompt steps after a decode window of ``w`` seconds (one
+    decode step at ``scheduler_steps = 1``). Its decision carries the prompts that arrived during the window (Poisson,
     ``lam w``); each prompt step carries what is waiting (up to the budget's tokens: the rest
     waits for the next), and another decision follows, a prompt step again as long as prompts
     arrived meanwhile: the chain ends with the first prompt step during which none arrived
@@ -433,8 +438,8 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
 
 
 def _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w):
-    """prefill_first with windows of ``kk`` steps: the decode window's length (``kk``
-    decode-only steps of the decoders running at the state ``g``, `_maps`' parts) and the
+    """prefill_first with windows of ``kk`` steps (1 at ``scheduler_steps = 1``): the decode
+    window's length (``kk`` decode-only steps of the decoders running at the state ``g``, `_maps`' parts) and the
     chain of prompt steps after it (`_pf_chain`), which ends at the latest when its admissions
     take every slot: the ``n_w`` cohorts admitted over the ``n_w`` cycles of a request's
     windows fill them, so a window and its chain last at most ``c / (lam n_w)``."""
@@ -688,8 +693,9 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
     return dict(p2=p2, o2=o2, r_mean=r_mean, kv_fin=kv_fin, hol=hol, c=c, bud=bud, rho_tok=rho_tok,
                 capacity=capacity, cap_steps=cap_steps, cap_budget=cap_budget, stable=stable, c_bar=c_bar,
                 m2=m2, t_own=t_own, s_o=s_o, mu_o=mu_o, inv_o=inv_o, rho_cap=rho_cap,
-                # prefill_first with windows (``chain``, a Python bool): the fixed point follows
-                # the chains of prompt steps between windows; without, these keys are absent
+                # prefill_first (``chain``, a Python bool): the fixed point follows the chains of
+                # prompt steps between decode windows (of one step at k = 1); without, these keys
+                # are absent
                 **(dict(kk=_f64(1.0 + km), n_w=_decode_windows(o1, ocv, 1.0 + km)) if chain else {}))
 
 
@@ -797,11 +803,10 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
         g = parts(td, tp, exact=False)
         pf = t_prefill(g, td, exact=False)
         burst = (tt + tc) * lam * p1 * jnp.maximum(pf["last"] - td, 0.0) * inv_o
-        if kk is None:
-            n_pf = _pf_steps(lam * td, p1 / bud)
-            sat = _pf_steps(c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud)
-        else:  # prefill_first with windows of kk steps: a chain of prompt steps between two
-            # decode windows, spread over the window's steps
+        if kk is None:  # chunked: no prompt step of its own (ff = 0)
+            n_pf = sat = 0.0
+        else:  # prefill_first, windows of kk steps (1: one step a decision): a chain of prompt
+            # steps between two decode windows, spread over the window's steps
             pcv = _sqrt0(jnp.maximum(p2 / (p1 * p1) - 1.0, 0.0))
             _, chain = _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w)
             n_pf = chain["n"] / kk
@@ -899,8 +904,9 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     ``pw``, the share of the prompt the engine prefills (0 where prompts arrive cached),
     ``ff``, 1 under the `prefill_first` scheduler policy (0: `chunked`), and ``km``, the
     decode steps a window adds to a decision (``scheduler_steps - 1``, a Python float: 0
-    leaves the one-step model's program as it is), and ``chain``, a Python bool: windows
-    under `prefill_first`, whose fixed point follows the chains of prompt steps (`_pf_chain`)."""
+    leaves the one-step model's program as it is), and ``chain``, a Python bool: the
+    `prefill_first` policy, whose fixed point follows the chains of prompt steps between
+    decode windows (`_pf_chain`; a window of one step at ``scheduler_steps = 1``)."""
     if int(steps) < 1 or (int(steps) > 1 and prefilled):
         raise ValueError(f"scheduler_steps = {steps}: the analytic model has windows for an engine that "
                          "prefills")
@@ -912,7 +918,7 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     tf = jnp.maximum(tf, 1e-12)
     return dict(lam=lam, p1=p1, pcv=pcv, o1=o1, ocv=ocv, n_cap=n_cap, budget=budget, kv=kv, blk=blk, tf=tf, tt=tt,
                 tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0), ff=_f64(1.0 if prefill_first else 0.0),
-                km=float(int(steps) - 1), chain=bool(prefill_first) and int(steps) > 1)
+                km=float(int(steps) - 1), chain=bool(prefill_first))
 
 
 def cb_state(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_tokens,
@@ -998,10 +1004,29 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     burst_var = (tt + tc) ** 2 * lam * p2 * jnp.maximum(pf["last"], 0.0)
     inv_o2 = jnp.minimum(jnp.exp(-2.0 * mu_o + 2.0 * s_o * s_o), 1.0)  # E[1 / (O - 1)^2]
     var_fast = g["var_t"] * inv_o + burst_var * inv_o2
+    if prefill_first:
+        # a decoder's gap holds the prompt steps of the K ~ Poisson(m) prompts that arrived
+        # during it (m = lam T_d): N = s of them (s = max(1, m P / M)) with probability
+        # 1 - e^-m, else none, each paying t_f, plus their S tokens at t_t + t_c. Its variance
+        # t_f^2 Var[N] + (t_t + t_c)^2 m E[P^2] + 2 t_f (t_t + t_c) s e^-m m P (Cov[N, S])
+        # replaces var_t's compound-Poisson tokens per step; over the O - 1 gaps
+        m_pf = lam * td
+        s_pf = jnp.maximum(1.0, m_pf * p1 / pre["bud"])
+        n_pf = _pf_steps(m_pf, p1 / pre["bud"])
+        a_pf = tt + tc
+        var_n = jnp.maximum(n_pf * s_pf - n_pf * n_pf, 0.0)
+        var_pause = (tf * tf * var_n + a_pf * a_pf * m_pf * p2
+                     + 2.0 * tf * a_pf * s_pf * jnp.exp(-m_pf) * m_pf * p1)
+        tok_in_var_t = a_pf * a_pf * lam * g["t_bar"] / g["u"] * raw["pw"] * p2 * m2
+        var_fast = var_fast + raw["pw"] * (var_pause - tok_in_var_t) * inv_o
     # lognormal above a floor: the shortest step, less what the noise can take off a single
     # step (three of its log-sigmas; the whole of t_min without noise)
     t_floor = jnp.minimum(t_min * jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0))), td)
-    tpot_p = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_fast + var_slow, z)
+    floor = t_floor
+    if prefill_first:  # a gap without a pause is the decoders' own step: the law's floor
+        pause = tf * n_pf + a_pf * m_pf * p1
+        floor = jnp.clip((td - raw["pw"] * pause) * jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0))), t_floor, td)
+    tpot_p = floor + _wh_quantile(jnp.maximum(td - floor, 0.0), var_fast + var_slow, z)
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
     # the TTFT mixture plus the decode phase (O - 1) TPOT_i (its mean, the output length's
