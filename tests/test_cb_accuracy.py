@@ -163,18 +163,28 @@ STEPS = Path(__file__).parent / "data" / "cb_accuracy_steps_reference.csv"
 STEPS_FLOOR = 0.88
 
 
-def test_multi_step_windows_hold_their_floor():
-    """The windows at each configuration's own k, judged as benchmarks/cb_accuracy.py judges."""
-    assert STEPS.read_text().startswith("# Produced by `python benchmarks/cb_accuracy.py")
-    ref = _reference(STEPS)
+def _within_floor(path: Path, head: str, steps: set[float], floor: float, min_judged: int, *,
+                  prefill_first: bool = False) -> None:
+    """A stored reference's configurations at their own k, judged as benchmarks/cb_accuracy.py
+    judges: at least `min_judged` comparisons, a share `floor` of them within target."""
+    assert path.read_text().splitlines()[0].startswith(head)
+    ref = _reference(path)
     p = {k: ref[k] for k in CB_KEYS}
-    assert set(np.unique(ref["steps"])) == {2.0, 4.0, 8.0, 16.0}
-    j = judge(p, analytic_by_steps(p, ref["steps"]), _sim_view(ref))
+    assert set(np.unique(ref["steps"])) == steps
+    j = judge(p, analytic_by_steps(p, ref["steps"], prefill_first=prefill_first), _sim_view(ref))
     judged = sum(int(j[k]["judged"].sum()) for k in TARGETS)
     ok = sum(int(j[k]["ok"].sum()) for k in TARGETS)
-    assert judged >= 100, judged
-    assert ok / judged >= STEPS_FLOOR, f"{ok}/{judged} = {ok / judged:.1%} within target, floor {STEPS_FLOOR:.0%}"
+    assert judged >= min_judged, judged
+    assert ok / judged >= floor, f"{ok}/{judged} = {ok / judged:.1%} within target, floor {floor:.0%}"
 
+
+_HEAD = "# Produced by `python benchmarks/cb_accuracy.py"
+_PF_HEAD = _HEAD + " --scheduler-policy prefill_first"
+
+
+def test_multi_step_windows_hold_their_floor():
+    """The windows at each configuration's own k, judged as benchmarks/cb_accuracy.py judges."""
+    _within_floor(STEPS, _HEAD, {2.0, 4.0, 8.0, 16.0}, STEPS_FLOOR, 100)
 
 PF_STEPS = Path(__file__).parent / "data" / "cb_accuracy_prefill_first_steps_reference.csv"
 #: Floor for multi-step scheduling under `prefill_first` (k from 2, 4, 8, 16, reserve): the
@@ -188,17 +198,7 @@ PF_STEPS_FLOOR = 0.85
 
 def test_prefill_first_windows_hold_their_floor():
     """The prefill_first windows at each configuration's own k, judged as benchmarks/cb_accuracy.py judges."""
-    head = PF_STEPS.read_text().splitlines()[0]
-    assert head.startswith("# Produced by `python benchmarks/cb_accuracy.py --scheduler-policy prefill_first")
-    ref = _reference(PF_STEPS)
-    p = {k: ref[k] for k in CB_KEYS}
-    assert set(np.unique(ref["steps"])) == {2.0, 4.0, 8.0, 16.0}
-    j = judge(p, analytic_by_steps(p, ref["steps"], prefill_first=True), _sim_view(ref))
-    judged = sum(int(j[k]["judged"].sum()) for k in TARGETS)
-    ok = sum(int(j[k]["ok"].sum()) for k in TARGETS)
-    assert judged >= 100, judged
-    assert ok / judged >= PF_STEPS_FLOOR, f"{ok}/{judged} = {ok / judged:.1%} within target, floor {PF_STEPS_FLOOR:.0%}"
-
+    _within_floor(PF_STEPS, _PF_HEAD, {2.0, 4.0, 8.0, 16.0}, PF_STEPS_FLOOR, 100, prefill_first=True)
 
 PF = Path(__file__).parent / "data" / "cb_accuracy_prefill_first_reference.csv"
 #: Floor for the `prefill_first` policy at one step a decision (reserve KV): the analytic model
@@ -212,13 +212,4 @@ PF_FLOOR = 0.88
 
 def test_prefill_first_holds_its_floor():
     """The prefill_first policy at k = 1, judged as benchmarks/cb_accuracy.py judges."""
-    head = PF.read_text().splitlines()[0]
-    assert head.startswith("# Produced by `python benchmarks/cb_accuracy.py --scheduler-policy prefill_first")
-    ref = _reference(PF)
-    p = {k: ref[k] for k in CB_KEYS}
-    assert set(np.unique(ref["steps"])) == {1.0}
-    j = judge(p, analytic_by_steps(p, ref["steps"], prefill_first=True), _sim_view(ref))
-    judged = sum(int(j[k]["judged"].sum()) for k in TARGETS)
-    ok = sum(int(j[k]["ok"].sum()) for k in TARGETS)
-    assert judged >= 150, judged
-    assert ok / judged >= PF_FLOOR, f"{ok}/{judged} = {ok / judged:.1%} within target, floor {PF_FLOOR:.0%}"
+    _within_floor(PF, _PF_HEAD, {1.0}, PF_FLOOR, 150, prefill_first=True)
