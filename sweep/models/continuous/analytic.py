@@ -100,21 +100,21 @@ the "TTFT" is the wait for a slot plus the step in progress); its KV still holds
 reservation ``P + O`` and ``t_c (P + O / 2)`` of ``T_d``). With one sequence at a time its
 TPOT is ``t_f + t_t + t_c (P + O / 2)``, exact. ``pw = 1`` leaves every value unchanged.
 
-Scheduler policy ``prefill_first`` (``ff = 1``; docs/continuous.md, "Engine variants"): a step
-with prompt tokens carries no decode token. The token work is the same as under ``chunked``
-(every prompt and decode token, and the cache each step reads, is still processed once), but
-the prompts now take steps of their own, each paying ``t_f``: between two of a decoder's
-steps comes a chain of prompt steps (`_pf_chain`, the windows' below with a window of one
-decode step): the decision after a decode step prefills the prompts that arrived during it,
-and the engine keeps prefilling while prompts arrive during its prompt steps, so
-``T_d = (t_own + burst + t_f n) / (1 - rho_tok)`` with ``n`` the chain's mean prompt steps; at
-full occupancy ``(1 - e^-m) max(1, m P / M)`` with ``m = c / (O - 1)`` (one admission per
-departure). A decoder's gap holds that chain or nothing, so TPOT's law adds the
-all-or-nothing pause's variance (``t_f^2 Var[N]`` for ``N`` prompt steps, one chain link,
-plus the prompts' tokens) and sits above the decoders' own step, not the shortest step.
-A prompt's own step carries no decoder (the whole budget ``M``, no decoders' cache), and sustainability counts
-``(O - 1) / c`` decode steps and ``(1 - e^-mu) / mu`` prompt steps per request
-(``mu = c / (O - 1)``), with no budget bound.
+Scheduler policy ``prefill_first`` (``ff = 1``; docs/continuous.md, "Engine variants"): a
+step with prompt tokens carries no decode token. The token work is the same as under
+``chunked`` (every prompt and decode token, and the cache each step reads, is still
+processed once), but the prompts now take steps of their own, each paying ``t_f``: between
+two of a decoder's steps comes a chain of prompt steps (`_pf_chain`, the windows' below with
+a window of one decode step): the decision after a decode step prefills the prompts that
+arrived during it, and the engine keeps prefilling while prompts arrive during its prompt
+steps, so ``T_d = (t_own + burst + t_f n) / (1 - rho_tok)`` with ``n`` the chain's mean
+prompt steps; at full occupancy ``(1 - e^-m) max(1, m P / M)`` with ``m = c / (O - 1)`` (one
+admission per departure). A decoder's gap holds that chain or nothing, so TPOT's law adds
+the all-or-nothing pause's variance (``t_f^2 Var[N]`` for ``N`` prompt steps, one chain
+link, plus the prompts' tokens) and sits above the decoders' own step, not the shortest
+step. A prompt's own step carries no decoder (the whole budget ``M``, no decoders' cache),
+and sustainability counts ``(O - 1) / c`` decode steps and ``(1 - e^-mu) / mu`` prompt steps
+per request (``mu = c / (O - 1)``), with no budget bound.
 
 Multi-step scheduling (``scheduler_steps = k``, ``km = k - 1``), chunked policy: a
 decision step (admission, prompt chunks, decodes) is followed by ``km`` decode-only steps,
@@ -390,20 +390,21 @@ _CHAIN_STEPS = 10
 
 def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     """prefill_first: the chain of prompt steps after a decode window of ``w`` seconds (one
-    decode step at ``scheduler_steps = 1``). Its decision carries the prompts that arrived during the window (Poisson,
-    ``lam w``); each prompt step carries what is waiting (up to the budget's tokens: the rest
-    waits for the next), and another decision follows, a prompt step again as long as prompts
-    arrived meanwhile: the chain ends with the first prompt step during which none arrived
-    (and none was left over). A step of prompts of ``T`` tokens takes ``t_f + a_tok min(T, M)``
-    (``a_tok = t_t + t_c``). A step's prompt count is followed by its mean and variance: the
-    arrivals during a step of random length are a mixed Poisson count, taken as negative
-    binomial of the same two moments, whose probability of none ends the chain (short steps,
-    of few or short prompts, end it more often than their mean suggests). The first
-    `_CHAIN_STEPS` steps are followed, the rest as a geometric tail at the last one's. No
-    sequence leaves during a chain, so it also ends once its admissions fill the slots: it
-    lasts at most ``t_max`` (the caller's slot bound). Returns
-    the expected prompt steps ``n`` of a chain, its expected time ``time`` and the expected
-    sum of its steps' squared durations ``d2`` (for the residual of the step in progress)."""
+    decode step at ``scheduler_steps = 1``). Its decision carries the prompts that arrived
+    during the window (Poisson, ``lam w``); each prompt step carries what is waiting (up to
+    the budget's tokens: the rest waits for the next), and another decision follows, a
+    prompt step again as long as prompts arrived meanwhile: the chain ends with the first
+    prompt step during which none arrived (and none was left over). A step of prompts of
+    ``T`` tokens takes ``t_f + a_tok min(T, M)`` (``a_tok = t_t + t_c``). A step's prompt
+    count is followed by its mean and variance: the arrivals during a step of random length
+    are a mixed Poisson count, taken as negative binomial of the same two moments, whose
+    probability of none ends the chain (short steps, of few or short prompts, end it more
+    often than their mean suggests). The first `_CHAIN_STEPS` steps are followed, the rest
+    as a geometric tail at the last one's. No sequence leaves during a chain, so it also
+    ends once its admissions fill the slots: it lasts at most ``t_max`` (the caller's slot
+    bound). Returns the expected prompt steps ``n`` of a chain, its expected time ``time``
+    and the expected sum of its steps' squared durations ``d2`` (for the residual of the
+    step in progress)."""
     var_p = (p1 * pcv) ** 2
     m = lam * w  # the count at a decision: mean and variance (Poisson after a window)
     v = m
@@ -439,8 +440,8 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
 
 def _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w):
     """prefill_first with windows of ``kk`` steps (1 at ``scheduler_steps = 1``): the decode
-    window's length (``kk`` decode-only steps of the decoders running at the state ``g``, `_maps`' parts) and the
-    chain of prompt steps after it (`_pf_chain`), which ends at the latest when its admissions
+    window's length (``kk`` decode-only steps of the decoders running at the state ``g``,
+    `_maps`' parts) and the chain of prompt steps after it (`_pf_chain`), which ends at the latest when its admissions
     take every slot: the ``n_w`` cohorts admitted over the ``n_w`` cycles of a request's
     windows fill them, so a window and its chain last at most ``c / (lam n_w)``."""
     t_dec = t_own + jnp.maximum(g["a"] * g["f_dec"] - 1.0, 0.0) * (tt + tc * c_bar)
@@ -1021,11 +1022,12 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         var_fast = var_fast + raw["pw"] * (var_pause - tok_in_var_t) * inv_o
     # lognormal above a floor: the shortest step, less what the noise can take off a single
     # step (three of its log-sigmas; the whole of t_min without noise)
-    t_floor = jnp.minimum(t_min * jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0))), td)
+    noise_cut = jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0)))
+    t_floor = jnp.minimum(t_min * noise_cut, td)
     floor = t_floor
     if prefill_first:  # a gap without a pause is the decoders' own step: the law's floor
         pause = tf * n_pf + a_pf * m_pf * p1
-        floor = jnp.clip((td - raw["pw"] * pause) * jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0))), t_floor, td)
+        floor = jnp.clip((td - raw["pw"] * pause) * noise_cut, t_floor, td)
     tpot_p = floor + _wh_quantile(jnp.maximum(td - floor, 0.0), var_fast + var_slow, z)
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
