@@ -13,8 +13,8 @@ e.g. `replicas`, and the row axes: the cap and its knobs); `optimum.parquet` has
 and the **runner-up** the second: the next cheapest distinct configuration (the same price
 with a smaller cap, or the next price up). Across groups (one answer over several hardware
 choices) `group_order` ranks the recommendations: the cheaper, then at the same price the
-one with more room under its SLOs (`slo_use`), then the group order. With one pool, cost rises with replicas, so the
-recommendation is the point `replicas_min` reports. `group_reason` says why a group has
+one with more room under its SLOs (`slo_use`), then the group order. With one pool, cost
+rises with replicas, so the recommendation is the point `replicas_min` reports. `group_reason` says why a group has
 none: the furthest any of its rows got through the rules (`REASONS`), so `near_saturation`
 where some point meets every SLO but only above rho_max.
 
@@ -234,8 +234,9 @@ def recommendation(table: Mapping[str, Sequence[Any]], model: ServingModel,
     `cost_usd_per_m_total_tok`. With `group` None the groups rank by `group_order` (the
     cheapest; at the same price the more room under the SLOs), and the runner-up is the next
     group's recommendation (another GPU, tensor-parallel size or model: the alternative a
-    planner weighs), with its "group_id"; the best group's own runner-up (often the same hardware at
-    the same price with another knob) only where no other group has a recommendation.
+    planner weighs), with its "group_id"; the best group's own runner-up (often the same
+    hardware at the same price with another knob) only where no other group has a
+    recommendation.
     """
     names = list(table)
     n = len(table["group_id"]) if "group_id" in table else 0
