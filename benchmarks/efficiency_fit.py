@@ -68,10 +68,10 @@ def main(argv: list[str] | None = None) -> dict:
     t = packaged_efficiencies()
     print()
     print(f"{'gpu':10s} {'class':6s} {'tp':>3s} {'figures':>7s} {'eta_bw':>7s} {'eta_flops':>9s} "
-          f"{'t_overhead ms':>13s}")
+          f"{'prompt step ms':>14s} {'decode step ms':>14s}")
     for c in [*t.gpu_rows.values(), *t.cells.values()]:
         print(f"{c.gpu:10s} {c.size_class:6s} {c.tensor_parallel or '*':>3} {c.figures:7d} {c.eta_bw:7.4g} "
-              f"{c.eta_flops:9.4g} {c.t_overhead_s * 1e3:13.4g}")
+              f"{c.eta_flops:9.4g} {c.t_overhead_s * 1e3:14.4g} {c.t_decode_overhead_s * 1e3:14.4g}")
     result = {"rows": [{"id": r.extra["id"], "measured_ms": float(r.measured_ms), "before": float(b),
                         "after": float(a), "loo": None if np.isnan(lo) else float(lo)}
                        for r, b, a, lo in zip(rows, before, after, loo, strict=True)],

@@ -111,20 +111,23 @@ def test_roofline_step_coefficients_and_kv_capacity_are_the_closed_forms(run):
         # SPEC 13 (tests/_spec13.py): t_ctx is a cached token's KV read; the line passes
         # through the decode step of the r sequences a sequence sees at this load (P + O/2 =
         # 1100 cached each) and the step where one prefills its chunk beside r - 1 decoders,
-        # with the point's cell of the efficiency table (sweep/catalog/efficiency.toml)
+        # with the point's cell of the efficiency table (sweep/catalog/efficiency.toml): the
+        # decode step pays the cell's decode-only overhead, the prefill step its prompt step's
         cell = packaged_efficiencies().lookup(m, g, n)
         assert (r.eta_bw, r.eta_flops) == (cell.eta_bw, cell.eta_flops)
         kw = {"eta_bw": cell.eta_bw, "eta_flops": cell.eta_flops, "t_overhead_s": cell.t_overhead_s}
+        kw_decode = {**kw, "t_overhead_s": cell.t_decode_overhead_s}
         assert r.t_ctx_ms == pytest.approx(kv_tok / (n * g.hbm_bandwidth_bytes_per_s * cell.eta_bw) * 1e3, rel=1e-12)
         budget = math.inf if pd.isna(r.max_batched_tokens) else float(r.max_batched_tokens)
         x = {k: jnp.asarray(float(v)) for k, v in {**model_figures(m), **gpu_figures(g)}.items()}
         x.update(gpus_per_replica=jnp.asarray(float(n)), weight_bytes_per_param=jnp.asarray(2.0),
-                 gpu_t_overhead=jnp.asarray(cell.t_overhead_s))
+                 gpu_t_overhead=jnp.asarray(cell.t_overhead_s),
+                 gpu_t_decode_overhead=jnp.asarray(cell.t_decode_overhead_s))
         running = float(rl.operating_running(
             rl.replica_params(x, cell.eta_bw, cell.eta_flops), r.lambda_per_replica_rps, 1000.0, 200.0, budget,
             float(r.batch_size), r.kv_capacity_tokens if r.mem_ok else 1.0, 16.0, kv_tok, width, m.n_layers))
         assert 1.0 <= running <= r.batch_size
-        decode = decode_ms(r.model, r.gpu, n, running, 1100, **kw)
+        decode = decode_ms(r.model, r.gpu, n, running, 1100, **kw_decode)
         assert (r.t_step_fixed_ms + r.t_token_ms * running + 1100 * running * r.t_ctx_ms
                 == pytest.approx(decode, rel=1e-12))
         chunk = min(1000.0, budget)

@@ -180,6 +180,34 @@ def test_step_is_max_not_sum_and_dense_is_exact(cat):
         assert float(parts.experts_touched) == 0.0
 
 
+def test_a_step_pays_the_overhead_of_what_it_carries(cat):
+    """A step of decode tokens only pays `t_decode_overhead`; one that carries prompt tokens
+    (alone or beside decode tokens) pays `t_overhead`; an average step with a share s of
+    prompt-carrying steps pays s of the difference; no decode overhead is one for all."""
+    m, g = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
+    p = step_params(m, g, 1, 2.0, t_overhead=5e-3, t_decode_overhead=1e-3)
+    kv, width, layers = m.kv_bytes_per_token(2.0), float(m.n_heads * m.head_dim), float(m.n_layers)
+    dec = rl.decode_work(8.0, 500.0, kv, width, layers)
+    pre = rl.prefill_work(1.0, 300.0, kv, width, layers)
+
+    def overhead(w, q=p):
+        t, parts = rl.step_time(w, q)
+        assert float(t) == pytest.approx(max(float(parts.t_mem), float(parts.t_compute)) + float(parts.t_overhead),
+                                         rel=1e-12)
+        return float(parts.t_overhead)
+
+    assert overhead(dec) == 1e-3
+    assert overhead(pre) == 5e-3
+    assert overhead(rl.add_work(dec, pre)) == 5e-3
+    assert overhead(rl.add_work(dec, rl.scale_work(pre, 0.25))) == pytest.approx(1e-3 + 0.25 * 4e-3, rel=1e-12)
+    assert overhead(rl.add_work(dec, rl.scale_work(pre, 3.0))) == 5e-3  # a share is at most 1
+    assert overhead(rl.prefill_work(0.0, 300.0, kv, width, layers)) == 1e-3  # no prompt at all
+    assert overhead(dec, p._replace(t_decode_overhead=None)) == 5e-3
+    # the dynamic batcher's forward pass: one token a request is a decode step, more a prompt step
+    assert overhead(rl.batch_work(4.0, 1.0, 500.0, kv, width, layers)) == 1e-3
+    assert overhead(rl.batch_work(4.0, 64.0, 500.0, kv, width, layers)) == 5e-3
+
+
 def test_jits_and_vmaps_in_float64(cat):
     m, g = cat.model("mixtral-8x7b"), cat.gpu("h100-sxm")
     p = step_params(m, g, 2, 2.0)

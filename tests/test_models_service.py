@@ -57,11 +57,14 @@ slo_ms = 1000.0
 """
 
 
-def _cell(model: str, gpu: str, g: int) -> dict[str, float]:
-    """The efficiencies and overhead the engine gives a roofline point (sweep/catalog/efficiency.toml)."""
+def _cell(model: str, gpu: str, g: int, step: str = "decode") -> dict[str, float]:
+    """The efficiencies and overhead the engine gives a roofline point's `step` ("decode":
+    decode tokens only; "prompt": a step that carries prompt tokens) from its cell of
+    sweep/catalog/efficiency.toml."""
     cat = packaged_catalog()
     e = packaged_efficiencies().lookup(cat.model(model), cat.gpu(gpu), g)
-    return {"eta_bw": e.eta_bw, "eta_flops": e.eta_flops, "t_overhead_s": e.t_overhead_s}
+    return {"eta_bw": e.eta_bw, "eta_flops": e.eta_flops,
+            "t_overhead_s": e.t_decode_overhead_s if step == "decode" else e.t_overhead_s}
 
 
 def test_dynamic_line_is_the_spec13_step_at_one_and_at_the_batch():
@@ -200,12 +203,13 @@ def test_continuous_line_passes_through_the_steps_at_the_operating_running_count
         gpu, g, budget = (("h100-sxm", "a100-80gb")[c["gpu"][i]], int(c["gpus_per_replica"][i]),
                           float(c["max_batched_tokens"][i]))
         tf, tt, tc = c["t_step_fixed_ms"][i], c["t_token_ms"][i], c["t_ctx_ms"][i]
-        kw = _cell("llama-3.1-8b", gpu, g)
+        kw, kw_prompt = _cell("llama-3.1-8b", gpu, g), _cell("llama-3.1-8b", gpu, g, "prompt")
         bw = g * cat.gpu(gpu).hbm_bandwidth_bytes_per_s * kw["eta_bw"]
         assert tc == pytest.approx(kv_tok / bw * 1e3, rel=1e-12)
         x = {k: jnp.asarray(float(v)) for k, v in {**model_figures(m), **gpu_figures(cat.gpu(gpu))}.items()}
         x.update(gpus_per_replica=jnp.asarray(float(g)), weight_bytes_per_param=jnp.asarray(2.0),
-                 gpu_t_overhead=jnp.asarray(kw["t_overhead_s"]))
+                 gpu_t_overhead=jnp.asarray(kw_prompt["t_overhead_s"]),
+                 gpu_t_decode_overhead=jnp.asarray(kw["t_overhead_s"]))
         r = float(rl.operating_running(rl.replica_params(x, kw["eta_bw"], kw["eta_flops"]), 2.0, 1000.0, 200.0,
                                        budget, 64.0, float(c["kv_capacity_tokens"][i]), 1.0, kv_tok, width,
                                        m.n_layers))
@@ -215,6 +219,6 @@ def test_continuous_line_passes_through_the_steps_at_the_operating_running_count
         chunk = min(1000.0, budget)
         n_tok, kv = r - 1 + chunk, ((r - 1) * 1101 + chunk) * kv_tok
         attn = 4 * m.n_layers * width * (r - 1) * 1100 + 2 * m.n_layers * width * chunk * chunk
-        step = spec13_step("llama-3.1-8b", gpu, g, n_tok, kv, attn, **kw)
+        step = spec13_step("llama-3.1-8b", gpu, g, n_tok, kv, attn, **kw_prompt)
         assert tf + tt * n_tok + tc * ((r - 1) * 1100 + chunk) == pytest.approx(step, rel=1e-12)
         assert tf >= 0 and tt >= 0 and math.isfinite(tf + tt + tc)

@@ -1,12 +1,15 @@
-"""The roofline's efficiencies and per-step overhead per (GPU, model size class, tensor parallel).
+"""The roofline's efficiencies and per-step overheads per (GPU, model size class, tensor parallel).
 
-The refined roofline (docs/roofline.md) has three engine figures that no datasheet gives:
+The refined roofline (docs/roofline.md) has four engine figures that no datasheet gives:
 `eta_bw` (share of the HBM peak a step's weight and KV stream reaches), `eta_flops` (share
-of the dense tensor peak a step's GEMMs reach) and `t_overhead_s` (seconds per step outside
-the kernels' roofline). One set for everything leaves 8B prefill 1.3-1.5x slow and 70B
-tensor-parallel steps milliseconds short, so the catalog ships a table of them,
-`sweep/catalog/efficiency.toml`, fitted by `sweep calibrate --table` to the published
-measurements of `tests/data/gpu_measurements.csv` (docs/roofline.md, "Calibrated defaults").
+of the dense tensor peak a step's GEMMs reach), `t_overhead_s` (seconds per step outside
+the kernels' roofline, for a step that carries prompt tokens) and `t_decode_overhead_s`
+(the same for a step of decode tokens only, which engines replay as a captured CUDA graph;
+optional in a cell, where it defaults to the cell's `t_overhead_s`). One set for everything
+leaves 8B prefill 1.3-1.5x slow and 70B tensor-parallel steps milliseconds short, so the
+catalog ships a table of them, `sweep/catalog/efficiency.toml`, fitted by
+`sweep calibrate --table` to the published measurements of
+`tests/data/gpu_measurements.csv` (docs/roofline.md, "Calibrated defaults").
 
 Size classes (`size_class`), by the parameters a token uses, because what moves the
 efficiencies is the shape of the step: GEMM widths (hidden 4096 at 7-8B, 8192 at 70B,
@@ -66,12 +69,13 @@ DOMAINS: Mapping[str, tuple[float, float]] = MappingProxyType({
     "eta_bw": (1e-3, 1.0),
     "eta_flops": (1e-3, 1.0),
     "t_overhead_s": (0.0, 0.1),
+    "t_decode_overhead_s": (0.0, 0.1),
 })
-FIGURES: tuple[str, ...] = ("eta_bw", "eta_flops", "t_overhead_s")
+FIGURES: tuple[str, ...] = ("eta_bw", "eta_flops", "t_overhead_s", "t_decode_overhead_s")
 _CELL_FIELDS = {"gpu": str, "size_class": str, "tensor_parallel": int, "eta_bw": float, "eta_flops": float,
-                "t_overhead_s": float, "figures": int, "source": str}
+                "t_overhead_s": float, "t_decode_overhead_s": float, "figures": int, "source": str}
 _EXAMPLE = ('[[cell]] gpu = "h100-sxm", size_class = "small", tensor_parallel = 1, eta_bw = 0.7, '
-            'eta_flops = 0.6, t_overhead_s = 1e-3, figures = 6, source = "fitted: ..."')
+            'eta_flops = 0.6, t_overhead_s = 4e-3, t_decode_overhead_s = 1e-3, figures = 6, source = "fitted: ..."')
 
 
 def size_class(model: Model) -> str:
@@ -94,6 +98,7 @@ class Efficiency(NamedTuple):
     eta_bw: float
     eta_flops: float
     t_overhead_s: float
+    t_decode_overhead_s: float
     level: str  # "cell", "gpu entry", "gpu" or "default" (of eta_bw; the others may differ)
 
 
@@ -105,6 +110,7 @@ class Cell:
     eta_bw: float
     eta_flops: float
     t_overhead_s: float
+    t_decode_overhead_s: float
     figures: int
     source: str
 
@@ -130,11 +136,12 @@ class EfficiencyTable:
         chain: list[tuple[str, Mapping[str, float | None]]] = []
         if cell is not None:
             chain.append(("cell", {f: getattr(cell, f) for f in FIGURES}))
-        chain.append(("gpu entry", {"eta_bw": gpu.eta_bw, "eta_flops": gpu.eta_flops, "t_overhead_s": None}))
+        chain.append(("gpu entry", {"eta_bw": gpu.eta_bw, "eta_flops": gpu.eta_flops, "t_overhead_s": None,
+                                    "t_decode_overhead_s": None}))
         if row is not None:
             chain.append(("gpu", {f: getattr(row, f) for f in FIGURES}))
         chain.append(("default", {"eta_bw": DEFAULT_ETA_BW, "eta_flops": DEFAULT_ETA_FLOPS,
-                                  "t_overhead_s": DEFAULT_T_OVERHEAD_S}))
+                                  "t_overhead_s": DEFAULT_T_OVERHEAD_S, "t_decode_overhead_s": DEFAULT_T_OVERHEAD_S}))
 
         def first(f: str) -> tuple[float, str]:
             for level, values in chain:
@@ -142,8 +149,9 @@ class EfficiencyTable:
                     return float(values[f]), level  # type: ignore[arg-type]
             raise AssertionError("the defaults give every figure")
 
-        (eb, level), (ef, _), (t, _) = first("eta_bw"), first("eta_flops"), first("t_overhead_s")
-        return Efficiency(eb, ef, t, level)
+        (eb, level), (ef, _) = first("eta_bw"), first("eta_flops")
+        (t, _), (td, _) = first("t_overhead_s"), first("t_decode_overhead_s")
+        return Efficiency(eb, ef, t, td, level)
 
 
 EMPTY = EfficiencyTable(MappingProxyType({}), MappingProxyType({}), "<none>")
@@ -185,8 +193,11 @@ def _cell(c: Any, origin: str, where: str, gpus: Mapping[str, Any] | None) -> Ce
         if key not in _CELL_FIELDS:
             raise CatalogError(origin, f"{where}.{key}", c[key],
                                f"unknown field{did_you_mean(str(key), _CELL_FIELDS)}; known: {', '.join(_CELL_FIELDS)}")
+    # a cell without `t_decode_overhead_s` has one overhead for every step (tables written
+    # before the field had it)
+    c = {"t_decode_overhead_s": c.get("t_overhead_s"), **c}
     for key, kind in _CELL_FIELDS.items():
-        if key not in c:
+        if key not in c or c[key] is None:
             raise CatalogError(origin, f"{where}.{key}", "", f"is missing, e.g. {_EXAMPLE}")
         v = c[key]
         ok = (isinstance(v, str) if kind is str else
@@ -207,12 +218,12 @@ def _cell(c: Any, origin: str, where: str, gpus: Mapping[str, Any] | None) -> Ce
         raise CatalogError(origin, f"{where}.tensor_parallel", tp, "must be a power of two in [1, 4096], e.g. 8")
     for f in FIGURES:
         lo, hi = DOMAINS[f]
-        if not lo <= c[f] <= hi or (f != "t_overhead_s" and c[f] <= 0):
+        if not lo <= c[f] <= hi or (f.startswith("eta") and c[f] <= 0):
             raise CatalogError(origin, f"{where}.{f}", c[f], f"must lie in [{lo:g}, {hi:g}] (and > 0 for eta_*)")
     if c["figures"] < 0:
         raise CatalogError(origin, f"{where}.figures", c["figures"], "must be >= 0 (figures the cell was fitted to)")
     return Cell(c["gpu"], c["size_class"], tp, float(c["eta_bw"]), float(c["eta_flops"]), float(c["t_overhead_s"]),
-                c["figures"], c["source"])
+                float(c["t_decode_overhead_s"]), c["figures"], c["source"])
 
 
 @functools.cache

@@ -547,11 +547,12 @@ def _calibrate_table(args: argparse.Namespace, rows: list) -> int:
     console.print(f"[bold]{escape(str(args.profile))}[/bold]: {len(rows)} measured figures, {len(cells)} rows of "
                   "the efficiency table (size class * = the GPU-wide row); residual = estimate / measured - 1")
     t = Table(title="efficiency table", title_justify="left")
-    for name in ("gpu", "size class", "tp", "figures", "eta_bw", "eta_flops", "t_overhead ms"):
+    for name in ("gpu", "size class", "tp", "figures", "eta_bw", "eta_flops", "overhead ms, prompt step",
+                 "decode step"):
         t.add_column(name, justify="left" if name in ("gpu", "size class") else "right")
     for c in cells:
         t.add_row(c.gpu, c.size_class, str(c.tensor_parallel or "*"), str(len(c.lines)), f"{c.eta_bw:.4g}",
-                  f"{c.eta_flops:.4g}", f"{c.t_overhead_s * 1e3:.4g}")
+                  f"{c.eta_flops:.4g}", f"{c.t_overhead_s * 1e3:.4g}", f"{c.t_decode_overhead_s * 1e3:.4g}")
     console.print(t)
     t = Table(title="residuals per row: the defaults, then the table", title_justify="left")
     for name in ("row", "model", "gpu", "tp", "measured ms", "defaults", "table"):

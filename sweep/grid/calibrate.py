@@ -202,12 +202,12 @@ def read_rows(path: str | Path) -> list[StepRow]:
 
 def step_params(model: Model, gpu: Gpu, tp: int, weight_bytes: float, *, eta_bw: float = rl.ETA_BW,
                 eta_flops: float = rl.ETA_FLOPS, alpha: float | None = None,
-                t_overhead: float = rl.T_OVERHEAD_S) -> rl.StepParams:
+                t_overhead: float = rl.T_OVERHEAD_S, t_decode_overhead: float | None = None) -> rl.StepParams:
     """The roofline's `StepParams` for `model` on `tp` x `gpu` with weights of `weight_bytes`
     per parameter. GEMMs run in FP8 (and use `fp8_dense_flops`) when the weights are 1 byte
     and the GPU has FP8 tensor cores; otherwise at the bf16 rate (A100 has no FP8: FP8
     weights there are converted and multiplied at 16 bits). `alpha` defaults to the GPU's
-    catalog `collective_latency_s`."""
+    catalog `collective_latency_s`; `t_decode_overhead` None is `t_overhead`."""
     fp8 = weight_bytes <= 1.0 and gpu.fp8_dense_flops is not None
     return rl.StepParams(
         weights_dense_bytes=model.dense_params * weight_bytes,
@@ -224,6 +224,7 @@ def step_params(model: Model, gpu: Gpu, tp: int, weight_bytes: float, *, eta_bw:
         alpha=alpha if alpha is not None else (
             gpu.collective_latency_s if gpu.collective_latency_s is not None else rl.PCIE_ALPHA_S),
         eta_bw=eta_bw, eta_flops=eta_flops, t_overhead=t_overhead,
+        t_decode_overhead=t_overhead if t_decode_overhead is None else t_decode_overhead,
     )
 
 
@@ -260,6 +261,7 @@ class _Batch:
     n_tok: np.ndarray
     kv: np.ndarray
     attn: np.ndarray
+    prompt: np.ndarray  # 1 where the step carries prompt tokens
     weight: np.ndarray
     row: np.ndarray
     params: rl.StepParams  # each field an array over steps
@@ -267,7 +269,7 @@ class _Batch:
 
 
 def _batch(rows: Sequence[StepRow], catalog: Catalog, source: str, *, alphas=None) -> _Batch:
-    cols: dict[str, list[float]] = {k: [] for k in ("n_tok", "kv", "attn", "weight", "row")}
+    cols: dict[str, list[float]] = {k: [] for k in ("n_tok", "kv", "attn", "prompt", "weight", "row")}
     pcols: dict[str, list[float]] = {f: [] for f in rl.StepParams._fields}
     for i, r in enumerate(rows):
         try:
@@ -282,32 +284,36 @@ def _batch(rows: Sequence[StepRow], catalog: Catalog, source: str, *, alphas=Non
             cols["n_tok"].append(w.n_tok)
             cols["kv"].append(w.kv_bytes)
             cols["attn"].append(w.attn_flops)
+            cols["prompt"].append(float(w.prompt))
             cols["weight"].append(m)
             cols["row"].append(i)
             for f in rl.StepParams._fields:
                 pcols[f].append(getattr(p, f))
     arr = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
     params = rl.StepParams(**{f: np.asarray(v, dtype=np.float64) for f, v in pcols.items()})
-    return _Batch(arr["n_tok"], arr["kv"], arr["attn"], arr["weight"], arr["row"].astype(np.int64), params,
-                  len(rows))
+    return _Batch(arr["n_tok"], arr["kv"], arr["attn"], arr["prompt"], arr["weight"], arr["row"].astype(np.int64),
+                  params, len(rows))
 
 
 @jax.jit
-def _step_seconds(n_tok, kv, attn, params):
-    t, _ = rl.step_time(rl.Work(n_tok, kv, attn), params)
+def _step_seconds(n_tok, kv, attn, prompt, params):
+    t, _ = rl.step_time(rl.Work(n_tok, kv, attn, prompt), params)
     return t
 
 
-def _evaluate(b: _Batch, eta_bw, eta_flops, alpha, t_overhead=rl.T_OVERHEAD_S):
-    """Estimated ms per row, for efficiencies given per step (arrays) or as scalars."""
+def _evaluate(b: _Batch, eta_bw, eta_flops, alpha, t_overhead=rl.T_OVERHEAD_S, t_decode_overhead=None):
+    """Estimated ms per row, for efficiencies given per step (arrays) or as scalars;
+    `t_decode_overhead` None is `t_overhead`."""
     shape = b.n_tok.shape
+    t_dec = t_overhead if t_decode_overhead is None else t_decode_overhead
     p = b.params._replace(
         eta_bw=np.broadcast_to(np.asarray(eta_bw, dtype=np.float64), shape),
         eta_flops=np.broadcast_to(np.asarray(eta_flops, dtype=np.float64), shape),
         alpha=b.params.alpha if alpha is None else np.broadcast_to(np.asarray(alpha, dtype=np.float64), shape),
         t_overhead=np.broadcast_to(np.asarray(t_overhead, dtype=np.float64), shape),
+        t_decode_overhead=np.broadcast_to(np.asarray(t_dec, dtype=np.float64), shape),
     )
-    t = _step_seconds(jnp.asarray(b.n_tok), jnp.asarray(b.kv), jnp.asarray(b.attn), p)
+    t = _step_seconds(jnp.asarray(b.n_tok), jnp.asarray(b.kv), jnp.asarray(b.attn), jnp.asarray(b.prompt), p)
     per_row = np.zeros(b.n_rows)
     np.add.at(per_row, b.row, np.asarray(t) * b.weight)
     return per_row * 1e3
@@ -323,19 +329,22 @@ def _step_parts(b: _Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each step's (t_mem, t_compute, t_comm) seconds at eta_bw = eta_flops = 1, for fits
     that scale them by the efficiencies outside JAX (`sweep.grid.efficiency_fit`)."""
     ones = np.ones_like(b.n_tok)
-    p = b.params._replace(eta_bw=ones, eta_flops=ones, t_overhead=np.zeros_like(b.n_tok))
+    p = b.params._replace(eta_bw=ones, eta_flops=ones, t_overhead=np.zeros_like(b.n_tok),
+                          t_decode_overhead=np.zeros_like(b.n_tok))
     out = _parts(jnp.asarray(b.n_tok), jnp.asarray(b.kv), jnp.asarray(b.attn), p)
     return tuple(np.asarray(a, dtype=np.float64) for a in out)  # type: ignore[return-value]
 
 
 def estimate_ms(rows: Sequence[StepRow], catalog: Catalog | None = None, *, eta_bw: float = rl.ETA_BW,
                 eta_flops: float = rl.ETA_FLOPS, alpha: float | None = None,
-                t_overhead: float = rl.T_OVERHEAD_S, source: str = "<rows>") -> np.ndarray:
+                t_overhead: float = rl.T_OVERHEAD_S, t_decode_overhead: float | None = None,
+                source: str = "<rows>") -> np.ndarray:
     """The roofline's estimate (ms) of each row's figure at the given efficiencies (default:
-    the documented defaults; `alpha` None = each GPU's catalog collective latency)."""
+    the documented defaults; `alpha` None = each GPU's catalog collective latency;
+    `t_decode_overhead` None = `t_overhead`, one overhead for every step)."""
     catalog = packaged_catalog() if catalog is None else catalog
     b = _batch(rows, catalog, source)
-    return _evaluate(b, eta_bw, eta_flops, alpha, t_overhead)
+    return _evaluate(b, eta_bw, eta_flops, alpha, t_overhead, t_decode_overhead)
 
 
 # --------------------------------------------------------------------------- fitting

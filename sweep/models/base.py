@@ -88,7 +88,8 @@ CATALOG_FIELDS: dict[str, str] = {
     # level here; the engine replaces them by the point's (gpu, size class, tp) cell
     "gpu_eta_bw": "gpu",
     "gpu_eta_flops": "gpu",
-    "gpu_t_overhead": "gpu",  # seconds
+    "gpu_t_overhead": "gpu",  # seconds, a step that carries prompt tokens
+    "gpu_t_decode_overhead": "gpu",  # seconds, a step of decode tokens only
     "usd_per_gpu_hour": "gpu",
 }
 
@@ -129,13 +130,14 @@ def figure_arrays(models: Sequence[Model], gpus: Sequence[Gpu],
 
 
 #: The figures the engine takes from the point's (gpu, size class, tp) cell.
-CELL_FIELDS: tuple[str, ...] = ("gpu_eta_bw", "gpu_eta_flops", "gpu_t_overhead")
+CELL_FIELDS: tuple[str, ...] = ("gpu_eta_bw", "gpu_eta_flops", "gpu_t_overhead", "gpu_t_decode_overhead")
 
 
 def efficiency_figures(m: Model, g: Gpu, tensor_parallel: float) -> dict[str, float]:
     """`CELL_FIELDS` for `m` on `tensor_parallel` x `g` (the packaged efficiency table)."""
     e = packaged_efficiencies().lookup(m, g, tensor_parallel)
-    return {"gpu_eta_bw": e.eta_bw, "gpu_eta_flops": e.eta_flops, "gpu_t_overhead": e.t_overhead_s}
+    return {"gpu_eta_bw": e.eta_bw, "gpu_eta_flops": e.eta_flops, "gpu_t_overhead": e.t_overhead_s,
+            "gpu_t_decode_overhead": e.t_decode_overhead_s}
 
 
 def efficiency_cells(models: Sequence[Model], gpus: Sequence[Gpu]) -> dict[str, np.ndarray]:
@@ -174,6 +176,7 @@ def gpu_figures(g: Gpu) -> dict[str, float]:
         "gpu_eta_bw": gpu_level.eta_bw,
         "gpu_eta_flops": gpu_level.eta_flops,
         "gpu_t_overhead": gpu_level.t_overhead_s,
+        "gpu_t_decode_overhead": gpu_level.t_decode_overhead_s,
         "usd_per_gpu_hour": g.usd_per_gpu_hour,
     }
 

@@ -1,6 +1,6 @@
 """The SPEC 13 roofline: one forward step of an LLM server, in pure JAX, for ONE point.
 
-    T_step    = max(T_mem, T_compute) + T_comm + t_overhead
+    T_step    = max(T_mem, T_compute) + T_comm + t_overhead   (t_decode_overhead: decode tokens only)
     T_mem     = (dense weight bytes + expert bytes * E[touched] / n_experts + KV bytes)
                 / (g * hbm_bw * eta_bw)
     T_compute = (2 * active_params * n_tok + attention FLOPs) / (g * flops * eta_flops)
@@ -79,7 +79,9 @@ class StepParams(NamedTuple):
     `n_layers`, `hidden`. GPU and parallelism: `gpus` (tensor-parallel size g), `hbm_bw`
     (bytes/s per GPU), `flops` (dense FLOP/s per GPU in the GEMM dtype), `link_bw`
     (bytes/s per GPU, one direction), `alpha` (seconds per all-reduce). Engine: `eta_bw`,
-    `eta_flops`, `act_bytes`, `collectives_per_layer`, `t_overhead` (seconds).
+    `eta_flops`, `act_bytes`, `collectives_per_layer`, `t_overhead` (seconds per step that
+    carries prompt tokens) and `t_decode_overhead` (seconds per step of decode tokens only;
+    None: `t_overhead`, one overhead for every step).
     """
 
     weights_dense_bytes: Real
@@ -99,15 +101,21 @@ class StepParams(NamedTuple):
     act_bytes: Real = ACT_BYTES
     collectives_per_layer: Real = COLLECTIVES_PER_LAYER
     t_overhead: Real = T_OVERHEAD_S
+    t_decode_overhead: Real = None
 
 
 class Work(NamedTuple):
     """What one step carries: `n_tok` new tokens, `kv_bytes` of KV cache read or written
-    from HBM (whole replica), `attn_flops` attention score FLOPs (whole replica)."""
+    from HBM (whole replica), `attn_flops` attention score FLOPs (whole replica), and
+    `prompt`: 1 when it carries prompt tokens, 0 when only decode tokens, or the share of
+    steps that carry prompt tokens for an average step. It picks the step's overhead:
+    engines replay decode-only steps as a captured CUDA graph and launch a prompt-carrying
+    step's kernels one by one (docs/roofline.md)."""
 
     n_tok: Real
     kv_bytes: Real
     attn_flops: Real
+    prompt: Real = 0.0
 
 
 class StepParts(NamedTuple):
@@ -145,8 +153,10 @@ def step_time(work: Work, p: StepParams):
     t_compute = (2.0 * p.active_params * work.n_tok + work.attn_flops) / (g * p.flops * p.eta_flops)
     ring = 2.0 * (g - 1.0) / g * work.n_tok * p.hidden * p.act_bytes / p.link_bw
     t_comm = jnp.where(g > 1, p.collectives_per_layer * p.n_layers * (p.alpha + ring), 0.0)
-    t = jnp.maximum(t_mem, t_compute) + t_comm + p.t_overhead
-    return t, StepParts(t_mem, t_compute, t_comm, p.t_overhead, touched)
+    t_dec = p.t_overhead if p.t_decode_overhead is None else p.t_decode_overhead
+    t_over = t_dec + jnp.clip(work.prompt, 0.0, 1.0) * (p.t_overhead - t_dec)
+    t = jnp.maximum(t_mem, t_compute) + t_comm + t_over
+    return t, StepParts(t_mem, t_compute, t_comm, t_over, touched)
 
 
 # --------------------------------------------------------------------------- phases
@@ -162,7 +172,7 @@ def decode_work(batch, context_tokens, kv_bytes_per_token, attn_width, n_layers)
     """
     kv = batch * (context_tokens + 1.0) * kv_bytes_per_token
     attn = 4.0 * n_layers * attn_width * batch * context_tokens
-    return Work(batch, kv, attn)
+    return Work(batch, kv, attn, 0.0)
 
 
 def prefill_work(batch, prompt_tokens, kv_bytes_per_token, attn_width, n_layers) -> Work:
@@ -176,17 +186,20 @@ def prefill_work(batch, prompt_tokens, kv_bytes_per_token, attn_width, n_layers)
     n = batch * prompt_tokens
     kv = n * kv_bytes_per_token
     attn = 2.0 * n_layers * attn_width * batch * prompt_tokens * prompt_tokens
-    return Work(n, kv, attn)
+    return Work(n, kv, attn, jnp.where(n > 0, 1.0, 0.0))
 
 
 def add_work(a: Work, b: Work) -> Work:
-    """One step carrying both `a` and `b` (e.g. decode tokens plus a prompt chunk, SPEC 10)."""
-    return Work(a.n_tok + b.n_tok, a.kv_bytes + b.kv_bytes, a.attn_flops + b.attn_flops)
+    """One step carrying both `a` and `b` (e.g. decode tokens plus a prompt chunk, SPEC 10).
+    It carries prompt tokens when either does (shares combine as independent events)."""
+    return Work(a.n_tok + b.n_tok, a.kv_bytes + b.kv_bytes, a.attn_flops + b.attn_flops,
+                a.prompt + b.prompt - a.prompt * b.prompt)
 
 
 def scale_work(a: Work, s) -> Work:
-    """`s` times the work of `a` (an expected share of a prompt per step)."""
-    return Work(a.n_tok * s, a.kv_bytes * s, a.attn_flops * s)
+    """`s` times the work of `a` (an expected share of a prompt per step); the share of
+    steps carrying prompt tokens scales with it up to 1."""
+    return Work(a.n_tok * s, a.kv_bytes * s, a.attn_flops * s, jnp.minimum(a.prompt * s, 1.0))
 
 
 def crossover_batch(p: StepParams, context_tokens: Real, kv_bytes_per_token: Real) -> Array:
@@ -210,9 +223,10 @@ def crossover_batch(p: StepParams, context_tokens: Real, kv_bytes_per_token: Rea
 
 def replica_params(x: Any, eta_bw: Real, eta_flops: Real) -> StepParams:
     """`StepParams` of one grid point: `x` maps the point's grid keys and catalog figures
-    (`sweep.models.base.CATALOG_FIELDS`) to scalars; its per-step overhead is the point's
-    `gpu_t_overhead` (the efficiency table's cell) when given. GEMMs run in FP8 (`fp8_flops`) when the
-    weights are 1 byte or less and the GPU has FP8 tensor cores, else at the bf16 rate."""
+    (`sweep.models.base.CATALOG_FIELDS`) to scalars; its per-step overheads are the point's
+    `gpu_t_overhead` and `gpu_t_decode_overhead` (the efficiency table's cell) when given.
+    GEMMs run in FP8 (`fp8_flops`) when the weights are 1 byte or less and the GPU has FP8
+    tensor cores, else at the bf16 rate."""
     wb = x["weight_bytes_per_param"]
     fp8 = (wb <= 1.0) & (x["fp8_flops"] > 0)
     return StepParams(
@@ -231,6 +245,7 @@ def replica_params(x: Any, eta_bw: Real, eta_flops: Real) -> StepParams:
         eta_bw=eta_bw,
         eta_flops=eta_flops,
         t_overhead=x["gpu_t_overhead"] if "gpu_t_overhead" in x else T_OVERHEAD_S,
+        t_decode_overhead=x["gpu_t_decode_overhead"] if "gpu_t_decode_overhead" in x else None,
     )
 
 
@@ -238,11 +253,11 @@ def batch_work(batch, tokens_per_request, context_tokens, kv_bytes_per_token, at
     """One forward pass of `batch` requests of the dynamic batcher (SPEC 1's roofline
     semantics): each brings `tokens_per_request` new tokens that attend to
     `context_tokens` cached ones, reads that cache and writes its new tokens' KV.
-    With one token a request this is `decode_work`."""
+    With one token a request this is `decode_work`; with more, a prompt-carrying step."""
     n = batch * tokens_per_request
     kv = batch * (context_tokens + tokens_per_request) * kv_bytes_per_token
     attn = 4.0 * n_layers * attn_width * n * context_tokens
-    return Work(n, kv, attn)
+    return Work(n, kv, attn, jnp.where(tokens_per_request > 1.0, 1.0, 0.0))
 
 
 def service_line(p: StepParams, batch, tokens_per_request, context_tokens, kv_bytes_per_token, attn_width,
@@ -276,7 +291,11 @@ def line_at(p: StepParams, running, prompt_tokens, output_tokens, budget, kv_byt
     experts, step (a) streams the experts r tokens touch, so the line's decode step rises
     with the running count as the refined step does. r = 1 is a lone request: its decode
     step and its prefill chunk (`step_line`). Where a compute-bound decode step would need
-    t_fixed < 0, t_fixed is 0 and t_token keeps step (a) exact."""
+    t_fixed < 0, t_fixed is 0 and t_token keeps step (a) exact. Step (b) pays the
+    prompt-carrying step's overhead and (a) the decode-only one, so the difference rides on
+    t_token: exact for one chunk of min(P, budget) tokens in a step, spread per token
+    otherwise (a step of several short prompts pays it more than once, a lone partial chunk
+    less than once)."""
     r = running
     ctx = prompt_tokens + output_tokens / 2.0
     chunk = jnp.maximum(jnp.minimum(prompt_tokens, budget), 2.0)
@@ -325,10 +344,13 @@ def operating_running(p: StepParams, lam, prompt_tokens, output_tokens, budget, 
     reservation = jnp.ceil((prompt_tokens + output_tokens) / block_tokens) * block_tokens
     c = jnp.maximum(jnp.minimum(cap, kv_capacity_tokens / reservation), 1.0)
     prompt = prefill_work(1.0, prompt_tokens, kv_bytes_per_token, attn_width, n_layers)
+    chunks = jnp.maximum(1.0, prompt_tokens / budget)
 
     def h(a):
+        # the average step: a/steps of a prompt, and a chunk of one in a * chunks / steps of steps
+        share = scale_work(prompt, a / steps)._replace(prompt=jnp.minimum(a * chunks / steps, 1.0))
         work = add_work(decode_work(a * (output_tokens - 1.0) / steps, dec_ctx, kv_bytes_per_token, attn_width,
-                                    n_layers), scale_work(prompt, a / steps))
+                                    n_layers), share)
         t, _ = step_time(work, p)
         return lam * steps * t - a
 
