@@ -270,11 +270,17 @@ def test_roofline_lines_recompute_to_the_engines(serving):
     for pid in range(spec.n_points):
         e = explain(spec, point_id=pid)
         figures = e.figures  # the catalog figures of the point's model and GPU
+        # the overheads it shows are the point's cell's: decode-only on a decode step (one new
+        # token a request), the prompt step's where a step carries prompt tokens
         if serving == "dynamic":
             sec = roofline_secant(e.row, figures)
             assert sec["t_fixed"] * 1e3 == pytest.approx(e.row["t_fixed_ms"], rel=1e-9)
             assert sec["t_req"] * 1e3 == pytest.approx(e.row["t_req_ms"], rel=1e-9, abs=1e-15)
+            assert sec["overhead"] == figures["gpu_t_decode_overhead"]
         else:
             line = roofline_line(e.row, figures)
             for key, col in (("t_fixed", "t_step_fixed_ms"), ("t_token", "t_token_ms"), ("t_ctx", "t_ctx_ms")):
                 assert line[key] * 1e3 == pytest.approx(e.row[col], rel=1e-9, abs=1e-15), (pid, key)
+            assert (line["overhead_dec"], line["overhead_pre"]) == (figures["gpu_t_decode_overhead"],
+                                                                    figures["gpu_t_overhead"])
+            assert figures["gpu_t_decode_overhead"] < figures["gpu_t_overhead"]

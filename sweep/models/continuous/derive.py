@@ -105,9 +105,9 @@ def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float], block_to
                                          width, layers, math.inf if n is None else n))
     ctx = p1 + o1 / 2.0
     chunk = max(min(p1, budget), 2.0)
-    t_dec, _ = rl.step_time(rl.decode_work(running, ctx, kv_tok, width, layers), p)
-    t_pre, _ = rl.step_time(rl.add_work(rl.decode_work(running - 1.0, ctx, kv_tok, width, layers),
-                                        rl.prefill_work(1.0, chunk, kv_tok, width, layers)), p)
+    t_dec, dec = rl.step_time(rl.decode_work(running, ctx, kv_tok, width, layers), p)
+    t_pre, pre = rl.step_time(rl.add_work(rl.decode_work(running - 1.0, ctx, kv_tok, width, layers),
+                                          rl.prefill_work(1.0, chunk, kv_tok, width, layers)), p)
     t_ctx = kv_tok / (_f(row, "gpus_per_replica", 1.0) * figures["hbm_bw"] * _f(row, "eta_bw"))
     t_dec, t_pre = float(t_dec), float(t_pre)
     t_token = max((t_pre - t_dec - (chunk - ctx) * t_ctx) / (chunk - 1.0), 0.0)
@@ -115,7 +115,8 @@ def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float], block_to
     if t_fixed < 0.0:  # a compute-bound decode step: t_token keeps it exact
         t_token = (t_dec - running * ctx * t_ctx) / running
     return {"running": running, "ctx": ctx, "chunk": chunk, "kv_tok": kv_tok, "t_dec": t_dec, "t_pre": t_pre,
-            "t_ctx": t_ctx, "t_token": t_token, "t_fixed": max(t_fixed, 0.0)}
+            "t_ctx": t_ctx, "t_token": t_token, "t_fixed": max(t_fixed, 0.0),
+            "overhead_dec": float(dec.t_overhead), "overhead_pre": float(pre.t_overhead)}
 
 
 def recompute(row: Mapping[str, Any], parts: Mapping[str, float], block_tokens: float,
@@ -221,12 +222,14 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
               f"lambda {num(_f(row, 'lambda_per_replica_rps'))} requests/s, cap {num(n_cap)}"),
              num(rf["running"], "sequences")),
             ("their decode step (r tokens, P + O/2 cached each) on the refined roofline "
-             "(max(memory, compute) + collectives + overhead; docs/roofline.md)",
+             "(max(memory, compute) + collectives + a decode-only step's overhead; docs/roofline.md)",
              f"g = {g:g}, eta_bw {_f(row, 'eta_bw'):g}, eta_flops {_f(row, 'eta_flops'):g}, "
-             f"context {num(rf['ctx'])} tokens",
+             f"context {num(rf['ctx'])} tokens, overhead {num(rf['overhead_dec'] * 1e3)} ms",
              num(rf["t_dec"] * 1e3, "ms")),
-            ("the step where one of them prefills: r - 1 decode tokens and a chunk of min(P, M) prompt tokens",
-             f"chunk = {num(rf['chunk'])} tokens", num(rf["t_pre"] * 1e3, "ms")),
+            ("the step where one of them prefills: r - 1 decode tokens and a chunk of min(P, M) prompt tokens "
+             "(a prompt-carrying step's overhead)",
+             f"chunk = {num(rf['chunk'])} tokens, overhead {num(rf['overhead_pre'] * 1e3)} ms",
+             num(rf["t_pre"] * 1e3, "ms")),
             ("t_ctx = KV bytes per token / (g HBM_bw eta_bw): each cached token read",
              f"{num(rf['kv_tok'])} bytes / ({g:g} x {num(figures['hbm_bw'] / 1e12)} TB/s x {_f(row, 'eta_bw'):g})",
              num(rf["t_ctx"] * 1e3, "ms")),

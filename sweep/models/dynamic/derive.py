@@ -52,11 +52,12 @@ def roofline_secant(row: Mapping[str, Any], figures: Mapping[str, float]) -> dic
     kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem", 2.0)
     tokens, ctx = _f(row, "tokens_per_request", 1.0), _f(row, "mean_seq_len")
     hi = max(_f(row, "batch_size"), 2.0)
-    t1, _ = rl.step_time(rl.batch_work(1.0, tokens, ctx, kv_tok, figures["attn_width"], figures["n_layers"]), p)
+    t1, one = rl.step_time(rl.batch_work(1.0, tokens, ctx, kv_tok, figures["attn_width"], figures["n_layers"]), p)
     th, _ = rl.step_time(rl.batch_work(hi, tokens, ctx, kv_tok, figures["attn_width"], figures["n_layers"]), p)
     t1, th = float(t1), float(th)
     t_req = max((th - t1) / (hi - 1.0), 0.0)
-    return {"hi": hi, "t1": t1, "th": th, "t_req": t_req, "t_fixed": max(t1 - t_req, 0.0)}
+    return {"hi": hi, "t1": t1, "th": th, "t_req": t_req, "t_fixed": max(t1 - t_req, 0.0),
+            "overhead": float(one.t_overhead)}
 
 
 def recompute(row: Mapping[str, Any]) -> dict[str, float]:
@@ -133,10 +134,12 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         sec = roofline_secant(row, figures)
         lines += [
             ("T_step(1): one request's forward pass on the refined roofline (max(memory, compute) + "
-             "collectives + overhead; docs/roofline.md)",
+             "collectives + overhead: a decode-only step's at one new token a request, a prompt-carrying "
+             "step's at more; docs/roofline.md)",
              f"g = {num(row.get('gpus_per_replica'))}, eta_bw {_f(row, 'eta_bw'):g}, "
              f"eta_flops {_f(row, 'eta_flops'):g}, "
-             f"{num(row.get('tokens_per_request'))} new tokens, {num(row.get('mean_seq_len'))} cached",
+             f"{num(row.get('tokens_per_request'))} new tokens, {num(row.get('mean_seq_len'))} cached, "
+             f"overhead {num(sec['overhead'] * 1e3)} ms",
              num(sec["t1"] * 1e3, "ms")),
             (f"T_step({num(sec['hi'])}): a pass of this point's batch", "", num(sec["th"] * 1e3, "ms")),
             ("t_req = (T_step(B) - T_step(1)) / (B - 1): the secant through both",
