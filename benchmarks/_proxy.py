@@ -47,7 +47,7 @@ def window_proxy(lam, b_max, t_max_s, t_fixed_s, t_req_s, service_cv=0.0, q=0.99
                "hbm_bw": 1e12, "flops": 1e15, "usd_per_gpu_hour": 1.0,
                "dense_params": 0.0, "expert_params": 0.0, "n_experts": 0.0, "experts_per_token": 0.0, "n_layers": 1.0,
                "hidden": 1.0, "attn_width": 1.0, "fp8_flops": 0.0, "link_bw": 450e9, "alpha": 10e-6, "gpu_eta_bw": 0.7,
-               "gpu_eta_flops": 0.6, "gpu_t_overhead": 1e-3}
+               "gpu_eta_flops": 0.6, "gpu_t_overhead": 1e-3, "gpu_t_decode_overhead": 1e-3}
     static = {"windowed": True, "full": True, "paged": False, "service_source": "given", "mean_follows": False,
               "block_tokens": 16.0, "reserve_fraction": 0.0}
     r = evaluate_points(get_model("dynamic", "gaussian"), params, figures, static=static)

@@ -111,7 +111,8 @@ def continuous(n: int, seed: int = 0, roofline: bool = False) -> tuple:
               "n_experts": full(n, 0.0), "experts_per_token": full(n, 0.0), "n_layers": full(n, 32.0),
               "hidden": full(n, 4096.0), "attn_width": full(n, 4096.0), "fp8_flops": full(n, 1979e12),
               "link_bw": full(n, 450e9), "alpha": full(n, 10e-6), "gpu_eta_bw": full(n, 0.7),
-              "gpu_eta_flops": full(n, 0.6), "gpu_t_overhead": full(n, 1e-3)}
+              "gpu_eta_flops": full(n, 0.6), "gpu_t_overhead": full(n, 1e-3),
+              "gpu_t_decode_overhead": full(n, 1e-3)}
     if roofline:
         for k in ("t_fixed_ms", "t_token_ms", "t_ctx_ms"):
             del v[k]

@@ -70,6 +70,7 @@ def make_inputs(n: int, windowed: bool, seed: int = 0) -> dict[str, np.ndarray]:
         "hidden": full(n, 4096.0), "attn_width": full(n, 4096.0), "fp8_flops": full(n, 1979e12),
         "link_bw": full(n, 450e9), "alpha": full(n, 10e-6), "gpu_eta_bw": full(n, 0.7), "gpu_eta_flops": full(n, 0.6),
         "gpu_t_overhead": full(n, 1e-3),
+        "gpu_t_decode_overhead": full(n, 1e-3),
     }
 
 

@@ -27,6 +27,7 @@ SEED_FIGURES = dict(
     hbm_bw=2.039e12, flops=312e12, usd_per_gpu_hour=1.0, dense_params=175e9, expert_params=0.0,
     n_experts=0.0, experts_per_token=0.0, n_layers=96.0, hidden=12288.0, attn_width=12288.0,
     fp8_flops=0.0, link_bw=300e9, alpha=10e-6, gpu_eta_bw=0.7, gpu_eta_flops=0.6, gpu_t_overhead=1e-3,
+    gpu_t_decode_overhead=1e-3,
 )
 
 
