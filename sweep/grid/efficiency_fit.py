@@ -10,27 +10,28 @@ that carries prompt tokens) and `t_decode_overhead_s` (a step of decode tokens o
        sum_i log(estimate_i / measured_i)^2 + PRIOR_WEIGHT * sum_k (theta_k - prior_k)^2
 
    over theta = (log eta_bw, log eta_flops, log t_overhead_s, log t_decode_overhead_s), the
-   prior being the global defaults (0.7, 0.6, 1 ms, 1 ms). Log space because the figures span 5 ms to 100 s and an
-   efficiency acts as a factor; the penalty is shrinkage: a parameter the rows do not
-   identify (no row is memory-bound, say) stays at its prior instead of wandering.
+   prior being the global defaults (0.7, 0.6, 1 ms, 1 ms). Log space because the figures
+   span 5 ms to 100 s and an efficiency acts as a factor; the penalty is shrinkage: a
+   parameter the rows do not identify (no row is memory-bound, say) stays at its prior
+   instead of wandering.
 2. **Cell.** For each (GPU, size class, tensor parallel) with at least `MIN_CELL_FIGURES`
    figures, the same objective over the cell's rows with the GPU-wide row as the prior.
    A cell with fewer figures is not written: the lookup falls back to the GPU-wide row.
 
 A row or cell whose figures are all prefills (first-token latencies) keeps its prior's
 `eta_bw` and `t_decode_overhead_s` (no figure has a decode step) and fits only `eta_flops`
-and `t_overhead_s`: a short prompt's step is near the
-memory/compute ridge, so three first-token latencies trade bandwidth against overhead
-freely, and the bandwidth they settle on is not the one a decode step streams weights at.
+and `t_overhead_s`: a short prompt's step is near the memory/compute ridge, so three
+first-token latencies trade bandwidth against overhead freely, and the bandwidth they
+settle on is not the one a decode step streams weights at.
 (Fitted freely, the (H100, medium, TP 4) cell's three Llama 70B prefills put eta_bw at 0.35
 and every 70B decode step at TP 4 1.5x too slow against the open-loop measurements of
 docs/accuracy-load.md.)
 
 Two overheads, because the figures ask for them: fitted with one, every cell's overhead
-comes out at 3-10 ms, set by the first-token latencies, and a decode step of Llama 3.1 8B on
-A100 lands 1.3x above SGLang's and vLLM's measured TPOT; fitted apart, the decode-only
-step's is about 1 ms in most cells (engines replay it as a captured CUDA graph) and the
-prompt step's stays at 3-10 ms (docs/roofline.md gives the figures).
+comes out at 1.3-11.5 ms, set mostly by the first-token latencies, and a decode step of
+Llama 3.1 8B on A100 lands 1.2-1.3x above SGLang's and vLLM's measured TPOT; fitted apart,
+the decode-only step's is about 1 ms in most cells (engines replay it as a captured CUDA
+graph) and the prompt step's 1.7-9.7 ms (docs/roofline.md gives the figures).
 
 PRIOR_WEIGHT = 0.1: moving a parameter by a factor e^0.3 = 1.35 from its prior costs as much
 as one figure missed by 9.5%; a cell of two or three figures can move its parameters by tens
