@@ -159,3 +159,30 @@ def test_a_closed_run_reports_and_deploys_as_a_closed_loop(tmp_path, capsys):
         assert "--max-concurrency 32" in text and "--request-rate inf" in text  # 64 clients over 2 replicas
         assert "a closed loop of 64 clients in all, 32 a replica" in text
     assert "has no think time" in texts[2.0] and "has no think time" not in texts[0.0]
+
+
+@pytest.mark.parametrize("eta_bw", [0.66, 0.7039, 0.71])
+def test_a_compute_bound_closed_loop_stays_physical(eta_bw):
+    """Llama 3.1 8B fp16 on one A100, 250 clients of 200/1000 tokens (a run of the DLI sheet,
+    tests/data/load_measurements_dli.csv): with the setup's calibrated eta_bw 0.7039 the decode
+    step of 250 is compute-bound and the operating line's t_fixed was clipped to 0; the
+    closed loop's root search then found 512 s of TTFT, 0.12 ms of TPOT and 488 tokens/s
+    (a lone step on that line was 0.05 ms). With the decode step's overhead kept as the
+    line's fixed cost (`roofline.line_at`) the loop is continuous in eta_bw: TPOT within 10% of
+    its value at 0.66 (32.1 ms, memory-bound) and above the decode step of 200 sequences,
+    TTFT below a second, and the engine runs every client."""
+    from sweep import evaluate, grid_from_dict
+
+    doc = {"name": "compute-bound-closed", "grid": {
+        "model": "llama-3.1-8b", "gpu": "a100-80gb", "gpus_per_replica": 1, "prompt_tokens": 200.0,
+        "prompt_cv": 0.0, "output_tokens": 1000.0, "output_cv": 0.0, "batch_size": 256,
+        "max_batched_tokens": 8192, "weight_bytes_per_param": "fp16", "kv_bytes_per_elem": "fp16",
+        "ttft_slo_ms": math.inf, "tpot_slo_ms": math.inf, "slo_ms": 1e9, "eta_bw": eta_bw, "clients": [200, 250]},
+        "options": {"serving": "continuous", "latency_model": "analytic", "kv_allocation": "paged",
+                    "block_tokens": 16, "workload": "closed"}}
+    at200, at250 = evaluate(grid_from_dict(doc), chunk_size=2).to_pylist()
+    assert at250["stable"] and at250["analytic_trusted"]
+    assert at250["tpot_mean_ms"] == pytest.approx(32.1, rel=0.10)
+    assert at250["tpot_mean_ms"] > at200["tpot_mean_ms"] > 20.0
+    assert at250["ttft_mean_ms"] < 1000.0 and at250["mean_running"] == pytest.approx(250.0, rel=0.01)
+

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from sweep.catalog import packaged_catalog
+from sweep.catalog._efficiency import packaged_efficiencies
 from sweep.grid.calibrate import read_rows, step_params
 from sweep.models.shared import roofline as rl
 
@@ -291,6 +292,40 @@ def test_operating_line_dense_8b_at_128_running_is_the_closed_form(cat):
     assert by_hand * 1e3 == pytest.approx(15.726, abs=1e-3)
     light = rl.step_line(p, PROMPT, OUT, M, kv, width, layers)
     assert _at(light, 128.0, 128.0 * CTX) * 1e3 == pytest.approx(18.34, abs=0.01)
+
+
+def test_a_steep_line_keeps_the_decode_steps_overhead_as_its_fixed_cost(cat):
+    """Llama 3.1 8B fp16 on one A100 (the efficiency table's cell, eta_bw 0.7039 as a setup's
+    calibration put it) linearized at 250 running sequences of 200/1000 tokens: the decode
+    step of 250 is memory-bound (its KV reads), but the step that adds a 200-token chunk
+    beside 249 decoders is compute-bound and pays the prompt step's overhead, so the secant
+    through the two puts t_fixed below 0. The line keeps the decode step's own overhead as
+    its fixed cost and the secant's slope (what a prompt token costs), so both steps come out
+    above the refined ones by the same margin, t_overhead - t_fixed(secant). Before, t_fixed
+    was 0 with a slope from the decode step alone, and a lone sequence's step on that line
+    was 0.05 ms: the closed loop's root search then landed on a 512 s TTFT
+    (tests/test_models_cb_closed_grid.py)."""
+    m = cat.model("llama-3.1-8b")
+    a100 = cat.gpu("a100-80gb")
+    cell = packaged_efficiencies().lookup(m, a100, 1)
+    p = step_params(m, a100, 1, 2.0)._replace(eta_bw=0.7039, eta_flops=cell.eta_flops, t_overhead=cell.t_overhead_s,
+                                                t_decode_overhead=cell.t_decode_overhead_s)
+    kv, width, layers = _line_args(m)
+    ctx, r, chunk = 200.0 + 1000.0 / 2.0, 250.0, 200.0
+    t_dec, parts = rl.step_time(rl.decode_work(r, ctx, kv, width, layers), p)
+    mixed = rl.add_work(rl.decode_work(r - 1.0, ctx, kv, width, layers), rl.prefill_work(1.0, chunk, kv, width, layers))
+    t_pre, mixed_parts = rl.step_time(mixed, p)
+    assert float(parts.t_mem) > float(parts.t_compute) and float(mixed_parts.t_compute) > float(mixed_parts.t_mem)
+    tf, tt, tc = (float(v) for v in rl.line_at(p, r, ctx - 500.0, 1000.0, 8192.0, kv, width, layers))
+    slope = (float(t_pre) - float(t_dec) - (chunk - ctx) * tc) / (chunk - 1.0)
+    secant_fixed = float(t_dec) - slope * r - r * ctx * tc
+    assert secant_fixed < 0.0
+    assert tf == pytest.approx(cell.t_decode_overhead_s, rel=1e-12) and tt == pytest.approx(slope, rel=1e-12)
+    margin = tf - secant_fixed
+    assert tf + tt * r + tc * r * ctx == pytest.approx(float(t_dec) + margin, rel=1e-12)
+    n_ctx_b = (r - 1.0) * ctx + chunk
+    assert tf + tt * (r - 1.0 + chunk) + tc * n_ctx_b == pytest.approx(float(t_pre) + margin, rel=1e-12)
+    assert margin / float(t_dec) < 0.06  # 1.5 ms, 5% of the decode step here
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "mixtral-8x7b"])

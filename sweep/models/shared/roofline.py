@@ -290,24 +290,33 @@ def line_at(p: StepParams, running, prompt_tokens, output_tokens, budget, kv_byt
     tokens (n_tok = r - 1 + chunk, n_ctx = (r - 1)(P + O/2) + chunk). For a mixture of
     experts, step (a) streams the experts r tokens touch, so the line's decode step rises
     with the running count as the refined step does. r = 1 is a lone request: its decode
-    step and its prefill chunk (`step_line`). Where a compute-bound decode step would need
-    t_fixed < 0, t_fixed is 0 and t_token keeps step (a) exact. Step (b) pays the
-    prompt-carrying step's overhead and (a) the decode-only one, so the difference rides on
-    t_token: exact for one chunk of min(P, budget) tokens in a step, spread per token
+    step and its prefill chunk (`step_line`). Where the secant would put t_fixed below the
+    decode step's own overhead (many running sequences, beside which the chunk's step turns
+    compute-bound), t_fixed is that overhead and t_token the secant's: both steps come out
+    above the refined ones by the same margin. (Keeping step (a) exact instead, with t_fixed
+    0, priced prompt tokens at the decode step's memory-bound rate and left a line without a
+    fixed cost, whose lone step is almost free: docs/roofline.md.)
+    Step (b) pays the prompt-carrying step's overhead and (a) the decode-only one, so the
+    difference rides on t_token: exact for one chunk of min(P, budget) tokens in a step, spread per token
     otherwise (a step of several short prompts pays it more than once, a lone partial chunk
     less than once)."""
     r = running
     ctx = prompt_tokens + output_tokens / 2.0
     chunk = jnp.maximum(jnp.minimum(prompt_tokens, budget), 2.0)
-    t_dec, _ = step_time(decode_work(r, ctx, kv_bytes_per_token, attn_width, n_layers), p)
+    t_dec, parts = step_time(decode_work(r, ctx, kv_bytes_per_token, attn_width, n_layers), p)
     t_pre, _ = step_time(add_work(decode_work(r - 1.0, ctx, kv_bytes_per_token, attn_width, n_layers),
                                   prefill_work(1.0, chunk, kv_bytes_per_token, attn_width, n_layers)), p)
     t_ctx = kv_bytes_per_token / (p.gpus * p.hbm_bw * p.eta_bw)
     t_token = jnp.maximum((t_pre - t_dec - (chunk - ctx) * t_ctx) / (chunk - 1.0), 0.0)
     t_fixed = t_dec - t_token * r - r * ctx * t_ctx
-    # compute-bound decode (t_fixed would be < 0): keep the decode step exact through t_token
-    t_token = jnp.where(t_fixed < 0.0, (t_dec - r * ctx * t_ctx) / r, t_token)
-    return jnp.maximum(t_fixed, 0.0), t_token, t_ctx
+    # a step never costs less than its overhead: where the secant would leave t_fixed below
+    # the decode step's (many running sequences, beside which the chunk's step turns
+    # compute-bound), t_fixed is that overhead and t_token stays the secant's, what a prompt
+    # token costs: both steps come out above the refined ones by the same few milliseconds
+    # (a decode-anchored slope would price prompt tokens at the decode step's memory-bound
+    # rate, half or less of their compute, and overstate the prefill capacity)
+    floor = parts.t_overhead
+    return jnp.maximum(t_fixed, floor), t_token, t_ctx
 
 
 def step_line(p: StepParams, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width,
