@@ -40,11 +40,16 @@ requests a client. Step coefficients come from the same continuous point, linear
 the run's load.
 
     .venv/bin/python benchmarks/load_accuracy.py [--smoke] [--replications N] [--no-simulate]
+    .venv/bin/python benchmarks/load_accuracy.py --data tests/data/load_measurements_dli.csv --no-simulate
 
 (``--smoke``: three figures, one of each kind, tiny runs, nothing written: the test suite's
-check.) The full run writes benchmarks/results/load_accuracy.csv (one row per figure).
-About three minutes on two cores: one compilation of the continuous point (~40 s), ~30 ms a
-point, and the simulated runs.
+check; with ``--data``, the file's first run.) The full run writes
+benchmarks/results/load_accuracy.csv (one row per figure; with ``--data``,
+load_accuracy_<the data file's suffix>.csv). About three minutes on two cores: one
+compilation of the continuous point (~40 s), ~30 ms a point, and the simulated runs.
+The second set (``--data tests/data/load_measurements_dli.csv``, 3,148 figures of 787 closed
+loops): about fifteen minutes with ``--replications 1`` (fixed lengths and no step noise:
+every replication of a run is the same run), three without simulation.
 """
 
 from __future__ import annotations
@@ -226,9 +231,9 @@ def predict_simulated(row: dict[str, str], eta: dict[str, float] | None = None,
 
 
 def setup_of(row: dict[str, str]) -> tuple[str, ...]:
-    """The rows measured on one setup: engine and version, model, GPU, TP, lengths and loop."""
-    return tuple(row[k] for k in ("engine", "engine_version", "model", "gpu", "tensor_parallel",
-                                  "prompt_tokens_mean", "output_tokens_mean", "workload"))
+    """The rows measured on one setup: engine and version, model, GPU, TP, dtypes, lengths and loop."""
+    return tuple(row[k] for k in ("engine", "engine_version", "model", "gpu", "tensor_parallel", "weight_dtype",
+                                  "kv_dtype", "prompt_tokens_mean", "output_tokens_mean", "workload"))
 
 
 def _load(row: dict[str, str]) -> float:
@@ -317,6 +322,22 @@ def summarize(results: list[dict], key: Callable[[dict], str], title: str, colum
     return lines
 
 
+def _run_id(row: dict[str, str]) -> str:
+    """The id a run's figures share: a figure's id less its metric suffix (`-ttft_mean`, ...)."""
+    return row["id"].rsplit("-", 1)[0]
+
+
+def _band(r: dict) -> str:
+    """The load of a result row as a band: request rate (open) or clients (closed)."""
+    x = r["load"]
+    if not math.isfinite(x):
+        return "inf"
+    edges = (1, 5, 25, 100) if r["workload"] == "closed" else (2, 4, 8)
+    lo = max((e for e in edges if e <= x), default=0)
+    hi = min((e for e in edges if e > x), default=None)
+    return f"{lo}-{hi}" if hi is not None else f">={lo}"
+
+
 def _cell(v: float | None, measured: float) -> str:
     return f"{v:9.2f} {v / measured:6.2f}" if v is not None else f"{'-':>9s} {'-':>6s}"
 
@@ -327,14 +348,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--replications", type=int, default=REPLICATIONS,
                     help=f"simulated runs per benchmark run (default {REPLICATIONS})")
     ap.add_argument("--no-simulate", action="store_true", help="the analytic predictions only")
+    ap.add_argument("--data", type=Path, default=DATA, help=f"the figures (default {DATA.relative_to(ROOT)})")
     args = ap.parse_args(argv)
+    results_path = RESULTS if args.data == DATA else RESULTS.with_name(
+        f"load_accuracy_{args.data.stem.removeprefix('load_measurements_')}.csv")
     reps = 2 if args.smoke else args.replications
     if args.smoke:  # tiny runs: the check is that the script works, not its figures
         global CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS
         CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS = 20, 1, 60
-    rows = read_rows()
-    if args.smoke:
-        rows = [r for r in rows if r["id"] in SMOKE_IDS]
+    rows = read_rows(args.data)
+    if args.smoke:  # three figures of the default file, one of each kind; of another file, its first run's
+        rows = ([r for r in rows if r["id"] in SMOKE_IDS] if args.data == DATA
+                else [r for r in rows if _run_id(r) == _run_id(rows[0])])
     cal, used = calibrate(rows)
     cal_run, _ = calibrate(rows, as_run=True)  # the same lightest-load TPOT figures
     results = []
@@ -351,7 +376,9 @@ def main(argv: list[str] | None = None) -> dict:
         sim, sim_hw = predict_simulated(row, None, reps) if not args.no_simulate else (None, None)
         sim_cal = (predict_simulated(row, eta, reps)[0] if not args.no_simulate and eta is not None else None)
         results.append({"id": row["id"], "engine": row["engine"], "workload": row["workload"],
-                        "metric": row["metric"], "measured": measured, "predicted": value, "how": how,
+                        "metric": row["metric"], "load": _load(row),
+                        "setup": f"{row['model']} {row['gpu']} {row['weight_dtype']} tp{row['tensor_parallel']}",
+                        "measured": measured, "predicted": value, "how": how,
                         "fixed_by": fixed_by(row), "predicted_calibrated": value_cal,
                         "calibration_figure": row["id"] in used,
                         "eta_bw": None if eta is None else eta.get("eta_bw"),
@@ -406,7 +433,9 @@ def main(argv: list[str] | None = None) -> dict:
               summarize(results, lambda r: r["fixed_by"], "expected to be fixed by"),
               summarize(held, lambda r: f"{r['workload']} {r['engine']}", "calibrated: workload, engine",
                         "predicted_calibrated"),
-              summarize(held, lambda r: r["metric"], "calibrated: metric", "predicted_calibrated")]
+              summarize(held, lambda r: r["metric"], "calibrated: metric", "predicted_calibrated"),
+              summarize(held, lambda r: f"{r['workload']} {_band(r)}", "calibrated: load", "predicted_calibrated"),
+              summarize(held, lambda r: r["setup"], "calibrated: setup", "predicted_calibrated")]
     if not args.no_simulate:
         tables += [summarize(results, lambda r: f"{r['workload']} {r['engine']}", "simulated: workload, engine",
                              "simulated"),
@@ -423,12 +452,12 @@ def main(argv: list[str] | None = None) -> dict:
            "calibration": cal, "n_held_out": len(held), "within_20_calibrated": sum(abs(e) <= 0.2 for e in errs_cal),
            "within_50_calibrated": sum(abs(e) <= 0.5 for e in errs_cal), **counts}
     if not args.smoke:
-        RESULTS.parent.mkdir(exist_ok=True)
-        with RESULTS.open("w", newline="") as f:
+        results_path.parent.mkdir(exist_ok=True)
+        with results_path.open("w", newline="") as f:
             w = csv.DictWriter(f, list(results[0]), lineterminator="\n")
             w.writeheader()
             w.writerows(results)
-        print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+        print(f"\nwrote {results_path.relative_to(ROOT)}")
     return out
 
 

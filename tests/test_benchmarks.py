@@ -267,6 +267,24 @@ def test_benchmark_smoke(path, capsys):
         CHECKS[path.stem](out, text)
 
 
+@pytest.mark.slow
+def test_load_accuracy_second_set_smoke(capsys):
+    """`load_accuracy.py --data` on the second published set (tests/data/load_measurements_dli.csv):
+    the smoke run predicts its first run's four figures (a closed loop: TTFT, TPOT, E2E and
+    output tokens/s), each positive and finite, and writes nothing."""
+    before = _listing()
+    data = BENCH.parent / "tests" / "data" / "load_measurements_dli.csv"
+    out = _load(BENCH / "load_accuracy.py").main(["--smoke", "--data", str(data)])
+    assert _listing() == before
+    assert out["n"] == 4 and {r["metric"] for r in out["rows"]} == {
+        "ttft_mean_ms", "tpot_mean_ms", "e2e_mean_ms", "output_tok_s"}
+    assert {r["workload"] for r in out["rows"]} == {"closed"}
+    for row in out["rows"]:
+        assert np.isfinite(row["predicted"]) and row["predicted"] > 0
+        assert np.isfinite(row["simulated"]) and row["simulated"] > 0
+    assert "all predicted figures: 4 of 4" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("argv", [["--parts", "4"], ["--parts", "1,6"], ["--repeat", "0"], ["--task-fixed-ms", "x"]])
 def test_cluster_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     """Part 4 alone needs part 2's figures from an earlier run: never invented ones."""
