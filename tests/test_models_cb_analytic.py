@@ -208,3 +208,26 @@ def test_prefill_first_adds_the_prompt_steps_fixed_cost():
     mu = c / (o1 - 1.0)
     assert float(pf["capacity_rps"]) == pytest.approx(1.0 / (tf * ((o1 - 1.0) / c + -math.expm1(-mu) / mu)), rel=1e-9)
     assert float(pf["capacity_rps"]) < float(chunked["capacity_rps"])
+
+
+def test_a_line_without_a_fixed_cost_gets_the_models_floor():
+    """A step line with t_fixed = 0 (a fit's non-negative least squares may return it) gave,
+    at 1 req/s of 200/1000-token requests with t_token 0.05 ms, a mean TTFT of 23,368 s (the
+    residual of a step of 1 ps divided by itself), and a closed loop of 10 clients 10 s:
+    the model's time scale is the step's fixed cost. The analytic model takes at least
+    MIN_T_FIXED_S (0.1 ms) for it, so t_fixed = 0 answers as 0.1 ms does, and a lone
+    request's TTFT is its prefill, P t_token = 10 ms, plus that 0.1 ms."""
+    from sweep.models.continuous.analytic import MIN_T_FIXED_S
+    from sweep.models.continuous.closed import closed_loop
+
+    args = (200.0, 0.0, 1000.0, 0.0, 256.0, 8192.0, 1e6, 16.0)
+    for lam in (1.0, 5.0):
+        zero = cb_point(lam, *args, 0.0, 5e-5, 1e-8, 0.0, 0.5)
+        floor = cb_point(lam, *args, MIN_T_FIXED_S, 5e-5, 1e-8, 0.0, 0.5)
+        for k in ("ttft_mean", "tpot_mean", "e2e_mean", "mean_running"):
+            assert float(zero[k]) == float(floor[k]), k
+        assert 0.010 < float(zero["ttft_mean"]) < 0.011
+    engine = dict(prompt_mean=200.0, prompt_cv=0.0, output_mean=1000.0, output_cv=0.0, cap=256.0,
+                  max_batched_tokens=8192.0, kv_capacity_tokens=1e6, block_tokens=16.0, t_token=5e-5, t_ctx=1e-8)
+    ttft = [closed_loop(n, 0.0, t_fixed=0.0, **engine)["ttft_mean"] for n in (10, 100, 250)]
+    assert ttft == sorted(ttft) and ttft[-1] < 0.05

@@ -255,6 +255,9 @@ def _ndtr(x):
     return jnp.where(x < 0.0, half_tail, 1.0 - half_tail)
 
 
+#: The analytic model's floor on a step's fixed cost, seconds (`_raw`): 0.1 ms.
+MIN_T_FIXED_S = 1e-4
+
 #: safeguarded Newton steps of `_mix_quantile` (in log time, inside a shrinking bracket)
 N_NEWTON = 3
 
@@ -915,8 +918,12 @@ def _raw(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batched_t
     p1, pcv, o1, ocv = (_f64(x) for x in (prompt_mean, prompt_cv, output_mean, output_cv))
     n_cap, budget, kv, blk = (_f64(x) for x in (cap, max_batched_tokens, kv_capacity_tokens, block_tokens))
     tf, tt, tc, cv = (_f64(x) for x in (t_fixed, t_token, t_ctx, service_cv))
-    # a step takes at least 1 ps: the mean step time divides several ratios (0/0 at t_f = 0)
-    tf = jnp.maximum(tf, 1e-12)
+    # a step's fixed cost is at least MIN_T_FIXED_S: the model's time scale is the fixed
+    # cost (the busy step t_bar = t_f / slack divides several ratios), and a line without
+    # one (t_f = 0, as a fit may return) put the fixed point on nonsense: hours of TTFT at
+    # 1 req/s, flagged trusted. No engine's step costs less (a CUDA graph's replay and the
+    # scheduler's decision take more).
+    tf = jnp.maximum(tf, MIN_T_FIXED_S)
     return dict(lam=lam, p1=p1, pcv=pcv, o1=o1, ocv=ocv, n_cap=n_cap, budget=budget, kv=kv, blk=blk, tf=tf, tt=tt,
                 tc=tc, cv=cv, pw=_f64(0.0 if prefilled else 1.0), ff=_f64(1.0 if prefill_first else 0.0),
                 km=float(int(steps) - 1), chain=bool(prefill_first))
