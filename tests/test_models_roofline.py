@@ -311,12 +311,13 @@ def test_a_steep_line_keeps_the_decode_steps_overhead_as_its_fixed_cost(cat):
     p = step_params(m, a100, 1, 2.0)._replace(eta_bw=0.7039, eta_flops=cell.eta_flops, t_overhead=cell.t_overhead_s,
                                                 t_decode_overhead=cell.t_decode_overhead_s)
     kv, width, layers = _line_args(m)
-    ctx, r, chunk = 200.0 + 1000.0 / 2.0, 250.0, 200.0
+    prompt, output, r = 200.0, 1000.0, 250.0
+    ctx, chunk = prompt + output / 2.0, prompt  # the chunk is min(P, budget) = P
     t_dec, parts = rl.step_time(rl.decode_work(r, ctx, kv, width, layers), p)
     mixed = rl.add_work(rl.decode_work(r - 1.0, ctx, kv, width, layers), rl.prefill_work(1.0, chunk, kv, width, layers))
     t_pre, mixed_parts = rl.step_time(mixed, p)
     assert float(parts.t_mem) > float(parts.t_compute) and float(mixed_parts.t_compute) > float(mixed_parts.t_mem)
-    tf, tt, tc = (float(v) for v in rl.line_at(p, r, ctx - 500.0, 1000.0, 8192.0, kv, width, layers))
+    tf, tt, tc = (float(v) for v in rl.line_at(p, r, prompt, output, 8192.0, kv, width, layers))
     slope = (float(t_pre) - float(t_dec) - (chunk - ctx) * tc) / (chunk - 1.0)
     secant_fixed = float(t_dec) - slope * r - r * ctx * tc
     assert secant_fixed < 0.0
