@@ -162,18 +162,19 @@ def test_a_closed_run_reports_and_deploys_as_a_closed_loop(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("eta_bw", [0.66, 0.7039, 0.71])
-def test_a_compute_bound_closed_loop_stays_physical(eta_bw):
+def test_a_steep_line_closed_loop_stays_physical(eta_bw):
     """Llama 3.1 8B fp16 on one A100, 250 clients of 200/1000 tokens (a run of the DLI sheet,
-    tests/data/load_measurements_dli.csv): with the setup's calibrated eta_bw 0.7039 the decode
-    step of 250 is compute-bound and the operating line's t_fixed was clipped to 0; the
-    closed loop's root search then found 512 s of TTFT, 0.12 ms of TPOT and 488 tokens/s
-    (a lone step on that line was 0.05 ms). With the decode step's overhead kept as the
-    line's fixed cost (`roofline.line_at`) the loop is continuous in eta_bw: TPOT within 10% of
-    its value at 0.66 (32.1 ms, memory-bound) and above the decode step of 200 sequences,
-    TTFT below a second, and the engine runs every client."""
+    tests/data/load_measurements_dli.csv): with the setup's calibrated eta_bw 0.7039 the step
+    that adds a 200-token chunk beside 249 decoders is compute-bound (the decode step of 250
+    stays memory-bound), so the operating line's secant put t_fixed below 0 and it was
+    clipped to 0; the closed loop's root search then found 512 s of TTFT, 0.12 ms of TPOT and
+    488 tokens/s (a lone step on that line was 0.05 ms). With the decode step's overhead kept
+    as the line's fixed cost (`roofline.line_at`) the loop is continuous in eta_bw: TPOT
+    within 10% of its value at 0.66 (32.1 ms, where the secant is not clipped) and above the
+    decode step of 200 sequences, TTFT below a second, and the engine runs every client."""
     from sweep import evaluate, grid_from_dict
 
-    doc = {"name": "compute-bound-closed", "grid": {
+    doc = {"name": "steep-line-closed", "grid": {
         "model": "llama-3.1-8b", "gpu": "a100-80gb", "gpus_per_replica": 1, "prompt_tokens": 200.0,
         "prompt_cv": 0.0, "output_tokens": 1000.0, "output_cv": 0.0, "batch_size": 256,
         "max_batched_tokens": 8192, "weight_bytes_per_param": "fp16", "kv_bytes_per_elem": "fp16",
