@@ -34,7 +34,8 @@ clients starting together, then the drain) through the reference scheduler with 
 engine's variants (`ENGINES`: SGLang 0.3 and vLLM 0.6 run prompts first in steps of their
 own and take KV on demand; vLLM 0.6 decides every ``--num-scheduler-steps`` steps and
 streams a window's tokens at its end; TensorRT-LLM mixes prompts into the decode step and
-reserves KV), `sweep predict-benchmark`'s simulated column, mean over ``--replications``.
+reserves KV, but the older NIM of the second set ran its prompts in steps of their own:
+`ENGINE_VERSIONS`), `sweep predict-benchmark`'s simulated column, mean over ``--replications``.
 A closed-loop source that gives no prompt count is run for `CLOSED_PROMPTS_PER_CLIENT`
 requests a client. Step coefficients come from the same continuous point, linearised at
 the run's load.
@@ -95,6 +96,17 @@ OPEN_COLUMNS = {"ttft_p50_ms": ("ttft_p_ms", 0.5), "tpot_p50_ms": ("tpot_p_ms", 
 #: batching mixes context and generation in one step; GUARANTEED_NO_EVICT reserves the whole request.
 ENGINES = {"sglang": ("prefill_first", "on_demand"), "vllm": ("prefill_first", "on_demand"),
            "tensorrt-llm": ("chunked", "reserve")}
+#: (engine, engine_version) that ran otherwise than its engine's entry. The older NIM of the second set
+#: (the DLI course's sheet): the course's own GenAI-Perf per-request export of that NIM (five clients,
+#: 200-token prompts, 50 tokens) shows a prompt step that pauses the running decodes: the two requests
+#: prefilled first get their first token at 38 ms, the three behind them at 89 ms, and all five their
+#: next token at 103 ms (docs/accuracy-load.md, "A second, larger set").
+ENGINE_VERSIONS = {("tensorrt-llm", "NIM (TensorRT-LLM backend; version not stated)"): ("prefill_first", "reserve")}
+
+
+def scheduler_of(row: dict[str, str]) -> tuple[str, str]:
+    """(scheduler policy, KV admission) of the engine as the row's source ran it."""
+    return ENGINE_VERSIONS.get((row["engine"], row["engine_version"]), ENGINES[row["engine"]])
 #: figure -> (the simulated benchmark's figure, scale to the row's unit)
 SIM_FIGURES = {"ttft_p50_ms": ("ttft_q0.5", 1e3), "tpot_p50_ms": ("tpot_q0.5", 1e3), "itl_p50_ms": ("itl_q0.5", 1e3),
                "e2e_p50_ms": ("e2e_q0.5", 1e3), "ttft_mean_ms": ("ttft_mean", 1e3),
@@ -127,9 +139,9 @@ class Predictor:
 
     def __init__(self, row: dict[str, str], q: float = 0.5, eta: dict[str, float] | None = None,
                  as_run: bool = False) -> None:
-        # as_run: the engine's scheduler as the source ran it (`ENGINES`' policy, the row's
+        # as_run: the engine's scheduler as the source ran it (`scheduler_of`'s policy, the row's
         # --num-scheduler-steps) in the analytic model; else the grid's defaults
-        self.options = ({"scheduler_policy": ENGINES[row["engine"]][0], "scheduler_steps": scheduler_steps(row)}
+        self.options = ({"scheduler_policy": scheduler_of(row)[0], "scheduler_steps": scheduler_steps(row)}
                         if as_run else {})
         cv = {k: float(row[k]) if row[k].strip() else ASSUMED_CV for k in ("prompt_tokens_cv", "output_tokens_cv")}
         self.output_tokens = float(row["output_tokens_mean"])
@@ -215,7 +227,7 @@ def simulate_run(row: dict[str, str], eta: dict[str, float] | None = None,
         else:
             rate = bench.request_rate if math.isfinite(bench.request_rate) else 0.95 * p.at(1.0)["capacity_rps"]
             pt = p.at(rate)
-        policy, kv = ENGINES[row["engine"]]
+        policy, kv = scheduler_of(row)
         cfg = replace(config_from_row(pt, 16.0, row["id"]), scheduler_policy=policy,
                       scheduler_steps=scheduler_steps(row), kv_admission=kv)
         _SIMULATED[key] = simulate(cfg, bench, replications=replications, seed=0)
