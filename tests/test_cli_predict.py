@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sweep.cli import main
@@ -28,6 +29,12 @@ FLAGS = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-num-seqs", "16",
     (["runs/x", "--model", "llama-3.1-8b", "--request-rate", "4"], "not both"),
     (["runs/x", "--request-rate", "4"], "--point"),
     ([*FLAGS[:2], "--gpu", "h100-sxm", "--input-len", "0", "--output-len", "4", "--request-rate", "4"], "--input-len"),
+    ([*FLAGS, "--request-rate", "4", "--measurement-interval", "10000", "--num-prompts", "60"], "--num-prompts"),
+    ([*FLAGS, "--request-rate", "inf", "--measurement-interval", "10000"], "--request-rate"),
+    ([*FLAGS, "--request-rate", "4", "--measurement-interval", "0"], "--measurement-interval"),
+    ([*FLAGS, "--request-rate", "4", "--measurement-interval", "10000", "--max-trials", "2"], "--max-trials"),
+    ([*FLAGS, "--request-rate", "4", "--measurement-interval", "10000", "--stability-percentage", "-5"],
+     "--stability-percentage"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict-benchmark", *argv]) == 2
@@ -228,3 +235,78 @@ def test_engine_flag_choices_are_the_reference_schedulers_names() -> None:
 
     assert set(POLICIES) == set(cb_reference.POLICIES) == set(SCHEDULER_POLICIES)
     assert set(KV_ADMISSIONS) == set(cb_reference.KV_ADMISSIONS)
+
+
+def test_measured_windows_follow_perf_analyzer() -> None:
+    """perf_analyzer's time windows (inference_profiler.cc, as `measured_windows` documents it),
+    on hand-made runs whose answers are read off the rule: windows of 1 s from t = 0, a request
+    in the window its last token arrives in; stop at the first window after which the last three
+    each hold a request and agree within the percentage; at most `max_trials` windows."""
+    from sweep.cli.predict import measured_windows
+
+    # one request a window, each 0.5 s long: stable after the third window; the fourth's request is not measured
+    send, end = np.array([0.0, 1.0, 2.0, 3.0]), np.array([0.5, 1.5, 2.5, 3.5])
+    keep, k, stable = measured_windows(send, end, 1.0, 10.0)
+    assert (list(keep), k, stable) == ([True, True, True, False], 3, True)
+    # nothing ends in the first window: windows 1-3 are the first three that each hold a request
+    keep, k, stable = measured_windows(send + 1.0, end + 1.0, 1.0, 10.0)
+    assert (list(keep), k, stable) == ([True, True, True, False], 4, True)
+    # 1, 1, 3, 3, 3 requests in windows 0-4: at 10% the counts agree only over windows 2-4; at
+    # GenAI-Perf's 999% (max / min <= 10.99) already over windows 0-2
+    end = np.array([0.5, 1.5, 2.2, 2.5, 2.8, 3.2, 3.5, 3.8, 4.2, 4.5, 4.8, 5.5])
+    send = end - 0.1
+    keep, k, stable = measured_windows(send, end, 1.0, 10.0)
+    assert (k, stable, int(keep.sum())) == (5, True, 11)
+    keep, k, stable = measured_windows(send, end, 1.0)
+    assert (k, stable, int(keep.sum())) == (3, True, 5)
+    # the latencies must agree too: 2 s in window 2 against 0.1 s elsewhere (20x) keeps every three
+    # windows that include window 2 unstable, so the run stops after windows 3-5, with all twelve
+    send = end - np.where((end >= 2.0) & (end < 3.0), 2.0, 0.1)
+    keep, k, stable = measured_windows(send, end, 1.0)
+    assert (k, stable, int(keep.sum())) == (6, True, 12)
+    # a request every other window never gives three windows in a row: max_trials, unstable
+    end = np.array([0.5, 2.5, 4.5, 6.5, 8.5, 10.5, 12.5])
+    keep, k, stable = measured_windows(end - 0.2, end, 1.0, max_trials=10)
+    assert (k, stable, int(keep.sum())) == (10, False, 5)
+    # a request that never finished is in no window
+    keep, _, _ = measured_windows(np.zeros(4), np.array([0.5, 1.5, 2.5, math.inf]), 1.0)
+    assert not keep[3]
+
+
+def test_a_windowed_run_measures_what_ends_in_its_windows() -> None:
+    """One client, fixed lengths, no step noise: every request takes the same E2E and the next
+    is sent at its finish, so the k-th ends at k E2E and the windows hold floor(3 L / E2E)
+    requests when each window holds one (L >= E2E), over a duration of that many E2Es. With
+    windows shorter than a request, some are empty, the run goes on past three, and the
+    requests measured are those ending before the last window's end."""
+    from sweep.cli.predict import BenchConfig
+
+    cfg = BenchConfig(prompt_mean=200.0, prompt_cv=0.0, output_mean=50.0, output_cv=0.0, cap=16.0,
+                      max_batched_tokens=2048.0, kv_capacity_tokens=math.inf, block_tokens=16.0, t_fixed=0.01,
+                      t_token=3e-5, t_ctx=1e-7, service_cv=0.0, label="test")
+    one = simulate(cfg, Benchmark(40, math.inf, 1), 2, 0)
+    e2e = one["e2e_mean"][0]
+    for window in (1.2, 2.0 * e2e + 0.01):
+        sim = simulate(cfg, Benchmark(64, math.inf, 1, window_s=window), 2, 0)
+        assert sim["e2e_mean"][0] == pytest.approx(e2e, rel=1e-9)
+        assert sim["completed"][0] == math.floor(3 * window / e2e)
+        assert sim["duration_s"][0] == pytest.approx(sim["completed"][0] * e2e, rel=1e-9)
+        assert (sim["windows"][0], sim["stable"][0]) == (3.0, 1.0)
+    window = 0.75 * e2e  # shorter than a request: one window in four is empty
+    sim = simulate(cfg, Benchmark(64, math.inf, 1, window_s=window), 2, 0)
+    k = sim["windows"][0]
+    assert k > 3 and sim["completed"][0] == math.floor(k * window / e2e)
+
+
+@pytest.mark.slow
+def test_a_windowed_run_from_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--measurement-interval` end to end: the GenAI-Perf header, the windows' lines, and the
+    prompts found by doubling until the load outlasts the windows."""
+    assert main(["predict-benchmark", *FLAGS, "--request-rate", "inf", "--max-concurrency", "4",
+                 "--measurement-interval", "2000", "--replications", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "GenAI-Perf --concurrency 4 --measurement-interval 2000 (windows of 2.4 s)" in text
+    assert _num(_figure(text, "Measurement windows")[0]) >= 3
+    assert _num(_figure(text, "Stable (share of runs)")[0]) == 1.0
+    sim, model = _figure(text, "Benchmark duration (s)")
+    assert 0.0 < _num(sim) <= 3 * 2.4 and _num(model) == pytest.approx(7.2)

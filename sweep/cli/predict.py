@@ -20,6 +20,14 @@ clients), measured from the first request sent to the last completion. Two predi
 * analytic: the open-loop model (`analytic.cb_point`) at the request rate, or, where the
   concurrency limit binds, the closed loop of `closed.cb_closed` (mean value analysis); the
   duration is the prompts over the throughput plus one request's E2E (the drain).
+
+`--measurement-interval MS` measures the run as GenAI-Perf does instead (its perf_analyzer in
+time-windows mode, `measured_windows`): no prompt count; the load runs from t = 0 in windows of
+1.2 x the interval, each window's requests are those whose last token arrives in it, and the
+run stops at the first window after which the last three each hold a request and agree within
+`--stability-percentage` in request throughput and mean latency (at most `--max-trials`
+windows). The figures are those of every measured request, the throughput over the span from
+the first send to the last completion among them.
 """
 
 from __future__ import annotations
@@ -46,6 +54,16 @@ METRIC_NAMES = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time 
 _NOISE_REDRAWS = 8
 #: Replications of the finite run (the half-width's degrees of freedom: replications - 1).
 REPLICATIONS = 5
+#: GenAI-Perf's measurement (perf_analyzer's time-windows mode, inference_profiler.cc): a window
+#: lasts this many times --measurement-interval (the profiler sleeps 1.2 x the interval), stability is
+#: judged over the last `STABILITY_WINDOWS` windows, GenAI-Perf passes --stability-percentage 999 and
+#: perf_analyzer stops after --max-trials 10 windows.
+WINDOW_STRETCH = 1.2
+STABILITY_WINDOWS = 3
+STABILITY_PERCENTAGE = 999.0
+MAX_TRIALS = 10
+#: How many times a windowed run may double its prompts until it is still sending when the windows end
+_WINDOW_DOUBLINGS = 12
 
 
 class PredictBenchmarkError(GridError):
@@ -163,63 +181,125 @@ def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -
 
 @dataclass(frozen=True)
 class Benchmark:
-    """The benchmark's own settings."""
+    """The benchmark's own settings. ``window_s`` (a GenAI-Perf run: 1.2 x its
+    --measurement-interval) measures the run in perf_analyzer's time windows instead of
+    ``num_prompts`` requests (which is then only the first guess at how many to send)."""
 
     num_prompts: int
     request_rate: float  # inf: all at once
     max_concurrency: int | None
     think_s: float = 0.0
     quantile: float = 0.99
+    window_s: float | None = None
+    stability_percentage: float = STABILITY_PERCENTAGE
+    max_trials: int = MAX_TRIALS
 
     @property
     def quantiles(self) -> tuple[float, float]:
         return (0.5, self.quantile)
 
 
+def measured_windows(send_s: np.ndarray, finish_s: np.ndarray, window_s: float,
+                     stability_percentage: float = STABILITY_PERCENTAGE,
+                     max_trials: int = MAX_TRIALS) -> tuple[np.ndarray, int, bool]:
+    """What perf_analyzer measures of one run in time-windows mode: (the requests measured,
+    the windows run, whether the last windows were stable).
+
+    The load starts at t = 0; window w (0-based) spans [w L, (w + 1) L), ``L = window_s``; a
+    request belongs to the window its last token arrives in (``finish_s``; inf: never). After
+    each window from the third on, the run stops when the last `STABILITY_WINDOWS` windows
+    each hold a request and both their request throughputs and their mean latencies
+    (``finish_s - send_s``) have max / min <= 1 + percentage / 100; it stops anyway after
+    ``max_trials`` windows, unstable (perf_analyzer then reports no stable measurement). The
+    requests measured are those of every window run."""
+    send, finish = np.asarray(send_s, np.float64), np.asarray(finish_s, np.float64)
+    done = np.isfinite(finish)
+    w = np.where(done, np.floor(np.where(done, finish, 0.0) / window_s), -1).astype(np.int64)
+    limit = 1.0 + stability_percentage / 100.0
+    for k in range(STABILITY_WINDOWS, max_trials + 1):
+        last = [w == i for i in range(k - STABILITY_WINDOWS, k)]
+        counts = [int(np.sum(m)) for m in last]
+        if min(counts) == 0:
+            continue
+        lat = [float(np.mean(finish[m] - send[m])) for m in last]
+        if max(counts) / min(counts) <= limit and max(lat) / min(lat) <= limit:
+            return (w >= 0) & (w < k), k, True
+    return (w >= 0) & (w < max_trials), max_trials, False
+
+
+def _reference_run(cfg: BenchConfig, bench: Benchmark, n: int, settings: Any, seed: int,
+                   r: int) -> tuple[Any, Any, Any]:
+    """Replication ``r`` of the run with ``n`` prompts through the reference scheduler:
+    (its `Result`, the prompt lengths, the output lengths)."""
+    from sweep.models.continuous.sim import CBSimulationError, replication_draws, step_normals
+    from sweep.testing.cb_reference import simulate as reference
+
+    a, p, o = replication_draws(settings, 0, r, lam=bench.request_rate if math.isfinite(bench.request_rate)
+                                else 1.0, prompt_mean=cfg.prompt_mean, prompt_cv=cfg.prompt_cv,
+                                output_mean=cfg.output_mean, output_cv=cfg.output_cv, n=n)
+    if not math.isfinite(bench.request_rate):
+        a = np.zeros_like(a)
+    budget = cfg.max_batched_tokens if math.isfinite(cfg.max_batched_tokens) else float(np.sum(p))
+    # the steps of a run without preemption are at most one a token plus one a prompt chunk; a
+    # preempted sequence's recomputation adds more: then the normals are drawn again, twice as
+    # many, until the run fits them
+    steps = int(np.sum(o) + math.ceil(np.sum(p) / max(budget, 1.0)) + len(o))
+    think = (np.random.default_rng([seed, r]).exponential(bench.think_s, len(a)) if bench.think_s > 0.0
+             else None)
+    for _ in range(_NOISE_REDRAWS):
+        z = step_normals(settings, 0, r, 1 << steps.bit_length()) if cfg.service_cv > 0.0 else None
+        try:
+            res = reference(a, p.astype(int), o.astype(int), cap=int(cfg.cap),
+                            max_batched_tokens=cfg.max_batched_tokens, kv_capacity=cfg.kv_capacity_tokens,
+                            block_tokens=int(cfg.block_tokens), t_fixed=cfg.t_fixed, t_token=cfg.t_token,
+                            t_ctx=cfg.t_ctx, service_cv=cfg.service_cv, z=z, clients=bench.max_concurrency,
+                            think_s=think, scheduler_policy=cfg.scheduler_policy,
+                            scheduler_steps=cfg.scheduler_steps, kv_admission=cfg.kv_admission)
+            return res, p, o
+        except IndexError:
+            if z is None:
+                raise
+            steps *= 2
+    # the run outran every draw: not a shortage of normals (a defect), so say so
+    raise CBSimulationError(f"predict-benchmark: the run needed more than {steps // 2} steps of noise "
+                            f"after {_NOISE_REDRAWS} draws")
+
+
 def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATIONS,
              seed: int = 0) -> dict[str, tuple[float, float]]:
     """Replications of the finite run (reference scheduler; see the module docstring):
-    {figure: (mean, 95% half-width)} as `benchrun.replicate` gives them."""
+    {figure: (mean, 95% half-width)} as `benchrun.replicate` gives them. A windowed run
+    (``bench.window_s``) keeps the requests `measured_windows` measures, sending more prompts
+    (twice as many, again) until the run is still sending when its windows end, and adds the
+    figures ``windows`` (windows run) and ``stable`` (1 where the last windows were stable)."""
     from sweep.models.continuous.benchrun import replicate, run_figures
-    from sweep.models.continuous.sim import CBSimSettings, CBSimulationError, replication_draws, step_normals
-    from sweep.testing.cb_reference import simulate as reference
+    from sweep.models.continuous.sim import CBSimSettings, CBSimulationError
 
     settings = CBSimSettings(seed=seed)
     runs = []
     for r in range(replications):
-        a, p, o = replication_draws(settings, 0, r, lam=bench.request_rate if math.isfinite(bench.request_rate)
-                                    else 1.0, prompt_mean=cfg.prompt_mean, prompt_cv=cfg.prompt_cv,
-                                    output_mean=cfg.output_mean, output_cv=cfg.output_cv, n=bench.num_prompts)
-        if not math.isfinite(bench.request_rate):
-            a = np.zeros_like(a)
-        budget = cfg.max_batched_tokens if math.isfinite(cfg.max_batched_tokens) else float(np.sum(p))
-        # the steps of a run without preemption are at most one a token plus one a prompt chunk; a
-        # preempted sequence's recomputation adds more: then the normals are drawn again, twice as
-        # many, until the run fits them
-        steps = int(np.sum(o) + math.ceil(np.sum(p) / max(budget, 1.0)) + len(o))
-        think = (np.random.default_rng([seed, r]).exponential(bench.think_s, len(a)) if bench.think_s > 0.0
-                 else None)
-        for _ in range(_NOISE_REDRAWS):
-            z = step_normals(settings, 0, r, 1 << steps.bit_length()) if cfg.service_cv > 0.0 else None
-            try:
-                res = reference(a, p.astype(int), o.astype(int), cap=int(cfg.cap),
-                                max_batched_tokens=cfg.max_batched_tokens, kv_capacity=cfg.kv_capacity_tokens,
-                                block_tokens=int(cfg.block_tokens), t_fixed=cfg.t_fixed, t_token=cfg.t_token,
-                                t_ctx=cfg.t_ctx, service_cv=cfg.service_cv, z=z, clients=bench.max_concurrency,
-                                think_s=think, scheduler_policy=cfg.scheduler_policy,
-                                scheduler_steps=cfg.scheduler_steps, kv_admission=cfg.kv_admission)
+        n = bench.num_prompts
+        for _ in range(_WINDOW_DOUBLINGS):
+            res, p, o = _reference_run(cfg, bench, n, settings, seed, r)
+            # the client's view: its first and last message, and the gaps between messages
+            first = np.array([d[0] if d else math.inf for d in res.delivered_s])
+            last = np.array([d[-1] if d else math.inf for d in res.delivered_s])
+            sent = np.asarray(res.arrival_s, np.float64)
+            if bench.window_s is None:
+                figures = run_figures(sent, p, o, first, last, quantiles=bench.quantiles, token_s=res.delivered_s)
                 break
-            except IndexError:
-                if z is None:
-                    raise
-                steps *= 2
-        else:  # the run outran every draw: not a shortage of normals (a defect), so say so
-            raise CBSimulationError(f"predict-benchmark: the run needed more than {steps // 2} steps of noise "
-                                    f"after {_NOISE_REDRAWS} draws")
-        # the client's view: its first and last message, and the gaps between messages
-        first = [d[0] if d else math.inf for d in res.delivered_s]
-        last = [d[-1] if d else math.inf for d in res.delivered_s]
-        figures = run_figures(res.arrival_s, p, o, first, last, quantiles=bench.quantiles, token_s=res.delivered_s)
+            keep, windows, stable = measured_windows(sent, last, bench.window_s, bench.stability_percentage,
+                                                     bench.max_trials)
+            if float(np.max(sent)) >= windows * bench.window_s:  # still sending when the windows ended
+                idx = np.flatnonzero(keep)
+                figures = run_figures(sent[idx], p[idx], o[idx], first[idx], last[idx], quantiles=bench.quantiles,
+                                      token_s=[res.delivered_s[j] for j in idx])
+                figures.update(windows=float(windows), stable=float(stable))
+                break
+            n *= 2
+        else:
+            raise CBSimulationError(f"predict-benchmark: the load stopped before its measurement windows ended "
+                                    f"with {n:,} prompts")
         runs.append({**figures, **engine_figures(res, cfg.kv_capacity_tokens)})
     return replicate(runs)
 
@@ -288,13 +368,18 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
         basis = f"open loop at {rate:g} req/s (steady state)" + (
             f"; windows of {k} steps: ITL is the gap between messages, {k} steps of the per-step law" if k > 1 else "")
     x = r["throughput_rps"]
-    if r is closed:
+    if bench.window_s is not None:  # GenAI-Perf's windows: the steady state over the first stable three
+        span = STABILITY_WINDOWS * bench.window_s
+        n, duration = x * span, span
+        basis += f"; measured over {STABILITY_WINDOWS} windows of {bench.window_s:g} s, stable at once"
+    elif r is closed:
         # the first `conc` requests are sent at once, then one per completion at X: the last of n
         # completes one E2E after the (n - conc)-th send
         duration = max(n - (conc or 0), 0) / x + r["e2e_mean"]
     else:  # the last of n Poisson arrivals at (n - 1) / rate, then its E2E
         duration = (n - 1) / x + r["e2e_mean"]
-    out = {"completed": float(n), "duration_s": duration, "request_rps": n / duration,
+    out = {"completed": float(n) if bench.window_s is None else float(math.floor(n)), "duration_s": duration,
+           "request_rps": n / duration,
            "output_tok_s": n * cfg.output_mean / duration,
            "total_tok_s": n * (cfg.output_mean + cfg.prompt_mean) / duration}
     for m in ("ttft", "tpot", "e2e"):
@@ -338,17 +423,27 @@ def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, fl
         return f"{label + ':':<{width}}{s:>24}{fmt(model.get(key), scale, digits):>14}"
 
     conc = "none" if bench.max_concurrency is None else str(bench.max_concurrency)
+    if bench.window_s is None:
+        run = (f"benchmark: --num-prompts {bench.num_prompts} --request-rate {bench.request_rate:g} --max-concurrency "
+               f"{conc}")
+    else:
+        load = (f"--concurrency {conc}" if bench.max_concurrency is not None
+                else f"--request-rate {bench.request_rate:g}")
+        run = (f"benchmark: GenAI-Perf {load} --measurement-interval {bench.window_s / WINDOW_STRETCH * 1e3:g} "
+               f"(windows of {bench.window_s:g} s) --stability-percentage {bench.stability_percentage:g}, at most "
+               f"{bench.max_trials} windows")
     out = [f"configuration: {cfg.label}",
            f"  per step: {cfg.t_fixed * 1e3:.4g} ms + {cfg.t_token * 1e3:.4g} ms/token + {cfg.t_ctx * 1e3:.4g} "
            f"ms/cached token; KV capacity {cfg.kv_capacity_tokens:,.0f} tokens; lengths {cfg.prompt_mean:g} "
            f"(cv {cfg.prompt_cv:g}) in, {cfg.output_mean:g} (cv {cfg.output_cv:g}) out",
            f"  engine: scheduler_policy {cfg.scheduler_policy}, {cfg.scheduler_steps} step(s) a scheduling decision, "
            f"KV {cfg.kv_admission.replace('_', '-')}",
-           f"benchmark: --num-prompts {bench.num_prompts} --request-rate {bench.request_rate:g} --max-concurrency "
-           f"{conc}" + (f", think time {bench.think_s * 1e3:g} ms" if bench.think_s > 0 else ""),
+           run + (f", think time {bench.think_s * 1e3:g} ms" if bench.think_s > 0 else ""),
            "", "{s:=^{w}}".format(s=" Serving Benchmark Result (predicted) ", w=width + 38),
            f"{'':<{width}}{f'simulated (95%, {replications} runs)':>24}{'analytic':>14}",
            line("Successful requests", "completed", digits=0),
+           *([line("Measurement windows", "windows"), line("Stable (share of runs)", "stable")]
+             if bench.window_s is not None else []),
            line("Benchmark duration (s)", "duration_s"),
            line("Request throughput (req/s)", "request_rps"),
            line("Output token throughput (tok/s)", "output_tok_s"),
@@ -364,9 +459,15 @@ def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, fl
         out.append(line(label, key, digits=3 if key == "kv_peak_share" else 2))
     out += ["=" * (width + 38),
             f"analytic: {basis}",
-            "simulated: the finite run itself (empty engine at the start, then the drain), through the reference "
-            "scheduler; ITL pools every gap between the messages a client receives (one a token; one a window "
-            "under multi-step scheduling), TPOT is each request's mean gap"]
+            ("simulated: the finite run itself (empty engine at the start, then the drain), through the reference "
+             if bench.window_s is None else
+             "simulated: the load from t = 0, the requests whose last token arrives in GenAI-Perf's measurement "
+             "windows (duration: their first send to their last completion), through the reference ")
+            + "scheduler; ITL pools every gap between the messages a client receives (one a token; one a window "
+            "under multi-step scheduling), TPOT is each request's mean gap (GenAI-Perf's inter-token latency)"]
+    if bench.window_s is not None and sim.get("stable", (1.0, 0.0))[0] < 1.0:
+        out.append("warning: some simulated runs had no stable windows within the trials; GenAI-Perf would report "
+                   "that it failed to obtain a stable measurement: raise --measurement-interval")
     return out
 
 
@@ -402,7 +503,9 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
                  "--input-len 1000 --output-len 200 --request-rate 8 --num-prompts 1000",
                  "sweep predict-benchmark --model llama-3.1-8b --gpu h100-sxm --input-len 1000 --output-len 200 "
                  "--request-rate inf --max-concurrency 32 --num-prompts 500",
-                 "sweep predict-benchmark runs/chat --point 13 --request-rate 4 --num-prompts 1000"])
+                 "sweep predict-benchmark runs/chat --point 13 --request-rate 4 --num-prompts 1000",
+                 "sweep predict-benchmark --model llama-3.1-8b --gpu a100-80gb --input-len 200 --output-len 50 "
+                 "--request-rate inf --max-concurrency 5 --measurement-interval 10000   # as GenAI-Perf measures"])
     p.add_argument("run_dir", nargs="?", type=Path, default=None,
                    help="a finished continuous-serving run folder (with --point), instead of the configuration flags")
     p.add_argument("--point", type=int, default=None, metavar="ID", help="the run's point_id to benchmark")
@@ -443,12 +546,21 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
                    help="Poisson request rate, req/s; inf sends every prompt at once")
     b.add_argument("--max-concurrency", type=int_at_least_one, default=None, metavar="N",
                    help="at most N requests in flight (a closed loop with --request-rate inf)")
-    b.add_argument("--num-prompts", type=int_at_least_one, default=1000, metavar="N",
-                   help="requests sent (default 1000)")
+    b.add_argument("--num-prompts", type=int_at_least_one, default=None, metavar="N",
+                   help="requests sent (default 1000; not with --measurement-interval)")
     b.add_argument("--percentile", type=_quantile, default=0.99, metavar="Q",
                    help="the tail percentile printed beside the mean and median (default 0.99)")
     b.add_argument("--think-ms", type=_non_negative, default=0.0, metavar="MS",
                    help="mean exponential think time between a client's requests (with --max-concurrency; default 0)")
+    g2 = p.add_argument_group("GenAI-Perf's measurement (perf_analyzer's time windows; docs/deploy.md)")
+    g2.add_argument("--measurement-interval", type=finite_number(0.0, strict=True), default=None, metavar="MS",
+                    help="measure as GenAI-Perf does: windows of 1.2 x MS from the load's start, each holding the "
+                         "requests that end in it, until three agree (--max-concurrency is its --concurrency)")
+    g2.add_argument("--stability-percentage", type=finite_number(0.0, strict=True), default=STABILITY_PERCENTAGE,
+                    metavar="P", help=f"how far the last three windows may differ (default {STABILITY_PERCENTAGE:g}, "
+                                      "GenAI-Perf's)")
+    g2.add_argument("--max-trials", type=int, default=MAX_TRIALS, metavar="N",
+                    help=f"windows before giving up (default {MAX_TRIALS}, perf_analyzer's)")
     b.add_argument("--replications", type=int, default=REPLICATIONS, metavar="N",
                    help=f"simulated runs (>= 2 for a half-width; default {REPLICATIONS})")
     b.add_argument("--seed", type=int, default=0, help="random seed of the simulated runs (default 0)")
@@ -462,6 +574,19 @@ def _check(args: argparse.Namespace) -> None:
     if args.replications < 2:
         raise PredictBenchmarkError(src, "--replications", args.replications,
                                     "must be >= 2 (the half-width needs two runs), e.g. 5")
+    if args.measurement_interval is not None:
+        if args.num_prompts is not None:
+            raise PredictBenchmarkError(src, "--num-prompts", args.num_prompts,
+                                        "not with --measurement-interval: GenAI-Perf's windows decide which requests "
+                                        "are measured; give one or the other")
+        if args.max_concurrency is None and not math.isfinite(args.request_rate):
+            raise PredictBenchmarkError(src, "--request-rate", args.request_rate,
+                                        "a windowed run needs a load: --max-concurrency N (GenAI-Perf's --concurrency) "
+                                        "or a finite --request-rate")
+        if args.max_trials < STABILITY_WINDOWS:
+            raise PredictBenchmarkError(src, "--max-trials", args.max_trials,
+                                        f"must be >= {STABILITY_WINDOWS} (stability is judged over the last "
+                                        f"{STABILITY_WINDOWS} windows)")
     if args.think_ms > 0 and args.max_concurrency is None:
         raise PredictBenchmarkError(src, "--think-ms", args.think_ms,
                                     "needs --max-concurrency (clients think between their own requests)")
@@ -495,8 +620,10 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
     _check(args)
     catalog = load_catalog(args.catalog) if args.catalog else None
     enable_compile_cache(compile_cache_dir())
-    bench = Benchmark(args.num_prompts, args.request_rate, args.max_concurrency, args.think_ms * 1e-3,
-                      args.percentile)
+    windowed = args.measurement_interval is not None
+    bench = Benchmark(args.num_prompts or 1000, args.request_rate, args.max_concurrency, args.think_ms * 1e-3,
+                      args.percentile, window_s=args.measurement_interval * 1e-3 * WINDOW_STRETCH if windowed else None,
+                      stability_percentage=args.stability_percentage, max_trials=args.max_trials)
     if args.run_dir is not None:
         cfg = config_from_run(args.run_dir, args.point, catalog)
     else:
@@ -507,7 +634,7 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
             from sweep.models.continuous.closed import closed_loop
 
             light = config_from_flags(args, catalog if catalog is not None else load_catalog(), 1e-3)
-            x = closed_loop(args.max_concurrency or args.num_prompts, bench.think_s, quantiles=(0.5,),
+            x = closed_loop(args.max_concurrency or bench.num_prompts, bench.think_s, quantiles=(0.5,),
                             **light.kwargs())["throughput_rps"]
             rate = min(rate, x)
         cfg = config_from_flags(args, catalog if catalog is not None else load_catalog(), rate)
@@ -520,8 +647,12 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
         raise PredictBenchmarkError("sweep predict-benchmark", "--input-len", cfg.prompt_mean,
                                     f"a request of {cfg.prompt_mean:g} + {cfg.output_mean:g} tokens does not fit the "
                                     f"KV cache ({cfg.kv_capacity_tokens:,.0f} tokens)")
-    sim = simulate(cfg, bench, args.replications, args.seed)
     model, basis = analytic(cfg, bench)
+    if bench.window_s is not None:  # the first guess at the prompts the windows need: three at the throughput
+        x = model.get("request_rps", 0.0)
+        bench = replace(bench, num_prompts=max(64, (args.max_concurrency or 0) + math.ceil(
+            1.25 * x * STABILITY_WINDOWS * bench.window_s if math.isfinite(x) else 0)))
+    sim = simulate(cfg, bench, args.replications, args.seed)
     for line in render(cfg, bench, sim, model, basis, args.replications):
         print(line)
     return 0
