@@ -310,3 +310,33 @@ def test_a_windowed_run_from_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert _num(_figure(text, "Stable (share of runs)")[0]) == 1.0
     sim, model = _figure(text, "Benchmark duration (s)")
     assert 0.0 < _num(sim) <= 3 * 2.4 and _num(model) == pytest.approx(7.2)
+
+
+def _genai_perf_export(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(window boundaries s, sent s, last response s) of a stored GenAI-Perf export extract."""
+    text = path.read_text()
+    bounds = next(line for line in text.splitlines() if line.startswith("# ms from the first:"))
+    data = np.loadtxt(path, delimiter=",", comments="#", skiprows=1 + sum(x.startswith("#") for x in text.splitlines()))
+    return np.array([float(x) for x in bounds.split(":")[1].split(",")]) / 1e3, data[:, 0] / 1e3, data[:, 1] / 1e3
+
+
+@pytest.mark.parametrize(("clients", "measured"), [(1, 53), (5, 235)])
+def test_windows_match_a_real_genai_perf_export(clients: int, measured: int) -> None:
+    """A real GenAI-Perf run (tests/data/genai_perf_windows_c*.csv: the per-request export of a
+    NIM at --measurement-interval 10000 and GenAI-Perf's --stability-percentage 999, from the
+    DLI course; the file says where) against `measured_windows`: its windows are 1.2 x the
+    interval apart (12.000-12.002 s), the load starts at its first boundary, it stopped after
+    three windows, and every request it exported ends inside them, as the rule has it. With one
+    client each request is sent as the last ends, so the three windows hold floor(36 s / the
+    cycle) requests: 53."""
+    from sweep.cli.predict import STABILITY_WINDOWS, WINDOW_STRETCH, measured_windows
+
+    bounds, sent, last = _genai_perf_export(Path(__file__).parent / "data" / f"genai_perf_windows_c{clients}.csv")
+    window = WINDOW_STRETCH * 10.0
+    assert len(bounds) == STABILITY_WINDOWS + 1 and np.allclose(np.diff(bounds), window, atol=5e-3)
+    assert len(sent) == measured and 0.0 <= sent.min() < 0.01
+    keep, k, stable = measured_windows(sent, last, window)
+    assert keep.all() and (k, stable) == (STABILITY_WINDOWS, True)
+    if clients == 1:
+        cycle = (sent[-1] - sent[0]) / (len(sent) - 1)
+        assert math.floor(STABILITY_WINDOWS * window / cycle) == measured
