@@ -4,6 +4,7 @@ SPEC 10's accuracy targets of the simulator on a small fixed sweep."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
@@ -231,3 +232,22 @@ def test_a_line_without_a_fixed_cost_gets_the_models_floor():
                   max_batched_tokens=8192.0, kv_capacity_tokens=1e6, block_tokens=16.0, t_token=5e-5, t_ctx=1e-8)
     ttft = [closed_loop(n, 0.0, t_fixed=0.0, **engine)["ttft_mean"] for n in (10, 100, 250)]
     assert ttft == sorted(ttft) and ttft[-1] < 0.05
+
+
+def test_a_prompt_split_over_many_small_steps_keeps_its_ttft_finite_and_smooth() -> None:
+    """Qwen3 30B-A3B on eight A100s with a token budget of 13 (cap 11): a 176-token prompt
+    takes 14 steps or more. The fixed point starts from the light-load state, whose occupancy
+    put the engine's busy share below its token work (rho_tok / u > 1): the mean step
+    t_fixed / (1 - rho_tok / u) had no solution, the companions of the step in progress were
+    millions of tokens, and the damped iterations had not come back after 8 steps. The mean
+    TTFT jumped from 0.11 s at 1 req/s to 31.5 s at 2 and 61 s at 2.83 (load 0.29), against a
+    simulated 128.3 +- 2.3 ms (`benchmarks/cb_accuracy.py --scheduler-policy prefill_first
+    --scheduler-steps 2 4 8 16 --points 120 --seed 261`, point 26, prefill_first with windows
+    of 2 steps, 16 replications). The engine is busy at least as long as a step a request and
+    its tokens take, which bounds the mean step; the TTFT now rises smoothly with the rate."""
+    engine = (176.1, 0.377, 2.6, 1.767, 11.0, 13.0, math.inf, 16.0, 0.0017677697287214965, 0.00044888449545184733,
+              8.427469683089967e-09, 0.205, 0.5)
+    ttft = [float(cb_point(lam, *engine)["ttft_mean"]) for lam in (0.5, 1.0, 2.0, 2.832)]
+    assert all(b / a < 1.5 for a, b in itertools.pairwise(ttft)) and ttft == sorted(ttft), ttft
+    pf = cb_point(2.832141541675902, *engine, prefill_first=True, steps=2)
+    assert abs(float(pf["ttft_mean"]) / 0.1283 - 1.0) < 0.3

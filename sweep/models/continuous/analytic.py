@@ -736,7 +736,11 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
             p_wait = rho_c ** (jnp.sqrt(2.0 * (c + 1.0)) - 1.0)
             p0 = jnp.exp(-a_load)
             er2 = jnp.minimum(a_load * (a_load + 1.0), c * a_load)
-        u = jnp.clip(1.0 - p0, 1e-12, 1.0)
+        # the engine is busy at least as long as a step a request and every token take
+        # (rho_tok + lam t_fixed): a state whose occupancy says less (the light-load start of
+        # the fixed point, where a long prompt is split over many small steps) would leave the
+        # mean step t_bar = t_fixed / (1 - rho_tok / u) without a solution
+        u = jnp.clip(jnp.maximum(1.0 - p0, jnp.minimum(rho_tok + lam * tf, 1.0)), 1e-12, 1.0)
         r_seen = jnp.clip(er2 / a_load, 1.0, c)
         slack = jnp.maximum(1.0 - rho_tok / u, 1e-9)
         t_bar = tf / slack
