@@ -265,41 +265,58 @@ def _reference_run(cfg: BenchConfig, bench: Benchmark, n: int, settings: Any, se
                             f"after {_NOISE_REDRAWS} draws")
 
 
+def _client_view(res: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(send, first message, last message) times of each request of a reference run, as the
+    client sees them (inf where a request got no message)."""
+    first = np.array([d[0] if d else math.inf for d in res.delivered_s])
+    last = np.array([d[-1] if d else math.inf for d in res.delivered_s])
+    return np.asarray(res.arrival_s, np.float64), first, last
+
+
+def _windowed_run(cfg: BenchConfig, bench: Benchmark, settings: Any, seed: int, r: int) -> tuple[Any, dict[str, float]]:
+    """Replication ``r`` measured in GenAI-Perf's windows (`measured_windows`): prompts from
+    ``bench.num_prompts``, twice as many again until the run is still sending when its
+    windows end; (the reference run, the figures of the requests measured with ``windows``
+    and ``stable``)."""
+    from sweep.models.continuous.benchrun import run_figures
+    from sweep.models.continuous.sim import CBSimulationError
+
+    assert bench.window_s is not None
+    n = bench.num_prompts
+    for _ in range(_WINDOW_DOUBLINGS):
+        res, p, o = _reference_run(cfg, bench, n, settings, seed, r)
+        sent, first, last = _client_view(res)
+        keep, windows, stable = measured_windows(sent, last, bench.window_s, bench.stability_percentage,
+                                                 bench.max_trials)
+        if float(np.max(sent)) >= windows * bench.window_s:  # still sending when the windows ended
+            idx = np.flatnonzero(keep)
+            figures = run_figures(sent[idx], p[idx], o[idx], first[idx], last[idx], quantiles=bench.quantiles,
+                                  token_s=[res.delivered_s[j] for j in idx])
+            return res, {**figures, "windows": float(windows), "stable": float(stable)}
+        n *= 2
+    raise CBSimulationError(f"predict-benchmark: the load stopped before its measurement windows ended "
+                            f"with {n:,} prompts")
+
+
 def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATIONS,
              seed: int = 0) -> dict[str, tuple[float, float]]:
     """Replications of the finite run (reference scheduler; see the module docstring):
     {figure: (mean, 95% half-width)} as `benchrun.replicate` gives them. A windowed run
-    (``bench.window_s``) keeps the requests `measured_windows` measures, sending more prompts
-    (twice as many, again) until the run is still sending when its windows end, and adds the
-    figures ``windows`` (windows run) and ``stable`` (1 where the last windows were stable)."""
+    (``bench.window_s``) keeps the requests `measured_windows` measures (`_windowed_run`) and
+    adds the figures ``windows`` (windows run) and ``stable`` (1 where the last windows were
+    stable)."""
     from sweep.models.continuous.benchrun import replicate, run_figures
-    from sweep.models.continuous.sim import CBSimSettings, CBSimulationError
+    from sweep.models.continuous.sim import CBSimSettings
 
     settings = CBSimSettings(seed=seed)
     runs = []
     for r in range(replications):
-        n = bench.num_prompts
-        for _ in range(_WINDOW_DOUBLINGS):
-            res, p, o = _reference_run(cfg, bench, n, settings, seed, r)
-            # the client's view: its first and last message, and the gaps between messages
-            first = np.array([d[0] if d else math.inf for d in res.delivered_s])
-            last = np.array([d[-1] if d else math.inf for d in res.delivered_s])
-            sent = np.asarray(res.arrival_s, np.float64)
-            if bench.window_s is None:
-                figures = run_figures(sent, p, o, first, last, quantiles=bench.quantiles, token_s=res.delivered_s)
-                break
-            keep, windows, stable = measured_windows(sent, last, bench.window_s, bench.stability_percentage,
-                                                     bench.max_trials)
-            if float(np.max(sent)) >= windows * bench.window_s:  # still sending when the windows ended
-                idx = np.flatnonzero(keep)
-                figures = run_figures(sent[idx], p[idx], o[idx], first[idx], last[idx], quantiles=bench.quantiles,
-                                      token_s=[res.delivered_s[j] for j in idx])
-                figures.update(windows=float(windows), stable=float(stable))
-                break
-            n *= 2
+        if bench.window_s is None:
+            res, p, o = _reference_run(cfg, bench, bench.num_prompts, settings, seed, r)
+            sent, first, last = _client_view(res)
+            figures = run_figures(sent, p, o, first, last, quantiles=bench.quantiles, token_s=res.delivered_s)
         else:
-            raise CBSimulationError(f"predict-benchmark: the load stopped before its measurement windows ended "
-                                    f"with {n:,} prompts")
+            res, figures = _windowed_run(cfg, bench, settings, seed, r)
         runs.append({**figures, **engine_figures(res, cfg.kv_capacity_tokens)})
     return replicate(runs)
 
