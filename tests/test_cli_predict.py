@@ -35,6 +35,9 @@ FLAGS = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-num-seqs", "16",
     ([*FLAGS, "--request-rate", "4", "--measurement-interval", "10000", "--max-trials", "2"], "--max-trials"),
     ([*FLAGS, "--request-rate", "4", "--measurement-interval", "10000", "--stability-percentage", "-5"],
      "--stability-percentage"),
+    ([*FLAGS, "--request-rate", "4", "--t-seq-us", "-1"], "--t-seq-us"),
+    ([*FLAGS, "--request-rate", "4", "--t-seq-us", "20000"], "--t-seq-us"),
+    (["runs/x", "--point", "0", "--request-rate", "4", "--t-seq-us", "40"], "not both"),
 ])
 def test_bad_input_is_one_line_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict-benchmark", *argv]) == 2
@@ -174,6 +177,29 @@ def test_engine_variants_reach_the_simulated_run() -> None:
     pf_k, basis = analytic(_small(scheduler_policy="prefill_first", scheduler_steps=4), bench)
     pf_1, _ = analytic(_small(scheduler_policy="prefill_first"), bench)
     assert "windows of 4 steps" in basis and pf_1["ttft_mean"] < pf_k["ttft_mean"] < chunked_k["ttft_mean"]
+
+
+def test_the_engines_per_sequence_cost_reaches_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--t-seq-us` is the grid's `t_seq_us`: the step line drawn at the closed loop's 16
+    clients (the cap) gains 16 x 50 us in its fixed part and nothing else (closed form), and
+    the analytic mean TPOT of the closed loop rises by about that."""
+    import argparse
+
+    from sweep.catalog import load_catalog
+    from sweep.cli.predict import config_from_flags
+
+    keys = ("model", "gpu", "tp", "max_num_seqs", "max_num_batched_tokens", "input_len", "output_len", "input_cv",
+            "output_cv", "weights", "kv_dtype", "t_seq_us")
+    vals = ("llama-3.1-8b", "h100-sxm", 1, 16, 2048, 500.0, 40.0, 0.0, 0.0, "bf16", "bf16")
+    cat = load_catalog()
+    rate = 1e4  # far above the capacity: the line at the cap's 16 sequences
+    none = config_from_flags(argparse.Namespace(**dict(zip(keys, (*vals, None)))), cat, rate)
+    some = config_from_flags(argparse.Namespace(**dict(zip(keys, (*vals, 50.0)))), cat, rate)
+    assert some.t_fixed - none.t_fixed == pytest.approx(16 * 50e-6, rel=1e-9)
+    assert some.t_token == pytest.approx(none.t_token, rel=1e-12) and some.t_ctx == none.t_ctx
+    bench = Benchmark(200, math.inf, 16)
+    a, b = analytic(none, bench)[0], analytic(some, bench)[0]
+    assert 0.8 * 16 * 50e-6 < b["tpot_mean"] - a["tpot_mean"] < 1.2 * 16 * 50e-6
 
 
 def test_on_demand_kv_runs_more_sequences_and_preempts() -> None:

@@ -73,7 +73,7 @@ def valid(p: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("key,model", MODELS, ids=[f"{s}/{n}" for (s, n), _ in MODELS])
 def test_no_nan_over_the_continuous_domain(key, model, static):
     columns = tuple(c.name for c in model.columns if c.when != "simulation" and c.name != "point_id"
-                    and not (static == "given" and c.name in ("eta_bw", "eta_flops")))
+                    and not (static == "given" and c.when == "roofline"))
 
     @settings(max_examples=20, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -334,6 +334,9 @@ BAD = [
     ("[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.1\nt_ctx_ms = 0.0\neta_bw = 0.7\n[options]", "grid.eta_bw",
      "roofline input given"),
     ("[options]", "t_fixed_ms = 0.0\nt_token_ms = 0.0\nt_ctx_ms = 0.0\n[options]", "grid.t_token_ms", "both 0"),
+    ("[options]", "t_fixed_ms = 8.0\nt_token_ms = 0.1\nt_ctx_ms = 0.0\nt_seq_us = 40\n[options]", "grid.t_seq_us",
+     "roofline input given"),
+    ("tpot_slo_ms = 40", "tpot_slo_ms = 40\nt_seq_us = -1", "grid.t_seq_us", "must lie in [0, 10000] us"),
     ("max_batched_tokens = [2048, inf]", "max_batched_tokens = [64, inf]", "grid.max_batched_tokens",
      "must be >= grid.batch_size 128"),
     ("prompt_cv = 1.0", "prompt_cv = -1.0", "grid.prompt_cv", "must lie in [0, 10]"),
@@ -357,6 +360,44 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, old, new
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "g.toml" in lines[0] and key in lines[0]
     assert not out.exists()
+
+
+def test_the_per_sequence_cost_enters_the_line_at_the_running_count(tmp_path, run):
+    """`t_seq_us` (docs/roofline.md, "Per-sequence cost"): a closed loop of n clients below the
+    cap runs n sequences, so the line drawn there gains exactly n t_seq in t_fixed and
+    nothing in t_token or t_ctx (closed form); its TPOT rises by about that (a decode step of
+    n sequences is most of what a token waits for); the grid's value is echoed, 0 by default."""
+    text = """
+name = "seq"
+[grid]
+model = "llama-3.1-8b"
+gpu = "h100-sxm"
+clients = [1, 100]
+prompt_tokens = 200
+output_tokens = 1000
+batch_size = 256
+max_batched_tokens = 8192
+tpot_slo_ms = 40
+t_seq_us = [0, 45]
+[options]
+serving = "continuous"
+workload = "closed"
+kv_allocation = "paged"
+block_tokens = 16
+[output]
+points = "all"
+"""
+    run_grid(load(tmp_path, text), tmp_path / "o")
+    pts = ds.dataset(tmp_path / "o" / "points", partitioning="hive").to_table().to_pandas()
+    by = {(int(r.clients), float(r.t_seq_us)): r for r in pts.itertuples()}
+    for n in (1, 100):
+        a, b = by[(n, 0.0)], by[(n, 45.0)]
+        assert b.t_step_fixed_ms - a.t_step_fixed_ms == pytest.approx(n * 45e-3, rel=1e-9)
+        assert b.t_token_ms == pytest.approx(a.t_token_ms, rel=1e-12)
+        assert b.t_ctx_ms == pytest.approx(a.t_ctx_ms, rel=1e-12)
+    rise = by[(100, 45.0)].tpot_mean_ms - by[(100, 0.0)].tpot_mean_ms
+    assert 0.9 * 100 * 45e-3 < rise < 1.1 * 100 * 45e-3
+    assert "t_seq_us" not in GRID and (run[0].t_seq_us == 0.0).all()
 
 
 def test_prefill_first_grids_simulate_the_policy(tmp_path):

@@ -209,6 +209,29 @@ def test_a_step_pays_the_overhead_of_what_it_carries(cat):
     assert overhead(rl.batch_work(4.0, 64.0, 500.0, kv, width, layers)) == 5e-3
 
 
+def test_a_step_pays_the_per_sequence_cost_of_every_sequence_it_carries(cat):
+    """`t_seq` is charged once per sequence a step carries: each decoding sequence and each
+    prompt (closed form B t_seq over the step without it); an average step's fractional
+    prompt share pays its fraction; the dynamic batcher's pass pays its requests."""
+    m, g = cat.model("llama-3.1-8b"), cat.gpu("h100-sxm")
+    p0 = step_params(m, g, 1, 2.0, t_overhead=5e-3, t_decode_overhead=1e-3)
+    p = p0._replace(t_seq=40e-6)
+    kv, width, layers = m.kv_bytes_per_token(2.0), float(m.n_heads * m.head_dim), float(m.n_layers)
+    dec = rl.decode_work(8.0, 500.0, kv, width, layers)
+    pre = rl.prefill_work(2.0, 300.0, kv, width, layers)
+
+    def extra(w):
+        return float(rl.step_time(w, p)[0]) - float(rl.step_time(w, p0)[0])
+
+    assert extra(dec) == pytest.approx(8 * 40e-6, rel=1e-9)
+    assert extra(pre) == pytest.approx(2 * 40e-6, rel=1e-9)
+    assert extra(rl.add_work(dec, pre)) == pytest.approx(10 * 40e-6, rel=1e-9)
+    assert extra(rl.add_work(dec, rl.scale_work(pre, 0.25))) == pytest.approx(8.5 * 40e-6, rel=1e-9)
+    assert extra(rl.batch_work(4.0, 64.0, 500.0, kv, width, layers)) == pytest.approx(4 * 40e-6, rel=1e-9)
+    # none by default: a replica's parameters without the grid key
+    assert p0.t_seq == 0.0
+
+
 def test_jits_and_vmaps_in_float64(cat):
     m, g = cat.model("mixtral-8x7b"), cat.gpu("h100-sxm")
     p = step_params(m, g, 2, 2.0)

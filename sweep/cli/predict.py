@@ -143,6 +143,16 @@ def config_from_run(run_dir: Path, point: int, catalog: Any) -> BenchConfig:
     return config_from_row(_row(RunFolder.open(run_dir, {}), spec, point), _block(spec), str(run_dir))
 
 
+def _seq_us(text: str) -> float:
+    """An argparse type: the grid's `t_seq_us` domain, [0, 10000] microseconds."""
+    from sweep.models.continuous.model import DOMAINS
+
+    v = finite_number(0.0, strict=False)(text)
+    if v > DOMAINS["t_seq_us"].hi:
+        raise argparse.ArgumentTypeError(f"must lie in [0, {DOMAINS['t_seq_us'].hi:g}] us")
+    return v
+
+
 def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -> BenchConfig:
     """A one-point continuous grid from the flags (vLLM's defaults where a flag is absent),
     evaluated at `rate_rps` (the step coefficients of a roofline are linearised at the load)."""
@@ -159,7 +169,7 @@ def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -
         "replicas": [1], "prompt_tokens": args.input_len, "output_tokens": args.output_len,
         "prompt_cv": args.input_cv, "output_cv": args.output_cv, "batch_size": [args.max_num_seqs],
         "max_batched_tokens": [args.max_num_batched_tokens], "weight_bytes_per_param": args.weights.lower(),
-        "kv_bytes_per_elem": args.kv_dtype.lower(),
+        "kv_bytes_per_elem": args.kv_dtype.lower(), "t_seq_us": args.t_seq_us or 0.0,
         # a continuous grid needs an SLO; a benchmark asks none, so one that nothing misses (an hour)
         "ttft_slo_ms": 3.6e6,
     }
@@ -555,6 +565,9 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
                    help="on_demand: KV blocks allocated as tokens are written, the newest sequence preempted and "
                         "recomputed when they run out (vLLM, SGLang); reserve: prompt + output reserved at "
                         "admission (TensorRT-LLM GUARANTEED_NO_EVICT, TGI)")
+    e.add_argument("--t-seq-us", type=_seq_us, default=None, metavar="US",
+                   help="the engine's host time per sequence a step carries, microseconds (the grid's t_seq_us; "
+                        "default 0; docs/roofline.md, \"Per-sequence cost\")")
     e.add_argument("--kv-cache-tokens", type=int_at_least_one, default=None, metavar="N",
                    help="the engine's KV cache in tokens, in place of what the GPUs hold beside the weights "
                         "(what vLLM logs as 'GPU KV cache size'; size it down to see preemptions)")
@@ -609,7 +622,7 @@ def _check(args: argparse.Namespace) -> None:
                                     "needs --max-concurrency (clients think between their own requests)")
     if args.run_dir is not None:
         flags = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--input-len", args.input_len),
-                                ("--output-len", args.output_len)) if v is not None]
+                                ("--output-len", args.output_len), ("--t-seq-us", args.t_seq_us)) if v is not None]
         if flags:
             raise PredictBenchmarkError(src, flags[0], getattr(args, flags[0][2:].replace("-", "_")),
                                         "give either RUN_DIR --point ID or the configuration flags, not both")

@@ -92,7 +92,7 @@ def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float], block_to
     from sweep.models.shared import roofline as rl
 
     x = {**figures, "gpus_per_replica": _f(row, "gpus_per_replica", 1.0),
-         "weight_bytes_per_param": _f(row, "weight_bytes_per_param", 2.0)}
+         "weight_bytes_per_param": _f(row, "weight_bytes_per_param", 2.0), "t_seq_us": _f(row, "t_seq_us", 0.0)}
     p = rl.replica_params(x, _f(row, "eta_bw"), _f(row, "eta_flops"))
     p1, o1, budget = _f(row, "prompt_tokens"), _f(row, "output_tokens"), _f(row, "max_batched_tokens")
     kv_tok = figures["kv_elems_per_token"] * _f(row, "kv_bytes_per_elem", 2.0)

@@ -97,6 +97,8 @@ DOMAINS: dict[str, Domain] = {
     "batch_size": Domain(1, 1e5, "sequences"),
     # tokens per step (max_num_batched_tokens): up to 1e8, or inf (whole prompts in one step)
     "max_batched_tokens": Domain(1, 1e8, "tokens", inf=True),
+    # the engine's host time per running sequence a step: up to 10 ms
+    "t_seq_us": Domain(0, 1e4, "us"),
     # workload = "closed": clients over the fleet (inf: an open loop), and their mean think time
     "clients": Domain(1, 1e7, "clients", inf=True),
     "think_time_s": Domain(0, 1e6, "s"),
@@ -122,6 +124,8 @@ PARAMS: tuple[Param, ...] = (
     # default: the GPU entry's calibrated value (sweep calibrate), else SPEC 13's 0.7 / 0.6
     Param("eta_bw", "float", None, DOMAINS["eta_bw"], example="eta_bw = 0.7"),
     Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
+    # the engine's per-sequence cost a step; 0: none (docs/roofline.md, "Per-sequence cost")
+    Param("t_seq_us", "float", 0.0, DOMAINS["t_seq_us"], example="t_seq_us = 45"),
     Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"],
           example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp8"'),
@@ -143,7 +147,7 @@ PARAMS: tuple[Param, ...] = (
 )
 REQUIRED: tuple[str, ...] = ("arrival_rps", "prompt_tokens", "output_tokens", "batch_size", "model", "gpu")
 STEP_KEYS: tuple[str, ...] = ("t_fixed_ms", "t_token_ms", "t_ctx_ms")
-ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops")
+ROOFLINE_KEYS: tuple[str, ...] = ("eta_bw", "eta_flops", "t_seq_us")
 
 _R, _S = WHEN_ROOFLINE, WHEN_SIMULATION
 
@@ -194,6 +198,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("service_source", "dict", "-", "Where the step-time coefficients came from: given | fitted | roofline."),
     shared.ETA_BW,
     shared.ETA_FLOPS,
+    Column("t_seq_us", "float64", "us",
+           "The engine's host time per sequence a step carries (the grid's t_seq_us, 0 by default), in "
+           "t_step_fixed_ms at the point's running count.", _R),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
     shared.KV_BYTES_PER_ELEM,
     Column("ttft_slo_ms", "float64", "ms",
@@ -313,8 +320,8 @@ ROW_CONSTANT: tuple[str, ...] = (
     "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "clients", "think_time_s",
     "lambda_per_replica_rps", "prompt_tokens", "prompt_cv", "output_tokens", "output_cv", "t_step_fixed_ms",
     "t_token_ms", "t_ctx_ms", "service_source",
-    "eta_bw", "eta_flops", "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms",
-    "percentile", "rho_max", "rho_min", "queue_capacity", "service_cv", "kv_capacity_tokens", "weights_gb",
+    "eta_bw", "eta_flops", "t_seq_us", "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms",
+    "slo_ms", "percentile", "rho_max", "rho_min", "queue_capacity", "service_cv", "kv_capacity_tokens", "weights_gb",
     "free_gb", "weights_fit", "cost_usd_per_hour",
 )
 
@@ -432,7 +439,7 @@ class ContinuousModel(ServingModel):
     #: The contract's grids (`ServingModel.contract_variants`): given step times and contiguous
     #: KV; the roofline with paged KV and a reserve.
     contract_variants: ClassVar[tuple[Mapping[str, Any], ...]] = (
-        {"grid": {"eta_bw": None, "eta_flops": None}},
+        {"grid": {"eta_bw": None, "eta_flops": None, "t_seq_us": None}},
         {"options": {"kv_allocation": "paged", "block_tokens": 16, "reserve_fraction": 0.1},
          "grid": {"t_fixed_ms": None, "t_token_ms": None, "t_ctx_ms": None}},
     )
@@ -512,7 +519,7 @@ class ContinuousModel(ServingModel):
             tf, tt, tc = rl.operating_line(rl.replica_params(x, eta_bw, eta_flops), line_lam, x["prompt_tokens"],
                                            x["output_tokens"], x["max_batched_tokens"], x["batch_size"], kv_tokens,
                                            block, kv_per_token, x["attn_width"], x["n_layers"], clients)
-            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops}
+            roof = {"eta_bw": eta_bw, "eta_flops": eta_flops, "t_seq_us": x["t_seq_us"]}
         else:
             tf, tt, tc = x["t_fixed_ms"] * 1e-3, x["t_token_ms"] * 1e-3, x["t_ctx_ms"] * 1e-3
         args = (lam, x["prompt_tokens"], x["prompt_cv"], x["output_tokens"], x["output_cv"], x["batch_size"],

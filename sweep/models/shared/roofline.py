@@ -1,6 +1,7 @@
 """The SPEC 13 roofline: one forward step of an LLM server, in pure JAX, for ONE point.
 
     T_step    = max(T_mem, T_compute) + T_comm + t_overhead   (t_decode_overhead: decode tokens only)
+                + t_seq * sequences in the step                 (0 unless the grid sets t_seq_us)
     T_mem     = (dense weight bytes + expert bytes * E[touched] / n_experts + KV bytes)
                 / (g * hbm_bw * eta_bw)
     T_compute = (2 * active_params * n_tok + attention FLOPs) / (g * flops * eta_flops)
@@ -80,8 +81,9 @@ class StepParams(NamedTuple):
     (bytes/s per GPU), `flops` (dense FLOP/s per GPU in the GEMM dtype), `link_bw`
     (bytes/s per GPU, one direction), `alpha` (seconds per all-reduce). Engine: `eta_bw`,
     `eta_flops`, `act_bytes`, `collectives_per_layer`, `t_overhead` (seconds per step that
-    carries prompt tokens) and `t_decode_overhead` (seconds per step of decode tokens only;
-    None: `t_overhead`, one overhead for every step).
+    carries prompt tokens), `t_decode_overhead` (seconds per step of decode tokens only;
+    None: `t_overhead`, one overhead for every step) and `t_seq` (seconds per sequence a step
+    carries: the engine's host work per running sequence, 0 unless the grid sets `t_seq_us`).
     """
 
     weights_dense_bytes: Real
@@ -102,6 +104,7 @@ class StepParams(NamedTuple):
     collectives_per_layer: Real = COLLECTIVES_PER_LAYER
     t_overhead: Real = T_OVERHEAD_S
     t_decode_overhead: Real = None
+    t_seq: Real = 0.0
 
 
 class Work(NamedTuple):
@@ -110,12 +113,14 @@ class Work(NamedTuple):
     `prompt`: 1 when it carries prompt tokens, 0 when only decode tokens, or the share of
     steps that carry prompt tokens for an average step. It picks the step's overhead:
     engines replay decode-only steps as a captured CUDA graph and launch a prompt-carrying
-    step's kernels one by one (docs/roofline.md)."""
+    step's kernels one by one (docs/roofline.md). `seqs`: the sequences the step carries
+    (each decoding sequence and each prompt), which `StepParams.t_seq` charges."""
 
     n_tok: Real
     kv_bytes: Real
     attn_flops: Real
     prompt: Real = 0.0
+    seqs: Real = 0.0
 
 
 class StepParts(NamedTuple):
@@ -155,6 +160,7 @@ def step_time(work: Work, p: StepParams):
     t_comm = jnp.where(g > 1, p.collectives_per_layer * p.n_layers * (p.alpha + ring), 0.0)
     t_dec = p.t_overhead if p.t_decode_overhead is None else p.t_decode_overhead
     t_over = t_dec + jnp.clip(work.prompt, 0.0, 1.0) * (p.t_overhead - t_dec)
+    t_over = t_over + work.seqs * p.t_seq
     t = jnp.maximum(t_mem, t_compute) + t_comm + t_over
     return t, StepParts(t_mem, t_compute, t_comm, t_over, touched)
 
@@ -172,7 +178,7 @@ def decode_work(batch, context_tokens, kv_bytes_per_token, attn_width, n_layers)
     """
     kv = batch * (context_tokens + 1.0) * kv_bytes_per_token
     attn = 4.0 * n_layers * attn_width * batch * context_tokens
-    return Work(batch, kv, attn, 0.0)
+    return Work(batch, kv, attn, 0.0, batch)
 
 
 def prefill_work(batch, prompt_tokens, kv_bytes_per_token, attn_width, n_layers) -> Work:
@@ -186,20 +192,20 @@ def prefill_work(batch, prompt_tokens, kv_bytes_per_token, attn_width, n_layers)
     n = batch * prompt_tokens
     kv = n * kv_bytes_per_token
     attn = 2.0 * n_layers * attn_width * batch * prompt_tokens * prompt_tokens
-    return Work(n, kv, attn, jnp.where(n > 0, 1.0, 0.0))
+    return Work(n, kv, attn, jnp.where(n > 0, 1.0, 0.0), batch)
 
 
 def add_work(a: Work, b: Work) -> Work:
     """One step carrying both `a` and `b` (e.g. decode tokens plus a prompt chunk, SPEC 10).
     It carries prompt tokens when either does (shares combine as independent events)."""
     return Work(a.n_tok + b.n_tok, a.kv_bytes + b.kv_bytes, a.attn_flops + b.attn_flops,
-                a.prompt + b.prompt - a.prompt * b.prompt)
+                a.prompt + b.prompt - a.prompt * b.prompt, a.seqs + b.seqs)
 
 
 def scale_work(a: Work, s) -> Work:
     """`s` times the work of `a` (an expected share of a prompt per step); the share of
     steps carrying prompt tokens scales with it up to 1."""
-    return Work(a.n_tok * s, a.kv_bytes * s, a.attn_flops * s, jnp.minimum(a.prompt * s, 1.0))
+    return Work(a.n_tok * s, a.kv_bytes * s, a.attn_flops * s, jnp.minimum(a.prompt * s, 1.0), a.seqs * s)
 
 
 def crossover_batch(p: StepParams, context_tokens: Real, kv_bytes_per_token: Real) -> Array:
@@ -246,6 +252,7 @@ def replica_params(x: Any, eta_bw: Real, eta_flops: Real) -> StepParams:
         eta_flops=eta_flops,
         t_overhead=x["gpu_t_overhead"] if "gpu_t_overhead" in x else T_OVERHEAD_S,
         t_decode_overhead=x["gpu_t_decode_overhead"] if "gpu_t_decode_overhead" in x else None,
+        t_seq=x["t_seq_us"] * 1e-6 if "t_seq_us" in x else 0.0,
     )
 
 
@@ -257,7 +264,7 @@ def batch_work(batch, tokens_per_request, context_tokens, kv_bytes_per_token, at
     n = batch * tokens_per_request
     kv = batch * (context_tokens + tokens_per_request) * kv_bytes_per_token
     attn = 4.0 * n_layers * attn_width * n * context_tokens
-    return Work(n, kv, attn, jnp.where(tokens_per_request > 1.0, 1.0, 0.0))
+    return Work(n, kv, attn, jnp.where(tokens_per_request > 1.0, 1.0, 0.0), batch)
 
 
 def service_line(p: StepParams, batch, tokens_per_request, context_tokens, kv_bytes_per_token, attn_width,
