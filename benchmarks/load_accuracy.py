@@ -261,11 +261,14 @@ CALIBRATES = {"tpot": "eta_bw"}
 CAL_ITERATIONS = 6
 
 
-def calibrate(rows: list[dict[str, str]], as_run: bool = False) -> tuple[dict[tuple[str, ...], dict[str, float]],
-                                                                         set[str]]:
+def calibrate(rows: list[dict[str, str]], as_run: bool = False,
+              fixed: dict[tuple[str, ...], dict[str, float]] | None = None,
+              ) -> tuple[dict[tuple[str, ...], dict[str, float]], set[str]]:
     """Per setup, the efficiencies of `CALIBRATES` (`eta_bw`) such that the model reproduces
     the setup's lightest-load TPOT figure (its lowest rate, or concurrency); and the ids of
-    those figures (used to calibrate, so left out of the calibrated share).
+    those figures (used to calibrate, so left out of the calibrated share). `fixed`: grid keys
+    per setup held while calibrating and returned beside the efficiencies (the engine's
+    `t_seq_us`, `engine_seq_costs`).
 
     Fixed-point iteration on the ratio: a step's time is inversely proportional to the
     efficiency of the resource that bounds it, so eta <- eta x predicted / measured, from
@@ -282,15 +285,56 @@ def calibrate(rows: list[dict[str, str]], as_run: bool = False) -> tuple[dict[tu
             continue
         first = Predictor(next(iter(targets.values()))).at(1.0)
         eta = {name: float(first[name]) for name in targets}
+        held = (fixed or {}).get(key, {})
         for _ in range(CAL_ITERATIONS):
             for name, r in targets.items():
-                value, _how = predict(r, eta, as_run)
+                value, _how = predict(r, {**eta, **held}, as_run)
                 if value is None:
                     break
                 eta[name] = min(1.0, max(1e-3, eta[name] * value / float(r["measured"])))
-        out[key] = eta
+        out[key] = {**eta, **held}
         used |= {r["id"] for r in targets.values()}
     return out, used
+
+
+def _engine_key(row: dict[str, str], with_gpu: bool) -> tuple[str, ...]:
+    return (row["engine"], row["engine_version"]) + ((row["gpu"],) if with_gpu else ())
+
+
+def _running(row: dict[str, str], eta: dict[str, float] | None) -> float:
+    """The sequences a TPOT figure's steps carry: a closed loop's clients (at most the cap);
+    an open loop's mean running count at the calibrated point as run."""
+    if row["workload"] == "closed":
+        return min(float(row["concurrency"]), CAP)
+    p = Predictor(row, eta=eta, as_run=True)
+    return float(p.at(_num(row["request_rate_rps"]))["mean_running"])
+
+
+def engine_seq_costs(rows: list[dict[str, str]], tpot: dict[str, float],
+                     cal: dict[tuple[str, ...], dict[str, float]], used: set[str]) -> dict[tuple[str, ...], float]:
+    """Per setup, the engine's per-sequence cost `t_seq_us` (docs/roofline.md, "Per-sequence
+    cost") taken from the *other* setups of the same engine version on the same GPU (else on
+    any GPU; else 0): the least-squares slope through the origin of their TPOT residuals
+    (measured minus `tpot`, the calibrated prediction without it) on their running count,
+    sum(n r) / sum(n^2), at least 0. Only held-out TPOT figures enter, so a setup's
+    own figures never set its cost."""
+    points = []  # (row, n, residual seconds)
+    for row in rows:
+        if row["metric"].startswith("tpot") and row["id"] in tpot and row["id"] not in used:
+            eta = cal.get(setup_of(row))
+            points.append((row, _running(row, eta), (float(row["measured"]) - tpot[row["id"]]) * 1e-3))
+    out = {}
+    for key in {setup_of(r) for r in rows}:
+        row = next(r for r in rows if setup_of(r) == key)
+        for with_gpu in (True, False):
+            others = [(n, res) for r, n, res in points
+                      if setup_of(r) != key and _engine_key(r, with_gpu) == _engine_key(row, with_gpu)]
+            if others:
+                break
+        den = sum(n * n for n, _ in others)
+        slope = sum(n * res for n, res in others) / den if den > 0 else 0.0
+        out[key] = min(max(slope * 1e6, 0.0), 1e4)
+    return out
 
 
 def fixed_by(row: dict[str, str]) -> str:
@@ -400,6 +444,19 @@ def main(argv: list[str] | None = None) -> dict:
         mark = " *" if row["id"] in used else ""
         print(f"{row['id'][:62]:62s} {row['metric']:14s} {measured:9.2f} {_cell(value, measured)} "
               f"{_cell(value_cal, measured)} {_cell(sim, measured)} {_cell(sim_cal, measured)}  {how}{mark}")
+    # the engine's per-sequence cost from its other setups, then every figure again with it
+    pass1 = {r["id"]: r["simulated_calibrated" if not args.no_simulate else "analytic_as_run_calibrated"]
+             for r in results}
+    t_seq = engine_seq_costs(rows, {k: v for k, v in pass1.items() if v is not None}, cal, used)
+    fixed = {k: {"t_seq_us": v} for k, v in t_seq.items()}
+    cal_eng, _ = calibrate(rows, fixed=fixed)
+    cal_run_eng, _ = calibrate(rows, as_run=True, fixed=fixed)
+    for row, r in zip(rows, results):
+        key = setup_of(row)
+        r["t_seq_us"] = t_seq[key] if key in cal_eng else None
+        r["analytic_as_run_engine"] = predict(row, cal_run_eng[key], as_run=True)[0] if key in cal_run_eng else None
+        r["simulated_engine"] = (predict_simulated(row, cal_eng[key], reps)[0]
+                                 if not args.no_simulate and key in cal_eng else None)
     predicted = [r for r in results if r["predicted"] is not None]
     errs = [r["predicted"] / r["measured"] - 1.0 for r in predicted]
     held = [r for r in results if r["predicted_calibrated"] is not None and not r["calibration_figure"]]
@@ -423,7 +480,14 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{label}: within 20%: {share(e, 0.2)}, within 50%: {share(e, 0.5)}; too low: "
               f"{sum(x < -0.2 for x in e)}, too high: {sum(x > 0.2 for x in e)}")
     counts = {"within_20_as_run": sum(abs(e) <= 0.2 for e in errs_run),
-                 "within_20_as_run_calibrated": sum(abs(e) <= 0.2 for e in errs_run_cal)}
+              "within_20_as_run_calibrated": sum(abs(e) <= 0.2 for e in errs_run_cal)}
+    print("engine per-sequence cost t_seq_us per setup (from the engine's other setups): "
+          + ", ".join(f"{' '.join(k[2:5])} {k[7]}/{k[8]} {v:.0f}" for k, v in sorted(t_seq.items())))
+    errs_run_eng = [r["analytic_as_run_engine"] / r["measured"] - 1.0 for r in held
+                    if r["analytic_as_run_engine"] is not None]
+    print(f"analytic as run, calibrated + engine per-sequence cost (held out): within 20%: "
+          f"{share(errs_run_eng, 0.2)}, within 50%: {share(errs_run_eng, 0.5)}")
+    counts["within_20_as_run_engine"] = sum(abs(e) <= 0.2 for e in errs_run_eng)
     if not args.no_simulate:
         errs_sim = [r["simulated"] / r["measured"] - 1.0 for r in results]
         sim_held = [r for r in held if r["simulated_calibrated"] is not None]
@@ -434,6 +498,12 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"simulated as run, calibrated (held out): within 20%: {share(errs_sim_cal, 0.2)}, within 50%: "
               f"{share(errs_sim_cal, 0.5)}; too low: {sum(e < -0.2 for e in errs_sim_cal)}, "
               f"too high: {sum(e > 0.2 for e in errs_sim_cal)}")
+        errs_sim_eng = [r["simulated_engine"] / r["measured"] - 1.0 for r in held if r["simulated_engine"] is not None]
+        print(f"simulated as run, calibrated + engine per-sequence cost (held out): within 20%: "
+              f"{share(errs_sim_eng, 0.2)}, within 50%: {share(errs_sim_eng, 0.5)}; too low: "
+              f"{sum(e < -0.2 for e in errs_sim_eng)}, too high: {sum(e > 0.2 for e in errs_sim_eng)}")
+        counts |= {"within_20_simulated_engine": sum(abs(e) <= 0.2 for e in errs_sim_eng),
+                   "n_held_out_simulated_engine": len(errs_sim_eng)}
         counts |= {"within_20_simulated": sum(abs(e) <= 0.2 for e in errs_sim),
                    "within_50_simulated": sum(abs(e) <= 0.5 for e in errs_sim),
                    "n_held_out_simulated": len(sim_held),
@@ -455,7 +525,12 @@ def main(argv: list[str] | None = None) -> dict:
                    summarize(results, lambda r: r["fixed_by"], "simulated: expected to be fixed by", "simulated"),
                    summarize(held, lambda r: f"{r['workload']} {r['engine']}",
                              "simulated, calibrated: workload, engine", "simulated_calibrated"),
-                   summarize(held, lambda r: r["metric"], "simulated, calibrated: metric", "simulated_calibrated")]
+                   summarize(held, lambda r: r["metric"], "simulated, calibrated: metric", "simulated_calibrated"),
+                   summarize([r for r in held if r["simulated_engine"] is not None], lambda r: r["metric"],
+                             "simulated, calibrated + engine: metric", "simulated_engine"),
+                   summarize([r for r in held if r["simulated_engine"] is not None],
+                             lambda r: f"{r['workload']} {_band(r)}", "simulated, calibrated + engine: load",
+                             "simulated_engine")]
     for lines in tables:
         print()
         print("\n".join(lines))

@@ -285,6 +285,36 @@ def test_load_accuracy_second_set_smoke(capsys):
     assert "all predicted figures: 4 of 4" in capsys.readouterr().out
 
 
+def test_load_accuracy_engine_cost_comes_from_the_engines_other_setups():
+    """`load_accuracy.engine_seq_costs` (docs/roofline.md, "Per-sequence cost"): hand-made TPOT
+    figures whose residual is exactly n t over the calibrated prediction give each setup the
+    slope of the *other* setups of its engine version on its GPU (B's 60 us to A, A's 30 us to
+    B), else of the version on any GPU (C, alone on its GPU: the least-squares slope of A and
+    B's figures together), never its own; a calibration figure does not enter, and a negative
+    slope is 0."""
+    la = _load(BENCH / "load_accuracy.py")
+    base = {"engine": "tensorrt-llm", "engine_version": "v1", "model": "llama-3.1-8b", "tensor_parallel": "1",
+            "weight_dtype": "fp16", "kv_dtype": "fp16", "prompt_tokens_mean": "200", "output_tokens_mean": "200",
+            "workload": "closed", "metric": "tpot_mean_ms"}
+    rows, tpot = [], {}
+    for setup, gpu, t_us, clients in (("a", "h100-sxm", 30.0, (10, 100)), ("b", "h100-sxm", 60.0, (50, 200)),
+                                      ("c", "a100-80gb", 500.0, (100,))):
+        for n in clients:
+            predicted = 10.0
+            rows.append({**base, "id": f"{setup}-{n}", "gpu": gpu, "concurrency": str(n),
+                         "prompt_tokens_mean": setup, "measured": str(predicted + n * t_us * 1e-3)})
+            tpot[f"{setup}-{n}"] = predicted
+    costs = la.engine_seq_costs(rows, tpot, {}, used={"c-100"})
+    by = {k[7]: v for k, v in costs.items()}
+    assert by["b"] == pytest.approx(30.0, rel=1e-9)
+    assert by["a"] == pytest.approx(60.0, rel=1e-9)
+    # C: no other setup on its GPU; A's and B's four figures, sum(n r) / sum(n^2)
+    ns, ts = [10, 100, 50, 200], [30.0, 30.0, 60.0, 60.0]
+    assert by["c"] == pytest.approx(sum(n * n * t for n, t in zip(ns, ts)) / sum(n * n for n in ns), rel=1e-9)
+    fast = [{**r, "measured": "1.0"} if r["id"].startswith("b") else r for r in rows]
+    assert {k[7]: v for k, v in la.engine_seq_costs(fast, tpot, {}, set()).items()}["a"] == 0.0
+
+
 @pytest.mark.parametrize("argv", [["--parts", "4"], ["--parts", "1,6"], ["--repeat", "0"], ["--task-fixed-ms", "x"]])
 def test_cluster_bad_arguments_are_one_line_and_exit_2(argv, capsys):
     """Part 4 alone needs part 2's figures from an earlier run: never invented ones."""
