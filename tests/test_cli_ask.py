@@ -78,6 +78,21 @@ def test_saved_grid_reads_back_as_the_same_grid() -> None:
     assert spec.n_points == len(TP_SIZES) * N_REPLICAS * len(CAPS) * len(BUDGETS)
 
 
+def test_the_engines_per_sequence_cost_reaches_the_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--t-seq-us` is the grid's `t_seq_us` (absent without it: the grid's default 0); out of
+    its domain it is one line and exit 2."""
+    from dataclasses import replace
+
+    assert "t_seq_us" not in build_ask_grid(QUESTION, packaged_catalog())["grid"]
+    doc = build_ask_grid(replace(QUESTION, t_seq_us=45.0), packaged_catalog())
+    assert doc["grid"]["t_seq_us"] == 45.0
+    text = to_toml(doc)
+    assert build(tomllib.loads(text), source="<test>", text=text).n_points > 0
+    assert main(["ask", *FLAGS, "--t-seq-us", "-3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--t-seq-us" in err
+
+
 @pytest.mark.parametrize(("flag", "value", "key", "hint"), [
     ("--model", "llama-3.1-70", "--model", "did you mean 'llama-3.1-70b'"),
     ("--gpu", "h100", "--gpu", "did you mean"),

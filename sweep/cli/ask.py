@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep.cli.tools import finite_number, int_at_least_one
+from sweep.cli.tools import finite_number, int_at_least_one, seq_us
 from sweep.errors import GridError, OutputError
 
 #: Tensor-parallel sizes tried (GPUs per replica); a size whose weights leave no KV room is left out.
@@ -67,6 +67,7 @@ class AskQuestion:
     weights: str = "bf16"
     kv_dtype: str = "bf16"
     max_replicas: int | None = None
+    t_seq_us: float | None = None
 
     def slug(self) -> str:
         """A folder-safe name for the question, e.g. llama-3.1-70b-h100-sxm-40rps-1500x300."""
@@ -149,6 +150,8 @@ def build_ask_grid(q: AskQuestion, catalog: Any) -> dict[str, Any]:
     grid["max_batched_tokens"] = list(BUDGETS)
     grid["weight_bytes_per_param"] = q.weights.lower()
     grid["kv_bytes_per_elem"] = q.kv_dtype.lower()
+    if q.t_seq_us is not None:
+        grid["t_seq_us"] = q.t_seq_us
     for key, value in (("ttft_slo_ms", q.ttft_ms), ("tpot_slo_ms", q.tpot_ms), ("slo_ms", q.e2e_ms)):
         if value is not None:
             grid[key] = value
@@ -301,6 +304,9 @@ def add_command(sub: Any, command: Any, exits: str) -> None:
                    help="highest utilisation an answer may run at (the grid's default, 0.85)")
     a.add_argument("--weights", default="bf16", metavar="DTYPE", help="weight dtype: bf16 (default), fp8, int4, ...")
     a.add_argument("--kv-dtype", default="bf16", metavar="DTYPE", help="KV-cache dtype: bf16 (default), fp8, ...")
+    a.add_argument("--t-seq-us", type=seq_us, default=None, metavar="US",
+                   help="the engine's host time per sequence a step carries, microseconds (grid key t_seq_us; "
+                        "default 0; docs/roofline.md, \"Per-sequence cost\")")
     a.add_argument("--max-replicas", type=int_at_least_one, default=None, metavar="N",
                    help=f"largest replica count tried (default: {REPLICAS_PER_RPS} per req/s of the rate, "
                         f"{N_REPLICAS} to {MAX_REPLICAS})")
@@ -327,7 +333,8 @@ def question(args: argparse.Namespace) -> AskQuestion:
                        prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
                        prompt_cv=args.prompt_cv, output_cv=args.output_cv, ttft_ms=args.ttft_ms,
                        tpot_ms=args.tpot_ms, e2e_ms=args.e2e_ms, percentile=args.percentile, rho_max=args.rho_max,
-                       weights=args.weights, kv_dtype=args.kv_dtype, max_replicas=args.max_replicas)
+                       weights=args.weights, kv_dtype=args.kv_dtype, max_replicas=args.max_replicas,
+                       t_seq_us=args.t_seq_us)
 
 
 def cmd_ask(args: argparse.Namespace) -> int:

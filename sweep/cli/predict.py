@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.cli.tools import finite_number, int_at_least_one
+from sweep.cli.tools import finite_number, int_at_least_one, seq_us
 from sweep.errors import GridError
 
 #: The engine variants the simulated run takes (`sweep.testing.cb_reference`'s names).
@@ -141,16 +141,6 @@ def config_from_run(run_dir: Path, point: int, catalog: Any) -> BenchConfig:
         raise PredictBenchmarkError(str(run_dir), "--point", point,
                                     f"must lie in [0, {spec.n_points - 1}] (the run's point_id range)")
     return config_from_row(_row(RunFolder.open(run_dir, {}), spec, point), _block(spec), str(run_dir))
-
-
-def _seq_us(text: str) -> float:
-    """An argparse type: the grid's `t_seq_us` domain, [0, 10000] microseconds."""
-    from sweep.models.continuous.model import DOMAINS
-
-    v = finite_number(0.0, strict=False)(text)
-    if v > DOMAINS["t_seq_us"].hi:
-        raise argparse.ArgumentTypeError(f"must lie in [0, {DOMAINS['t_seq_us'].hi:g}] us")
-    return v
 
 
 def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -> BenchConfig:
@@ -565,7 +555,7 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
                    help="on_demand: KV blocks allocated as tokens are written, the newest sequence preempted and "
                         "recomputed when they run out (vLLM, SGLang); reserve: prompt + output reserved at "
                         "admission (TensorRT-LLM GUARANTEED_NO_EVICT, TGI)")
-    e.add_argument("--t-seq-us", type=_seq_us, default=None, metavar="US",
+    e.add_argument("--t-seq-us", type=seq_us, default=None, metavar="US",
                    help="the engine's host time per sequence a step carries, microseconds (the grid's t_seq_us; "
                         "default 0; docs/roofline.md, \"Per-sequence cost\")")
     e.add_argument("--kv-cache-tokens", type=int_at_least_one, default=None, metavar="N",

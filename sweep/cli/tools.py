@@ -127,6 +127,16 @@ def int_at_least_one(text: str) -> int:
     return value
 
 
+def seq_us(text: str) -> float:
+    """An argparse type: the continuous grid's `t_seq_us` domain, [0, 10000] microseconds."""
+    from sweep.models.continuous.model import DOMAINS
+
+    v = finite_number(0.0, strict=False)(text)
+    if v > DOMAINS["t_seq_us"].hi:
+        raise argparse.ArgumentTypeError(f"must lie in [0, {DOMAINS['t_seq_us'].hi:g}] us")
+    return v
+
+
 def finite_number(lo: float, *, strict: bool) -> Callable[[str], float]:
     """An argparse type: a finite number above `lo` (`strict`) or at least `lo`."""
     rule = f"{'>' if strict else '>='} {lo:g}"
