@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> dict:
     counts = {"within_20_as_run": sum(abs(e) <= 0.2 for e in errs_run),
               "within_20_as_run_calibrated": sum(abs(e) <= 0.2 for e in errs_run_cal)}
     print("engine per-sequence cost t_seq_us per setup (from the engine's other setups): "
-          + ", ".join(f"{' '.join(k[2:5])} {k[7]}/{k[8]} {v:.0f}" for k, v in sorted(t_seq.items())))
+          + ", ".join(f"{k[0]} {' '.join(k[2:5])} {k[7]}/{k[8]} {v:.0f}" for k, v in sorted(t_seq.items())))
     errs_run_eng = [r["analytic_as_run_engine"] / r["measured"] - 1.0 for r in held
                     if r["analytic_as_run_engine"] is not None]
     print(f"analytic as run, calibrated + engine per-sequence cost (held out): within 20%: "
