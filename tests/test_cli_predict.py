@@ -179,7 +179,7 @@ def test_engine_variants_reach_the_simulated_run() -> None:
     assert "windows of 4 steps" in basis and pf_1["ttft_mean"] < pf_k["ttft_mean"] < chunked_k["ttft_mean"]
 
 
-def test_the_engines_per_sequence_cost_reaches_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_engines_per_sequence_cost_reaches_the_benchmark() -> None:
     """`--t-seq-us` is the grid's `t_seq_us`: the step line drawn at the closed loop's 16
     clients (the cap) gains 16 x 50 us in its fixed part and nothing else (closed form), and
     the analytic mean TPOT of the closed loop rises by about that."""
