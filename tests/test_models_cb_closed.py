@@ -180,6 +180,26 @@ def test_mva_against_the_simulated_closed_loop() -> None:
             assert abs(model - mean) <= MVA_TOL * mean + hw, (i, name, c, cap, model, mean, hw)
 
 
+def test_a_loop_held_by_its_slots_splits_its_cycle_as_simulated() -> None:
+    """More clients than slots (579 on 398), whole 2,300-token prompts in one step: every
+    slot is busy, a prompt is admitted when a sequence leaves, and the decode step carries
+    no extra burst of prompts for a request's own long prefill step. Reference: seed 29,
+    point 40 of `python benchmarks/closed_accuracy.py --points 60 --seed 29` (Qwen 2.5 72B on
+    eight H200s, the compiled loop's closed loop, 4 replications, 2026-12-05): throughput
+    7.199 +- 0.107 req/s, TPOT 0.4854 +- 0.0092 s, TTFT 25.83 +- 0.27 s (the slot wait),
+    E2E 72.80 +- 0.69 s. The model before the fix said TPOT 0.686 s and TTFT 3.63 s: the
+    response-time law left the wait for a slot in the decode phase."""
+    m = closed_loop(579, 0.0, prompt_mean=2296.5, prompt_cv=1.021, output_mean=114.1, output_cv=1.936, cap=398.0,
+                    max_batched_tokens=math.inf, kv_capacity_tokens=math.inf, block_tokens=16.0,
+                    t_fixed=0.010418944180311704, t_token=5.52225982757903e-05, t_ctx=1.4394961763382816e-08,
+                    quantiles=(0.5,))
+    assert m["saturated"]
+    assert m["throughput_rps"] == pytest.approx(7.199, rel=0.05)
+    assert m["tpot_mean"] == pytest.approx(0.4854, rel=0.10)
+    assert m["ttft_mean"] == pytest.approx(25.83, rel=0.15)
+    assert m["e2e_mean"] == pytest.approx(72.80, rel=0.15)
+
+
 # ----------------------------------------------------------------- ITL and the run figures
 
 

@@ -689,7 +689,8 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
     # One correction to that rate: the prompts that arrived during the request's own last
     # prefill step (a long step: it carries its prompt) are prefilled in its first decode
     # step, while those arriving during its last decode step are not in its life: a net
-    # lam p1 (T_p_last - T_d) prompt tokens, spread over its O - 1 steps (E[1 / (O - 1)]).
+    # lam p1 (T_p_last - T_d) prompt tokens, spread over its O - 1 steps (E[1 / (O - 1)]),
+    # where a slot is free: with all slots busy, admissions follow departures, not the clock.
     t_own = tf + tt + tc * (p1 + 0.5 * o1)
     s_o, mu_o = _lognormal(jnp.maximum(o1 - 1.0, 1e-9), ocv * o1 / jnp.maximum(o1 - 1.0, 1e-9))
     inv_o = jnp.minimum(jnp.exp(-mu_o + 0.5 * s_o * s_o), 1.0)  # E[1 / (O - 1)]
@@ -821,9 +822,15 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
             sat = _pf_steps(kk * c / jnp.maximum(o1 - 1.0, 1.0), p1 / bud) / kk
         own = t_own + burst + ff * pw * tf * n_pf
         td_free = own / jnp.maximum(1.0 - rho_tok, 1e-9)
-        own_sat = t_own + burst + ff * pw * tf * sat
+        # With every slot busy (P_wait) a prompt is admitted when a sequence leaves, and a
+        # step's departures do not grow with its length: the burst of prompts that arrived
+        # during the request's own long prefill step is the free state's (a Poisson stream
+        # admitted as it comes), not the queued one's (seed 29 of benchmarks/closed_accuracy.py,
+        # 579 clients on 398 slots, budget inf: TPOT 0.69 s with it, 0.51 without, 0.49 simulated)
+        own_sat = t_own + ff * pw * tf * sat
         td_sat = own_sat / jnp.maximum(1.0 - rho_cap, 1e-9)
-        return (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_free), pf["tp"]
+        td_queued = (own - burst) / jnp.maximum(1.0 - rho_tok, 1e-9)
+        return (1.0 - g["p_wait"]) * td_free + g["p_wait"] * jnp.maximum(td_sat, td_queued), pf["tp"]
 
     return parts, t_prefill, step
 
