@@ -19,7 +19,8 @@ judged where the simulator's 95% half-width is below a third of the target): thr
 mean TPOT (5%), mean TTFT and E2E (15%), TTFT and E2E at P50, and TTFT, TPOT and E2E at P99
 (25%), apart for the points the grid trusts and those it marks untrusted
 (`confidence.closed_loop_trusted`: more clients than the engine serves at once, or, with no
-more clients than slots, an open-model TTFT above that of `clients` lone requests).
+more clients than slots, an open-model TTFT above that of `clients` lone requests, or a loop
+in lockstep: more than one client, no think time and one output length).
 
     python benchmarks/closed_accuracy.py                 # 60 configurations, seed 26 (about 10 minutes)
     python benchmarks/closed_accuracy.py --smoke         # seconds: the test suite's check
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
             mean_running=ana["mean_running"],
             ttft_served=ana["ttft_served"], ttft_lone=ana["ttft_lone"],
             kv_tokens=eng["kv_capacity_tokens"], prompt_tokens=eng["prompt_mean"], prompt_cv=eng["prompt_cv"],
-            output_tokens=eng["output_mean"], output_cv=eng["output_cv"], block=eng["block_tokens"]))
+            output_tokens=eng["output_mean"], output_cv=eng["output_cv"], block=eng["block_tokens"], think_s=think))
         row = {"point": i, "model": p["model"][i], "gpu": p["gpu"][i], "tp": int(p["tp"][i]),
                "clients": clients, "think_s": think, "slots": slots, "saturated": bool(ana["saturated"]),
                "trusted": trusted,

@@ -576,7 +576,7 @@ class ContinuousModel(ServingModel):
                 mean_running=r["mean_running"],
                 ttft_served=r["ttft_served"], ttft_lone=r["ttft_lone"], kv_tokens=c_tok,
                 prompt_tokens=x["prompt_tokens"], prompt_cv=x["prompt_cv"], output_tokens=x["output_tokens"],
-                output_cv=x["output_cv"], block=block_tokens if paged else 1.0)
+                output_cv=x["output_cv"], block=block_tokens if paged else 1.0, think_s=x["think_time_s"])
         else:
             trusted = analytic_trusted(mean_running=r["mean_running"], slots=r["slots"], lam=lam,
                                        capacity_rps=r["capacity_rps"], mem_ok=mem_ok)
