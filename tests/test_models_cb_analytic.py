@@ -251,3 +251,21 @@ def test_a_prompt_split_over_many_small_steps_keeps_its_ttft_finite_and_smooth()
     assert all(b / a < 1.5 for a, b in itertools.pairwise(ttft)) and ttft == sorted(ttft), ttft
     pf = cb_point(2.832141541675902, *engine, prefill_first=True, steps=2)
     assert abs(float(pf["ttft_mean"]) / 0.1283 - 1.0) < 0.3
+
+
+def test_a_slot_bound_prefill_first_engine_runs_one_prompt_step_a_cycle() -> None:
+    """Llama 2 7B on one H200 under prefill_first with windows of 2 steps, 778 req/s of
+    32-token prompts and 4-token outputs on 212 slots (`benchmarks/cb_accuracy.py
+    --scheduler-policy prefill_first --scheduler-steps 2 4 8 16 --points 120 --seed 261`,
+    point 31, load 0.90): arrivals come every 1.3 ms and a prompt step takes 7 ms or more, so
+    a chain of prompt steps that each carries what arrived during the last never ends by
+    itself; the slots end it, and the prompts left waiting go into the next decision's one
+    step. The model had followed the chain up to the slot bound (about four prompt steps
+    between two decode windows, each paying t_fixed): mean TPOT 132 ms and E2E 432 ms against
+    a simulated 60.9 +- 1.1 ms and 263.5 +- 1.6 ms (12 replications). A chain the slots cut
+    is now the one step that carries a cycle's arrivals."""
+    engine = (32.5, 0.382, 4.0, 0.134, 212.0, math.inf, math.inf, 16.0, 0.007186163422802019,
+              2.631161093617233e-05, 1.8425551057130003e-07, 0.0, 0.5)
+    got = cb_point(777.700768981396, *engine, prefill_first=True, steps=2)
+    assert abs(float(got["tpot_mean"]) / 0.06093 - 1.0) < 0.15, float(got["tpot_mean"])
+    assert abs(float(got["e2e_mean"]) / 0.2635 - 1.0) < 0.15, float(got["e2e_mean"])

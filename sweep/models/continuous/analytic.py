@@ -107,14 +107,16 @@ processed once), but the prompts now take steps of their own, each paying ``t_f`
 two of a decoder's steps comes a chain of prompt steps (`_pf_chain`, the windows' below with
 a window of one decode step): the decision after a decode step prefills the prompts that
 arrived during it, and the engine keeps prefilling while prompts arrive during its prompt
-steps, so ``T_d = (t_own + burst + t_f n) / (1 - rho_tok)`` with ``n`` the chain's mean
-prompt steps; at full occupancy ``(1 - e^-m) max(1, m P / M)`` with ``m = c / (O - 1)`` (one
-admission per departure). A decoder's gap holds that chain or nothing, so TPOT's law adds
-the all-or-nothing pause's variance (``t_f^2 Var[N]`` for ``N`` prompt steps, one chain
-link, plus the prompts' tokens) and sits above the decoders' own step, not the shortest
-step. A prompt's own step carries no decoder (the whole budget ``M``, no decoders' cache),
-and sustainability counts ``(O - 1) / c`` decode steps and ``(1 - e^-mu) / mu`` prompt steps
-per request (``mu = c / (O - 1)``), with no budget bound.
+steps (until its admissions take every slot: a chain the slots cut leaves prompts waiting,
+which the next decision carries in one step), so ``T_d = (t_own + burst + t_f n) / (1 -
+rho_tok)`` with ``n`` the chain's mean prompt steps; at full occupancy ``(1 - e^-m) max(1, m
+P / M)`` with ``m = c / (O - 1)`` (one admission per departure). A decoder's gap holds that
+chain or nothing, so TPOT's law adds the all-or-nothing pause's variance (``t_f^2 Var[N]``
+for ``N`` prompt steps, one chain link, plus the prompts' tokens) and sits above the
+decoders' own step, not the shortest step. A prompt's own step carries no decoder (the whole
+budget ``M``, no decoders' cache), and sustainability counts ``(O - 1) / c`` decode steps
+and ``(1 - e^-mu) / mu`` prompt steps per request (``mu = c / (O - 1)``), with no budget
+bound.
 
 Multi-step scheduling (``scheduler_steps = k``, ``km = k - 1``), chunked policy: a
 decision step (admission, prompt chunks, decodes) is followed by ``km`` decode-only steps,
@@ -437,8 +439,21 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     go, d, var_d, _, _ = step(m, v)
     more = reach * go / jnp.maximum(1.0 - go, 0.01)  # reach (q + q^2 + ...), q = go <= 0.99
     n, time, d2 = n + more, time + more * d, d2 + more * (d * d + var_d)
-    cut = jnp.minimum(1.0, safe_div(jnp.maximum(t_max, tf), time, time > 0.0, 1.0))
-    return dict(n=n * cut, time=time * cut, d2=d2 * cut)
+    t_cap = jnp.maximum(t_max, tf)
+    cut = jnp.minimum(1.0, safe_div(t_cap, time, time > 0.0, 1.0))
+    # a chain the slots cut leaves prompts waiting: the next decision's first step carries the
+    # queue, up to the slots its window freed, so a slot-bound engine runs one prompt step (one
+    # a budget's worth of tokens) a cycle, carrying what arrived over the cycle:
+    # t1 = t_f n1 + a_tok lam p1 (w + t1), n1 = max(1, lam p1 (w + t1) / M)
+    x = lam * p1
+    t1_one = safe_div(tf + a_tok * x * w, 1.0 - a_tok * x, a_tok * x < 1.0, jnp.inf)
+    den = 1.0 - a_tok * x - tf * x / bud
+    t1_bud = safe_div((tf / bud + a_tok) * x * w, den, den > 0.0, jnp.inf)
+    t1 = jnp.minimum(jnp.maximum(t1_one, t1_bud), t_cap)
+    n1 = jnp.maximum(1.0, x * (w + t1) / bud)
+    # the natural chain where it ends before the slot bound, the merged step the more it is cut
+    return dict(n=cut * n * cut + (1.0 - cut) * n1, time=cut * time * cut + (1.0 - cut) * t1,
+                d2=cut * d2 * cut + (1.0 - cut) * t1 * t1)
 
 
 def _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w):
