@@ -127,10 +127,11 @@ each later chunk's window and the rest of its last window (half a window, or hal
 others' longest remaining decode where that is shorter; while decoders keep windows
 going), and a window's prompts must fit one decision's budget beside the decoders running
 at that load (the step time at that load, a few rounds);
-(b) TTFT adds the rest of the window in progress (length-biased, ``W ~ k`` steps), the
-prompts that arrived during it (its decision step carries them), a window per later chunk,
-and the delivery of the first message at the window's end (``km`` decode-only steps when
-another sequence decodes, else the request's own ``min(km, O - 1)``); (c) a request's TPOT
+(b) TTFT adds the rest of the window in progress (length-biased), the prompts that arrived
+during it (its decision step carries them), a window per later chunk, and the delivery of
+the first message at the window's end; a window runs ``E[min(km, max R)]`` decode-only steps,
+the longest remaining decode of a sequence and the others beside it (a Poisson count of
+fresh outputs' ``O - 1``; the request's own ``min(km, O - 1)`` alone); (c) a request's TPOT
 is the gap from its first message to its last over ``O - 1``: ``k (ceil(O / k) - 1)`` steps
 with other decoders, ``O - 1 - min(km, O - 1)`` alone, averaged over the output length's law
 at 64 equal-probability nodes (rounded as the simulator rounds); 0 where every token comes in
@@ -574,12 +575,14 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
     law = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_k, ndtri(qq))
     tpot_p = jnp.where(q > p0, g_pos * law, 0.0)
     span_mean = jnp.mean(span)
-    # a window runs km steps only while a sequence has tokens left: the others' longest
-    # remaining decode taken as the size-biased output, O^2 / O over the law (short outputs
-    # end windows early)
+    # a window runs km steps only while a sequence has tokens left: its length is the longest
+    # remaining decode of a running sequence and of the others beside it (Poisson, mean
+    # `n_o`), each a fresh output's O - 1: E[min(km, max R)] = sum_j P(max R > j)
+    # = sum_{j < km} 1 - F(j) e^(-n_o (1 - F(j))), F the law of O - 1 (short outputs end windows early)
     om1 = o - 1.0
-    rem = jnp.mean(om1 * om1) / jnp.maximum(jnp.mean(om1), 1e-9)
-    km_a = jnp.minimum(km, rem)
+    n_o = seen * g["f_dec"] if prefill_first else seen
+    surv = jnp.mean(jnp.where(om1[None, :] > jnp.arange(int(km), dtype=om1.dtype)[:, None], 1.0, 0.0), axis=1)
+    km_a = jnp.sum(1.0 - (1.0 - surv) * jnp.exp(-n_o * surv))
     span_var = jnp.maximum(jnp.mean(span * span) - span_mean * span_mean, 0.0)
     # the arrival waits for the window in progress (length-biased, W ~ k steps), its decision
     # step carries the prompts that arrived during it, a chunked prompt's later chunks wait a
@@ -613,8 +616,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
         var_resid = jnp.maximum(u * ew2 / 3.0 - resid * resid, 0.0)
         pi = width = None  # (the chunked policy's quantiles keep `_mix_quantile`: cb_point)
         chunks = pf["chunks_after"] * km_a * t_do * -jnp.expm1(-g["a"] * g["f_dec"])
-        deliver = t_do * (others * jnp.mean(jnp.minimum(km, jnp.maximum(om1, rem)))
-                          + (1.0 - others) * jnp.mean(first_alone))
+        deliver = t_do * km_a  # the own window's end, as long as the longest of it and the others'
     resid1 = u * g["et2"] / (2.0 * t_bar)
     return dict(extra=resid - resid1 + comp + chunks + deliver, resid=resid, var_resid=var_resid, pi=pi, width=width,
                 g_mean=g_mean, tpot_p=tpot_p, span_mean=span_mean, span_var=span_var, paused=chunks)
@@ -684,7 +686,12 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
         for _ in range(4):
             lam_b = bud / (t_b * (k_eff * p1 + o1 - 1.0))
             dec_b = jnp.minimum(lam_b * (o1 - 1.0) * t_b, c * dec_share)
-            k_eff = 1.0 - km * jnp.expm1(-dec_b)
+            # steps a decision: a window while a decoder is present (a share 1 - e^-dec_b of the
+            # time; k steps, or fewer where outputs end sooner: 1 + min(km, the size-biased
+            # remaining decode)), one step otherwise; decisions come that many times as often in
+            # the latter, so per decision 1 / (e^-dec_b + (1 - e^-dec_b) / window) steps
+            some = -jnp.expm1(-dec_b)
+            k_eff = 1.0 / (1.0 - some + some / (1.0 + jnp.minimum(km, rem_o)))
             t_b = tf + tt * (dec_b + (bud - dec_b) / k_eff) + tc * dec_b * a2 / e_d
         lam_b = bud / (t_b * (k_eff * p1 + o1 - 1.0))
         lam_b = jnp.where(lam_b * (o1 - 1.0) * t_b < c * dec_share, lam_b, b_sat / (p1 * t_b * k_eff))
