@@ -111,9 +111,10 @@ steps (until its admissions take every slot: a chain the slots cut leaves prompt
 which the next decision carries in one step), so ``T_d = (t_own + burst + t_f n) / (1 -
 rho_tok)`` with ``n`` the chain's mean prompt steps; at full occupancy ``(1 - e^-m) max(1, m
 P / M)`` with ``m = c / (O - 1)`` (one admission per departure). A decoder's gap holds that
-chain or nothing, so TPOT's law adds the all-or-nothing pause's variance (``t_f^2 Var[N]``
-for ``N`` prompt steps, one chain link, plus the prompts' tokens) and sits above the
-decoders' own step, not the shortest step. A prompt's own step carries no decoder (the whole
+chain or nothing, so TPOT's law adds the pause's variance (the larger of one chain link's,
+``t_f^2 Var[N]`` for its ``N`` prompt steps plus the prompts' tokens, and the whole chain's
+time's), and its quantiles are a mixture: the requests none of whose gaps held a chain at
+the decoders' own step, the rest above it. A prompt's own step carries no decoder (the whole
 budget ``M``, no decoders' cache), and sustainability counts ``(O - 1) / c`` decode steps
 and ``(1 - e^-mu) / mu`` prompt steps per request (``mu = c / (O - 1)``), with no budget
 bound.
@@ -433,13 +434,25 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     n = jnp.zeros_like(m)
     time = jnp.zeros_like(m)
     d2 = jnp.zeros_like(m)
-    for _ in range(_CHAIN_STEPS):
+    # the chain's time T = D_1 + ... + D_N: E[T^2] = sum_j P(N >= j) E[D_j^2 + 2 D_j (D_1 + ...
+    # + D_{j-1})], the earlier steps taken at their means
+    t2 = jnp.zeros_like(m)
+    cum = jnp.zeros_like(m)
+    go1 = jnp.zeros_like(m)
+    for i in range(_CHAIN_STEPS):
         go, d, var_d, m, v = step(m, v)
+        go1 = go if i == 0 else go1
         reach = reach * go
         n, time, d2 = n + reach, time + reach * d, d2 + reach * (d * d + var_d)
+        t2 = t2 + reach * (d * d + var_d + 2.0 * d * cum)
+        cum = cum + d
     go, d, var_d, _, _ = step(m, v)
-    more = reach * go / jnp.maximum(1.0 - go, 0.01)  # reach (q + q^2 + ...), q = go <= 0.99
+    g1 = jnp.maximum(1.0 - go, 0.01)
+    more = reach * go / g1  # reach (q + q^2 + ...), q = go <= 0.99
     n, time, d2 = n + more, time + more * d, d2 + more * (d * d + var_d)
+    # the tail's steps t = 1, 2, ... (reach q^t, cum + (t - 1) d before each): sum q^t = q / (1 - q),
+    # sum t q^t = q / (1 - q)^2
+    t2 = t2 + reach * ((d * d + var_d + 2.0 * d * (cum - d)) * go / g1 + 2.0 * d * d * go / (g1 * g1))
     t_cap = jnp.maximum(t_max, tf)
     cut = jnp.minimum(1.0, safe_div(t_cap, time, time > 0.0, 1.0))
     # a chain the slots cut leaves prompts waiting: the next decision's first step carries the
@@ -453,8 +466,11 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     t1 = jnp.minimum(jnp.maximum(t1_one, t1_bud), t_cap)
     n1 = jnp.maximum(1.0, x * (w + t1) / bud)
     # the natural chain where it ends before the slot bound, the merged step the more it is cut
+    # (a chain lasts at most t_cap, so E[T^2] <= t_cap E[T]); `some`: the chance of a chain
+    t2_cut = jnp.minimum(t2 * cut * cut, t_cap * time * cut)
     return dict(n=cut * n * cut + (1.0 - cut) * n1, time=cut * time * cut + (1.0 - cut) * t1,
-                d2=cut * d2 * cut + (1.0 - cut) * t1 * t1)
+                d2=cut * d2 * cut + (1.0 - cut) * t1 * t1, t2=cut * t2_cut + (1.0 - cut) * t1 * t1,
+                some=cut * go1 + (1.0 - cut))
 
 
 def _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w):
@@ -1058,17 +1074,42 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         var_n = jnp.maximum(n_pf * s_pf - n_pf * n_pf, 0.0)
         var_pause = (tf * tf * var_n + a_pf * a_pf * m_pf * p2
                      + 2.0 * tf * a_pf * s_pf * jnp.exp(-m_pf) * m_pf * p1)
+        # the pause is the chain of prompt steps after the decode step (`_pf_chain`): its time
+        # varies with its length as well (a chain of several steps, or of a prompt the budget
+        # splits), which one all-or-nothing link leaves out
+        _, ch = _pf_window_and_chain(lam, env["kk"], g, pre["t_own"], c_bar, tt, tc, tf, p1, raw["pcv"], pre["bud"],
+                                     c, env["n_w"])
+        var_pause = jnp.maximum(var_pause, ch["t2"] - ch["time"] * ch["time"])
         tok_in_var_t = a_pf * a_pf * lam * g["t_bar"] / g["u"] * raw["pw"] * p2 * m2
         var_fast = var_fast + raw["pw"] * (var_pause - tok_in_var_t) * inv_o
     # lognormal above a floor: the shortest step, less what the noise can take off a single
     # step (three of its log-sigmas; the whole of t_min without noise)
     noise_cut = jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0)))
     t_floor = jnp.minimum(t_min * noise_cut, td)
-    floor = t_floor
-    if prefill_first:  # a gap without a pause is the decoders' own step: the law's floor
-        pause = tf * n_pf + a_pf * m_pf * p1
-        floor = jnp.clip((td - raw["pw"] * pause) * noise_cut, t_floor, td)
-    tpot_p = floor + _wh_quantile(jnp.maximum(td - floor, 0.0), var_fast + var_slow, z)
+    if prefill_first:
+        # a decoder's gap holds a chain of prompt steps or none: a request none of whose O - 1
+        # gaps held one (probability E[(1 - pi)^(O - 1)], pi a gap's chance of a chain) has the
+        # decoders' own steps, the others the rest of the mean and of the variance: the
+        # quantile of that mixture of two lognormals above the shortest step (a gamma law above
+        # the decoders' own step put the tails of requests with a few long pauses too low)
+        dec = jnp.clip(td - raw["pw"] * ch["time"], t_floor, td)
+        pi_g = jnp.clip(raw["pw"] * ch["some"], 0.0, 1.0)
+        n_g = _o_nodes(o1, raw["ocv"]) - 1.0
+        has_g = n_g >= 1.0
+        w_a = (jnp.sum(jnp.where(has_g, (1.0 - pi_g) ** n_g, 0.0))
+               / jnp.maximum(jnp.sum(jnp.where(has_g, 1.0, 0.0)), 1.0))
+        w_b = 1.0 - w_a
+        var_a = var_slow + (m2 - 1.0) * dec * dec * inv_o
+        some_b = w_b > 1e-12
+        mean_b = jnp.where(some_b, safe_div(td - w_a * dec, w_b, some_b, 0.0), td)
+        second_b = jnp.where(some_b, safe_div(var_fast + var_slow + td * td - w_a * (var_a + dec * dec), w_b, some_b,
+                                              0.0), td * td)
+        var_b = jnp.maximum(second_b - mean_b * mean_b, 0.0)
+        tiny = 1e-9 * td  # a component at the floor: a point mass just above it
+        tpot_p = _mix_quantile(q, z, w_b, t_floor, (jnp.maximum(dec - t_floor, tiny), var_a),
+                               (jnp.maximum(mean_b - t_floor, tiny), var_b))
+    else:
+        tpot_p = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_fast + var_slow, z)
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
     # the TTFT mixture plus the decode phase (O - 1) TPOT_i (its mean, the output length's
