@@ -39,8 +39,8 @@ def _run(tmp_path, slos: int) -> dict:
     grid.write_text(GRID.format(slos=slos))
     out = tmp_path / f"o{slos}"
     code = (
-        "import json; from sweep import spec; from sweep.run import run_grid;"
-        f"r = run_grid(spec.load({str(grid)!r}), {str(out)!r});"
+        "import json, sweep;"
+        f"r = sweep.run(sweep.load_grid({str(grid)!r}), {str(out)!r});"
         "hwm = int([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]) / 1024;"
         "print(json.dumps({'rows': r.manifest['rows'], 'hwm_mb': hwm}))"
     )
