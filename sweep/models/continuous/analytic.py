@@ -600,7 +600,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
     surv = jnp.mean(jnp.where(om1[None, :] > jnp.arange(int(km), dtype=om1.dtype)[:, None], 1.0, 0.0), axis=1)
     km_a = jnp.sum(1.0 - (1.0 - surv) * jnp.exp(-n_o * surv))
     span_var = jnp.maximum(jnp.mean(span * span) - span_mean * span_mean, 0.0)
-    # the arrival waits for the window in progress (length-biased, W ~ k steps), its decision
+    # the arrival waits for the window in progress (length-biased, of ka steps), its decision
     # step carries the prompts that arrived during it, a chunked prompt's later chunks wait a
     # window each, and the first token reaches the client at the window's end
     ka = 1.0 + km_a
