@@ -76,6 +76,26 @@ def test_no_nan_and_inf_where_unsustainable():
         assert np.all(by_q[0.99][k][st] >= by_q[0.5][k][st] * (1 - 1e-9)), k
 
 
+def test_tpot_percentile_never_exceeds_a_full_step():
+    """Under the chunked policy a decoder's every gap is one step, and a step carries at most
+    the token budget: without cache cost or noise no TPOT can exceed ``t_fixed + t_token B``,
+    whatever the quantile (a closed form of the step rule). The model's law (a gamma above the
+    shortest step) had no such top: it put the P99 of a short-output engine at 2.2x its
+    longest step (`benchmarks/closed_accuracy.py --seed 31`, point 11; its simulated P99 is
+    that step: `test_models_cb_closed.py`)."""
+    p = _random(3000, 7)
+    budget = np.where(np.isinf(p["max_batched_tokens"]), 1024.0, p["max_batched_tokens"])
+    p["max_batched_tokens"] = np.maximum(budget, p["cap"])
+    p["t_ctx"] = np.zeros(3000)
+    p["service_cv"] = np.zeros(3000)
+    for q in (0.5, 0.9, 0.99):
+        r = model(p, q)
+        st = r["stable"]
+        assert st.sum() > 500
+        top = p["t_fixed"] + p["t_token"] * p["max_batched_tokens"]
+        assert np.all(r["tpot_p"][st] <= top[st] * (1 + 1e-12)), q
+
+
 def test_prefill_first_never_nan_and_quantiles_increase():
     """The prefill_first policy on the same random domain: no NaN, +inf exactly where the model
     says unsustainable, and every percentile finite, positive and increasing in q. (Its TPOT law

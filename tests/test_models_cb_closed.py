@@ -200,6 +200,55 @@ def test_a_loop_held_by_its_slots_splits_its_cycle_as_simulated() -> None:
     assert m["e2e_mean"] == pytest.approx(72.80, rel=0.15)
 
 
+def test_a_request_sent_at_a_step_end_waits_a_whole_step_every_time() -> None:
+    """53 clients without think time on an engine whose step is its fixed cost (70 ms; no
+    per-token cost): each request is sent as its predecessor's last step ends, waits for the
+    step the engine has just begun, and is prefilled in the next: two steps, nearly the same
+    every time. Reference: seed 32, point 30 of `python benchmarks/closed_accuracy.py --points
+    60 --seed 32` (Mistral 7B on one L4, the compiled loop's closed loop, 4 replications,
+    2026-12-05): TTFT mean 0.14985 +- 0.00036 s, P99 0.15172 +- 0.00068 s. The model had taken
+    the wait's spread from a random arrival's (a uniform share of the step in progress, busy
+    with the open model's probability): P99 0.223 s. The engine is busy whenever another
+    client is in it, certain at Z = 0, and the wait is the whole step."""
+    m = closed_loop(53, 0.0, prompt_mean=61.6, prompt_cv=1.112, output_mean=156.1, output_cv=0.437, cap=305.0,
+                    max_batched_tokens=math.inf, kv_capacity_tokens=50720.0, block_tokens=16.0,
+                    t_fixed=0.06996950125714285, t_token=0.0, t_ctx=6.241523809523809e-07, service_cv=0.0,
+                    quantiles=(0.5, 0.99))
+    assert m["ttft_mean"] == pytest.approx(0.14985, rel=0.02)
+    assert m["ttft_q"][0.99] == pytest.approx(0.15172, rel=0.03)
+    assert m["ttft_q"][0.5] == pytest.approx(0.14985, rel=0.03)
+
+
+def test_a_request_sent_at_a_step_end_waits_for_a_step_like_any_other() -> None:
+    """22 clients without think time, 3,856-token prompts prefilled whole (no budget), 52-token
+    outputs: steps that carry a prompt are ten times a decode step, so a random arrival's
+    residual is length-biased far beyond half a step; a request sent at its predecessor's last
+    step end waits for the step just begun, an ordinary one. Reference: seed 34, point 57 of
+    `python benchmarks/closed_accuracy.py --points 60 --seed 34` (Llama 2 13B on one H200,
+    2026-12-05): TTFT mean 0.5596 +- 0.012 s, median 0.5156 +- 0.0092 s. With the bias the
+    model said 0.678 s and 0.634 s (+21%, +23%)."""
+    m = closed_loop(22, 0.0, prompt_mean=3856.2, prompt_cv=0.318, output_mean=51.9, output_cv=0.791, cap=242.0,
+                    max_batched_tokens=math.inf, kv_capacity_tokens=math.inf, block_tokens=16.0,
+                    t_fixed=0.011556685394782686, t_token=6.818010229333678e-05, t_ctx=2.8789923526765633e-07,
+                    service_cv=0.0, quantiles=(0.5,))
+    assert m["ttft_mean"] == pytest.approx(0.5596, rel=0.08)
+    assert m["ttft_q"][0.5] == pytest.approx(0.5156, rel=0.08)
+
+
+def test_a_short_output_closed_loops_tpot_tail_is_its_longest_step() -> None:
+    """4 clients, outputs of 8.9 tokens (CV 0.79), 673-token prompts split by a 467-token
+    budget: a request of two or three tokens whose gap holds a full chunk has a TPOT of one
+    full step, t_fixed + 467 t_token = 34.5 ms, the longest an engine step can be. Reference:
+    seed 31, point 11 of `python benchmarks/closed_accuracy.py --points 60 --seed 31` (Llama 2
+    13B on one H200, 2026-12-05): TPOT P99 0.03575 +- 0.00045 s. The gamma law above the
+    shortest step put it at 0.0792 s."""
+    m = closed_loop(4, 0.0, prompt_mean=673.3, prompt_cv=1.232, output_mean=8.9, output_cv=0.787, cap=39.0,
+                    max_batched_tokens=467.0, kv_capacity_tokens=math.inf, block_tokens=16.0,
+                    t_fixed=0.011575806019038591, t_token=4.905947803743211e-05, t_ctx=2.8789923526765633e-07,
+                    service_cv=0.0, quantiles=(0.99,))
+    assert m["tpot_q"][0.99] == pytest.approx(0.03575, rel=0.10)
+
+
 # ----------------------------------------------------------------- ITL and the run figures
 
 

@@ -1110,6 +1110,12 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
                                (jnp.maximum(mean_b - t_floor, tiny), var_b))
     else:
         tpot_p = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_fast + var_slow, z)
+        # each gap of a decoder is one step, and a step carries at most a budget of tokens:
+        # no TPOT exceeds a full step's time (the budget's tokens, the cache of the running
+        # count's high end at twice the mean context each, the noise's upper three sigmas)
+        r_top = jnp.minimum(c, g["a"] + 4.0 * _sqrt0(g["var_r"]) + 1.0)
+        t_top = (tf + tt * pre["bud"] + tc * (2.0 * r_top * c_bar + pre["bud"])) / noise_cut
+        tpot_p = jnp.minimum(tpot_p, jnp.maximum(t_top, td))
 
     # -- E2E = TTFT + (O - 1) TPOT ---------------------------------------------------------------
     # the TTFT mixture plus the decode phase (O - 1) TPOT_i (its mean, the output length's
@@ -1126,6 +1132,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
 
     running, tpot_mean = g["a"], td
     served = (mean0, var0)  # TTFT beyond the shift, without a slot wait
+    served_resid_var = var_resid  # the step in progress's share of served[1]
     if km:  # multi-step windows (module docstring, "Multi-step scheduling")
         w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, burst_var, var_slow),
                      prefill_first=bool(prefill_first),
@@ -1150,6 +1157,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
             ttft_p = _mix_quantile(q, z, p_wait, shift, (mean0_k, var0_k),
                                    (mean0_k + cond_w, var0_k + cond_w * cond_w))
         served = (mean0_k, var0_k)
+        served_resid_var = var_resid_k
         tpot_p = w["tpot_p"]
         span = td * w["span_mean"]
         e2e_rest = e2e_rest + w["extra"] + span - dec
@@ -1169,7 +1177,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     s_t, mu_t = _ln_shape(*served)
     ttft_p_served = shift + jnp.where(served[0] > 0.0, jnp.exp(mu_t + s_t * z), 0.0)
     e2e_served = e2e_rest - w_q
-    s_e, mu_e = _ln_shape(e2e_served, var_e2e - p_wait * (2.0 - p_wait) * cond_w * cond_w)
+    var_e2e_served = var_e2e - p_wait * (2.0 - p_wait) * cond_w * cond_w
+    s_e, mu_e = _ln_shape(e2e_served, var_e2e_served)
     e2e_p_served = shift + jnp.where(e2e_served > 0.0, jnp.exp(mu_e + s_e * z), 0.0)
 
     kv_util = jnp.where(
@@ -1196,6 +1205,16 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         "ttft_p_served": gate(ttft_p_served),
         "busy_share": jnp.where(ok, g["u"], 1.0),  # time share with a step running
         "e2e_p_served": gate(e2e_p_served),
+        # the served laws' parts (s, s^2), for a closed loop's own wait for a step: the
+        # shifted lognormals' shift, TTFT mean and variance beyond it, the variance of the
+        # step in progress's residual in it, and E2E's mean, variance and residual variance
+        "served_shift": shift,
+        "ttft_served_mean": gate(served[0]),
+        "ttft_served_var": gate(served[1]),
+        "ttft_resid_var": gate(served_resid_var),
+        "e2e_served_mean": gate(e2e_served),
+        "e2e_served_var": gate(var_e2e_served),
+        "e2e_resid_var": gate(var_resid),
         "ttft_residual": gate(resid),
         "ttft_prefill": gate(tp),
         "capacity_steps_rps": cap_steps,
