@@ -74,9 +74,9 @@ def _peak(grid, out, limit):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,points,limits", [
-    ("gaussian", "all", (600, 800, 1200)),
-    ("gaussian", "none", (560, 700, 1000)),
-    ("batcher", "none", (900, 1200)),
+    ("gaussian", "all", (700, 800, 1200)),
+    ("gaussian", "none", (640, 700, 1000)),
+    ("batcher", "none", (1000, 1200)),
 ])
 def test_limits_are_honoured_within_15_percent(tmp_path, model, points, limits):
     grid = _grid(tmp_path, rates=4 if model == "batcher" else 60, model=model, points=points)

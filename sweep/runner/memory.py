@@ -9,12 +9,16 @@ JAX 0.10 CPU, pyarrow 26; `benchmarks/scale.py` and `tests/test_runner_memory.py
                 + (simulated grids) the simulator's lane buffers
 
 BASE (Python, JAX, XLA, pyarrow, rich, and compiling the window proxy's chunk function) is
-530 MB when the chunk function is compiled in the run (380 MB when the compilation cache
-already holds it: the plan assumes the worse); a point of a chunk costs 1.7-3 KB across the
-device output, the host view, the record batches and the decisions (2.5 KB planned); the
-points writer holds about four row groups (two encoders each with one in flight, the buffer
-filling, the encoder's pages). The plan gives the points writer at most 40% of what is
-left, the chunk the rest, and the simulator half of the chunk's share.
+600 MB when the chunk function is compiled in the run (it was 530 MB when first measured,
+2026-11-30; re-measured 2026-12-05 on JAX 0.10: 545-560 MB for the compiled run, about 35 MB
+more when a grid's last, shorter chunk compiles a second program, and about 40 bytes per
+grid point of bookkeeping, 40 MB at a million points); a point of a chunk costs 1.7-3 KB
+across the device output, the host view, the record batches and the decisions (2.5 KB
+planned); the points writer holds its buffer, the two row groups its encoders have in flight
+and their pages, measured at 10-25 times a row group's raw bytes on the test grid of
+`tests/test_runner_memory.py` (12 planned; 4 until 2026-12-05, when that test's peaks were
+1.24-1.26 times the 600 and 800 MB limits). The plan gives the points writer at most 40% of
+what is left, the chunk the rest, and the simulator half of the chunk's share.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from dataclasses import dataclass
 from sweep.errors import OutputError
 from sweep.grid.spec import GridSpec
 
-BASE_MB = 530
+BASE_MB = 600
 BYTES_PER_POINT = 2500
-WRITER_COPIES = 4
+WRITER_COPIES = 12
 MIN_CHUNK = 4096
 MAX_CHUNK = 1 << 20
 MIN_ROW_GROUP = 1024
