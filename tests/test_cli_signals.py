@@ -7,6 +7,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -39,11 +40,18 @@ def test_sigterm_exits_143_and_the_rerun_resumes(tmp_path):
     out = tmp_path / "o"
     proc = subprocess.Popen(_cmd(grid, out, "--progress", "log", "--log-interval", "0.001"), stderr=subprocess.PIPE,
                             text=True)
-    for line in proc.stderr:  # wait until the first segment (8,388,608 points) is sealed
+    for line in proc.stderr:  # wait until the first segment's 8,388,608 points are done
         event = json.loads(line)
         if event["event"] == "progress" and event["done"] >= 8_388_608:
-            proc.send_signal(signal.SIGTERM)
             break
+    # ... and sealed: its points are counted done before its files are written and its seal
+    # (the staging folder's segments/00000.json) is in place, so a signal at the count alone
+    # could land before the seal and leave nothing to resume
+    for _ in range(6000):
+        if list(out.glob("*/segments/00000.json")):
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
     rest = proc.stderr.read()
     assert proc.wait(timeout=120) == 143
     assert '"event": "failed"' in rest and "rerun the same command" in rest
@@ -84,7 +92,6 @@ batch_size = {low = 1, high = 64, log = true}
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
 def test_a_signal_in_the_search_phase_resumes_to_the_clean_result(tmp_path, sig):
     import sqlite3
-    import time
 
     grid = tmp_path / "g.toml"
     grid.write_text(SEARCH_GRID)
