@@ -330,8 +330,8 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         else:  # the closed loop's: its slot wait from the law, its wait for the next step
             res = ttft_a - w - pf
             slot = ("W_slot: the closed loop's wait for a slot (above; 0 unless saturated)", "", num(w, "ms"))
-            step = ("residual of the step in progress, and the wait for the next step of a request sent at a "
-                    "step's end (u T h(T / Z))", "length-biased step time, the busy share", num(res, "ms"))
+            step = ("the wait for a step of a request sent Z after a step's end (a whole step at Z = 0, a random "
+                    "arrival's length-biased residual as Z grows)", "the step time, the busy share", num(res, "ms"))
         windows: tuple[tuple[str, str, str], ...] = ()
         if k_steps > 1 and n_clients is None:  # docs/continuous.md, "Engine variants": what the windows add
             # (a closed loop's residual line above already holds everything beyond W_slot and prefill)
