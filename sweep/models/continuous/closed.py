@@ -210,13 +210,16 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
     var_w = step_wait_var(r, x)
     shift = r["served_shift"]
     for k, own in (("ttft", ttft_sv), ("e2e", e2e_sv)):
-        # the served law with the closed loop's wait for the step in progress in place of a
-        # random arrival's residual: one shifted lognormal of the same mean, its variance's
-        # residual part replaced
-        m_k = r[f"{k}_served_mean"] + extra
-        v_k = jnp.maximum(r[f"{k}_served_var"] - r[f"{k}_resid_var"] + var_w, 0.0)
-        s_k, mu_k = _ln_shape(m_k, v_k)
-        own_p = shift + jnp.where(m_k > 0.0, jnp.exp(mu_k + s_k * zq), 0.0)
+        if steps == 1:
+            # the served law with the closed loop's wait for the step in progress in place of a
+            # random arrival's residual: one shifted lognormal of the same mean, its variance's
+            # residual part replaced
+            m_k = r[f"{k}_served_mean"] + extra
+            v_k = jnp.maximum(r[f"{k}_served_var"] - r[f"{k}_resid_var"] + var_w, 0.0)
+            s_k, mu_k = _ln_shape(m_k, v_k)
+            own_p = shift + jnp.where(m_k > 0.0, jnp.exp(mu_k + s_k * zq), 0.0)
+        else:  # multi-step: the window in progress's law, as an open loop's (not measured closed)
+            own_p = r[f"{k}_p_served"] + extra
         dev = own_p - own
         sign = jnp.where(dev_w + dev >= 0.0, 1.0, -1.0)
         closed = jnp.where(saturated, excess + own + sign * jnp.sqrt(dev_w * dev_w + dev * dev), own_p)
