@@ -49,6 +49,7 @@ import functools
 import hashlib
 import itertools
 import json
+import logging
 import math
 import os
 import random
@@ -258,6 +259,8 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0,
     rows: list[dict[str, Any]] = []
     old = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rdb_log = logging.getLogger("optuna.storages._rdb.storage")
+    rdb_log.addFilter(_storage_fallback_filter)
     storage: Any = None
     owner: Owner | None = None
     try:
@@ -292,6 +295,7 @@ def run_search(spec: GridSpec, out_dir: Path, *, worker: int = 0,
         raise StorageError(spec.source, "search.storage", _hide_password(search.storage), failure) from None
     finally:
         optuna.logging.set_verbosity(old)
+        rdb_log.removeFilter(_storage_fallback_filter)
         _quietly(owner.close if owner is not None else None)
         engine = getattr(storage, "engine", None)
         if engine is not None:  # close the connections (SQLite then folds its WAL back in)
@@ -362,6 +366,14 @@ def storage_failure(exc: BaseException) -> str | None:
     else:
         hint = "start the database (or fix the connection) and rerun to continue the study"
     return f"the study storage failed during the search ({what}); every told trial is kept: {hint}"
+
+
+def _storage_fallback_filter(record: logging.LogRecord) -> bool:
+    """Drop Optuna's "Caught an error from sqlalchemy ... Falling back to a slower
+    alternative" warning: it comes when the database drops a connection, and the search then
+    fails with its own one line (`StorageError`), or the fallback succeeds and nothing was
+    lost. Left in, an outage printed a multi-line SQL dump before that line."""
+    return not record.getMessage().startswith("Caught an error from sqlalchemy")
 
 
 def _quietly(fn: Any) -> None:
