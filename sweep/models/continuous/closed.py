@@ -98,6 +98,13 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
     # One loop whose body holds the open model once (it compiles once, not three times):
     # iteration 0 evaluates a lone request (the bracket), the next N_BISECT halve the
     # bracket, the last evaluates the root found.
+    def fold(t):
+        """``phi = T / Z`` (``T`` a step, finite) and its stand-in ``ps`` where ``phi`` is
+        small (the laws below take their series there) or ``Z = 0``."""
+        phi = t / jnp.where(z > 0.0, z, 1.0)
+        small = phi < 1e-3
+        return phi, small, jnp.where(small, 1.0, phi)
+
     def step_wait(r):
         """What a closed loop's request waits for the next step beyond a random arrival's
         residual: it is sent ``Z`` (exponential) after its predecessor's finish, a step's end,
@@ -116,9 +123,7 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
         u = r["busy_share"]
         ok = jnp.isfinite(t) & jnp.isfinite(r["ttft_residual"])
         t = jnp.where(ok, t, 0.0)
-        phi = t / jnp.where(z > 0.0, z, 1.0)
-        small = phi < 1e-3
-        ps = jnp.where(small, 1.0, phi)
+        phi, small, ps = fold(t)
         h = jnp.where(z > 0.0, jnp.where(small, phi / 12.0, 1.0 / -jnp.expm1(-ps) - 1.0 / ps - 0.5), 0.5)
         # (multi-step: the residual is a window's, and the request waits for the next decision)
         bias = jnp.maximum(jnp.where(ok, r["ttft_residual"], 0.0) - u * t / 2.0, 0.0) if steps == 1 else 0.0
@@ -138,9 +143,7 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
         docs/continuous.md, "Closed loops".)"""
         t = jnp.where(jnp.isfinite(r["step_mean"]), r["step_mean"], 0.0)
         u = 1.0 - jnp.clip(x * z / n, 0.0, 1.0) ** (n - 1.0)
-        phi = t / jnp.where(z > 0.0, z, 1.0)
-        small = phi < 1e-3
-        ps = jnp.where(small, 1.0, phi)
+        phi, small, ps = fold(t)
         em1 = jnp.expm1(ps)  # e^phi - 1
         # E[Y] / T and E[Y^2] / T^2 of the folded exponential (1/2 and 1/3 as Z grows)
         ex = jnp.where(small, 0.5 - phi / 12.0, 1.0 / ps - 1.0 / em1)
@@ -207,7 +210,7 @@ def cb_closed(clients, think_s, prompt_mean, prompt_cv, output_mean, output_cv, 
     # laws). Unsaturated, the served request's quantiles.
     zq = ndtri(jnp.asarray(q, jnp.float64))
     dev_w = _wh_quantile(excess, excess / jnp.where(x > 0, x, 1.0), zq) - excess
-    var_w = step_wait_var(r, x)
+    var_w = step_wait_var(r, x) if steps == 1 else None
     shift = r["served_shift"]
     for k, own in (("ttft", ttft_sv), ("e2e", e2e_sv)):
         if steps == 1:
