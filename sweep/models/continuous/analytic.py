@@ -127,16 +127,23 @@ windows are added around it (`_windows`): (a) sustainability: a slot is also hel
 each later chunk's window and the rest of its last window (half a window, or half the
 others' longest remaining decode where that is shorter; while decoders keep windows
 going), and a window's prompts must fit one decision's budget beside the decoders running
-at that load (the step time at that load, a few rounds);
+at that load (the step time at that load; the load that a decision's budget sustains is the
+fixed point of a decreasing map, found by bisection: iterating the map can cycle);
 (b) TTFT adds the rest of the window in progress (length-biased), the prompts that arrived
-during it (its decision step carries them), a window per later chunk, and the delivery of
+during it (its decision step carries them), a window per later chunk while decoders keep
+windows going (`_spanned_windows`: at most the windows the longest remaining decode of the
+decoders present spans, and of the one a prompt ahead has just begun), and the delivery of
 the first message at the window's end; a window runs ``E[min(km, max R)]`` decode-only steps,
 the longest remaining decode of a sequence and the others beside it (a Poisson count of
-fresh outputs' ``O - 1``; the request's own ``min(km, O - 1)`` alone); (c) a request's TPOT
+fresh outputs' ``O - 1``; the request's own ``min(km, O - 1)`` alone). The TTFT variance
+takes the companions of a whole window, the later chunks' window count's spread and the
+delivery wait's spread besides; (c) a request's TPOT
 is the gap from its first message to its last over ``O - 1``: ``k (ceil(O / k) - 1)`` steps
 with other decoders, ``O - 1 - min(km, O - 1)`` alone, averaged over the output length's law
 at 64 equal-probability nodes (rounded as the simulator rounds); 0 where every token comes in
-one message, so its quantiles are those of a mixture with an atom at 0; (d) E2E is TTFT plus
+one message, so its quantiles are those of a mixture with an atom at 0, and none above the
+longest span times a window's longest mean step (a full decision step and ``km`` decode-only
+steps at the running count's high end); (d) E2E is TTFT plus
 that span; a chunked prompt's window waits grow with it, so they scale the prompt's share of
 the TTFT variance. Under ``prefill_first`` a busy engine alternates a decode window of ``k``
 decode-only steps and a chain of prompt steps (`_pf_chain`: the decision after a window
@@ -543,6 +550,22 @@ def _decode_windows(o1, ocv, kk):
     return jnp.maximum(jnp.mean(jnp.ceil((_o_nodes(o1, ocv) - 1.0) / kk)), 1.0)
 
 
+def _spanned_windows(om1, kk, n_dec, theta, n):
+    """Multi-step windows under the chunked policy: the first two moments of ``min(n, W)``, with
+    ``W`` the windows of ``kk`` steps the decoders present keep running, each decoding a token
+    a step: ``P(W > j) = 1 - (1 - theta S(j kk)) e^(-n_dec S(j kk))``, ``S`` the survival of a
+    fresh output's ``O - 1`` (``om1``, `_o_nodes` less one), a Poisson count ``n_dec`` of
+    decoders and, with probability ``theta``, one more that has just begun. ``n`` may be
+    fractional; the sums run over 65 nodes spaced at least a window apart (wider for outputs
+    longer than 64 windows)."""
+    dj = jnp.maximum(1.0, jnp.max(om1) / kk / 64.0)
+    jw = jnp.arange(65, dtype=om1.dtype) * dj
+    surv = jnp.mean(jnp.where(om1[None, :] > (jw * kk)[:, None], 1.0, 0.0), axis=1)
+    p_run = 1.0 - (1.0 - theta * surv) * jnp.exp(-n_dec * surv)
+    wgt = jnp.clip(n - jw, 0.0, dj)
+    return jnp.sum(p_run * wgt), jnp.sum(p_run * wgt * (2.0 * jw + wgt))
+
+
 def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_first=False,
              pf_env=None) -> dict[str, Array]:
     """Multi-step windows of ``k = km + 1`` steps, from the one-step model's solution: what an
@@ -626,15 +649,35 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
         pi, width = u * phi_d, 2.0 * r_d  # the window residual's share (uniform), for the quantiles
         chunks = jnp.zeros_like(resid)
         deliver = jnp.zeros_like(resid)
+        var_extra = jnp.zeros_like(resid)  # (the window residual's law is kept apart: cb_point)
     else:
         ew2 = ka * ka * t_bar * t_bar + ka * var_t
         resid = u * ew2 / (2.0 * ka * t_bar)
         var_resid = jnp.maximum(u * ew2 / 3.0 - resid * resid, 0.0)
         pi = width = None  # (the chunked policy's quantiles keep `_mix_quantile`: cb_point)
-        chunks = pf["chunks_after"] * km_a * t_do * -jnp.expm1(-g["a"] * g["f_dec"])
         deliver = t_do * km_a  # the own window's end, as long as the longest of it and the others'
+        # a later chunk waits for a window only while a decoder keeps windows going: the windows
+        # the longest remaining decode of the decoders present spans (and, where a prompt was
+        # being prefilled when this one arrived, of the one that just finished it), as many as
+        # the later chunks at most. The prefill is busy with rho_k: its prompts' chunks at the
+        # one-step rate, and their later chunks' windows behind a decoder that has just begun
+        win = km_a * t_do
+        n_dec = g["a"] * g["f_dec"]
+        n_own = jnp.maximum(pf["p1"] / pf["b_step"] - 1.0, 0.0)
+        rho_k = jnp.minimum(pf["lam_pf"] * pf["per_tok_c"]
+                            + pf["lam"] * win * _spanned_windows(om1, kk, n_dec, 1.0, n_own)[0], 0.999)
+        n1, n2 = _spanned_windows(om1, kk, n_dec, rho_k, pf["chunks_after"])
+        chunks = win * n1
+        var_chunks = win * win * jnp.maximum(n2 - n1 * n1, 0.0)
+        # the first message waits for its window's end: min(km, max R) decode-only steps, whose
+        # spread joins the TTFT's (sum_j (2 j + 1) P(max R > j) is its second moment)
+        p_run = 1.0 - (1.0 - surv) * jnp.exp(-n_o * surv)
+        jj = jnp.arange(int(km), dtype=om1.dtype)
+        var_deliver = t_do * t_do * jnp.maximum(jnp.sum((2.0 * jj + 1.0) * p_run) - km_a * km_a, 0.0)
+        var_extra = var_chunks + var_deliver
     resid1 = u * g["et2"] / (2.0 * t_bar)
     return dict(extra=resid - resid1 + comp + chunks + deliver, resid=resid, var_resid=var_resid, pi=pi, width=width,
+                var_extra=var_extra, ka=ka, ratio_max=jnp.max(jnp.where(pos, ratio, 0.0)),  # (the longest span)
                 g_mean=g_mean, tpot_p=tpot_p, span_mean=span_mean, span_var=span_var, paused=chunks)
 
 
@@ -696,20 +739,43 @@ def _prelude(lam, p1, pcv, o1, ocv, n_cap, budget, kv, blk, tf, tt, tc, cv, pw, 
         # prompts enter at decisions only: a window's prompts must fit one decision's budget
         # besides the decoders running at that load (below the cap: lam (o1 - 1) T of them),
         # and a window lasts k steps only while a sequence decodes in it
-        # (the step time at that load, not at full occupancy: a few fixed-point rounds)
-        t_b = tf + tt * bud / (1.0 + km)
-        k_eff = 1.0 + km
-        for _ in range(4):
-            lam_b = bud / (t_b * (k_eff * p1 + o1 - 1.0))
-            dec_b = jnp.minimum(lam_b * (o1 - 1.0) * t_b, c * dec_share)
-            # steps a decision: a window while a decoder is present (a share 1 - e^-dec_b of the
-            # time; k steps, or fewer where outputs end sooner: 1 + min(km, the size-biased
-            # remaining decode)), one step otherwise; decisions come that many times as often in
-            # the latter, so per decision 1 / (e^-dec_b + (1 - e^-dec_b) / window) steps
-            some = -jnp.expm1(-dec_b)
-            k_eff = 1.0 / (1.0 - some + some / (1.0 + jnp.minimum(km, rem_o)))
-            t_b = tf + tt * (dec_b + (bud - dec_b) / k_eff) + tc * dec_b * a2 / e_d
-        lam_b = bud / (t_b * (k_eff * p1 + o1 - 1.0))
+        # (the step time at that load, not at full occupancy). The load lam_b that a decision's
+        # budget sustains falls as the load grows (more decoders keep windows going): its fixed
+        # point, by bisection in log rate and one implicit-derivative step (a plain iteration
+        # of the map can cycle between two rates, 0.9 and 4.7 requests/s on one drawn point)
+        bud_f = jnp.where(budget_fin, bud, 1.0)
+        kmo = jnp.minimum(km, rem_o)
+
+        def sustained(lb):  # the rate a decision's budget admits at the load lb, its step and k_eff
+            t_b = tf + tt * bud_f
+            for _ in range(4):
+                dec_b = jnp.minimum(lb * (o1 - 1.0) * t_b, c * dec_share)
+                # steps a decision: a window while a decoder is present (a share 1 - e^-dec_b of
+                # the time; k steps, or fewer where outputs end sooner: 1 + min(km, the
+                # size-biased remaining decode)), one step otherwise; decisions come that many
+                # times as often in the latter, so per decision 1 / (e^-dec_b + (1 - e^-dec_b) /
+                # window) steps
+                some = -jnp.expm1(-dec_b)
+                k_eff = 1.0 / (1.0 - some + some / (1.0 + kmo))
+                t_b = tf + tt * (dec_b + (bud_f - dec_b) / k_eff) + tc * dec_b * a2 / e_d
+            return bud_f / (t_b * (k_eff * p1 + o1 - 1.0)), t_b, k_eff
+
+        def gap(log_lb):  # increasing in the load
+            return log_lb - jnp.log(sustained(jnp.exp(log_lb))[0])
+
+        def halve(_, lo_hi):
+            lo, hi = lo_hi
+            mid = 0.5 * (lo + hi)
+            up = gap(mid) > 0.0
+            return jnp.where(up, lo, mid), jnp.where(up, mid, hi)
+
+        bracket = (jnp.log(sustained(_f64(1e30))[0]), jnp.log(sustained(_f64(0.0))[0]))
+        lo, hi = lax.fori_loop(0, 48, halve, lax.stop_gradient(bracket))
+        x0 = lax.stop_gradient(0.5 * (lo + hi))
+        f0 = gap(x0)
+        d0 = lax.stop_gradient(jax.jvp(gap, (x0,), (jnp.ones_like(x0),))[1])
+        lam_b = jnp.exp(x0 - safe_div(f0 - lax.stop_gradient(f0), d0, d0 > 0.0, 0.0))
+        _, t_b, k_eff = sustained(lam_b)
         lam_b = jnp.where(lam_b * (o1 - 1.0) * t_b < c * dec_share, lam_b, b_sat / (p1 * t_b * k_eff))
         cap_budget = jnp.where(budget_fin & (pw > 0.0) & (ff == 0.0), lam_b, INF)
     capacity = jnp.minimum(cap_steps, cap_budget)
@@ -842,7 +908,10 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
                     wait_pf=backlog * per_tok_c,
                     rho_pf=jnp.where(backlog > 0.0, rho_pf, 0.0),
                     var_tp=pw * jnp.maximum(var_tp, 0.0),
-                    comp=comp)
+                    comp=comp,
+                    # for multi-step windows (`_windows`): a chunk's time a prompt token, the
+                    # budget a step leaves the prompts, and the rates
+                    per_tok_c=per_tok_c, b_step=b_step, lam_pf=lam * pw * p1, lam=lam, p1=p1)
 
     def step(td, tp):
         # TPOT (step 3), see cb_point: T_d = base / (1 - rho_tok), at full occupancy with
@@ -1145,6 +1214,12 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         # as its prefill does, so the prompt's share of the TTFT variance grows with it
         grow = 1.0 + safe_div(w["paused"], tp, tp > 0.0, 0.0)
         var0_k = var0 - var_resid + var_resid_k + pf["var_tp"] * (grow * grow - 1.0)
+        if not prefill_first:
+            # the decision step carries the prompts that arrived during the window in progress
+            # (length-biased, of ka steps), not a step: their spread grows with the window; and
+            # the later chunks' and the first message's window waits spread the TTFT besides
+            var_comp_k = var_comp * (w["ka"] * g["t_bar"] ** 2 + g["var_t"]) / g["et2"]
+            var0_k = var0_k + var_comp_k - var_comp + w["var_extra"]
         if prefill_first:
             # the window residual kept uniform (`_window_quantile`), the rest and the slot wait one
             # lognormal: a decode window's rest dominates this policy's wait, and one lognormal
@@ -1159,9 +1234,17 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         served = (mean0_k, var0_k)
         served_resid_var = var_resid_k
         tpot_p = w["tpot_p"]
+        if not prefill_first:
+            # no window is longer than a full decision step and k - 1 decode-only steps at the
+            # running count's high end, and a client's gaps span whole windows (k steps each)
+            # beside others: at most the longest span over O - 1 times that window's mean step
+            t_do_top = (tf + tt * r_top + tc * 2.0 * r_top * c_bar) / noise_cut
+            t_win_top = (t_top + km * t_do_top) / (1.0 + km)
+            tpot_p = jnp.minimum(tpot_p, jnp.maximum(t_win_top * w["ratio_max"], td * w["g_mean"]))
         span = td * w["span_mean"]
         e2e_rest = e2e_rest + w["extra"] + span - dec
         var_e2e = var_e2e - td * td * (o2 - o1 * o1) + td * td * w["span_var"]
+        var_e2e = var_e2e + var0_k - var0  # E2E's first token is the TTFT above
         s_e, mu_e = _ln_shape(e2e_rest, var_e2e)
         e2e_p = shift + jnp.where(e2e_rest > 0.0, jnp.exp(mu_e + s_e * z), 0.0)
         e2e = ttft_k + span
