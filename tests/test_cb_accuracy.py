@@ -159,7 +159,7 @@ STEPS = Path(__file__).parent / "data" / "cb_accuracy_steps_reference.csv"
 #: reference (40 points, seed 254) measured 197/219 = 90.0% when it was written (2026-12-04),
 #: 200/219 = 91.3% once a chunked prompt's window waits widened its TTFT law (unchanged by the
 #: window's length of 2026-12-05), 202/219 = 92.2% after the windows' changes of 2026-12-06;
-#: 95.0% on six draws of 150 points (92.6-96.4% each), docs/continuous.md ("Engine
+#: 94.98% on six draws of 150 points (92.6-96.4% each), docs/continuous.md ("Engine
 #: variants"); the one-step model without windows scores about 60% on such simulations.
 STEPS_FLOOR = 0.90
 
@@ -191,7 +191,8 @@ PF_STEPS = Path(__file__).parent / "data" / "cb_accuracy_prefill_first_steps_ref
 #: Floor for multi-step scheduling under `prefill_first` (k from 2, 4, 8, 16, reserve): the
 #: analytic windows of that policy (decode windows between chains of prompt steps) against the
 #: compiled event loop. The reference (40 points, seed 262, drawn after the model was shaped on
-#: seed 260) measured 267/304 = 87.8% when it was written (2026-12-04); 706/792 = 89.1% on the
+#: seed 260) measured 267/304 = 87.8% when it was written (2026-12-04), 270/304 = 88.8% with a
+#: chain's spread in the windows' TPOT law (2026-12-06); 706/792 = 89.1% on the
 #: 120 held-out points of docs/continuous.md ("Engine variants"); the one-step model without
 #: windows scores 61.5% on those. Below SPEC 10's 95%.
 PF_STEPS_FLOOR = 0.85

@@ -601,7 +601,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
     # TPOT's law: 0 for the requests whose tokens all come in one message (span 0), the
     # one-step law (floor, fast and slow variance) over the others' own 1 / (O - 1), scaled
     # by their span / (O - 1)
-    t_floor, burst_var, var_slow = tpot_law
+    t_floor, burst_var, var_slow, var_gap = tpot_law
     pos = has & (ratio > 0.0)
     n_pos = jnp.maximum(jnp.sum(jnp.where(pos, 1.0, 0.0)), 1.0)
     p0 = 1.0 - jnp.sum(jnp.where(pos, 1.0, 0.0)) / jnp.maximum(n_has, 1.0)
@@ -611,6 +611,10 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
     g_var = jnp.maximum(jnp.sum(jnp.where(pos, ratio * ratio, 0.0)) / n_pos - g_pos * g_pos, 0.0)
     qq = jnp.clip((q - p0) / jnp.maximum(1.0 - p0, 1e-12), 1e-9, 1.0 - 1e-9)
     var_k = var_t * inv1 + burst_var * inv2 + var_slow + td * td * g_var / jnp.maximum(g_pos * g_pos, 1e-12)
+    # prefill_first: a chain of prompt steps pauses the decoders once a window, so its time's
+    # spread (`var_gap`, the one-step law's pause variance; 0 under chunked) joins a window's
+    # k steps once, not each step's
+    var_k = var_k + var_gap * inv1 / kk
     law = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_k, ndtri(qq))
     tpot_p = jnp.where(q > p0, g_pos * law, 0.0)
     span_mean = jnp.mean(span)
@@ -1151,6 +1155,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         var_pause = jnp.maximum(var_pause, ch["t2"] - ch["time"] * ch["time"])
         tok_in_var_t = a_pf * a_pf * lam * g["t_bar"] / g["u"] * raw["pw"] * p2 * m2
         var_fast = var_fast + raw["pw"] * (var_pause - tok_in_var_t) * inv_o
+        var_gap_pf = raw["pw"] * (var_pause - tok_in_var_t)  # (a window's pause: `_windows`)
     # lognormal above a floor: the shortest step, less what the noise can take off a single
     # step (three of its log-sigmas; the whole of t_min without noise)
     noise_cut = jnp.exp(-3.0 * _sqrt0(jnp.log1p(m2 - 1.0)))
@@ -1203,7 +1208,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     served = (mean0, var0)  # TTFT beyond the shift, without a slot wait
     served_resid_var = var_resid  # the step in progress's share of served[1]
     if km:  # multi-step windows (module docstring, "Multi-step scheduling")
-        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q, (t_floor, burst_var, var_slow),
+        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q,
+                     (t_floor, burst_var, var_slow, var_gap_pf if prefill_first else 0.0),
                      prefill_first=bool(prefill_first),
                      pf_env=dict(lam=lam, p1=p1, pcv=raw["pcv"], bud=pre["bud"], t_own=pre["t_own"], c_bar=c_bar,
                                  c=c, n_w=pre.get("n_w")))
