@@ -566,15 +566,16 @@ def _spanned_windows(om1, kk, n_dec, theta, n):
     return jnp.sum(p_run * wgt), jnp.sum(p_run * wgt * (2.0 * jw + wgt))
 
 
-def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_first=False,
+def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_first=False,
              pf_env=None) -> dict[str, Array]:
     """Multi-step windows of ``k = km + 1`` steps, from the one-step model's solution: what an
     arrival, a chunked prompt and a client's messages wait for beyond it. ``prefill_first``
     (a Python bool): prompts take single steps of their own between decode windows, so the
     first token is its own message, no chunk waits for a window, and the window in progress
     is a decode window or a step of a chain of prompt steps (`_pf_chain`; ``pf_env``: the
-    point's ``lam``, ``p1``, ``bud``, ``t_own`` and ``c_bar``)."""
+    point's ``pcv``, ``bud``, ``t_own``, ``c_bar``, ``c`` and ``n_w``)."""
     kk = 1.0 + km
+    lam_p1 = lam * p1
     u, t_bar, var_t = g["u"], g["t_bar"], g["var_t"]
     # a decode-only step: a decoder's mean step less the prompt work in it (lam p1 (t_t + t_c)
     # of each second: the decisions carry the prompts; a lone request's step at light load)
@@ -639,7 +640,7 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
         # for its rest, then the next step carries it with that step's arrivals. The prompt
         # step that carries the request hands its first token over at once (no deliver wait)
         e = pf_env
-        w_d, ch = _pf_window_and_chain(e["lam"], ka, g, e["t_own"], e["c_bar"], tt, tc, tf, e["p1"], e["pcv"],
+        w_d, ch = _pf_window_and_chain(lam, ka, g, e["t_own"], e["c_bar"], tt, tc, tf, p1, e["pcv"],
                                        e["bud"], e["c"], e["n_w"])
         cycle = w_d + ch["time"]
         phi_d, phi_p = w_d / cycle, ch["time"] / cycle
@@ -667,9 +668,9 @@ def _windows(km, lam_p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_fi
         # one-step rate, and their later chunks' windows behind a decoder that has just begun
         win = km_a * t_do
         n_dec = g["a"] * g["f_dec"]
-        n_own = jnp.maximum(pf["p1"] / pf["b_step"] - 1.0, 0.0)
+        n_own = jnp.maximum(p1 / pf["b_step"] - 1.0, 0.0)
         rho_k = jnp.minimum(pf["lam_pf"] * pf["per_tok_c"]
-                            + pf["lam"] * win * _spanned_windows(om1, kk, n_dec, 1.0, n_own)[0], 0.999)
+                            + lam * win * _spanned_windows(om1, kk, n_dec, 1.0, n_own)[0], 0.999)
         n1, n2 = _spanned_windows(om1, kk, n_dec, rho_k, pf["chunks_after"])
         chunks = win * n1
         var_chunks = win * win * jnp.maximum(n2 - n1 * n1, 0.0)
@@ -914,8 +915,8 @@ def _maps(lam, p1, p2, o1, c, capacity, rho_tok, tf, tt, tc, c_bar, m2, bud, inv
                     var_tp=pw * jnp.maximum(var_tp, 0.0),
                     comp=comp,
                     # for multi-step windows (`_windows`): a chunk's time a prompt token, the
-                    # budget a step leaves the prompts, and the rates
-                    per_tok_c=per_tok_c, b_step=b_step, lam_pf=lam * pw * p1, lam=lam, p1=p1)
+                    # budget a step leaves the prompts, and the prompt tokens a second to prefill
+                    per_tok_c=per_tok_c, b_step=b_step, lam_pf=lam * pw * p1)
 
     def step(td, tp):
         # TPOT (step 3), see cb_point: T_d = base / (1 - rho_tok), at full occupancy with
@@ -1208,10 +1209,10 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     served = (mean0, var0)  # TTFT beyond the shift, without a slot wait
     served_resid_var = var_resid  # the step in progress's share of served[1]
     if km:  # multi-step windows (module docstring, "Multi-step scheduling")
-        w = _windows(km, lam * p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q,
+        w = _windows(km, lam, p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q,
                      (t_floor, burst_var, var_slow, var_gap_pf if prefill_first else 0.0),
                      prefill_first=bool(prefill_first),
-                     pf_env=dict(lam=lam, p1=p1, pcv=raw["pcv"], bud=pre["bud"], t_own=pre["t_own"], c_bar=c_bar,
+                     pf_env=dict(pcv=raw["pcv"], bud=pre["bud"], t_own=pre["t_own"], c_bar=c_bar,
                                  c=c, n_w=pre.get("n_w")))
         ttft_k = ttft + w["extra"]
         resid_k, var_resid_k = w["resid"], w["var_resid"]
