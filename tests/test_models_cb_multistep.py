@@ -206,3 +206,85 @@ def test_prefill_first_windows_spread_a_tpot_by_their_chains_of_prompt_steps(lam
     99th percentile at about half the simulated one."""
     r = cb_point(lam, *engine, 0.99, steps=k, prefill_first=True)
     assert abs(float(r["tpot_p"]) / p99 - 1.0) < 0.25, float(r["tpot_p"])
+
+
+def test_prefill_first_a_last_window_of_short_outputs_ends_with_its_longest_decoder() -> None:
+    """`benchmarks/cb_accuracy.py --scheduler-policy prefill_first --scheduler-steps 2 4 8 16
+    --points 120 --seed 265`, point 57: Qwen3 32B on eight L40S, 465-token prompts, 6.5-token
+    outputs (CV 0.37), windows of 16. A request's last window runs only as long as its own
+    tokens or, while another decoder has tokens left, up to the window's end; every decoder
+    here has about 5 tokens to decode, so no window runs its 16 steps. The model had let it
+    run whole whenever another decoder was present: a median TPOT of 0.100 s."""
+    r = cb_point(8.476604396206453, 464.5, 0.089, 6.5, 0.367, 102.0, 3189.0, math.inf, 16.0,
+                 0.020139508578087096, 9.64611298223865e-05, 5.1515791803757034e-08, 0.0, 0.5,
+                 steps=16, prefill_first=True)
+    # simulated median TPOT: 0.04145 +- 0.00118 s (16 replications)
+    assert abs(float(r["tpot_p"]) / 0.041449 - 1.0) < 0.25, float(r["tpot_p"])
+
+
+@pytest.mark.parametrize(("lam", "engine", "k", "metric", "sim", "tol"), [
+    # Llama 3.1 70B on eight A100, 83 req/s of 56-token prompts, 9.3-token outputs (CV 1.8),
+    # windows of 16 (seed 265, point 13): simulated mean E2E 0.756 +- 0.027 s (8 replications);
+    # 0.943 s before
+    (83.49065196366853, (56.2, 0.694, 9.3, 1.806, 93.0, math.inf, math.inf, 16.0, 0.014589545779184691,
+                         8.962274616728962e-05, 2.8091565610299892e-08, 0.154), 16, "e2e_mean", 0.75565, 0.15),
+    # Llama 2 7B on four L4, 452-token prompts under a 1,858-token budget, 12-token outputs,
+    # windows of 8 (seed 261, point 57): simulated mean TPOT 45.19 +- 0.58 ms (16 replications);
+    # 53.0 ms before
+    (13.907235512623913, (452.4, 0.637, 12.1, 0.616, 17.0, 1858.0, math.inf, 16.0, 0.020233720275458163,
+                          3.532658168469496e-05, 6.241523809523809e-07, 0.0), 8, "tpot_mean", 0.045191, 0.05),
+])
+def test_prefill_first_a_first_window_follows_only_the_rest_of_its_own_chain(lam, engine, k, metric, sim, tol) -> None:
+    """`benchmarks/cb_accuracy.py --scheduler-policy prefill_first --scheduler-steps 2 4 8 16
+    --points 120 --seed N`: the decoder's mean step spreads a chain of prompt steps over each
+    window, but a request's first window follows only the prompt steps of its own chain after
+    the one that carried it (none when the chain is that one step). A span of whole windows
+    holds one chain less that rest, which short outputs feel the most."""
+    r = cb_point(lam, *engine, 0.5, steps=k, prefill_first=True)
+    assert abs(float(r[metric]) / sim - 1.0) < tol, float(r[metric])
+
+
+@pytest.mark.parametrize(("lam", "engine", "k", "p99"), [
+    # Llama 3.1 8B on two L4, 102 req/s of 33-token prompts, 21-token outputs (CV 1.1),
+    # windows of 8, 104 running (seed 259, point 128): simulated 49.62 +- 0.28 ms (8
+    # replications); 64.0 ms with one gamma law
+    (101.83337499371227, (32.9, 1.834, 20.8, 1.065, 350.0, math.inf, math.inf, 16.0, 0.04243966113533364,
+                          1.6374217047320312e-05, 3.1207619047619046e-07, 0.0), 8, 0.049616),
+    # Llama 2 13B on two L40S, 0.89 req/s of 17-token prompts, 20-token outputs, windows of 8,
+    # half a request running (seed 258, point 132): simulated 25.54 +- 0.01 ms (16
+    # replications); 15.5 ms with one gamma law
+    (0.8883262069852422, (16.9, 0.843, 20.5, 0.853, 24.0, math.inf, 208.0, 16.0, 0.02529060643270291,
+                          8.596201588694678e-05, 6.439473975469629e-07, 0.0), 8, 0.025536),
+])
+def test_a_multi_step_tpot_percentile_is_a_mixture_over_output_lengths(lam, engine, k, p99) -> None:
+    """`benchmarks/cb_accuracy.py --scheduler-steps 2 4 8 16 --points 150 --seed N`: a
+    request's TPOT at `k` is its span of whole windows over its `O - 1` tokens, so the
+    requests sit at a few separate levels set by their lengths. One law of their mean and
+    variance put the 99th percentile too high where every window runs whole (many running:
+    the levels are close, the law's tail long) and too low at light load (a request alone
+    or beside another's window: two levels far apart)."""
+    r = cb_point(lam, *engine, 0.99, steps=k)
+    assert abs(float(r["tpot_p"]) / p99 - 1.0) < 0.25, float(r["tpot_p"])
+
+
+@pytest.mark.parametrize(("lam", "engine", "k", "pf", "metric", "sim", "tol"), [
+    # Qwen3 32B on eight L4, 1,348-token prompts (CV 1.5), 407-token outputs, 2-step windows
+    # under prefill_first, 48 running (seed 261, point 11): simulated mean TTFT 0.498 +- 0.018 s
+    # (16 replications); 0.614 s before, the window's mean rest 0.179 s for a 0.130 s window
+    (1.2132183108796617, (1347.9, 1.466, 407.4, 0.033, 164.0, math.inf, math.inf, 16.0, 0.0463164609646382,
+                          0.0001579027686951348, 1.5603809523809523e-07, 0.0), 2, True, "ttft_mean", 0.49776, 0.15),
+    # Qwen3 32B on one A100, 9,298-token prompts under a 1,024-token budget, 8-step windows
+    # (seed 256, point 13): simulated median TTFT 3.160 +- 0.125 s (16 replications); 4.14 s before
+    (0.05212397483081029, (9297.6, 1.15, 380.4, 1.201, 45.0, 1024.0, math.inf, 16.0, 0.023130456784894584,
+                           0.00030584505198929846, 1.7978601990591932e-07, 0.141), 8, False, "ttft_p", 3.15986, 0.25),
+])
+def test_a_windows_rest_is_length_biased_by_its_decoders_not_by_prompt_tokens(lam, engine, k, pf, metric, sim,
+                                                                             tol) -> None:
+    """`benchmarks/cb_accuracy.py [--scheduler-policy prefill_first] --scheduler-steps 2 4 8 16
+    --seed N` as named: an arrival waits for the rest of the window in progress, length-biased
+    by the spread of the window's length. Its decode-only steps carry no prompt token, and the
+    decoders running are one count through all of its steps: the spread is the decision
+    step's (none under `prefill_first`) and `k^2` times the running count's share, not `k`
+    times the one-step law's variance, whose prompt tokens put the rest far above half a window."""
+    r = cb_point(lam, *engine, 0.5, steps=k, prefill_first=pf)
+    assert abs(float(r[metric]) / sim - 1.0) < tol, float(r[metric])

@@ -129,7 +129,8 @@ others' longest remaining decode where that is shorter; while decoders keep wind
 going), and a window's prompts must fit one decision's budget beside the decoders running
 at that load (the step time at that load; the load that a decision's budget sustains is the
 fixed point of a decreasing map, found by bisection: iterating the map can cycle);
-(b) TTFT adds the rest of the window in progress (length-biased), the prompts that arrived
+(b) TTFT adds the rest of the window in progress (length-biased by its length's spread: the
+decision step's, and the decoders running, one count through its ``k`` steps), the prompts that arrived
 during it (its decision step carries them), a window per later chunk while decoders keep
 windows going (`_spanned_windows`: at most the windows the longest remaining decode of the
 decoders present spans, and of the one a prompt ahead has just begun), and the delivery of
@@ -138,22 +139,26 @@ the longest remaining decode of a sequence and the others beside it (a Poisson c
 fresh outputs' ``O - 1``; the request's own ``min(km, O - 1)`` alone). The TTFT variance
 takes the companions of a whole window, the later chunks' window count's spread and the
 delivery wait's spread besides; (c) a request's TPOT
-is the gap from its first message to its last over ``O - 1``: ``k (ceil(O / k) - 1)`` steps
-with other decoders, ``O - 1 - min(km, O - 1)`` alone, averaged over the output length's law
-at 64 equal-probability nodes (rounded as the simulator rounds); 0 where every token comes in
-one message, so its quantiles are those of a mixture with an atom at 0, and none above the
-longest span times a window's longest mean step (a full decision step and ``km`` decode-only
-steps at the running count's high end); (d) E2E is TTFT plus
+is the gap from its first message to its last over ``O - 1``: whole windows while it decodes,
+then its last window as long as its own tokens left or, while another decoder (a Poisson
+count of fresh outputs) has tokens left, up to the window's end, at the output length's 64
+equal-probability nodes (rounded as the simulator rounds); 0 where every token comes in one
+message. Its quantiles are those of a mixture with an atom at 0 and over the 64 nodes
+(`_node_quantile`: each node's span over ``O - 1`` times a lognormal mean step), none above
+the longest span times a window's longest mean step (a full decision step and ``km``
+decode-only steps at the running count's high end); (d) E2E is TTFT plus
 that span; a chunked prompt's window waits grow with it, so they scale the prompt's share of
 the TTFT variance. Under ``prefill_first`` a busy engine alternates a decode window of ``k``
 decode-only steps and a chain of prompt steps (`_pf_chain`: the decision after a window
 prefills what arrived during it, and prefills again while prompts keep arriving, until a step
 sees none or the admissions take every slot); the decoders' step carries the chain's prompt
-steps spread over the window; an arrival waits for the rest of the window or prompt step in
-progress, then the next prompt step carries it and hands its first token over at once, the
-window's rest kept uniform in the quantiles (`_window_quantile`); its later tokens come in
-windows, ``k ceil((O - 1) / k)`` steps with other decoders. ``k = 1`` leaves the program as it
-was (a Python-level branch).
+steps spread over the window; an arrival waits for the rest of the window (whose length
+varies with the decoders running, not with prompt tokens) or prompt step in progress, then
+the next prompt step carries it and hands its first token over at once, the window's rest
+kept uniform in the quantiles (`_window_quantile`); its later tokens come in windows, the
+last one as under ``chunked``, and its first window follows only the rest of its own chain
+(`_pf_chain`'s ``spare``: a span of whole windows holds one chain less that rest). ``k = 1``
+leaves the program as it was (a Python-level branch).
 
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
 the exact integer rounding of lengths; see docs/continuous.md for what neither models.
@@ -391,6 +396,51 @@ def _window_quantile(q, z, pi, width, mean_y, var_y):
     return jnp.where((pi > 0.0) & (width > 0.0) & (mean_y > 0.0), t, jnp.where(mean_y > 0.0, y_q, 0.0))
 
 
+#: bisection steps of `_node_quantile` (its bracket is the nodes' quantiles' log-range: 2^-10 of it, then a Newton step)
+N_BISECT_NODES = 10
+
+
+def _node_quantile(q, wgt, scale, floor, mean_y, var_y):
+    """q-quantile of a mixture over output-length nodes: node ``i`` (weight ``wgt_i``, the
+    weights summing to 1) is ``scale_i (floor + Y_i)``, ``Y_i`` lognormal of mean ``mean_y``
+    and variance ``var_y_i``: a multi-step TPOT, whose requests' spans of whole windows put
+    their TPOT at a few separate levels that one law of the mean and variance spreads into a
+    long tail. The quantile lies between the nodes' own at ``q`` (the mixture's CDF there is
+    below and above ``q``): `N_BISECT_NODES` bisections in its log, then one Newton step, with
+    the root and the slope held constant for the implicit derivative (`_mix_quantile`)."""
+    s, mu = _ln_shape(mean_y, var_y)
+    s = jnp.maximum(s, 1e-9)
+    z = ndtri(q)
+    live = wgt > 0.0
+    x_q = scale * (floor + jnp.exp(mu + s * z))
+    lo = jnp.log(jnp.maximum(jnp.min(jnp.where(live, x_q, jnp.inf)), 1e-300))
+    hi = jnp.log(jnp.maximum(jnp.max(jnp.where(live, x_q, 0.0)), 1e-300))
+
+    def arg(t):
+        return (jnp.log(jnp.maximum(t / jnp.maximum(scale, 1e-300) - floor, 1e-300)) - mu) / s
+
+    def cdf(t):
+        return jnp.sum(jnp.where(live & (t > scale * floor), wgt * _ndtr(arg(t)), 0.0)) - q
+
+    def pdf(t):
+        d = arg(t)
+        y = jnp.maximum(t - scale * floor, 1e-300)
+        dens = 0.3989422804014327 * jnp.exp(-0.5 * d * d) / (s * y)
+        return jnp.sum(jnp.where(live & (t > scale * floor), wgt * dens, 0.0))
+
+    for _ in range(N_BISECT_NODES):
+        mid = 0.5 * (lo + hi)
+        below = cdf(jnp.exp(mid)) < 0.0
+        lo, hi = jnp.where(below, mid, lo), jnp.where(below, hi, mid)
+    # a Newton step from the bracket's middle (kept inside it), with the root and the slope
+    # held constant: the value to the square of the bracket's width, and the implicit derivative
+    t0 = lax.stop_gradient(jnp.exp(0.5 * (lo + hi)))
+    d0 = lax.stop_gradient(pdf(t0))
+    f0 = cdf(t0)
+    step = jnp.clip(safe_div(lax.stop_gradient(f0), d0, d0 > 0.0, 0.0), t0 - jnp.exp(hi), t0 - jnp.exp(lo))
+    return t0 - step - safe_div(f0 - lax.stop_gradient(f0), d0, d0 > 0.0, 0.0)
+
+
 def _pf_steps(m, p_over_m):
     """prefill_first: the prompt steps between two of a decoder's steps, when ``m`` prompts
     arrive (Poisson) in the meantime: one step if any arrived (probability ``1 - e^-m``), more
@@ -416,9 +466,11 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     often than their mean suggests). The first `_CHAIN_STEPS` steps are followed, the rest
     as a geometric tail at the last one's. No sequence leaves during a chain, so it also
     ends once its admissions fill the slots: it lasts at most ``t_max`` (the caller's slot
-    bound). Returns the expected prompt steps ``n`` of a chain, its expected time ``time``
-    and the expected sum of its steps' squared durations ``d2`` (for the residual of the
-    step in progress)."""
+    bound). Returns the expected prompt steps ``n`` of a chain, its expected time ``time``,
+    the expected sum of its steps' squared durations ``d2`` (for the residual of the step in
+    progress), and ``spare``: the part of a chain a prompt does not wait for after its own
+    step, ``time`` less the mean rest after a prompt's step (each step weighted by the
+    prompts it carries), for the chain followed step by step."""
     var_p = (p1 * pcv) ** 2
     m = lam * w  # the count at a decision: mean and variance (Poisson after a window)
     v = m
@@ -446,16 +498,28 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     t2 = jnp.zeros_like(m)
     cum = jnp.zeros_like(m)
     go1 = jnp.zeros_like(m)
+    # a prompt's rest of its chain (the steps after its own), weighted by the prompts each step
+    # carries: sum_i mu_i (T - T_i) / sum_i reach_i mu_i, T_i the expected time up to step i
+    mu_sum, mu_t = jnp.zeros_like(m), jnp.zeros_like(m)
+    carried = jnp.zeros_like(m)
     for i in range(_CHAIN_STEPS):
+        m_at = m
         go, d, var_d, m, v = step(m, v)
         go1 = go if i == 0 else go1
         reach = reach * go
         n, time, d2 = n + reach, time + reach * d, d2 + reach * (d * d + var_d)
         t2 = t2 + reach * (d * d + var_d + 2.0 * d * cum)
         cum = cum + d
+        mu = m_at / jnp.maximum(go, 1e-300)  # the step's prompts, given it happens
+        mu_sum, mu_t, carried = mu_sum + mu, mu_t + mu * time, carried + reach * mu
+    m_at = m
     go, d, var_d, _, _ = step(m, v)
     g1 = jnp.maximum(1.0 - go, 0.01)
     more = reach * go / g1  # reach (q + q^2 + ...), q = go <= 0.99
+    # the tail's steps t = 1, 2, ...: each carries mu and leaves reach d q^(t+1) / (1 - q) after it
+    mu = m_at / jnp.maximum(go, 1e-300)
+    rest_tail = mu * reach * d * go * go / (g1 * g1)
+    rest = safe_div(mu_sum * (time + more * d) - mu_t + rest_tail, carried + more * mu, carried > 0.0, 0.0)
     n, time, d2 = n + more, time + more * d, d2 + more * (d * d + var_d)
     # the tail's steps t = 1, 2, ... (reach q^t, cum + (t - 1) d before each): sum q^t = q / (1 - q),
     # sum t q^t = q / (1 - q)^2
@@ -477,7 +541,7 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     t2_cut = jnp.minimum(t2 * cut * cut, t_cap * time * cut)
     return dict(n=cut * n * cut + (1.0 - cut) * n1, time=cut * time * cut + (1.0 - cut) * t1,
                 d2=cut * d2 * cut + (1.0 - cut) * t1 * t1, t2=cut * t2_cut + (1.0 - cut) * t1 * t1,
-                some=cut * go1 + (1.0 - cut))
+                some=cut * go1 + (1.0 - cut), spare=cut * jnp.maximum(time - rest, 0.0) * cut)
 
 
 def _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w):
@@ -573,7 +637,7 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
     (a Python bool): prompts take single steps of their own between decode windows, so the
     first token is its own message, no chunk waits for a window, and the window in progress
     is a decode window or a step of a chain of prompt steps (`_pf_chain`; ``pf_env``: the
-    point's ``pcv``, ``bud``, ``t_own``, ``c_bar``, ``c`` and ``n_w``)."""
+    point's ``pcv``, ``bud``, ``t_own``, ``c_bar``, ``c``, ``n_w``, ``pw`` and ``m2``)."""
     kk = 1.0 + km
     lam_p1 = lam * p1
     u, t_bar, var_t = g["u"], g["t_bar"], g["var_t"]
@@ -583,18 +647,52 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
     # another sequence keeps a window going (the others a running sequence sees; under
     # prefill_first only the decoding ones: a window never carries a prompt)
     seen = jnp.maximum(g["r_seen"] - 1.0, 0.0)
-    others = -jnp.expm1(-seen * g["f_dec"]) if prefill_first else -jnp.expm1(-seen)
+    n_o = seen * g["f_dec"] if prefill_first else seen
     o = _o_nodes(o1, ocv)
-    # steps from the first message to the last: whole windows when others decode; alone the
-    # window ends with the request's last token
+    om1 = o - 1.0
+    # steps from the first message to the last: whole windows while the request decodes, and
+    # its last window as long as its own remaining tokens or, while another decoder (a Poisson
+    # count, mean `n_o`, each a fresh output's O - 1) has tokens left, up to the window's end:
+    # E[min(k, max(r, R))] = r + sum_{r <= j < k} (1 - e^(-n_o S(j))), S the survival of O - 1
+    # (under chunked the last window's decision step carries the own token, then up to km
+    # decode-only steps: r - 1 and km in place of r and k)
+    # (until 2026-12-06 the last window ran whole whenever another decoder was present, which
+    # short outputs end early)
+    jk = jnp.arange(int(km) + 1, dtype=om1.dtype)
+    surv_k = jnp.mean(jnp.where(om1[None, :] > jk[:, None], 1.0, 0.0), axis=1)
+    p_oth = -jnp.expm1(-n_o * surv_k)  # P(another decoder has more than j tokens left)
+    # a window runs km steps only while a sequence has tokens left: its length is the longest
+    # remaining decode of a running sequence and of the others beside it (Poisson, mean
+    # `n_o`), each a fresh output's O - 1: E[min(km, max R)] = sum_j P(max R > j)
+    # = sum_{j < km} 1 - F(j) e^(-n_o (1 - F(j))), F the law of O - 1 (short outputs end windows early)
+    surv = surv_k[:int(km)]
+    km_a = jnp.sum(1.0 - (1.0 - surv) * jnp.exp(-n_o * surv))
+    ka = 1.0 + km_a
+    if prefill_first:  # the window and the chain of prompt steps after it (`_pf_chain`)
+        e = pf_env
+        w_d, ch = _pf_window_and_chain(lam, ka, g, e["t_own"], e["c_bar"], tt, tc, tf, p1, e["pcv"],
+                                       e["bud"], e["c"], e["n_w"])
     if prefill_first:  # the first token alone, then the decode tokens in windows of k
-        span_with = kk * jnp.ceil((o - 1.0) / kk)
-        first_alone = jnp.zeros_like(o)
-    else:  # the first message also carries the decision window's decode tokens
-        span_with = kk * (jnp.ceil(o / kk) - 1.0)
-        first_alone = jnp.minimum(km, o - 1.0)
-    span_alone = o - 1.0 - first_alone
-    span = others * span_with + (1.0 - others) * span_alone
+        n_win = jnp.ceil(om1 / kk)
+        r_last = om1 - kk * (n_win - 1.0)  # the own tokens of the last window, 1 to k
+    else:  # the first message also carries the decision window's decode tokens: the last window
+        # is a decision step (the own token) and up to km decode-only steps
+        n_win = jnp.maximum(jnp.ceil((om1 - km) / kk), 0.0)
+        r_last = om1 - km - kk * (n_win - 1.0)
+    sh = 0.0 if prefill_first else 1.0  # (the decision step's token: km steps after it)
+    in_tail = (jk[None, :] >= r_last[:, None] - sh) & (jk[None, :] <= km - sh)
+    tail = jnp.sum(jnp.where(in_tail, p_oth[None, :], 0.0), axis=1)
+    span = jnp.where(n_win > 0.0, kk * (n_win - 1.0) + r_last + tail, 0.0)
+    # the last window's spread at each length (its second moment sum_j (2 j + 1) P(> j))
+    x1 = r_last - sh + tail
+    x2 = (r_last - sh) ** 2 + jnp.sum(jnp.where(in_tail, (2.0 * jk + 1.0)[None, :] * p_oth[None, :], 0.0), axis=1)
+    var_last = jnp.where(n_win > 0.0, jnp.maximum(x2 - x1 * x1, 0.0), 0.0)
+    if prefill_first:
+        # `td` spreads a chain over each window's steps, but a request's first window follows
+        # only the rest of its own chain (the prompt steps after the one that carried it), so
+        # a span of whole windows holds one chain less that rest (in steps of `td`)
+        spare = e["pw"] * ch["spare"] / jnp.maximum(td, 1e-300)
+        span = jnp.where(n_win > 0.0, jnp.maximum(span - spare, r_last * t_do / jnp.maximum(td, 1e-300)), 0.0)
     has = o >= 2.0
     n_has = jnp.sum(jnp.where(has, 1.0, 0.0))
     ratio = jnp.where(has, span / jnp.maximum(o - 1.0, 1.0), -1.0)
@@ -606,32 +704,22 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
     pos = has & (ratio > 0.0)
     n_pos = jnp.maximum(jnp.sum(jnp.where(pos, 1.0, 0.0)), 1.0)
     p0 = 1.0 - jnp.sum(jnp.where(pos, 1.0, 0.0)) / jnp.maximum(n_has, 1.0)
-    inv1 = jnp.sum(jnp.where(pos, 1.0 / jnp.maximum(o - 1.0, 1.0), 0.0)) / n_pos
-    inv2 = jnp.sum(jnp.where(pos, 1.0 / jnp.maximum(o - 1.0, 1.0) ** 2, 0.0)) / n_pos
-    g_pos = jnp.sum(jnp.where(pos, ratio, 0.0)) / n_pos
-    g_var = jnp.maximum(jnp.sum(jnp.where(pos, ratio * ratio, 0.0)) / n_pos - g_pos * g_pos, 0.0)
     qq = jnp.clip((q - p0) / jnp.maximum(1.0 - p0, 1e-12), 1e-9, 1.0 - 1e-9)
-    var_k = var_t * inv1 + burst_var * inv2 + var_slow + td * td * g_var / jnp.maximum(g_pos * g_pos, 1e-12)
-    # prefill_first: a chain of prompt steps pauses the decoders once a window, so its time's
-    # spread (`var_gap`, the one-step law's pause variance; 0 under chunked) joins a window's
-    # k steps once, not each step's
-    var_k = var_k + var_gap * inv1 / kk
-    law = t_floor + _wh_quantile(jnp.maximum(td - t_floor, 0.0), var_k, ndtri(qq))
-    tpot_p = jnp.where(q > p0, g_pos * law, 0.0)
+    # a mixture over the output lengths: a request of length o has TPOT ratio_o (t_floor + Y),
+    # Y its mean step over its span's steps (a lognormal): the steps' spread over its span,
+    # its burst once, the slow spread, a chain's pause once a window (prefill_first: `var_gap`,
+    # the one-step law's pause variance; 0 under chunked) and its last window's length
+    sp = jnp.maximum(span, 1.0)
+    var_y = (var_t / sp + burst_var / (sp * sp) + var_slow + var_gap / (kk * sp)
+             + td * td * var_last / (sp * sp))
+    wgt = jnp.where(pos, 1.0, 0.0) / n_pos
+    law = _node_quantile(qq, wgt, jnp.where(pos, ratio, 0.0), t_floor, jnp.maximum(td - t_floor, 0.0), var_y)
+    tpot_p = jnp.where(q > p0, law, 0.0)
     span_mean = jnp.mean(span)
-    # a window runs km steps only while a sequence has tokens left: its length is the longest
-    # remaining decode of a running sequence and of the others beside it (Poisson, mean
-    # `n_o`), each a fresh output's O - 1: E[min(km, max R)] = sum_j P(max R > j)
-    # = sum_{j < km} 1 - F(j) e^(-n_o (1 - F(j))), F the law of O - 1 (short outputs end windows early)
-    om1 = o - 1.0
-    n_o = seen * g["f_dec"] if prefill_first else seen
-    surv = jnp.mean(jnp.where(om1[None, :] > jnp.arange(int(km), dtype=om1.dtype)[:, None], 1.0, 0.0), axis=1)
-    km_a = jnp.sum(1.0 - (1.0 - surv) * jnp.exp(-n_o * surv))
     span_var = jnp.maximum(jnp.mean(span * span) - span_mean * span_mean, 0.0)
     # the arrival waits for the window in progress (length-biased, of ka steps), its decision
     # step carries the prompts that arrived during it, a chunked prompt's later chunks wait a
     # window each, and the first token reaches the client at the window's end
-    ka = 1.0 + km_a
     comp = (tt + tc) * lam_p1 * u * km_a * t_bar
     if prefill_first:
         # a busy engine alternates a decode window (ka decode-only steps) and a chain of prompt
@@ -639,12 +727,15 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
         # first step carries it with the window's arrivals; an arrival in a prompt step waits
         # for its rest, then the next step carries it with that step's arrivals. The prompt
         # step that carries the request hands its first token over at once (no deliver wait)
-        e = pf_env
-        w_d, ch = _pf_window_and_chain(lam, ka, g, e["t_own"], e["c_bar"], tt, tc, tf, p1, e["pcv"],
-                                       e["bud"], e["c"], e["n_w"])
         cycle = w_d + ch["time"]
         phi_d, phi_p = w_d / cycle, ch["time"] / cycle
-        r_d = (w_d * w_d + ka * var_t) / (2.0 * w_d)
+        # the window's length varies with the decoders running (the same count through its ka
+        # steps) and the steps' own noise, not with prompt tokens: its steps carry none (until
+        # 2026-12-06 ka times the one-step variance, whose prompt tokens put a 2-step window's
+        # mean rest at 0.179 s where its 0.130 s allow 0.065: seed 261's point 11)
+        var_w = (ka * ka * (tt + tc * e["c_bar"]) ** 2 * g["var_r"] * e["m2"]
+                 + ka * (e["m2"] - 1.0) * (w_d / ka) ** 2)
+        r_d = (w_d * w_d + var_w) / (2.0 * w_d)
         r_p = ch["d2"] / jnp.maximum(2.0 * ch["time"], 1e-300)
         comp_d = (tt + tc) * lam_p1 * 2.0 * r_d
         comp_p = (tt + tc) * lam_p1 * 2.0 * r_p
@@ -656,7 +747,10 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
         deliver = jnp.zeros_like(resid)
         var_extra = jnp.zeros_like(resid)  # (the window residual's law is kept apart: cb_point)
     else:
-        ew2 = ka * ka * t_bar * t_bar + ka * var_t
+        e = pf_env
+        x_run = (tt + tc * e["c_bar"]) ** 2 * g["var_r"] * e["m2"]
+        var_w = var_t + (ka * ka - 1.0) * x_run + (ka - 1.0) * (e["m2"] - 1.0) * t_bar * t_bar
+        ew2 = ka * ka * t_bar * t_bar + var_w
         resid = u * ew2 / (2.0 * ka * t_bar)
         var_resid = jnp.maximum(u * ew2 / 3.0 - resid * resid, 0.0)
         pi = width = None  # (the chunked policy's quantiles keep `_mix_quantile`: cb_point)
@@ -1213,7 +1307,7 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
                      (t_floor, burst_var, var_slow, var_gap_pf if prefill_first else 0.0),
                      prefill_first=bool(prefill_first),
                      pf_env=dict(pcv=raw["pcv"], bud=pre["bud"], t_own=pre["t_own"], c_bar=c_bar,
-                                 c=c, n_w=pre.get("n_w")))
+                                 c=c, n_w=pre.get("n_w"), pw=raw["pw"], m2=m2))
         ttft_k = ttft + w["extra"]
         resid_k, var_resid_k = w["resid"], w["var_resid"]
         mean0_k = mean0 + w["extra"]
