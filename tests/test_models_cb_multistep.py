@@ -233,13 +233,19 @@ def test_prefill_first_a_last_window_of_short_outputs_ends_with_its_longest_deco
     # 53.0 ms before
     (13.907235512623913, (452.4, 0.637, 12.1, 0.616, 17.0, 1858.0, math.inf, 16.0, 0.020233720275458163,
                           3.532658168469496e-05, 6.241523809523809e-07, 0.0), 8, "tpot_mean", 0.045191, 0.05),
+    # DeepSeek V3 on eight H200, 231-token prompts, 19-token outputs (CV 2.0), windows of 16
+    # (seed 269, point 94): simulated median TPOT 19.20 +- 0.69 ms (16 replications); 33.6 ms
+    # with every step of the span at the mean step
+    (15.865404185920383, (231.4, 0.365, 18.7, 1.963, 71.0, math.inf, math.inf, 16.0, 0.00522021154059243,
+                          0.00013110265119344435, 3.0870445344129555e-09, 0.213), 16, "tpot_p", 0.019202, 0.25),
 ])
 def test_prefill_first_a_first_window_follows_only_the_rest_of_its_own_chain(lam, engine, k, metric, sim, tol) -> None:
     """`benchmarks/cb_accuracy.py --scheduler-policy prefill_first --scheduler-steps 2 4 8 16
     --points 120 --seed N`: the decoder's mean step spreads a chain of prompt steps over each
     window, but a request's first window follows only the prompt steps of its own chain after
-    the one that carried it (none when the chain is that one step). A span of whole windows
-    holds one chain less that rest, which short outputs feel the most."""
+    the one that carried it (none when the chain is that one step), and its last window's
+    steps are decode-only: the span is that rest, its whole windows at the mean step and its
+    last window's decode-only steps, which short outputs feel the most."""
     r = cb_point(lam, *engine, 0.5, steps=k, prefill_first=True)
     assert abs(float(r[metric]) / sim - 1.0) < tol, float(r[metric])
 

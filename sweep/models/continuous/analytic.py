@@ -156,8 +156,9 @@ steps spread over the window; an arrival waits for the rest of the window (whose
 varies with the decoders running, not with prompt tokens) or prompt step in progress, then
 the next prompt step carries it and hands its first token over at once, the window's rest
 kept uniform in the quantiles (`_window_quantile`); its later tokens come in windows, the
-last one as under ``chunked``, and its first window follows only the rest of its own chain
-(`_pf_chain`'s ``spare``: a span of whole windows holds one chain less that rest). ``k = 1``
+last one as under ``chunked``; the span's time is the rest of its own chain (`_pf_chain`'s
+``spare`` is the part of a chain it does not wait for), its whole windows at the decoders'
+mean step (a chain spread over each) and its last window's decode-only steps. ``k = 1``
 leaves the program as it was (a Python-level branch).
 
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
@@ -688,11 +689,13 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
     x2 = (r_last - sh) ** 2 + jnp.sum(jnp.where(in_tail, (2.0 * jk + 1.0)[None, :] * p_oth[None, :], 0.0), axis=1)
     var_last = jnp.where(n_win > 0.0, jnp.maximum(x2 - x1 * x1, 0.0), 0.0)
     if prefill_first:
-        # `td` spreads a chain over each window's steps, but a request's first window follows
-        # only the rest of its own chain (the prompt steps after the one that carried it), so
-        # a span of whole windows holds one chain less that rest (in steps of `td`)
-        spare = e["pw"] * ch["spare"] / jnp.maximum(td, 1e-300)
-        span = jnp.where(n_win > 0.0, jnp.maximum(span - spare, r_last * t_do / jnp.maximum(td, 1e-300)), 0.0)
+        # the span's time, in steps of `td`: the rest of the request's own chain (the prompt
+        # steps after the one that carried it), its whole windows, each with the chain after
+        # it (`td` spreads a chain over a window's steps), and its last window's decode-only
+        # steps (a chain the slots cut keeps its whole time in the rest)
+        rest = e["pw"] * (ch["time"] - ch["spare"])
+        t_span = rest + kk * (n_win - 1.0) * td + (span - kk * (n_win - 1.0)) * (w_d / ka)
+        span = jnp.where(n_win > 0.0, t_span / jnp.maximum(td, 1e-300), 0.0)
     has = o >= 2.0
     n_has = jnp.sum(jnp.where(has, 1.0, 0.0))
     ratio = jnp.where(has, span / jnp.maximum(o - 1.0, 1.0), -1.0)
