@@ -153,7 +153,8 @@ decode-only steps and a chain of prompt steps (`_pf_chain`: the decision after a
 prefills what arrived during it, and prefills again while prompts keep arriving, until a step
 sees none or the admissions take every slot); the decoders' step carries the chain's prompt
 steps spread over the window; an arrival waits for the rest of the window (whose length
-varies with the decoders running, not with prompt tokens) or prompt step in progress, then
+varies with the decoders running and the steps they keep it going, not with prompt tokens)
+or prompt step in progress, then
 the next prompt step carries it and hands its first token over at once, the window's rest
 kept uniform in the quantiles (`_window_quantile`); its later tokens come in windows, the
 last one as under ``chunked``; the span's time is the rest of its own chain (`_pf_chain`'s
@@ -667,8 +668,12 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
     # `n_o`), each a fresh output's O - 1: E[min(km, max R)] = sum_j P(max R > j)
     # = sum_{j < km} 1 - F(j) e^(-n_o (1 - F(j))), F the law of O - 1 (short outputs end windows early)
     surv = surv_k[:int(km)]
-    km_a = jnp.sum(1.0 - (1.0 - surv) * jnp.exp(-n_o * surv))
+    p_run = 1.0 - (1.0 - surv) * jnp.exp(-n_o * surv)
+    km_a = jnp.sum(p_run)
     ka = 1.0 + km_a
+    # the spread of that count of decode-only steps (its second moment sum_j (2 j + 1) P(> j))
+    jj = jnp.arange(int(km), dtype=om1.dtype)
+    var_km = jnp.maximum(jnp.sum((2.0 * jj + 1.0) * p_run) - km_a * km_a, 0.0)
     if prefill_first:  # the window and the chain of prompt steps after it (`_pf_chain`)
         e = pf_env
         w_d, ch = _pf_window_and_chain(lam, ka, g, e["t_own"], e["c_bar"], tt, tc, tf, p1, e["pcv"],
@@ -733,11 +738,12 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
         cycle = w_d + ch["time"]
         phi_d, phi_p = w_d / cycle, ch["time"] / cycle
         # the window's length varies with the decoders running (the same count through its ka
-        # steps) and the steps' own noise, not with prompt tokens: its steps carry none (until
+        # steps), with how many of its steps they keep going (`var_km`: short outputs end a
+        # window early) and with the steps' own noise, not with prompt tokens: its steps carry none (until
         # 2026-12-06 ka times the one-step variance, whose prompt tokens put a 2-step window's
         # mean rest at 0.179 s where its 0.130 s allow 0.065: seed 261's point 11)
         var_w = (ka * ka * (tt + tc * e["c_bar"]) ** 2 * g["var_r"] * e["m2"]
-                 + ka * (e["m2"] - 1.0) * (w_d / ka) ** 2)
+                 + ka * (e["m2"] - 1.0) * (w_d / ka) ** 2 + var_km * (w_d / ka) ** 2)
         r_d = (w_d * w_d + var_w) / (2.0 * w_d)
         r_p = ch["d2"] / jnp.maximum(2.0 * ch["time"], 1e-300)
         comp_d = (tt + tc) * lam_p1 * 2.0 * r_d
@@ -773,9 +779,7 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
         var_chunks = win * win * jnp.maximum(n2 - n1 * n1, 0.0)
         # the first message waits for its window's end: min(km, max R) decode-only steps, whose
         # spread joins the TTFT's (sum_j (2 j + 1) P(max R > j) is its second moment)
-        p_run = 1.0 - (1.0 - surv) * jnp.exp(-n_o * surv)
-        jj = jnp.arange(int(km), dtype=om1.dtype)
-        var_deliver = t_do * t_do * jnp.maximum(jnp.sum((2.0 * jj + 1.0) * p_run) - km_a * km_a, 0.0)
+        var_deliver = t_do * t_do * var_km
         var_extra = var_chunks + var_deliver
     resid1 = u * g["et2"] / (2.0 * t_bar)
     return dict(extra=resid - resid1 + comp + chunks + deliver, resid=resid, var_resid=var_resid, pi=pi, width=width,
