@@ -674,11 +674,11 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
     # the spread of that count of decode-only steps (its second moment sum_j (2 j + 1) P(> j))
     jj = jnp.arange(int(km), dtype=om1.dtype)
     var_km = jnp.maximum(jnp.sum((2.0 * jj + 1.0) * p_run) - km_a * km_a, 0.0)
-    if prefill_first:  # the window and the chain of prompt steps after it (`_pf_chain`)
+    if prefill_first:  # the window and the chain of prompt steps after it (`_pf_chain`); the
+        # first token alone, then the decode tokens in windows of k
         e = pf_env
         w_d, ch = _pf_window_and_chain(lam, ka, g, e["t_own"], e["c_bar"], tt, tc, tf, p1, e["pcv"],
                                        e["bud"], e["c"], e["n_w"])
-    if prefill_first:  # the first token alone, then the decode tokens in windows of k
         n_win = jnp.ceil(om1 / kk)
         r_last = om1 - kk * (n_win - 1.0)  # the own tokens of the last window, 1 to k
     else:  # the first message also carries the decision window's decode tokens: the last window
