@@ -632,16 +632,17 @@ def _spanned_windows(om1, kk, n_dec, theta, n):
     return jnp.sum(p_run * wgt), jnp.sum(p_run * wgt * (2.0 * jw + wgt))
 
 
-def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_first=False,
-             pf_env=None) -> dict[str, Array]:
+def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, prefill_first=False
+             ) -> dict[str, Array]:
     """Multi-step windows of ``k = km + 1`` steps, from the one-step model's solution: what an
     arrival, a chunked prompt and a client's messages wait for beyond it. ``prefill_first``
     (a Python bool): prompts take single steps of their own between decode windows, so the
     first token is its own message, no chunk waits for a window, and the window in progress
-    is a decode window or a step of a chain of prompt steps (`_pf_chain`; ``pf_env``: the
-    point's ``pcv``, ``bud``, ``t_own``, ``c_bar``, ``c``, ``n_w``, ``pw`` and ``m2``)."""
+    is a decode window or a step of a chain of prompt steps (`_pf_chain`). ``point``: the
+    point's ``pcv``, ``bud``, ``t_own``, ``c_bar``, ``c``, ``n_w``, ``pw`` and ``m2``."""
     kk = 1.0 + km
     lam_p1 = lam * p1
+    e = point
     u, t_bar, var_t = g["u"], g["t_bar"], g["var_t"]
     # a decode-only step: a decoder's mean step less the prompt work in it (lam p1 (t_t + t_c)
     # of each second: the decisions carry the prompts; a lone request's step at light load)
@@ -672,11 +673,9 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
     km_a = jnp.sum(p_run)
     ka = 1.0 + km_a
     # the spread of that count of decode-only steps (its second moment sum_j (2 j + 1) P(> j))
-    jj = jnp.arange(int(km), dtype=om1.dtype)
-    var_km = jnp.maximum(jnp.sum((2.0 * jj + 1.0) * p_run) - km_a * km_a, 0.0)
+    var_km = jnp.maximum(jnp.sum((2.0 * jk[:int(km)] + 1.0) * p_run) - km_a * km_a, 0.0)
     if prefill_first:  # the window and the chain of prompt steps after it (`_pf_chain`); the
         # first token alone, then the decode tokens in windows of k
-        e = pf_env
         w_d, ch = _pf_window_and_chain(lam, ka, g, e["t_own"], e["c_bar"], tt, tc, tf, p1, e["pcv"],
                                        e["bud"], e["c"], e["n_w"])
         n_win = jnp.ceil(om1 / kk)
@@ -756,7 +755,6 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, prefill_f
         deliver = jnp.zeros_like(resid)
         var_extra = jnp.zeros_like(resid)  # (the window residual's law is kept apart: cb_point)
     else:
-        e = pf_env
         x_run = (tt + tc * e["c_bar"]) ** 2 * g["var_r"] * e["m2"]
         var_w = var_t + (ka * ka - 1.0) * x_run + (ka - 1.0) * (e["m2"] - 1.0) * t_bar * t_bar
         ew2 = ka * ka * t_bar * t_bar + var_w
@@ -1312,9 +1310,9 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     if km:  # multi-step windows (module docstring, "Multi-step scheduling")
         w = _windows(km, lam, p1, o1, raw["ocv"], td, g, pf, tt, tc, tf, q,
                      (t_floor, burst_var, var_slow, var_gap_pf if prefill_first else 0.0),
-                     prefill_first=bool(prefill_first),
-                     pf_env=dict(pcv=raw["pcv"], bud=pre["bud"], t_own=pre["t_own"], c_bar=c_bar,
-                                 c=c, n_w=pre.get("n_w"), pw=raw["pw"], m2=m2))
+                     dict(pcv=raw["pcv"], bud=pre["bud"], t_own=pre["t_own"], c_bar=c_bar, c=c,
+                          n_w=pre.get("n_w"), pw=raw["pw"], m2=m2),
+                     prefill_first=bool(prefill_first))
         ttft_k = ttft + w["extra"]
         resid_k, var_resid_k = w["resid"], w["var_resid"]
         mean0_k = mean0 + w["extra"]
