@@ -252,46 +252,59 @@ def _load(row: dict[str, str]) -> float:
     return _num(row["request_rate_rps"]) if row["workload"] == "open" else float(row["concurrency"])
 
 
-#: metric prefix -> the efficiency a light-load figure calibrates: a decode step (TPOT) is
-#: bound by memory bandwidth. TTFT is not used: its misses are not a compute rate (multi-step
-#: windows, closed-loop synchronized prompts), and fitting `eta_flops` to it drove that to
-#: 0.07-0.19 and made every mixed step slow (held-out TPOT 1.69x measured; 17/42 within 20%
-#: against 26/57 with bandwidth alone; docs/accuracy-load.md)
-CALIBRATES = {"tpot": "eta_bw"}
+#: metric prefix -> the grid key a light-load figure calibrates: a decode step (TPOT) is bound
+#: by memory bandwidth, `eta_bw`; the TTFT's part outside the steps (HTTP, tokenization,
+#: streaming) is the server's fixed latency per request, `request_latency_ms`. TTFT does not
+#: calibrate a compute rate: fitting `eta_flops` to it drove that to 0.07-0.19 and made every
+#: mixed step slow (held-out TPOT 1.69x measured; 17/42 within 20% against 26/57 with bandwidth
+#: alone; docs/accuracy-load.md). `--calibrate tpot` calibrates `eta_bw` alone.
+CALIBRATES = {"tpot": "eta_bw", "ttft": "request_latency_ms"}
 CAL_ITERATIONS = 6
 
 
 def calibrate(rows: list[dict[str, str]], as_run: bool = False,
               fixed: dict[tuple[str, ...], dict[str, float]] | None = None,
+              simulated: int | None = None, calibrates: dict[str, str] | None = None,
               ) -> tuple[dict[tuple[str, ...], dict[str, float]], set[str]]:
-    """Per setup, the efficiencies of `CALIBRATES` (`eta_bw`) such that the model reproduces
-    the setup's lightest-load TPOT figure (its lowest rate, or concurrency); and the ids of
+    """Per setup, the grid keys of `CALIBRATES` (`eta_bw`, `request_latency_ms`) such that the
+    model reproduces the setup's lightest-load TPOT and TTFT figures (its lowest rate, or
+    concurrency; a key whose figure the lightest load lacks keeps its default); and the ids of
     those figures (used to calibrate, so left out of the calibrated share). `fixed`: grid keys
     per setup held while calibrating and returned beside the efficiencies (the engine's
-    `t_seq_us`, `engine_seq_costs`).
+    `t_seq_us`, `engine_seq_costs`). The model calibrated is the one that predicts: the
+    analytic model (under the grid's default scheduler, or `as_run`), or with `simulated` =
+    replications the benchmark simulated as run (`predict_simulated`), so that each
+    prediction reproduces the calibration figure itself.
 
-    Fixed-point iteration on the ratio: a step's time is inversely proportional to the
-    efficiency of the resource that bounds it, so eta <- eta x predicted / measured, from
-    the catalog's values, `CAL_ITERATIONS` times, clipped to the grid's domain (0.001, 1]."""
+    Fixed-point iteration, `CAL_ITERATIONS` times: a step's time is inversely proportional to
+    the efficiency of the resource that bounds it, so eta <- eta x predicted / measured, from
+    the catalog's value, clipped to the grid's domain (0.001, 1]; the request latency adds to
+    the TTFT, so L <- L + measured - predicted, from 0, at least 0 (a TTFT predicted above the
+    measured one is not the latency's to close)."""
     setups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
         setups.setdefault(setup_of(row), []).append(row)
     out, used = {}, set()
     for key, group in setups.items():
         light = min(_load(r) for r in group if math.isfinite(_load(r)))
-        targets = {CALIBRATES[r["metric"].split("_")[0]]: r for r in group
-                   if _load(r) == light and r["metric"].split("_")[0] in CALIBRATES}
+        keys = CALIBRATES if calibrates is None else calibrates
+        targets = {keys[r["metric"].split("_")[0]]: r for r in group
+                   if _load(r) == light and r["metric"].split("_")[0] in keys}
         if not targets:
             continue
         first = Predictor(next(iter(targets.values()))).at(1.0)
-        eta = {name: float(first[name]) for name in targets}
+        eta = {name: float(first[name]) if name != "request_latency_ms" else 0.0 for name in targets}
         held = (fixed or {}).get(key, {})
         for _ in range(CAL_ITERATIONS):
             for name, r in targets.items():
-                value, _how = predict(r, {**eta, **held}, as_run)
+                value = (predict(r, {**eta, **held}, as_run)[0] if simulated is None
+                         else predict_simulated(r, {**eta, **held}, simulated)[0])
                 if value is None:
                     break
-                eta[name] = min(1.0, max(1e-3, eta[name] * value / float(r["measured"])))
+                if name == "request_latency_ms":
+                    eta[name] = max(0.0, eta[name] + float(r["measured"]) - value)
+                else:
+                    eta[name] = min(1.0, max(1e-3, eta[name] * value / float(r["measured"])))
         out[key] = {**eta, **held}
         used |= {r["id"] for r in targets.values()}
     return out, used
@@ -405,9 +418,15 @@ def main(argv: list[str] | None = None) -> dict:
                     help=f"simulated runs per benchmark run (default {REPLICATIONS})")
     ap.add_argument("--no-simulate", action="store_true", help="the analytic predictions only")
     ap.add_argument("--data", type=Path, default=DATA, help=f"the figures (default {DATA.relative_to(ROOT)})")
+    ap.add_argument("--calibrate", choices=("tpot+ttft", "tpot"), default="tpot+ttft",
+                    help="what the light-load run calibrates: eta_bw from its TPOT and the request latency from its "
+                         "TTFT (default), or eta_bw alone")
     args = ap.parse_args(argv)
+    keys = {k: v for k, v in CALIBRATES.items() if args.calibrate == "tpot+ttft" or k == "tpot"}
     results_path = RESULTS if args.data == DATA else RESULTS.with_name(
         f"load_accuracy_{args.data.stem.removeprefix('load_measurements_')}.csv")
+    if args.calibrate == "tpot":
+        results_path = results_path.with_name(results_path.stem + "_tpot.csv")
     reps = 2 if args.smoke else args.replications
     if args.smoke:  # tiny runs: the check is that the script works, not its figures
         global CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS
@@ -416,8 +435,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:  # three figures of the default file, one of each kind; of another file, its first run's
         rows = ([r for r in rows if r["id"] in SMOKE_IDS] if args.data == DATA
                 else [r for r in rows if _run_id(r) == _run_id(rows[0])])
-    cal, used = calibrate(rows)
-    cal_run, _ = calibrate(rows, as_run=True)  # the same lightest-load TPOT figures
+    cal, used = calibrate(rows, calibrates=keys)
+    cal_run, _ = calibrate(rows, as_run=True, calibrates=keys)  # the same lightest-load figures
+    cal_sim = {} if args.no_simulate else calibrate(rows, simulated=reps, calibrates=keys)[0]
     results = []
     print(f"{'figure':62s} {'metric':14s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s} {'calib.':>9s} "
           f"{'ratio':>6s} {'simulated':>9s} {'ratio':>6s} {'calib.':>9s} {'ratio':>6s}  how")
@@ -430,7 +450,8 @@ def main(argv: list[str] | None = None) -> dict:
         as_run_cal = predict(row, eta_run, as_run=True)[0] if eta_run is not None else None
         measured = float(row["measured"])
         sim, sim_hw = predict_simulated(row, None, reps) if not args.no_simulate else (None, None)
-        sim_cal = (predict_simulated(row, eta, reps)[0] if not args.no_simulate and eta is not None else None)
+        eta_sim = cal_sim.get(setup_of(row))
+        sim_cal = predict_simulated(row, eta_sim, reps)[0] if eta_sim is not None else None
         results.append({"id": row["id"], "engine": row["engine"], "workload": row["workload"],
                         "metric": row["metric"], "load": _load(row),
                         "setup": f"{row['model']} {row['gpu']} {row['weight_dtype']} tp{row['tensor_parallel']}",
@@ -438,6 +459,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "fixed_by": fixed_by(row), "predicted_calibrated": value_cal,
                         "calibration_figure": row["id"] in used,
                         "eta_bw": None if eta is None else eta.get("eta_bw"),
+                        "eta_bw_simulated": None if eta_sim is None else eta_sim.get("eta_bw"),
+                        "request_latency_ms_simulated": None if eta_sim is None else eta_sim.get("request_latency_ms"),
                         "eta_flops": None if eta is None else eta.get("eta_flops"),
                         "simulated": sim, "simulated_half_width": sim_hw, "simulated_calibrated": sim_cal,
                         "analytic_as_run": as_run, "analytic_as_run_calibrated": as_run_cal})
@@ -449,14 +472,15 @@ def main(argv: list[str] | None = None) -> dict:
              for r in results}
     t_seq = engine_seq_costs(rows, {k: v for k, v in pass1.items() if v is not None}, cal, used)
     fixed = {k: {"t_seq_us": v} for k, v in t_seq.items()}
-    cal_eng, _ = calibrate(rows, fixed=fixed)
-    cal_run_eng, _ = calibrate(rows, as_run=True, fixed=fixed)
+    cal_eng, _ = calibrate(rows, fixed=fixed, calibrates=keys)
+    cal_run_eng, _ = calibrate(rows, as_run=True, fixed=fixed, calibrates=keys)
+    cal_sim_eng = {} if args.no_simulate else calibrate(rows, fixed=fixed, simulated=reps, calibrates=keys)[0]
     for row, r in zip(rows, results):
         key = setup_of(row)
         r["t_seq_us"] = t_seq[key] if key in cal_eng else None
         r["analytic_as_run_engine"] = predict(row, cal_run_eng[key], as_run=True)[0] if key in cal_run_eng else None
-        r["simulated_engine"] = (predict_simulated(row, cal_eng[key], reps)[0]
-                                 if not args.no_simulate and key in cal_eng else None)
+        r["simulated_engine"] = (predict_simulated(row, cal_sim_eng[key], reps)[0]
+                                 if key in cal_sim_eng else None)
     predicted = [r for r in results if r["predicted"] is not None]
     errs = [r["predicted"] / r["measured"] - 1.0 for r in predicted]
     held = [r for r in results if r["predicted_calibrated"] is not None and not r["calibration_figure"]]
@@ -465,6 +489,10 @@ def main(argv: list[str] | None = None) -> dict:
     print("calibrated efficiencies per setup (from its lightest-load TPOT; * above):")
     for key, eta in cal.items():
         print(f"  {' '.join(key[:5]):60s} " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(eta.items())))
+    if cal_sim:
+        print("calibrated efficiencies per setup, the simulated benchmark's own (the same figures):")
+        for key, eta in cal_sim.items():
+            print(f"  {' '.join(key[:5]):60s} " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(eta.items())))
     print()
     print(f"all predicted figures: {len(predicted)} of {len(results)}; within 20%: {share(errs, 0.2)}, "
           f"within 50%: {share(errs, 0.5)}; too low (< 0.8x): {sum(e < -0.2 for e in errs)}, "

@@ -189,8 +189,8 @@ def test_the_engines_per_sequence_cost_reaches_the_benchmark() -> None:
     from sweep.cli.predict import config_from_flags
 
     keys = ("model", "gpu", "tp", "max_num_seqs", "max_num_batched_tokens", "input_len", "output_len", "input_cv",
-            "output_cv", "weights", "kv_dtype", "t_seq_us")
-    vals = ("llama-3.1-8b", "h100-sxm", 1, 16, 2048, 500.0, 40.0, 0.0, 0.0, "bf16", "bf16")
+            "output_cv", "weights", "kv_dtype", "request_latency_ms", "t_seq_us")
+    vals = ("llama-3.1-8b", "h100-sxm", 1, 16, 2048, 500.0, 40.0, 0.0, 0.0, "bf16", "bf16", None)
     cat = load_catalog()
     rate = 1e4  # far above the capacity: the line at the cap's 16 sequences
     none = config_from_flags(argparse.Namespace(**dict(zip(keys, (*vals, None)))), cat, rate)

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.cli.tools import finite_number, int_at_least_one, seq_us
+from sweep.cli.tools import finite_number, int_at_least_one, request_latency_ms, seq_us
 from sweep.errors import GridError
 
 #: The engine variants the simulated run takes (`sweep.testing.cb_reference`'s names).
@@ -91,6 +91,9 @@ class BenchConfig:
     scheduler_policy: str = "chunked"
     scheduler_steps: int = 1
     kv_admission: str = "on_demand"
+    #: the server's fixed latency per request outside the steps (s; the grid's request_latency_ms):
+    #: on every TTFT and E2E, and in a closed loop part of each client's cycle
+    request_latency: float = 0.0
 
     def kwargs(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
@@ -124,7 +127,8 @@ def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str) ->
         output_mean=f["output_tokens"], output_cv=_num(row, "output_cv", source, none=0.0), cap=f["batch_size"],
         max_batched_tokens=_num(row, "max_batched_tokens", source, none=math.inf), kv_capacity_tokens=kv,
         block_tokens=block_tokens, t_fixed=f["t_step_fixed_ms"] * 1e-3, t_token=f["t_token_ms"] * 1e-3,
-        t_ctx=f["t_ctx_ms"] * 1e-3, service_cv=_num(row, "service_cv", source, none=0.0), label=label)
+        t_ctx=f["t_ctx_ms"] * 1e-3, service_cv=_num(row, "service_cv", source, none=0.0), label=label,
+        request_latency=_num(row, "request_latency_ms", source, none=0.0) * 1e-3)
 
 
 def _block(spec: Any) -> float:
@@ -160,6 +164,7 @@ def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -
         "prompt_cv": args.input_cv, "output_cv": args.output_cv, "batch_size": [args.max_num_seqs],
         "max_batched_tokens": [args.max_num_batched_tokens], "weight_bytes_per_param": args.weights.lower(),
         "kv_bytes_per_elem": args.kv_dtype.lower(), "t_seq_us": args.t_seq_us or 0.0,
+        "request_latency_ms": args.request_latency_ms or 0.0,
         # a continuous grid needs an SLO; a benchmark asks none, so one that nothing misses (an hour)
         "ttft_slo_ms": 3.6e6,
     }
@@ -246,6 +251,8 @@ def _reference_run(cfg: BenchConfig, bench: Benchmark, n: int, settings: Any, se
     steps = int(np.sum(o) + math.ceil(np.sum(p) / max(budget, 1.0)) + len(o))
     think = (np.random.default_rng([seed, r]).exponential(bench.think_s, len(a)) if bench.think_s > 0.0
              else None)
+    if bench.max_concurrency is not None and cfg.request_latency > 0.0:  # the engine sees it as thinking
+        think = (np.zeros(len(a)) if think is None else think) + cfg.request_latency
     for _ in range(_NOISE_REDRAWS):
         z = step_normals(settings, 0, r, 1 << steps.bit_length()) if cfg.service_cv > 0.0 else None
         try:
@@ -265,11 +272,12 @@ def _reference_run(cfg: BenchConfig, bench: Benchmark, n: int, settings: Any, se
                             f"after {_NOISE_REDRAWS} draws")
 
 
-def _client_view(res: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _client_view(res: Any, latency: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(send, first message, last message) times of each request of a reference run, as the
-    client sees them (inf where a request got no message)."""
-    first = np.array([d[0] if d else math.inf for d in res.delivered_s])
-    last = np.array([d[-1] if d else math.inf for d in res.delivered_s])
+    client sees them (inf where a request got no message): its messages ``latency`` (the
+    server's fixed latency per request outside the steps) after the engine wrote them."""
+    first = np.array([d[0] if d else math.inf for d in res.delivered_s]) + latency
+    last = np.array([d[-1] if d else math.inf for d in res.delivered_s]) + latency
     return np.asarray(res.arrival_s, np.float64), first, last
 
 
@@ -285,7 +293,7 @@ def _windowed_run(cfg: BenchConfig, bench: Benchmark, settings: Any, seed: int, 
     n = bench.num_prompts
     for _ in range(_WINDOW_DOUBLINGS):
         res, p, o = _reference_run(cfg, bench, n, settings, seed, r)
-        sent, first, last = _client_view(res)
+        sent, first, last = _client_view(res, cfg.request_latency)
         keep, windows, stable = measured_windows(sent, last, bench.window_s, bench.stability_percentage,
                                                  bench.max_trials)
         if float(np.max(sent)) >= windows * bench.window_s:  # still sending when the windows ended
@@ -313,7 +321,7 @@ def simulate(cfg: BenchConfig, bench: Benchmark, replications: int = REPLICATION
     for r in range(replications):
         if bench.window_s is None:
             res, p, o = _reference_run(cfg, bench, bench.num_prompts, settings, seed, r)
-            sent, first, last = _client_view(res)
+            sent, first, last = _client_view(res, cfg.request_latency)
             figures = run_figures(sent, p, o, first, last, quantiles=bench.quantiles, token_s=res.delivered_s)
         else:
             res, figures = _windowed_run(cfg, bench, settings, seed, r)
@@ -357,8 +365,11 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
         return {}, (f"no analytic figure: multi-step scheduling ({k} steps a decision) has analytic windows in an "
                     "open loop only; the simulated run is the prediction")
     closed = None
-    if conc is not None:
-        closed = closed_loop(conc, bench.think_s, quantiles=bench.quantiles, **kw)
+    if conc is not None:  # the request latency outside the steps: the engine sees it as thinking
+        closed = closed_loop(conc, bench.think_s + cfg.request_latency, quantiles=bench.quantiles, **kw)
+        for m in ("ttft", "e2e"):
+            closed[f"{m}_mean"] += cfg.request_latency
+            closed[f"{m}_q"] = {q: v + cfg.request_latency for q, v in closed[f"{m}_q"].items()}
     if conc is None and not math.isfinite(rate):
         return {}, ("no analytic figure: every prompt is sent at once and no concurrency limit holds them back, "
                     "a single burst with no steady state; the simulated run is the prediction")
@@ -380,8 +391,12 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
             return {}, (f"no analytic figure: {rate:g} req/s exceeds the configuration's capacity "
                         f"({res[0]['capacity_rps']:.4g} req/s): the queue grows for as long as the run lasts; the "
                         "simulated run is the prediction")
+        lat = {"ttft": cfg.request_latency, "tpot": 0.0, "e2e": cfg.request_latency}
         r = dict(res[0], throughput_rps=rate,
-                 **{f"{m}_q": {q: x[f"{m}_p"] for q, x in zip(bench.quantiles, res)} for m in ("ttft", "tpot", "e2e")})
+                 **{f"{m}_q": {q: x[f"{m}_p"] + lat[m] for q, x in zip(bench.quantiles, res)}
+                    for m in ("ttft", "tpot", "e2e")})
+        r["ttft_mean"] += cfg.request_latency
+        r["e2e_mean"] += cfg.request_latency
         basis = f"open loop at {rate:g} req/s (steady state)" + (
             f"; windows of {k} steps: ITL is the gap between messages, {k} steps of the per-step law" if k > 1 else "")
     x = r["throughput_rps"]
@@ -454,7 +469,9 @@ def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, fl
            f"ms/cached token; KV capacity {cfg.kv_capacity_tokens:,.0f} tokens; lengths {cfg.prompt_mean:g} "
            f"(cv {cfg.prompt_cv:g}) in, {cfg.output_mean:g} (cv {cfg.output_cv:g}) out",
            f"  engine: scheduler_policy {cfg.scheduler_policy}, {cfg.scheduler_steps} step(s) a scheduling decision, "
-           f"KV {cfg.kv_admission.replace('_', '-')}",
+           f"KV {cfg.kv_admission.replace('_', '-')}"
+           + (f"; request latency outside the steps {cfg.request_latency * 1e3:g} ms"
+              if cfg.request_latency > 0 else ""),
            run + (f", think time {bench.think_s * 1e3:g} ms" if bench.think_s > 0 else ""),
            "", "{s:=^{w}}".format(s=" Serving Benchmark Result (predicted) ", w=width + 38),
            f"{'':<{width}}{f'simulated (95%, {replications} runs)':>24}{'analytic':>14}",
@@ -558,6 +575,10 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
     e.add_argument("--t-seq-us", type=seq_us, default=None, metavar="US",
                    help="the engine's host time per sequence a step carries, microseconds (the grid's t_seq_us; "
                         "default 0; docs/roofline.md, \"Per-sequence cost\")")
+    e.add_argument("--request-latency-ms", type=request_latency_ms, default=None, metavar="MS",
+                   help="the server's fixed latency per request outside the engine's steps (HTTP, chat template and "
+                        "tokenization, streaming), added to every TTFT and E2E (the grid's request_latency_ms; "
+                        "default 0; fit it to a light-load TTFT)")
     e.add_argument("--kv-cache-tokens", type=int_at_least_one, default=None, metavar="N",
                    help="the engine's KV cache in tokens, in place of what the GPUs hold beside the weights "
                         "(what vLLM logs as 'GPU KV cache size'; size it down to see preemptions)")
@@ -654,12 +675,14 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
             from sweep.models.continuous.closed import closed_loop
 
             light = config_from_flags(args, catalog if catalog is not None else load_catalog(), 1e-3)
-            x = closed_loop(args.max_concurrency or bench.num_prompts, bench.think_s, quantiles=(0.5,),
-                            **light.kwargs())["throughput_rps"]
+            x = closed_loop(args.max_concurrency or bench.num_prompts, bench.think_s + light.request_latency,
+                            quantiles=(0.5,), **light.kwargs())["throughput_rps"]
             rate = min(rate, x)
         cfg = config_from_flags(args, catalog if catalog is not None else load_catalog(), rate)
     cfg = replace(cfg, scheduler_policy=args.scheduler_policy, scheduler_steps=args.num_scheduler_steps,
                   kv_admission=args.kv_admission,
+                  request_latency=(args.request_latency_ms * 1e-3 if args.request_latency_ms is not None
+                                   else cfg.request_latency),
                   kv_capacity_tokens=(float(args.kv_cache_tokens) if args.kv_cache_tokens is not None
                                       else cfg.kv_capacity_tokens))
     reservation = math.ceil((cfg.prompt_mean + cfg.output_mean) / cfg.block_tokens) * cfg.block_tokens

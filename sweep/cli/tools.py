@@ -137,6 +137,16 @@ def seq_us(text: str) -> float:
     return v
 
 
+def request_latency_ms(text: str) -> float:
+    """An argparse type: the continuous grid's `request_latency_ms` domain, [0, 1e6] milliseconds."""
+    from sweep.models.continuous.model import DOMAINS
+
+    v = finite_number(0.0, strict=False)(text)
+    if v > DOMAINS["request_latency_ms"].hi:
+        raise argparse.ArgumentTypeError(f"must lie in [0, {DOMAINS['request_latency_ms'].hi:g}] ms")
+    return v
+
+
 def finite_number(lo: float, *, strict: bool) -> Callable[[str], float]:
     """An argparse type: a finite number above `lo` (`strict`) or at least `lo`."""
     rule = f"{'>' if strict else '>='} {lo:g}"

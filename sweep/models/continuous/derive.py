@@ -75,11 +75,17 @@ def model_parts(row: Mapping[str, Any], block_tokens: float, *, prefill_first: b
             _f(row, "t_token_ms") * 1e-3, _f(row, "t_ctx_ms") * 1e-3, _f(row, "service_cv", 0.0),
             _f(row, "percentile", 0.99))
     n = closed_clients(row)
+    latency = _f(row, "request_latency_ms", 0.0) * 1e-3  # outside the steps: a closed loop's clients wait it out
     if n is None:
         out = _jitted(cb_point, prefill_first, int(steps))(*args)
     else:
-        out = _jitted(cb_closed, prefill_first, int(steps))(n, _f(row, "think_time_s", 0.0), *args[1:], rate=args[0])
-    return {k: float(v) for k, v in out.items()}
+        out = _jitted(cb_closed, prefill_first, int(steps))(n, _f(row, "think_time_s", 0.0) + latency, *args[1:],
+                                                            rate=args[0])
+    parts = {k: float(v) for k, v in out.items()}
+    parts["request_latency"] = latency
+    for k in ("ttft_mean", "ttft_p", "e2e_mean", "e2e_p"):  # the client's view, as the grid's columns
+        parts[k] += latency
+    return parts
 
 
 def roofline_line(row: Mapping[str, Any], figures: Mapping[str, float], block_tokens: float = 1.0) -> dict[str, float]:
@@ -322,13 +328,14 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
         # 4. TTFT (the analytic model's; the simulator's, where it decided, in its own step)
         w, res, pf = parts["ttft_slot_wait"] * 1e3, parts["ttft_residual"] * 1e3, parts["ttft_prefill"] * 1e3
         ttft_a, tpot_a = parts["ttft_mean"] * 1e3, parts["tpot_mean"] * 1e3
+        latency_ms = parts["request_latency"] * 1e3  # the server's fixed latency per request, outside the steps
         if n_clients is None:
             slot = ("W_slot: waiting for a sequence slot (M/G/c, Allen-Cunneen)",
                     f"P(all {num(parts['slots'])} slots busy) = {num(parts['p_wait'])}", num(w, "ms"))
             step = ("residual of the step in progress (u E[T^2] / (2 E[T]))", "length-biased step time",
                     num(res, "ms"))
         else:  # the closed loop's: its slot wait from the law, its wait for the next step
-            res = ttft_a - w - pf
+            res = ttft_a - latency_ms - w - pf
             slot = ("W_slot: the closed loop's wait for a slot (above; 0 unless saturated)", "", num(w, "ms"))
             step = ("the wait for a step of a request sent Z after a step's end (a whole step at Z = 0, a random "
                     "arrival's length-biased residual as Z grows)", "the step time, the busy share", num(res, "ms"))
@@ -338,7 +345,7 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
             step = (f"residual of the window in progress ({k_steps} steps a decision"
                     + (", or of a prompt step of a chain)" if policy == "prefill_first" else ")"),
                     "length-biased window", num(res, "ms"))
-            extra = ttft_a - w - res - pf
+            extra = ttft_a - latency_ms - w - res - pf
             windows = ((("the prompts gathered meanwhile, which the next prompt step carries"
                          if policy == "prefill_first" else
                          "the prompts the window gathered (its decision step carries them), a window per later "
@@ -352,8 +359,12 @@ def derivation(row: Mapping[str, Any], figures: Mapping[str, float] | None = Non
              + ("; prompts take steps of their own (prefill_first)" if policy == "prefill_first" else ""),
              f"P = {num(p1)} tokens at {num(tt)} + {num(tc)} ms each, plus t_fixed", num(pf, "ms")),
             *windows,
-            ("TTFT = W_slot + residual + prefill" + (" + windows" if windows else ""),
-             " + ".join(num(x) for x in (w, res, pf, *([extra] if windows else []))),
+            *((("the server's fixed latency per request outside the steps (HTTP, tokenization, streaming)",
+                "request_latency_ms", num(latency_ms, "ms")),) if latency_ms > 0 else ()),
+            ("TTFT = W_slot + residual + prefill" + (" + windows" if windows else "")
+             + (" + request latency" if latency_ms > 0 else ""),
+             " + ".join(num(x) for x in (w, res, pf, *([extra] if windows else []),
+                                         *([latency_ms] if latency_ms > 0 else []))),
              num(ttft_a, "ms")),
             (f"TTFT at q = {_f(row, 'percentile', 0.99):g}: the mean plus the q-quantile excesses of its parts in "
              "quadrature", "prompt length, step in progress, slot wait", num(parts["ttft_p"] * 1e3, "ms")),

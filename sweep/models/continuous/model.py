@@ -99,6 +99,8 @@ DOMAINS: dict[str, Domain] = {
     "max_batched_tokens": Domain(1, 1e8, "tokens", inf=True),
     # the engine's host time per running sequence a step: up to 10 ms
     "t_seq_us": Domain(0, 1e4, "us"),
+    # a request's fixed latency outside the engine's steps: up to 1000 s
+    "request_latency_ms": Domain(0, 1e6, "ms"),
     # workload = "closed": clients over the fleet (inf: an open loop), and their mean think time
     "clients": Domain(1, 1e7, "clients", inf=True),
     "think_time_s": Domain(0, 1e6, "s"),
@@ -126,6 +128,8 @@ PARAMS: tuple[Param, ...] = (
     Param("eta_flops", "float", None, DOMAINS["eta_flops"], example="eta_flops = 0.6"),
     # the engine's per-sequence cost a step; 0: none (docs/roofline.md, "Per-sequence cost")
     Param("t_seq_us", "float", 0.0, DOMAINS["t_seq_us"], example="t_seq_us = 45"),
+    # the server's own latency per request outside the steps; 0: none (docs/continuous.md)
+    Param("request_latency_ms", "float", 0.0, DOMAINS["request_latency_ms"], example="request_latency_ms = 12"),
     Param("weight_bytes_per_param", "float", 2.0, DOMAINS["weight_bytes_per_param"],
           example='weight_bytes_per_param = "fp8"'),
     Param("kv_bytes_per_elem", "float", 2.0, DOMAINS["kv_bytes_per_elem"], example='kv_bytes_per_elem = "fp8"'),
@@ -201,6 +205,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("t_seq_us", "float64", "us",
            "The engine's host time per sequence a step carries (the grid's t_seq_us, 0 by default), in "
            "t_step_fixed_ms at the point's running count.", _R),
+    Column("request_latency_ms", "float64", "ms",
+           "The server's fixed latency per request outside the engine's steps (HTTP, chat template and "
+           "tokenization, streaming; the grid's request_latency_ms, 0 by default), included in every TTFT and E2E "
+           "column and, under workload = closed, in each client's cycle."),
     Column("weight_bytes_per_param", "float64", "bytes", "Weights dtype size."),
     shared.KV_BYTES_PER_ELEM,
     Column("ttft_slo_ms", "float64", "ms",
@@ -320,9 +328,9 @@ ROW_CONSTANT: tuple[str, ...] = (
     "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "clients", "think_time_s",
     "lambda_per_replica_rps", "prompt_tokens", "prompt_cv", "output_tokens", "output_cv", "t_step_fixed_ms",
     "t_token_ms", "t_ctx_ms", "service_source",
-    "eta_bw", "eta_flops", "t_seq_us", "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms",
-    "slo_ms", "percentile", "rho_max", "rho_min", "queue_capacity", "service_cv", "kv_capacity_tokens", "weights_gb",
-    "free_gb", "weights_fit", "cost_usd_per_hour",
+    "eta_bw", "eta_flops", "t_seq_us", "request_latency_ms", "weight_bytes_per_param", "kv_bytes_per_elem",
+    "ttft_slo_ms", "tpot_slo_ms", "slo_ms", "percentile", "rho_max", "rho_min", "queue_capacity", "service_cv",
+    "kv_capacity_tokens", "weights_gb", "free_gb", "weights_fit", "cost_usd_per_hour",
 )
 
 DECISIONS = Decisions(
@@ -417,7 +425,7 @@ class ContinuousModel(ServingModel):
     derivative_mode: ClassVar[str] = "reverse"
     echo: ClassVar[tuple[str, ...]] = (
         "model", "gpu", "gpus_per_replica", "arrival_rps", "replicas", "clients", "think_time_s", "prompt_tokens",
-        "prompt_cv", "output_tokens", "output_cv", "batch_size", "max_batched_tokens",
+        "prompt_cv", "output_tokens", "output_cv", "batch_size", "max_batched_tokens", "request_latency_ms",
         "weight_bytes_per_param", "kv_bytes_per_elem", "ttft_slo_ms", "tpot_slo_ms", "slo_ms", "percentile",
         "rho_max", "rho_min", "queue_capacity", "service_cv",
     )
@@ -543,8 +551,11 @@ class ContinuousModel(ServingModel):
                          reserve_fraction=reserve_fraction, closed=closed)
         gpus, weights, roof, tf, tt, tc, lam, free, c_tok, mem_ok = (
             e[k] for k in ("gpus", "weights", "roof", "tf", "tt", "tc", "lam", "free", "c_tok", "mem_ok"))
+        # the server's fixed latency per request outside the steps: on every TTFT and E2E, and
+        # in a closed loop part of each client's cycle, which the engine sees as thinking
+        latency = x["request_latency_ms"] * 1e-3
         if closed:  # mean value analysis over the open model (docs/continuous.md, "Closed loops")
-            r = closed_model.cb_closed(e["clients"], x["think_time_s"], *e["args"][1:], rate=lam,
+            r = closed_model.cb_closed(e["clients"], x["think_time_s"] + latency, *e["args"][1:], rate=lam,
                                        prefill_first=prefill_first, steps=steps)
             seen, through = r["lam_seen"], r["throughput_rps"]
         else:
@@ -601,13 +612,13 @@ class ContinuousModel(ServingModel):
             "stable": stable,
             "mean_running": jnp.where(stable, r["mean_running"], x["batch_size"]),
             "step_mean_ms": gate(r["step_mean"] * MS),
-            "ttft_mean_ms": gate(r["ttft_mean"] * MS),
-            "ttft_p_ms": gate(r["ttft_p"] * MS),
+            "ttft_mean_ms": gate((r["ttft_mean"] + latency) * MS),
+            "ttft_p_ms": gate((r["ttft_p"] + latency) * MS),
             "tpot_mean_ms": tpot_ms,
             "tpot_p_ms": gate(r["tpot_p"] * MS),
             "itl_p_ms": itl_ms,
-            "e2e_mean_ms": gate(r["e2e_mean"] * MS),
-            "e2e_p_ms": gate(r["e2e_p"] * MS),
+            "e2e_mean_ms": gate((r["e2e_mean"] + latency) * MS),
+            "e2e_p_ms": gate((r["e2e_p"] + latency) * MS),
             "output_tok_s": out_tok,
             "throughput_rps": served,
             "tok_s_per_gpu": jnp.where(mem_ok, r["capacity_rps"], 0.0) * x["output_tokens"] / gpus,
@@ -672,6 +683,7 @@ class ContinuousSimulation(HostPass):
         from sweep.models.continuous.sim import CBSimSettings, simulate_continuous
 
         o = self.options
+        latency = cols["request_latency_ms"] * 1e-3  # (padded like every column; the first n are the points)
         params = {
             "lam": cols["lambda_per_replica_rps"][:n],
             "prompt_mean": cols["prompt_tokens"][:n], "prompt_cv": cols["prompt_cv"][:n],
@@ -694,7 +706,8 @@ class ContinuousSimulation(HostPass):
             closed: dict[str, Any] = {}
             if self.closed:  # each replica's share of the clients, rounded, at least one (lam: the due rate)
                 share = np.rint(cols["clients"][:n] / cols["replicas"][:n])
-                closed = dict(clients=np.maximum(share, 1).astype(np.int64), think_s=cols["think_time_s"][:n])
+                closed = dict(clients=np.maximum(share, 1).astype(np.int64),
+                              think_s=cols["think_time_s"][:n] + latency[:n])
             sim = loop.simulate_continuous(params, settings, percentile=cols["percentile"][:n], trace=self.trace,
                                            scenario_ids=cols["point_id"][:n], scheduler_policy=self.scheduler_policy,
                                            scheduler_steps=self.scheduler_steps, kv_admission=self.kv_admission,
@@ -708,7 +721,9 @@ class ContinuousSimulation(HostPass):
         out: dict[str, np.ndarray] = {}
         for m in ("ttft", "tpot", "e2e"):
             for k in ("mean", "mean_hw", "p", "p_hw"):
-                out[f"sim_{m}_{k}_ms"] = np.where(steady, sim[f"{m}_{k}_s"] * MS, np.inf)
+                # a TTFT or E2E carries the server's fixed latency per request, as the analytic columns do
+                shift = latency if m != "tpot" and k in ("mean", "p") else 0.0
+                out[f"sim_{m}_{k}_ms"] = np.where(steady, (sim[f"{m}_{k}_s"] + shift) * MS, np.inf)
         out["sim_mean_running"] = sim["mean_running"]
         out["sim_step_mean_ms"] = sim["step_mean_s"] * MS
         out["sim_output_tok_s"] = sim["output_tok_s"]
