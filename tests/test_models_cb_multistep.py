@@ -315,3 +315,24 @@ def test_prefill_first_a_windows_rest_carries_the_spread_of_its_length(lam, engi
     the spread of the window's count of steps, which the mean TTFT misses without it."""
     r = cb_point(lam, *engine, 0.5, steps=k, prefill_first=True)
     assert abs(float(r["ttft_mean"]) / sim - 1.0) < 0.15, float(r["ttft_mean"])
+
+
+@pytest.mark.parametrize(("metric", "sim", "tol"), [
+    # simulated mean TPOT 7.471 +- 0.216 ms; 6.23 ms with a fresh output's survival for the others
+    ("tpot_mean", 0.007471, 0.05),
+    # simulated P90 TPOT 13.42 +- 1.07 ms; 7.56 ms with one lognormal per output length
+    ("tpot_p", 0.013423, 0.25),
+])
+def test_a_short_outputs_last_window_is_alone_or_runs_on_beside_a_length_biased_decoder(metric, sim, tol) -> None:
+    """`benchmarks/cb_accuracy.py --scheduler-policy prefill_first --scheduler-steps 2 4 8 16
+    --points 120 --seed 261`, point 102: Llama 2 7B on four A100 40 GB, 119-token prompts,
+    3.5-token outputs (CV 1.55), windows of 8, half a sequence running (16 replications). A
+    request's last window ends with its own tokens unless another decoder outlasts them; a
+    decoder present when the window starts is at a random point of its output, so its tokens
+    left follow the length-biased residual (a long output is the likelier one to be running),
+    and the TPOT is one step alone or most of a window beside it: two parts per output length,
+    not one lognormal spread between them."""
+    r = cb_point(29.283561456336873, 119.4, 1.039, 3.5, 1.554, 4.0, math.inf, 640.0, 16.0, 0.004735397323864977,
+                 2.6204229793045223e-06, 1.2041525034451082e-07, 0.0, 0.9 if metric == "tpot_p" else 0.5,
+                 steps=8, prefill_first=True)
+    assert abs(float(r[metric]) / sim - 1.0) < tol, float(r[metric])

@@ -655,19 +655,27 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
     om1 = o - 1.0
     # steps from the first message to the last: whole windows while the request decodes, and
     # its last window as long as its own remaining tokens or, while another decoder (a Poisson
-    # count, mean `n_o`, each a fresh output's O - 1) has tokens left, up to the window's end:
-    # E[min(k, max(r, R))] = r + sum_{r <= j < k} (1 - e^(-n_o S(j))), S the survival of O - 1
+    # count, mean `n_o`) has tokens left, up to the window's end:
+    # E[min(k, max(r, R))] = r + sum_{r <= j < k} (1 - e^(-n_o S_e(j))). Under prefill_first a
+    # decoder present when the window starts is at a random point of its output, so its tokens
+    # left follow the length-biased residual of D = O - 1, S_e(j) = E[(D - j)^+] / E[D] (until 2026-12-06 a
+    # fresh output's survival, whose short outputs put seed 261's point 102, 3.5-token outputs
+    # at CV 1.55, at a mean TPOT of 6.2 ms against 7.5 simulated; now 7.4)
     # (under chunked the last window's decision step carries the own token, then up to km
     # decode-only steps: r - 1 and km in place of r and k)
     # (until 2026-12-06 the last window ran whole whenever another decoder was present, which
     # short outputs end early)
     jk = jnp.arange(int(km) + 1, dtype=om1.dtype)
     surv_k = jnp.mean(jnp.where(om1[None, :] > jk[:, None], 1.0, 0.0), axis=1)
-    p_oth = -jnp.expm1(-n_o * surv_k)  # P(another decoder has more than j tokens left)
+    left_k = jnp.mean(jnp.maximum(om1[None, :] - jk[:, None], 0.0), axis=1) / jnp.maximum(jnp.mean(om1), 1e-12)
+    # P(another decoder has more than j tokens left); under chunked a fresh output's survival
+    # (the residual cost 2 comparisons of 1,891 there, seeds 256 and 268, one point's TPOT tail)
+    p_oth = -jnp.expm1(-n_o * (left_k if prefill_first else surv_k))
     # a window runs km steps only while a sequence has tokens left: its length is the longest
     # remaining decode of a running sequence and of the others beside it (Poisson, mean
     # `n_o`), each a fresh output's O - 1: E[min(km, max R)] = sum_j P(max R > j)
     # = sum_{j < km} 1 - F(j) e^(-n_o (1 - F(j))), F the law of O - 1 (short outputs end windows early)
+    # (the fresh survival here: the length-biased residual, as above, cost 2 of 2,241 on seeds 261-269)
     surv = surv_k[:int(km)]
     p_run = 1.0 - (1.0 - surv) * jnp.exp(-n_o * surv)
     km_a = jnp.sum(p_run)
@@ -687,19 +695,30 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
     sh = 0.0 if prefill_first else 1.0  # (the decision step's token: km steps after it)
     in_tail = (jk[None, :] >= r_last[:, None] - sh) & (jk[None, :] <= km - sh)
     tail = jnp.sum(jnp.where(in_tail, p_oth[None, :], 0.0), axis=1)
-    span = jnp.where(n_win > 0.0, kk * (n_win - 1.0) + r_last + tail, 0.0)
-    # the last window's spread at each length (its second moment sum_j (2 j + 1) P(> j))
-    x1 = r_last - sh + tail
-    x2 = (r_last - sh) ** 2 + jnp.sum(jnp.where(in_tail, (2.0 * jk + 1.0)[None, :] * p_oth[None, :], 0.0), axis=1)
-    var_last = jnp.where(n_win > 0.0, jnp.maximum(x2 - x1 * x1, 0.0), 0.0)
-    if prefill_first:
-        # the span's time, in steps of `td`: the rest of the request's own chain (the prompt
-        # steps after the one that carried it), its whole windows, each with the chain after
-        # it (`td` spreads a chain over a window's steps), and its last window's decode-only
-        # steps (a chain the slots cut keeps its whole time in the rest)
-        rest = e["pw"] * (ch["time"] - ch["spare"])
-        t_span = rest + kk * (n_win - 1.0) * td + (span - kk * (n_win - 1.0)) * (w_d / ka)
-        span = jnp.where(n_win > 0.0, t_span / jnp.maximum(td, 1e-300), 0.0)
+    # the last window's own steps (r0) and the steps another decoder adds after them (T): T's
+    # second moment sum_j (2 (j - r0) + 1) P(max R > j), and P(T > 0), another decoder
+    # outlasting the own tokens
+    r0 = r_last - sh
+    t2 = jnp.sum(jnp.where(in_tail, (2.0 * (jk[None, :] - r0[:, None]) + 1.0) * p_oth[None, :], 0.0), axis=1)
+    p_on = jnp.where((n_win > 0.0) & (r0 <= km - sh), jnp.take(p_oth, jnp.clip(r0, 0.0, km).astype(jnp.int32)), 0.0)
+
+    def span_steps(t_last):
+        """The span in steps of `td`, with ``t_last`` steps after the own ones in the last window."""
+        steps = jnp.where(n_win > 0.0, kk * (n_win - 1.0) + r_last + t_last, 0.0)
+        if not prefill_first:
+            return steps
+        # the span's time: the rest of the request's own chain (the prompt steps after the one
+        # that carried it), its whole windows, each with the chain after it (`td` spreads a
+        # chain over a window's steps), and its last window's decode-only steps (a chain the
+        # slots cut keeps its whole time in the rest)
+        t_span = (e["pw"] * (ch["time"] - ch["spare"]) + kk * (n_win - 1.0) * td
+                  + (steps - kk * (n_win - 1.0)) * (w_d / ka))
+        return jnp.where(n_win > 0.0, t_span / jnp.maximum(td, 1e-300), 0.0)
+
+    span = span_steps(tail)
+    # T's law once the window runs on (T > 0): its mean and variance
+    t_on = safe_div(tail, p_on, p_on > 1e-12, 0.0)
+    var_on = jnp.maximum(safe_div(t2, p_on, p_on > 1e-12, 0.0) - t_on * t_on, 0.0)
     has = o >= 2.0
     n_has = jnp.sum(jnp.where(has, 1.0, 0.0))
     ratio = jnp.where(has, span / jnp.maximum(o - 1.0, 1.0), -1.0)
@@ -712,15 +731,29 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
     n_pos = jnp.maximum(jnp.sum(jnp.where(pos, 1.0, 0.0)), 1.0)
     p0 = 1.0 - jnp.sum(jnp.where(pos, 1.0, 0.0)) / jnp.maximum(n_has, 1.0)
     qq = jnp.clip((q - p0) / jnp.maximum(1.0 - p0, 1e-12), 1e-9, 1.0 - 1e-9)
-    # a mixture over the output lengths: a request of length o has TPOT ratio_o (t_floor + Y),
-    # Y its mean step over its span's steps (a lognormal): the steps' spread over its span,
-    # its burst once, the slow spread, a chain's pause once a window (prefill_first: `var_gap`,
-    # the one-step law's pause variance; 0 under chunked) and its last window's length
-    sp = jnp.maximum(span, 1.0)
-    var_y = (var_t / sp + burst_var / (sp * sp) + var_slow + var_gap / (kk * sp)
-             + td * td * var_last / (sp * sp))
+    # a mixture over the output lengths, each in two parts: a request of length o has TPOT
+    # span / (o - 1) (t_floor + Y), Y its mean step over its span's steps (a lognormal: the
+    # steps' spread over its span, its burst once, the slow spread, a chain's pause once a
+    # window: prefill_first's `var_gap`, the one-step law's pause variance; 0 under chunked),
+    # and its last window either ends with its own tokens (1 - P(T > 0)) or runs on (T's law
+    # given T > 0, whose spread Y carries too). (Until 2026-12-06 one part per length with
+    # the last window's whole spread in Y: a short output's TPOT is one step alone and a
+    # window beside a longer decoder, which one lognormal spread between them; seed 261's
+    # point 102: P90 7.6 ms and P99 13 ms against 13.4 and 38.6 simulated, now 13.6 and 27.7)
+    den = jnp.maximum(o - 1.0, 1.0)
     wgt = jnp.where(pos, 1.0, 0.0) / n_pos
-    law = _node_quantile(qq, wgt, jnp.where(pos, ratio, 0.0), t_floor, jnp.maximum(td - t_floor, 0.0), var_y)
+
+    def part(t_last, var_last):
+        sp_ = span_steps(t_last)
+        spp = jnp.maximum(sp_, 1.0)
+        var_y = (var_t / spp + burst_var / (spp * spp) + var_slow + var_gap / (kk * spp)
+                 + td * td * var_last / (spp * spp))
+        return jnp.where(pos, sp_ / den, 0.0), var_y
+
+    (ratio_own, vy_own), (ratio_on, vy_on) = part(jnp.zeros_like(tail), jnp.zeros_like(tail)), part(t_on, var_on)
+    law = _node_quantile(qq, jnp.concatenate([wgt * (1.0 - p_on), wgt * p_on]),
+                         jnp.concatenate([ratio_own, ratio_on]), t_floor, jnp.maximum(td - t_floor, 0.0),
+                         jnp.concatenate([vy_own, vy_on]))
     tpot_p = jnp.where(q > p0, law, 0.0)
     span_mean = jnp.mean(span)
     span_var = jnp.maximum(jnp.mean(span * span) - span_mean * span_mean, 0.0)
