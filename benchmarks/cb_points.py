@@ -103,6 +103,7 @@ def continuous(n: int, seed: int = 0, roofline: bool = False) -> tuple:
         "percentile": full(n, 0.99), "rho_max": full(n, 0.85), "rho_min": full(n, 0.5),
         "queue_capacity": full(n, np.inf), "service_cv": rng.choice([0.0, 0.2], n),
         "clients": full(n, np.inf), "think_time_s": full(n, 0.0),  # an open loop
+        "request_latency_ms": full(n, 0.0),
         "max_batched_tokens": np.maximum(cap, rng.choice([np.inf, 512.0, 2048.0, 8192.0], n)), "batch_size": cap,
     }
     tables = {"kv_elems_per_token": full(n, 32 * 2048.0), "n_params": full(n, 8e9), "active_params": full(n, 8e9),
