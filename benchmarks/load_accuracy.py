@@ -285,9 +285,9 @@ def calibrate(rows: list[dict[str, str]], as_run: bool = False,
     for row in rows:
         setups.setdefault(setup_of(row), []).append(row)
     out, used = {}, set()
+    keys = CALIBRATES if calibrates is None else calibrates
     for key, group in setups.items():
         light = min(_load(r) for r in group if math.isfinite(_load(r)))
-        keys = CALIBRATES if calibrates is None else calibrates
         targets = {keys[r["metric"].split("_")[0]]: r for r in group
                    if _load(r) == light and r["metric"].split("_")[0] in keys}
         if not targets:
@@ -486,12 +486,12 @@ def main(argv: list[str] | None = None) -> dict:
     held = [r for r in results if r["predicted_calibrated"] is not None and not r["calibration_figure"]]
     errs_cal = [r["predicted_calibrated"] / r["measured"] - 1.0 for r in held]
     print()
-    print("calibrated efficiencies per setup (from its lightest-load TPOT; * above):")
-    for key, eta in cal.items():
-        print(f"  {' '.join(key[:5]):60s} " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(eta.items())))
-    if cal_sim:
-        print("calibrated efficiencies per setup, the simulated benchmark's own (the same figures):")
-        for key, eta in cal_sim.items():
+    for title, table in (("calibrated efficiencies per setup (from its lightest-load TPOT; * above):", cal),
+                         ("calibrated efficiencies per setup, the simulated benchmark's own (the same figures):",
+                          cal_sim)):
+        if table:
+            print(title)
+        for key, eta in table.items():
             print(f"  {' '.join(key[:5]):60s} " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(eta.items())))
     print()
     print(f"all predicted figures: {len(predicted)} of {len(results)}; within 20%: {share(errs, 0.2)}, "

@@ -367,9 +367,6 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
     closed = None
     if conc is not None:  # the request latency outside the steps: the engine sees it as thinking
         closed = closed_loop(conc, bench.think_s + cfg.request_latency, quantiles=bench.quantiles, **kw)
-        for m in ("ttft", "e2e"):
-            closed[f"{m}_mean"] += cfg.request_latency
-            closed[f"{m}_q"] = {q: v + cfg.request_latency for q, v in closed[f"{m}_q"].items()}
     if conc is None and not math.isfinite(rate):
         return {}, ("no analytic figure: every prompt is sent at once and no concurrency limit holds them back, "
                     "a single burst with no steady state; the simulated run is the prediction")
@@ -391,14 +388,13 @@ def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> t
             return {}, (f"no analytic figure: {rate:g} req/s exceeds the configuration's capacity "
                         f"({res[0]['capacity_rps']:.4g} req/s): the queue grows for as long as the run lasts; the "
                         "simulated run is the prediction")
-        lat = {"ttft": cfg.request_latency, "tpot": 0.0, "e2e": cfg.request_latency}
         r = dict(res[0], throughput_rps=rate,
-                 **{f"{m}_q": {q: x[f"{m}_p"] + lat[m] for q, x in zip(bench.quantiles, res)}
-                    for m in ("ttft", "tpot", "e2e")})
-        r["ttft_mean"] += cfg.request_latency
-        r["e2e_mean"] += cfg.request_latency
+                 **{f"{m}_q": {q: x[f"{m}_p"] for q, x in zip(bench.quantiles, res)} for m in ("ttft", "tpot", "e2e")})
         basis = f"open loop at {rate:g} req/s (steady state)" + (
             f"; windows of {k} steps: ITL is the gap between messages, {k} steps of the per-step law" if k > 1 else "")
+    for m in ("ttft", "e2e"):  # the client's view: the request latency outside the steps on both
+        r[f"{m}_mean"] += cfg.request_latency
+        r[f"{m}_q"] = {q: v + cfg.request_latency for q, v in r[f"{m}_q"].items()}
     x = r["throughput_rps"]
     if bench.window_s is not None:  # GenAI-Perf's windows: the steady state over the first stable three
         span = STABILITY_WINDOWS * bench.window_s

@@ -127,24 +127,24 @@ def int_at_least_one(text: str) -> int:
     return value
 
 
-def seq_us(text: str) -> float:
-    """An argparse type: the continuous grid's `t_seq_us` domain, [0, 10000] microseconds."""
-    from sweep.models.continuous.model import DOMAINS
+def _continuous_domain(key: str) -> Callable[[str], float]:
+    """An argparse type: a finite number in the continuous grid's domain of `key`, [0, hi]."""
 
-    v = finite_number(0.0, strict=False)(text)
-    if v > DOMAINS["t_seq_us"].hi:
-        raise argparse.ArgumentTypeError(f"must lie in [0, {DOMAINS['t_seq_us'].hi:g}] us")
-    return v
+    def parse(text: str) -> float:
+        from sweep.models.continuous.model import DOMAINS
+
+        v = finite_number(0.0, strict=False)(text)
+        if v > DOMAINS[key].hi:
+            raise argparse.ArgumentTypeError(f"must lie in [0, {DOMAINS[key].hi:g}] {DOMAINS[key].unit}")
+        return v
+
+    return parse
 
 
-def request_latency_ms(text: str) -> float:
-    """An argparse type: the continuous grid's `request_latency_ms` domain, [0, 1e6] milliseconds."""
-    from sweep.models.continuous.model import DOMAINS
-
-    v = finite_number(0.0, strict=False)(text)
-    if v > DOMAINS["request_latency_ms"].hi:
-        raise argparse.ArgumentTypeError(f"must lie in [0, {DOMAINS['request_latency_ms'].hi:g}] ms")
-    return v
+#: the continuous grid's `t_seq_us`, [0, 10000] microseconds
+seq_us = _continuous_domain("t_seq_us")
+#: the continuous grid's `request_latency_ms`, [0, 1e6] milliseconds
+request_latency_ms = _continuous_domain("request_latency_ms")
 
 
 def finite_number(lo: float, *, strict: bool) -> Callable[[str], float]:
