@@ -74,7 +74,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import sweep
-from sweep.cli.predict import Benchmark, config_from_row, simulate
+from sweep.cli.predict import CAL_ITERATIONS, Benchmark, calibration_update, config_from_row, simulate
 
 DATA = ROOT / "tests" / "data" / "load_measurements.csv"
 RESULTS = ROOT / "benchmarks" / "results" / "load_accuracy.csv"
@@ -259,7 +259,6 @@ def _load(row: dict[str, str]) -> float:
 #: mixed step slow (held-out TPOT 1.69x measured; 17/42 within 20% against 26/57 with bandwidth
 #: alone; docs/accuracy-load.md). `--calibrate tpot` calibrates `eta_bw` alone.
 CALIBRATES = {"tpot": "eta_bw", "ttft": "request_latency_ms"}
-CAL_ITERATIONS = 6
 
 
 def calibrate(rows: list[dict[str, str]], as_run: bool = False,
@@ -276,11 +275,10 @@ def calibrate(rows: list[dict[str, str]], as_run: bool = False,
     replications the benchmark simulated as run (`predict_simulated`), so that each
     prediction reproduces the calibration figure itself.
 
-    Fixed-point iteration, `CAL_ITERATIONS` times: a step's time is inversely proportional to
-    the efficiency of the resource that bounds it, so eta <- eta x predicted / measured, from
-    the catalog's value, clipped to the grid's domain (0.001, 1]; the request latency adds to
-    the TTFT, so L <- L + measured - predicted, from 0, at least 0 (a TTFT predicted above the
-    measured one is not the latency's to close)."""
+    Fixed-point iteration, `CAL_ITERATIONS` times, from the catalog's efficiency and no
+    latency, each step `calibration_update` (the rule `sweep predict-benchmark --calibrate-from`
+    follows): eta <- eta x predicted / measured within (0.001, 1], L <- L + measured -
+    predicted, at least 0."""
     setups: dict[tuple[str, ...], list[dict[str, str]]] = {}
     for row in rows:
         setups.setdefault(setup_of(row), []).append(row)
@@ -301,10 +299,7 @@ def calibrate(rows: list[dict[str, str]], as_run: bool = False,
                          else predict_simulated(r, {**eta, **held}, simulated)[0])
                 if value is None:
                     break
-                if name == "request_latency_ms":
-                    eta[name] = max(0.0, eta[name] + float(r["measured"]) - value)
-                else:
-                    eta[name] = min(1.0, max(1e-3, eta[name] * value / float(r["measured"])))
+                eta[name] = calibration_update(name, eta[name], value, float(r["measured"]))
         out[key] = {**eta, **held}
         used |= {r["id"] for r in targets.values()}
     return out, used

@@ -28,6 +28,14 @@ run stops at the first window after which the last three each hold a request and
 `--stability-percentage` in request throughput and mean latency (at most `--max-trials`
 windows). The figures are those of every measured request, the throughput over the span from
 the first send to the last completion among them.
+
+`--calibrate-from FILE` first calibrates the configuration on a light-load run the user
+measured (`vllm bench serve --save-result` JSON, SGLang `bench_serving` JSONL or GenAI-Perf's
+profile export, read by `sweep.grid.bench_results`; the lightest run of the file): that run is
+simulated as it ran (its load, its mean lengths), and `eta_bw` and `request_latency_ms` are
+moved until its simulated mean TPOT and mean TTFT are the measured ones (`calibrate`, a fixed
+point of `CAL_ITERATIONS` steps of `calibration_update`); the benchmark asked for is then
+predicted with both.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from sweep.cli.tools import finite_number, int_at_least_one, request_latency_ms, seq_us
+from sweep.cli.tools import eta_value, finite_number, int_at_least_one, request_latency_ms, seq_us
 from sweep.errors import GridError
 
 #: The engine variants the simulated run takes (`sweep.testing.cb_reference`'s names).
@@ -64,6 +72,10 @@ STABILITY_PERCENTAGE = 999.0
 MAX_TRIALS = 10
 #: How many times a windowed run may double its prompts until it is still sending when the windows end
 _WINDOW_DOUBLINGS = 12
+#: The light-load calibration (`calibrate`): fixed-point steps, and at most this many of the
+#: measured run's requests simulated (a light load's means settle within a few dozen)
+CAL_ITERATIONS = 6
+CAL_PROMPTS = 200
 
 
 class PredictBenchmarkError(GridError):
@@ -150,6 +162,11 @@ def config_from_run(run_dir: Path, point: int, catalog: Any) -> BenchConfig:
 def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -> BenchConfig:
     """A one-point continuous grid from the flags (vLLM's defaults where a flag is absent),
     evaluated at `rate_rps` (the step coefficients of a roofline are linearised at the load)."""
+    return config_from_row(flags_row(args, catalog, rate_rps), 16.0, "sweep predict-benchmark")
+
+
+def flags_row(args: argparse.Namespace, catalog: Any, rate_rps: float) -> Mapping[str, Any]:
+    """The one-point grid of `config_from_flags`: its row (every column)."""
     import tomllib
 
     from sweep.api import explain
@@ -165,6 +182,7 @@ def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -
         "max_batched_tokens": [args.max_num_batched_tokens], "weight_bytes_per_param": args.weights.lower(),
         "kv_bytes_per_elem": args.kv_dtype.lower(), "t_seq_us": args.t_seq_us or 0.0,
         "request_latency_ms": args.request_latency_ms or 0.0,
+        **({"eta_bw": args.eta_bw} if getattr(args, "eta_bw", None) is not None else {}),
         # a continuous grid needs an SLO; a benchmark asks none, so one that nothing misses (an hour)
         "ttft_slo_ms": 3.6e6,
     }
@@ -178,7 +196,8 @@ def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -
         raise PredictBenchmarkError("sweep predict-benchmark", "--tp", args.tp,
                                     f"{args.model}'s weights do not fit {args.tp} x {args.gpu} with room for a KV "
                                     "cache; use a larger --tp, --weights fp8 or a larger GPU")
-    return config_from_row(row, _block(spec), "sweep predict-benchmark")
+    assert _block(spec) == 16.0
+    return row
 
 
 # --------------------------------------------------------------------------- predictions
@@ -350,6 +369,88 @@ def engine_figures(res: Any, kv_capacity_tokens: float) -> dict[str, float]:
             "recomputed_per_request": sum(res.recomputed) / done,
             "kv_peak_share": (max(res.step_reserved, default=0) / kv_capacity_tokens
                               if math.isfinite(kv_capacity_tokens) else 0.0)}
+
+
+# --------------------------------------------------------------------------- light-load calibration
+
+
+def calibration_update(key: str, value: float, predicted: float, measured: float) -> float:
+    """One step of the light-load calibration's fixed point for the grid key `key`: a step's
+    time is inversely proportional to the efficiency of the resource that bounds it, so an
+    efficiency (`eta_bw`, `eta_flops`) becomes value x predicted / measured, clipped to the
+    grid's (0.001, 1]; the request latency adds to the TTFT, so `request_latency_ms` becomes
+    value + measured - predicted, at least 0 (a TTFT predicted above the measured one is not
+    the latency's to close)."""
+    if key == "request_latency_ms":
+        return max(0.0, value + measured - predicted)
+    return min(1.0, max(1e-3, value * predicted / measured))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What `calibrate` fitted, and to what."""
+
+    run: Any  # the measured run (`bench_results.BenchRun`)
+    bench: Benchmark  # that run as simulated
+    eta_bw_catalog: float
+    eta_bw: float
+    request_latency_ms: float
+    ttft_ms: float  # the calibrated simulation's mean TTFT and TPOT
+    tpot_ms: float
+
+    def lines(self) -> list[str]:
+        r = self.run
+        load = (f"closed loop of {r.concurrency:g} client{'s' if r.concurrency != 1 else ''}"
+                if r.workload == "closed" else f"open loop at {r.rate_rps:.4g} req/s")
+        return [f"calibrated on {r.where} ({r.tool}, {load}, lengths {r.prompt_tokens:.5g} in, {r.output_tokens:.5g} "
+                f"out; {self.bench.num_prompts} requests simulated as run): measured mean TTFT {r.ttft_ms:.4g} ms, "
+                f"mean TPOT {r.tpot_ms:.4g} ms",
+                f"  eta_bw {self.eta_bw_catalog:.4g} (catalog) -> {self.eta_bw:.4g}, request_latency_ms 0 -> "
+                f"{self.request_latency_ms:.4g}; simulated with them: mean TTFT {self.ttft_ms:.4g} ms, mean TPOT "
+                f"{self.tpot_ms:.4g} ms",
+                f"  in a grid: eta_bw = {self.eta_bw:.4g}, request_latency_ms = {self.request_latency_ms:.4g}"]
+
+
+def light_run(path: Path) -> tuple[Any, Benchmark]:
+    """The lightest run of a result file (its least mean concurrency) and the benchmark that
+    simulates it: its completed requests (at most `CAL_PROMPTS`) at its load."""
+    from sweep.grid import bench_results
+
+    runs = bench_results.read_file(path)
+    run = min(runs, key=lambda r: r.concurrency)
+    if math.isnan(run.tpot_ms):
+        raise PredictBenchmarkError(str(path), "mean_tpot_ms", "none",
+                                    "the run has one output token a request: no TPOT to calibrate eta_bw on")
+    n = max(1, min(run.completed, CAL_PROMPTS)) if run.completed > 0 else CAL_PROMPTS
+    if run.workload == "closed":
+        return run, Benchmark(max(n, int(run.concurrency)), math.inf, int(run.concurrency))
+    return run, Benchmark(n, run.rate_rps, None)
+
+
+def calibrate(args: argparse.Namespace, catalog: Any, path: Path) -> Calibration:
+    """`eta_bw` and `request_latency_ms` such that the light-load run in `path`, simulated as it
+    ran (`light_run`; the flags' engine and configuration, the run's mean lengths), gives its
+    measured mean TPOT and mean TTFT: from the catalog's `eta_bw` and no latency, `CAL_ITERATIONS`
+    steps of `calibration_update` (TPOT moves `eta_bw`, then TTFT the latency)."""
+    run, bench = light_run(path)
+    light = argparse.Namespace(**{**vars(args), "input_len": run.prompt_tokens, "output_len": run.output_tokens,
+                                  "eta_bw": None, "request_latency_ms": 0.0})
+    catalog_eta = float(flags_row(light, catalog, 1e-3)["eta_bw"])
+    eta, latency = catalog_eta, 0.0
+    figures: dict[str, tuple[float, float]] = {}
+    for _ in range(CAL_ITERATIONS + 1):
+        point = argparse.Namespace(**{**vars(light), "eta_bw": eta, "request_latency_ms": latency})
+        cfg = _engine(args, config_at_load(point, catalog, bench))
+        figures = simulate(cfg, bench, args.replications, args.seed)
+        ttft, tpot = figures["ttft_mean"][0] * 1e3, figures["tpot_mean"][0] * 1e3
+        if not (math.isfinite(ttft) and math.isfinite(tpot) and tpot > 0):
+            raise PredictBenchmarkError(str(path), "calibration", f"TTFT {ttft:g} ms, TPOT {tpot:g} ms",
+                                        "the simulated light-load run gave no finite figures to calibrate on")
+        if _ == CAL_ITERATIONS:
+            break
+        eta = calibration_update("eta_bw", eta, tpot, run.tpot_ms)
+        latency = calibration_update("request_latency_ms", latency, ttft, run.ttft_ms)
+    return Calibration(run, bench, catalog_eta, eta, latency, ttft, tpot)
 
 
 def analytic(cfg: BenchConfig, bench: Benchmark, *, itl_grid: bool = False) -> tuple[dict[str, float], str]:
@@ -578,6 +679,15 @@ def add_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> No
     e.add_argument("--kv-cache-tokens", type=int_at_least_one, default=None, metavar="N",
                    help="the engine's KV cache in tokens, in place of what the GPUs hold beside the weights "
                         "(what vLLM logs as 'GPU KV cache size'; size it down to see preemptions)")
+    e.add_argument("--eta-bw", type=eta_value, default=None, metavar="ETA",
+                   help="the HBM bandwidth efficiency of the decode step, in place of the catalog's (the grid's "
+                        "eta_bw; what --calibrate-from fits)")
+    c = p.add_argument_group("calibration on a light-load run you measured (docs/deploy.md)")
+    c.add_argument("--calibrate-from", type=Path, default=None, metavar="FILE",
+                   help="a benchmark result file (vllm bench serve --save-result JSON, SGLang bench_serving JSONL, "
+                        "GenAI-Perf profile export) of this configuration at a light load: its lightest run, "
+                        "simulated as it ran, fits eta_bw to its mean TPOT and request_latency_ms to its mean TTFT; "
+                        "the benchmark asked for is predicted with both")
     b = p.add_argument_group("the benchmark (vllm bench serve's flags)")
     b.add_argument("--request-rate", type=_rate, required=True, metavar="RPS",
                    help="Poisson request rate, req/s; inf sends every prompt at once")
@@ -627,9 +737,19 @@ def _check(args: argparse.Namespace) -> None:
     if args.think_ms > 0 and args.max_concurrency is None:
         raise PredictBenchmarkError(src, "--think-ms", args.think_ms,
                                     "needs --max-concurrency (clients think between their own requests)")
+    if args.calibrate_from is not None:
+        if args.run_dir is not None:
+            raise PredictBenchmarkError(src, "--calibrate-from", str(args.calibrate_from),
+                                        "calibrates a configuration given by flags (--model, --gpu, ...), not "
+                                        "RUN_DIR's point: put eta_bw and request_latency_ms in its grid instead")
+        for flag, v in (("--eta-bw", args.eta_bw), ("--request-latency-ms", args.request_latency_ms)):
+            if v is not None:
+                raise PredictBenchmarkError(src, flag, v, "not with --calibrate-from, which fits it")
+        light_run(args.calibrate_from)  # a bad file is refused before any work
     if args.run_dir is not None:
         flags = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--input-len", args.input_len),
-                                ("--output-len", args.output_len), ("--t-seq-us", args.t_seq_us)) if v is not None]
+                                ("--output-len", args.output_len), ("--t-seq-us", args.t_seq_us),
+                                ("--eta-bw", args.eta_bw)) if v is not None]
         if flags:
             raise PredictBenchmarkError(src, flags[0], getattr(args, flags[0][2:].replace("-", "_")),
                                         "give either RUN_DIR --point ID or the configuration flags, not both")
@@ -661,26 +781,16 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
     bench = Benchmark(args.num_prompts or 1000, args.request_rate, args.max_concurrency, args.think_ms * 1e-3,
                       args.percentile, window_s=args.measurement_interval * 1e-3 * WINDOW_STRETCH if windowed else None,
                       stability_percentage=args.stability_percentage, max_trials=args.max_trials)
+    calibration = None
     if args.run_dir is not None:
-        cfg = config_from_run(args.run_dir, args.point, catalog)
+        cfg = _engine(args, config_from_run(args.run_dir, args.point, catalog))
     else:
-        # the load the step coefficients are linearised at: the rate, else (a closed loop or a burst) the
-        # capacity's neighbourhood, found by a first evaluation at a light load
-        rate = args.request_rate
-        if not math.isfinite(rate) or args.max_concurrency is not None:
-            from sweep.models.continuous.closed import closed_loop
-
-            light = config_from_flags(args, catalog if catalog is not None else load_catalog(), 1e-3)
-            x = closed_loop(args.max_concurrency or bench.num_prompts, bench.think_s + light.request_latency,
-                            quantiles=(0.5,), **light.kwargs())["throughput_rps"]
-            rate = min(rate, x)
-        cfg = config_from_flags(args, catalog if catalog is not None else load_catalog(), rate)
-    cfg = replace(cfg, scheduler_policy=args.scheduler_policy, scheduler_steps=args.num_scheduler_steps,
-                  kv_admission=args.kv_admission,
-                  request_latency=(args.request_latency_ms * 1e-3 if args.request_latency_ms is not None
-                                   else cfg.request_latency),
-                  kv_capacity_tokens=(float(args.kv_cache_tokens) if args.kv_cache_tokens is not None
-                                      else cfg.kv_capacity_tokens))
+        catalog = catalog if catalog is not None else load_catalog()
+        if args.calibrate_from is not None:
+            calibration = calibrate(args, catalog, args.calibrate_from)
+            args = argparse.Namespace(**{**vars(args), "eta_bw": calibration.eta_bw,
+                                         "request_latency_ms": calibration.request_latency_ms})
+        cfg = _engine(args, config_at_load(args, catalog, bench))
     reservation = math.ceil((cfg.prompt_mean + cfg.output_mean) / cfg.block_tokens) * cfg.block_tokens
     if reservation > cfg.kv_capacity_tokens:
         raise PredictBenchmarkError("sweep predict-benchmark", "--input-len", cfg.prompt_mean,
@@ -692,6 +802,32 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
         bench = replace(bench, num_prompts=max(64, (args.max_concurrency or 0) + math.ceil(
             1.25 * x * STABILITY_WINDOWS * bench.window_s if math.isfinite(x) else 0)))
     sim = simulate(cfg, bench, args.replications, args.seed)
-    for line in render(cfg, bench, sim, model, basis, args.replications):
+    for line in [*(calibration.lines() + [""] if calibration is not None else []),
+                 *render(cfg, bench, sim, model, basis, args.replications)]:
         print(line)
     return 0
+
+
+def config_at_load(args: argparse.Namespace, catalog: Any, bench: Benchmark) -> BenchConfig:
+    """`config_from_flags` at the load the step coefficients are linearised at: the request
+    rate, else (a closed loop or a burst) the capacity's neighbourhood, found by a first
+    evaluation at a light load."""
+    rate = bench.request_rate
+    if not math.isfinite(rate) or bench.max_concurrency is not None:
+        from sweep.models.continuous.closed import closed_loop
+
+        light = config_from_flags(args, catalog, 1e-3)
+        x = closed_loop(bench.max_concurrency or bench.num_prompts, bench.think_s + light.request_latency,
+                        quantiles=(0.5,), **light.kwargs())["throughput_rps"]
+        rate = min(rate, x)
+    return config_from_flags(args, catalog, rate)
+
+
+def _engine(args: argparse.Namespace, cfg: BenchConfig) -> BenchConfig:
+    """`cfg` with the flags' engine: scheduler, KV admission, request latency and KV cache size."""
+    return replace(cfg, scheduler_policy=args.scheduler_policy, scheduler_steps=args.num_scheduler_steps,
+                   kv_admission=args.kv_admission,
+                   request_latency=(args.request_latency_ms * 1e-3 if args.request_latency_ms is not None
+                                    else cfg.request_latency),
+                   kv_capacity_tokens=(float(args.kv_cache_tokens) if args.kv_cache_tokens is not None
+                                       else cfg.kv_capacity_tokens))

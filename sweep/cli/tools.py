@@ -147,6 +147,14 @@ seq_us = _continuous_domain("t_seq_us")
 request_latency_ms = _continuous_domain("request_latency_ms")
 
 
+def eta_value(text: str) -> float:
+    """An argparse type: an efficiency of the continuous grid (`eta_bw`), in (0, 1]."""
+    v = finite_number(0.0, strict=True)(text)
+    if v > 1.0:
+        raise argparse.ArgumentTypeError("must lie in (0, 1]: a share of the GPU's peak")
+    return v
+
+
 def finite_number(lo: float, *, strict: bool) -> Callable[[str], float]:
     """An argparse type: a finite number above `lo` (`strict`) or at least `lo`."""
     rule = f"{'>' if strict else '>='} {lo:g}"
