@@ -305,8 +305,8 @@ def calibrate(rows: list[dict[str, str]], as_run: bool = False,
     return out, used
 
 
-def _engine_key(row: dict[str, str], with_gpu: bool) -> tuple[str, ...]:
-    return (row["engine"], row["engine_version"]) + ((row["gpu"],) if with_gpu else ())
+def _engine_key(row: dict[str, str]) -> tuple[str, ...]:
+    return row["engine"], row["engine_version"], row["gpu"]
 
 
 def _running(row: dict[str, str], eta: dict[str, float] | None) -> float:
@@ -321,9 +321,10 @@ def _running(row: dict[str, str], eta: dict[str, float] | None) -> float:
 def engine_seq_costs(rows: list[dict[str, str]], tpot: dict[str, float],
                      cal: dict[tuple[str, ...], dict[str, float]], used: set[str]) -> dict[tuple[str, ...], float]:
     """Per setup, the engine's per-sequence cost `t_seq_us` (docs/roofline.md, "Per-sequence
-    cost") taken from the *other* setups of the same engine version on the same GPU (else on
-    any GPU; else 0): the least-squares slope through the origin of their TPOT residuals
-    (measured minus `tpot`, the calibrated prediction without it) on their running count,
+    cost") taken from the *other* setups of the same engine version on the same GPU (else 0:
+    a cost measured on another GPU is another host's and another kernel's; borrowed across
+    GPUs it slowed the first set's rate-inf runs 1.3-2x): the least-squares slope through the
+    origin of their TPOT residuals (measured minus `tpot`, the calibrated prediction without it) on their running count,
     sum(n r) / sum(n^2), at least 0. Only held-out TPOT figures enter, so a setup's
     own figures never set its cost."""
     points = []  # (row, n, residual seconds)
@@ -334,11 +335,8 @@ def engine_seq_costs(rows: list[dict[str, str]], tpot: dict[str, float],
     out = {}
     for key in {setup_of(r) for r in rows}:
         row = next(r for r in rows if setup_of(r) == key)
-        for with_gpu in (True, False):
-            others = [(n, res) for r, n, res in points
-                      if setup_of(r) != key and _engine_key(r, with_gpu) == _engine_key(row, with_gpu)]
-            if others:
-                break
+        others = [(n, res) for r, n, res in points
+                  if setup_of(r) != key and _engine_key(r) == _engine_key(row)]
         den = sum(n * n for n, _ in others)
         slope = sum(n * res for n, res in others) / den if den > 0 else 0.0
         out[key] = min(max(slope * 1e6, 0.0), 1e4)

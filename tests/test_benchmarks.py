@@ -293,9 +293,8 @@ def test_load_accuracy_engine_cost_comes_from_the_engines_other_setups():
     """`load_accuracy.engine_seq_costs` (docs/roofline.md, "Per-sequence cost"): hand-made TPOT
     figures whose residual is exactly n t over the calibrated prediction give each setup the
     slope of the *other* setups of its engine version on its GPU (B's 60 us to A, A's 30 us to
-    B), else of the version on any GPU (C, alone on its GPU: the least-squares slope of A and
-    B's figures together), never its own; a calibration figure does not enter, and a negative
-    slope is 0."""
+    B), else 0 (C, alone on its GPU, takes nothing from A and B on another GPU), never its own;
+    a calibration figure does not enter, and a negative slope is 0."""
     la = _load(BENCH / "load_accuracy.py")
     base = {"engine": "tensorrt-llm", "engine_version": "v1", "model": "llama-3.1-8b", "tensor_parallel": "1",
             "weight_dtype": "fp16", "kv_dtype": "fp16", "prompt_tokens_mean": "200", "output_tokens_mean": "200",
@@ -312,9 +311,13 @@ def test_load_accuracy_engine_cost_comes_from_the_engines_other_setups():
     by = {k[7]: v for k, v in costs.items()}
     assert by["b"] == pytest.approx(30.0, rel=1e-9)
     assert by["a"] == pytest.approx(60.0, rel=1e-9)
-    # C: no other setup on its GPU; A's and B's four figures, sum(n r) / sum(n^2)
-    ns, ts = [10, 100, 50, 200], [30.0, 30.0, 60.0, 60.0]
-    assert by["c"] == pytest.approx(sum(n * n * t for n, t in zip(ns, ts)) / sum(n * n for n in ns), rel=1e-9)
+    assert by["c"] == 0.0  # no other setup on its GPU
+    # a second A100 setup of the version: C now takes its slope (not A's or B's)
+    rows += [{**base, "id": f"d-{n}", "gpu": "a100-80gb", "concurrency": str(n), "prompt_tokens_mean": "d",
+              "measured": str(10.0 + n * 90.0 * 1e-3)} for n in (20, 80)]
+    tpot |= {"d-20": 10.0, "d-80": 10.0}
+    assert {k[7]: v for k, v in la.engine_seq_costs(rows, tpot, {}, used={"c-100"}).items()}["c"] == pytest.approx(
+        90.0, rel=1e-9)
     fast = [{**r, "measured": "1.0"} if r["id"].startswith("b") else r for r in rows]
     assert {k[7]: v for k, v in la.engine_seq_costs(fast, tpot, {}, set()).items()}["a"] == 0.0
 
