@@ -351,7 +351,9 @@ def test_a_slot_bound_prefill_first_engine_runs_one_prompt_step_a_cycle() -> Non
     step. The model had followed the chain up to the slot bound (about four prompt steps
     between two decode windows, each paying t_fixed): mean TPOT 132 ms and E2E 432 ms against
     a simulated 60.9 +- 1.1 ms and 263.5 +- 1.6 ms (12 replications). A chain the slots cut
-    is now the one step that carries a cycle's arrivals."""
+    was then the one step that carries a cycle's arrivals (TPOT 61 ms); since it is weighed
+    between that step and the chain truncated at the slot bound (`_pf_chain`; the simulator's
+    chains here run 3.2 prompt steps, 123 ms, until the slots fill), 65.9 ms and 259.7 ms."""
     engine = (32.5, 0.382, 4.0, 0.134, 212.0, math.inf, math.inf, 16.0, 0.007186163422802019,
               2.631161093617233e-05, 1.8425551057130003e-07, 0.0, 0.5)
     got = cb_point(777.700768981396, *engine, prefill_first=True, steps=2)

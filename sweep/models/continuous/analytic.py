@@ -472,7 +472,9 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     the expected sum of its steps' squared durations ``d2`` (for the residual of the step in
     progress), and ``spare``: the part of a chain a prompt does not wait for after its own
     step, ``time`` less the mean rest after a prompt's step (each step weighted by the
-    prompts it carries), for the chain followed step by step."""
+    prompts it carries), for the chain followed step by step; and ``full``, the share of the
+    prompts arriving during a chain that find the slots full at its end (a chain the slots
+    cut) and wait for the next window."""
     var_p = (p1 * pcv) ** 2
     m = lam * w  # the count at a decision: mean and variance (Poisson after a window)
     v = m
@@ -500,6 +502,7 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     t2 = jnp.zeros_like(m)
     cum = jnp.zeros_like(m)
     go1 = jnp.zeros_like(m)
+    d_first = jnp.zeros_like(m)
     # a prompt's rest of its chain (the steps after its own), weighted by the prompts each step
     # carries: sum_i mu_i (T - T_i) / sum_i reach_i mu_i, T_i the expected time up to step i
     mu_sum, mu_t = jnp.zeros_like(m), jnp.zeros_like(m)
@@ -508,6 +511,7 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
         m_at = m
         go, d, var_d, m, v = step(m, v)
         go1 = go if i == 0 else go1
+        d_first = d if i == 0 else d_first
         reach = reach * go
         n, time, d2 = n + reach, time + reach * d, d2 + reach * (d * d + var_d)
         t2 = t2 + reach * (d * d + var_d + 2.0 * d * cum)
@@ -538,12 +542,40 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     t1_bud = safe_div((tf / bud + a_tok) * x * w, den, den > 0.0, jnp.inf)
     t1 = jnp.minimum(jnp.maximum(t1_one, t1_bud), t_cap)
     n1 = jnp.maximum(1.0, x * (w + t1) / bud)
-    # the natural chain where it ends before the slot bound, the merged step the more it is cut
-    # (a chain lasts at most t_cap, so E[T^2] <= t_cap E[T]); `some`: the chance of a chain
+    # the natural chain where it ends before the slot bound (weight `cut`); the more it is cut,
+    # the bound: `some` is the chance of a chain, and a chain lasts at most t_cap, so
+    # E[T^2] <= t_cap E[T]. Cut, it is one of two things, weighed by wgt = sqrt(t1 / t_cap)
+    # (the square root, not the ratio, chosen on the four stored draws: 2,859 against 2,857
+    # of 3,007 comparisons; seed 261's point 31, a slot-bound engine at load 0.90, keeps its
+    # TPOT within 15% with it):
+    # * the merged step (wgt -> 1: one step of what arrived over the cycle already fills the
+    #   bound, so prompts queue for slots and each cycle runs that one step);
+    # * the natural chain truncated at the bound (wgt -> 0: prompts arrive during every step,
+    #   so the chain runs until its admissions fill the slots, t_cap; seed 273's point 110 of
+    #   benchmarks/cb_accuracy.py, 161 req/s of 19-token prompts beside 42 ms steps: chains of
+    #   32 steps, 1.47 s, to the cap). Its steps, time and squared durations are the natural
+    #   chain's scaled by `cut`. A prompt's rest after its own step is then over a chain that
+    #   ends at the bound, not the natural chain's memoryless geometric tail: its first step
+    #   carries the window's lam w prompts, which wait for the rest of it, and the others
+    #   arrive evenly over it and wait half of it; and the prompts that arrive in its last step
+    #   find the slots full and wait for the next window (`full`, their share of the chain's
+    #   arrivals: one of its steps). Until 2026-12-06 a cut chain was the merged step alone:
+    #   that point's TPOT 0.36 below the simulated, 0.13 above now.
     t2_cut = jnp.minimum(t2 * cut * cut, t_cap * time * cut)
-    return dict(n=cut * n * cut + (1.0 - cut) * n1, time=cut * time * cut + (1.0 - cut) * t1,
-                d2=cut * d2 * cut + (1.0 - cut) * t1 * t1, t2=cut * t2_cut + (1.0 - cut) * t1 * t1,
-                some=cut * go1 + (1.0 - cut), spare=cut * jnp.maximum(time - rest, 0.0) * cut)
+    t_tr = cut * time
+    wgt = jnp.sqrt(jnp.clip(safe_div(t1, t_tr, t_tr > 0.0, 1.0), 0.0, 1.0))
+    tr = (1.0 - cut) * (1.0 - wgt)  # the truncated chain's weight
+    m0 = lam * w
+    rest_tr = safe_div(m0 * jnp.maximum(t_tr - d_first, 0.0) + lam * t_tr * t_tr / 2.0, m0 + lam * t_tr,
+                       t_tr > 0.0, 0.0)
+    spare_nat = cut * jnp.maximum(time - rest, 0.0)
+    return dict(n=cut * n * cut + (1.0 - cut) * wgt * n1 + tr * cut * n,
+                time=cut * time * cut + (1.0 - cut) * wgt * t1 + tr * t_tr,
+                d2=cut * d2 * cut + (1.0 - cut) * wgt * t1 * t1 + tr * cut * d2,
+                t2=cut * t2_cut + (1.0 - cut) * wgt * t1 * t1 + tr * t_tr * t_tr,
+                some=cut * go1 + (1.0 - cut) * wgt + tr * go1,
+                spare=cut * spare_nat + tr * jnp.maximum(t_tr - rest_tr, 0.0),
+                full=tr / jnp.maximum(cut * n, 1.0))
 
 
 def _pf_window_and_chain(lam, kk, g, t_own, c_bar, tt, tc, tf, p1, pcv, bud, c, n_w):
@@ -780,8 +812,10 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
         r_p = ch["d2"] / jnp.maximum(2.0 * ch["time"], 1e-300)
         comp_d = (tt + tc) * lam_p1 * 2.0 * r_d
         comp_p = (tt + tc) * lam_p1 * 2.0 * r_p
-        resid = u * (phi_d * r_d + phi_p * r_p)
-        var_resid = jnp.maximum(u * (phi_d * 4.0 * r_d * r_d + phi_p * 4.0 * r_p * r_p) / 3.0 - resid * resid, 0.0)
+        # (a prompt that finds the slots full at a cut chain's end waits for the next window too)
+        resid = u * (phi_d * r_d + phi_p * r_p + phi_p * ch["full"] * w_d)
+        var_resid = jnp.maximum(u * (phi_d * 4.0 * r_d * r_d + phi_p * 4.0 * r_p * r_p) / 3.0
+                                + u * phi_p * ch["full"] * w_d * w_d - resid * resid, 0.0)
         comp = u * (phi_d * comp_d + phi_p * comp_p) - (tt + tc) * pf["comp"]
         pi, width = u * phi_d, 2.0 * r_d  # the window residual's share (uniform), for the quantiles
         chunks = jnp.zeros_like(resid)
