@@ -8,8 +8,9 @@ to these figures), the metric it predicts, the measurement and their ratio; then
 of figures within 20% and 50%, overall and by workload, engine and metric, with the
 direction of the misses, and per figure the engine behaviour expected to close its miss.
 Beside it, the same prediction with one calibration per setup (`calibrate`: the HBM
-bandwidth efficiency `eta_bw` fitted to the setup's lightest-load TPOT), and its share over
-the figures not used to calibrate.
+bandwidth efficiency `eta_bw` fitted to the setup's lightest-load TPOT, the request latency
+`request_latency_ms` to its TTFT; the rule of `sweep predict-benchmark --calibrate-from`),
+and its share over the figures not used to calibrate.
 
 How a row becomes a point (every choice here is the script's, not the source's):
 
