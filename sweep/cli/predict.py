@@ -162,11 +162,12 @@ def config_from_run(run_dir: Path, point: int, catalog: Any) -> BenchConfig:
 def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -> BenchConfig:
     """A one-point continuous grid from the flags (vLLM's defaults where a flag is absent),
     evaluated at `rate_rps` (the step coefficients of a roofline are linearised at the load)."""
-    return config_from_row(flags_row(args, catalog, rate_rps), 16.0, "sweep predict-benchmark")
+    row, block = flags_row(args, catalog, rate_rps)
+    return config_from_row(row, block, "sweep predict-benchmark")
 
 
-def flags_row(args: argparse.Namespace, catalog: Any, rate_rps: float) -> Mapping[str, Any]:
-    """The one-point grid of `config_from_flags`: its row (every column)."""
+def flags_row(args: argparse.Namespace, catalog: Any, rate_rps: float) -> tuple[Mapping[str, Any], float]:
+    """The one-point grid of `config_from_flags`: its row (every column) and its KV block."""
     import tomllib
 
     from sweep.api import explain
@@ -196,8 +197,7 @@ def flags_row(args: argparse.Namespace, catalog: Any, rate_rps: float) -> Mappin
         raise PredictBenchmarkError("sweep predict-benchmark", "--tp", args.tp,
                                     f"{args.model}'s weights do not fit {args.tp} x {args.gpu} with room for a KV "
                                     "cache; use a larger --tp, --weights fp8 or a larger GPU")
-    assert _block(spec) == 16.0
-    return row
+    return row, _block(spec)
 
 
 # --------------------------------------------------------------------------- predictions
@@ -435,10 +435,10 @@ def calibrate(args: argparse.Namespace, catalog: Any, path: Path) -> Calibration
     run, bench = light_run(path)
     light = argparse.Namespace(**{**vars(args), "input_len": run.prompt_tokens, "output_len": run.output_tokens,
                                   "eta_bw": None, "request_latency_ms": 0.0})
-    catalog_eta = float(flags_row(light, catalog, 1e-3)["eta_bw"])
+    catalog_eta = float(flags_row(light, catalog, 1e-3)[0]["eta_bw"])
     eta, latency = catalog_eta, 0.0
     figures: dict[str, tuple[float, float]] = {}
-    for _ in range(CAL_ITERATIONS + 1):
+    for step in range(CAL_ITERATIONS + 1):  # the last pass only measures the calibrated run
         point = argparse.Namespace(**{**vars(light), "eta_bw": eta, "request_latency_ms": latency})
         cfg = _engine(args, config_at_load(point, catalog, bench))
         figures = simulate(cfg, bench, args.replications, args.seed)
@@ -446,10 +446,9 @@ def calibrate(args: argparse.Namespace, catalog: Any, path: Path) -> Calibration
         if not (math.isfinite(ttft) and math.isfinite(tpot) and tpot > 0):
             raise PredictBenchmarkError(str(path), "calibration", f"TTFT {ttft:g} ms, TPOT {tpot:g} ms",
                                         "the simulated light-load run gave no finite figures to calibrate on")
-        if _ == CAL_ITERATIONS:
-            break
-        eta = calibration_update("eta_bw", eta, tpot, run.tpot_ms)
-        latency = calibration_update("request_latency_ms", latency, ttft, run.ttft_ms)
+        if step < CAL_ITERATIONS:
+            eta = calibration_update("eta_bw", eta, tpot, run.tpot_ms)
+            latency = calibration_update("request_latency_ms", latency, ttft, run.ttft_ms)
     return Calibration(run, bench, catalog_eta, eta, latency, ttft, tpot)
 
 
