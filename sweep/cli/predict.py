@@ -412,7 +412,8 @@ class Calibration:
 
 
 def light_run(path: Path) -> tuple[Any, Benchmark]:
-    """The lightest run of a result file (its least mean concurrency) and the benchmark that
+    """The lightest run of a result file (its fewest clients, or the least running count of an
+    open loop) and the benchmark that
     simulates it: its completed requests (at most `CAL_PROMPTS`) at its load."""
     from sweep.grid import bench_results
 
@@ -437,7 +438,6 @@ def calibrate(args: argparse.Namespace, catalog: Any, path: Path) -> Calibration
                                   "eta_bw": None, "request_latency_ms": 0.0})
     catalog_eta = float(flags_row(light, catalog, 1e-3)[0]["eta_bw"])
     eta, latency = catalog_eta, 0.0
-    figures: dict[str, tuple[float, float]] = {}
     for step in range(CAL_ITERATIONS + 1):  # the last pass only measures the calibrated run
         point = argparse.Namespace(**{**vars(light), "eta_bw": eta, "request_latency_ms": latency})
         cfg = _engine(args, config_at_load(point, catalog, bench))
