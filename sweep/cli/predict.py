@@ -428,12 +428,11 @@ def light_run(path: Path) -> tuple[Any, Benchmark]:
     return run, Benchmark(n, run.rate_rps, None)
 
 
-def calibrate(args: argparse.Namespace, catalog: Any, path: Path) -> Calibration:
-    """`eta_bw` and `request_latency_ms` such that the light-load run in `path`, simulated as it
-    ran (`light_run`; the flags' engine and configuration, the run's mean lengths), gives its
+def calibrate(args: argparse.Namespace, catalog: Any, run: Any, bench: Benchmark) -> Calibration:
+    """`eta_bw` and `request_latency_ms` such that the light-load `run` (`light_run`), simulated
+    as it ran (`bench`; the flags' engine and configuration, the run's mean lengths), gives its
     measured mean TPOT and mean TTFT: from the catalog's `eta_bw` and no latency, `CAL_ITERATIONS`
     steps of `calibration_update` (TPOT moves `eta_bw`, then TTFT the latency)."""
-    run, bench = light_run(path)
     light = argparse.Namespace(**{**vars(args), "input_len": run.prompt_tokens, "output_len": run.output_tokens,
                                   "eta_bw": None, "request_latency_ms": 0.0})
     catalog_eta = float(flags_row(light, catalog, 1e-3)[0]["eta_bw"])
@@ -444,7 +443,7 @@ def calibrate(args: argparse.Namespace, catalog: Any, path: Path) -> Calibration
         figures = simulate(cfg, bench, args.replications, args.seed)
         ttft, tpot = figures["ttft_mean"][0] * 1e3, figures["tpot_mean"][0] * 1e3
         if not (math.isfinite(ttft) and math.isfinite(tpot) and tpot > 0):
-            raise PredictBenchmarkError(str(path), "calibration", f"TTFT {ttft:g} ms, TPOT {tpot:g} ms",
+            raise PredictBenchmarkError(run.where, "calibration", f"TTFT {ttft:g} ms, TPOT {tpot:g} ms",
                                         "the simulated light-load run gave no finite figures to calibrate on")
         if step < CAL_ITERATIONS:
             eta = calibration_update("eta_bw", eta, tpot, run.tpot_ms)
@@ -744,7 +743,6 @@ def _check(args: argparse.Namespace) -> None:
         for flag, v in (("--eta-bw", args.eta_bw), ("--request-latency-ms", args.request_latency_ms)):
             if v is not None:
                 raise PredictBenchmarkError(src, flag, v, "not with --calibrate-from, which fits it")
-        light_run(args.calibrate_from)  # a bad file is refused before any work
     if args.run_dir is not None:
         flags = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--input-len", args.input_len),
                                 ("--output-len", args.output_len), ("--t-seq-us", args.t_seq_us),
@@ -774,6 +772,8 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
     from sweep.runner.progress import compile_cache_dir, enable_compile_cache
 
     _check(args)
+    # the calibration's file is read (and a bad one refused) before any work
+    light = light_run(args.calibrate_from) if args.calibrate_from is not None else None
     catalog = load_catalog(args.catalog) if args.catalog else None
     enable_compile_cache(compile_cache_dir())
     windowed = args.measurement_interval is not None
@@ -785,8 +785,8 @@ def cmd_predict_benchmark(args: argparse.Namespace) -> int:
         cfg = _engine(args, config_from_run(args.run_dir, args.point, catalog))
     else:
         catalog = catalog if catalog is not None else load_catalog()
-        if args.calibrate_from is not None:
-            calibration = calibrate(args, catalog, args.calibrate_from)
+        if light is not None:
+            calibration = calibrate(args, catalog, *light)
             args = argparse.Namespace(**{**vars(args), "eta_bw": calibration.eta_bw,
                                          "request_latency_ms": calibration.request_latency_ms})
         cfg = _engine(args, config_at_load(args, catalog, bench))
