@@ -158,8 +158,13 @@ or prompt step in progress, then
 the next prompt step carries it and hands its first token over at once, the window's rest
 kept uniform in the quantiles (`_window_quantile`); its later tokens come in windows, the
 last one as under ``chunked``; the span's time is the rest of its own chain (`_pf_chain`'s
-``spare`` is the part of a chain it does not wait for), its whole windows at the decoders'
-mean step (a chain spread over each) and its last window's decode-only steps. ``k = 1``
+``rest``: none, or, for the share ``q_rest`` of prompts behind which another arrived, the mean
+rest over that share), its whole windows at the decoders' mean step (a
+chain spread over each) and its last window's decode-only steps; E2E's spread adds a chain's
+a window (and, at one step, a gap). A chain is followed prompt batch by prompt batch: the
+prompts waiting at a decision take ``max(1, T / M)`` steps for their ``T`` tokens, and the
+chain goes on while prompts arrive meanwhile, so a prompt longer than the budget is one
+link of many steps, not many links that may each end the chain. ``k = 1``
 leaves the program as it was (a Python-level branch).
 
 Not modelled here (the simulator has them): the finite queue (drops), the warm-up, and
@@ -450,31 +455,34 @@ def _pf_steps(m, p_over_m):
     return -jnp.expm1(-m) * jnp.maximum(1.0, m * p_over_m)
 
 
-#: prefill_first: the prompt steps of a chain followed one by one (`_pf_chain`)
+#: prefill_first: the links (prompt batches) of a chain followed one by one (`_pf_chain`)
 _CHAIN_STEPS = 10
 
 
 def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     """prefill_first: the chain of prompt steps after a decode window of ``w`` seconds (one
     decode step at ``scheduler_steps = 1``). Its decision carries the prompts that arrived
-    during the window (Poisson, ``lam w``); each prompt step carries what is waiting (up to
-    the budget's tokens: the rest waits for the next), and another decision follows, a
-    prompt step again as long as prompts arrived meanwhile: the chain ends with the first
-    prompt step during which none arrived (and none was left over). A step of prompts of
-    ``T`` tokens takes ``t_f + a_tok min(T, M)`` (``a_tok = t_t + t_c``). A step's prompt
-    count is followed by its mean and variance: the arrivals during a step of random length
-    are a mixed Poisson count, taken as negative binomial of the same two moments, whose
-    probability of none ends the chain (short steps, of few or short prompts, end it more
-    often than their mean suggests). The first `_CHAIN_STEPS` steps are followed, the rest
-    as a geometric tail at the last one's. No sequence leaves during a chain, so it also
-    ends once its admissions fill the slots: it lasts at most ``t_max`` (the caller's slot
-    bound). Returns the expected prompt steps ``n`` of a chain, its expected time ``time``,
-    the expected sum of its steps' squared durations ``d2`` (for the residual of the step in
-    progress), and ``spare``: the part of a chain a prompt does not wait for after its own
-    step, ``time`` less the mean rest after a prompt's step (each step weighted by the
-    prompts it carries), for the chain followed step by step; and ``full``, the share of the
-    prompts arriving during a chain that find the slots full at its end (a chain the slots
-    cut) and wait for the next window."""
+    during the window (Poisson, ``lam w``); they are prefilled in steps of at most the
+    budget's tokens, and the next decision prefills the prompts that arrived meanwhile, as
+    long as any did: the chain ends with the first batch during which none arrived. The chain
+    is followed batch by batch (a link: the prompts waiting at a decision): a batch of ``T``
+    tokens takes ``s = max(1, T / M)`` steps and ``t_f s + a_tok T`` seconds (``a_tok = t_t +
+    t_c``), so a prompt longer than the budget is one link of many steps. (Until 2026-12-06 a
+    link was one step, with the budget's leftover carried as a Poisson count that could end
+    the chain: a 1,452-token prompt beside a 16-token budget was a chain of 11 steps, not 91,
+    and seed 269's point 60 of benchmarks/cb_accuracy.py had its mean TPOT at a third of the
+    simulated.) A link's prompt count is followed by its mean and variance: the arrivals
+    during a link of random length are a mixed Poisson count, taken as negative binomial of
+    the same two moments, whose probability of none ends the chain (short links, of few or
+    short prompts, end it more often than their mean suggests). The first `_CHAIN_STEPS`
+    links are followed, the rest as a geometric tail at the last one's. No sequence leaves
+    during a chain, so it also ends once its admissions fill the slots: it lasts at most
+    ``t_max`` (the caller's slot bound). Returns the expected prompt steps ``n`` of a chain,
+    its expected time ``time``, the expected sum of its steps' squared durations ``d2`` (for
+    the residual of the step in progress), a prompt's mean ``rest`` of its chain after its
+    own link (each link weighted by the prompts it carries) and the share ``q_rest`` of prompts
+    that have a rest (another link follows theirs); and ``full``, the share of the prompts arriving during a chain that
+    find the slots full at its end (a chain the slots cut) and wait for the next window."""
     var_p = (p1 * pcv) ** 2
     m = lam * w  # the count at a decision: mean and variance (Poisson after a window)
     v = m
@@ -483,15 +491,17 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
         kappa = m * m / jnp.maximum(v - m, 1e-12 * m * m + 1e-300)
         p0 = jnp.exp(-kappa * jnp.log1p(m / jnp.maximum(kappa, 1e-300)))
         go = jnp.maximum(1.0 - p0, 1e-300)
-        mu = m / go  # given the step happens
+        mu = m / go  # the link's prompts, given it happens
         var_n = jnp.maximum((v + m * m) / go - mu * mu, 0.0)
         tok = mu * p1
-        d = tf + a_tok * jnp.minimum(tok, bud)
-        var_d = jnp.where(tok < bud, a_tok * a_tok * (mu * var_p + var_n * p1 * p1), 0.0)
-        left = jnp.maximum(tok - bud, 0.0) / p1  # prompts the budget leaves for the next step
-        m_next = lam * d + left
-        v_next = lam * d + lam * lam * var_d + left
-        return go, d, var_d, m_next, v_next
+        over = tok > bud
+        s = jnp.maximum(1.0, tok / bud)  # the steps its tokens take under the budget
+        d = tf * s + a_tok * tok
+        var_d = (a_tok + jnp.where(over, tf / bud, 0.0)) ** 2 * (mu * var_p + var_n * p1 * p1)
+        d2 = jnp.where(over, s * (tf + a_tok * bud) ** 2, d * d + var_d)  # its steps' squared lengths
+        m_next = lam * d
+        v_next = lam * d + lam * lam * var_d
+        return go, d, var_d, m_next, v_next, s, d2
 
     reach = jnp.ones_like(m)
     n = jnp.zeros_like(m)
@@ -503,30 +513,37 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     cum = jnp.zeros_like(m)
     go1 = jnp.zeros_like(m)
     d_first = jnp.zeros_like(m)
-    # a prompt's rest of its chain (the steps after its own), weighted by the prompts each step
-    # carries: sum_i mu_i (T - T_i) / sum_i reach_i mu_i, T_i the expected time up to step i
+    # a prompt's rest of its chain (the links after its own; a link's prompts all taken at its
+    # end), weighted by the prompts each link carries: sum_i mu_i (T - T_i) / sum_i reach_i mu_i,
+    # T_i the expected time up to link i
     mu_sum, mu_t = jnp.zeros_like(m), jnp.zeros_like(m)
     carried = jnp.zeros_like(m)
+    # and the prompts another link follows, sum_i mu_i P(N > i): the share with a rest
+    on, mu_prev = jnp.zeros_like(m), jnp.zeros_like(m)
     for i in range(_CHAIN_STEPS):
         m_at = m
-        go, d, var_d, m, v = step(m, v)
+        go, d, var_d, m, v, s, dd = step(m, v)
         go1 = go if i == 0 else go1
         d_first = d if i == 0 else d_first
         reach = reach * go
-        n, time, d2 = n + reach, time + reach * d, d2 + reach * (d * d + var_d)
+        on = on + mu_prev * reach
+        n, time, d2 = n + reach * s, time + reach * d, d2 + reach * dd
         t2 = t2 + reach * (d * d + var_d + 2.0 * d * cum)
         cum = cum + d
-        mu = m_at / jnp.maximum(go, 1e-300)  # the step's prompts, given it happens
+        mu = m_at / jnp.maximum(go, 1e-300)  # the link's prompts, given it happens
         mu_sum, mu_t, carried = mu_sum + mu, mu_t + mu * time, carried + reach * mu
+        mu_prev = mu
     m_at = m
-    go, d, var_d, _, _ = step(m, v)
+    go, d, var_d, _, _, s, dd = step(m, v)
     g1 = jnp.maximum(1.0 - go, 0.01)
     more = reach * go / g1  # reach (q + q^2 + ...), q = go <= 0.99
     # the tail's steps t = 1, 2, ...: each carries mu and leaves reach d q^(t+1) / (1 - q) after it
     mu = m_at / jnp.maximum(go, 1e-300)
     rest_tail = mu * reach * d * go * go / (g1 * g1)
     rest = safe_div(mu_sum * (time + more * d) - mu_t + rest_tail, carried + more * mu, carried > 0.0, 0.0)
-    n, time, d2 = n + more, time + more * d, d2 + more * (d * d + var_d)
+    on = on + mu_prev * reach * go + mu * reach * go * go / g1
+    q_rest = jnp.clip(safe_div(on, carried + more * mu, carried > 0.0, 0.0), 0.0, 1.0)
+    n, time, d2 = n + more * s, time + more * d, d2 + more * dd
     # the tail's steps t = 1, 2, ... (reach q^t, cum + (t - 1) d before each): sum q^t = q / (1 - q),
     # sum t q^t = q / (1 - q)^2
     t2 = t2 + reach * ((d * d + var_d + 2.0 * d * (cum - d)) * go / g1 + 2.0 * d * d * go / (g1 * g1))
@@ -568,13 +585,17 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     m0 = lam * w
     rest_tr = safe_div(m0 * jnp.maximum(t_tr - d_first, 0.0) + lam * t_tr * t_tr / 2.0, m0 + lam * t_tr,
                        t_tr > 0.0, 0.0)
-    spare_nat = cut * jnp.maximum(time - rest, 0.0)
+    # a prompt's rest of its chain after its own step: the natural chain's, the merged step's
+    # whole (a slot-bound engine's prompts queue for it; without it seed 261's point 31, at
+    # load 0.90, puts E2E 20% low) and the truncated chain's
+    rest_nat = jnp.where(cut < 1.0, jnp.minimum(cut * rest, rest_tr), rest)
+    rest_all = cut * rest_nat + (1.0 - cut) * wgt * t1 + tr * rest_tr
     return dict(n=cut * n * cut + (1.0 - cut) * wgt * n1 + tr * cut * n,
                 time=cut * time * cut + (1.0 - cut) * wgt * t1 + tr * t_tr,
                 d2=cut * d2 * cut + (1.0 - cut) * wgt * t1 * t1 + tr * cut * d2,
                 t2=cut * t2_cut + (1.0 - cut) * wgt * t1 * t1 + tr * t_tr * t_tr,
                 some=cut * go1 + (1.0 - cut) * wgt + tr * go1,
-                spare=cut * spare_nat + tr * jnp.maximum(t_tr - rest_tr, 0.0),
+                rest=rest_all, q_rest=1.0 - cut * (1.0 - q_rest),
                 full=tr / jnp.maximum(cut * n, 1.0))
 
 
@@ -734,8 +755,9 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
     t2 = jnp.sum(jnp.where(in_tail, (2.0 * (jk[None, :] - r0[:, None]) + 1.0) * p_oth[None, :], 0.0), axis=1)
     p_on = jnp.where((n_win > 0.0) & (r0 <= km - sh), jnp.take(p_oth, jnp.clip(r0, 0.0, km).astype(jnp.int32)), 0.0)
 
-    def span_steps(t_last):
-        """The span in steps of `td`, with ``t_last`` steps after the own ones in the last window."""
+    def span_steps(t_last, rest_scale=1.0):
+        """The span in steps of `td`, with ``t_last`` steps after the own ones in the last window
+        (and, under prefill_first, ``rest_scale`` times the mean rest of the own chain)."""
         steps = jnp.where(n_win > 0.0, kk * (n_win - 1.0) + r_last + t_last, 0.0)
         if not prefill_first:
             return steps
@@ -743,7 +765,7 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
         # that carried it), its whole windows, each with the chain after it (`td` spreads a
         # chain over a window's steps), and its last window's decode-only steps (a chain the
         # slots cut keeps its whole time in the rest)
-        t_span = (e["pw"] * (ch["time"] - ch["spare"]) + kk * (n_win - 1.0) * td
+        t_span = (rest_scale * e["pw"] * ch["rest"] + kk * (n_win - 1.0) * td
                   + (steps - kk * (n_win - 1.0)) * (w_d / ka))
         return jnp.where(n_win > 0.0, t_span / jnp.maximum(td, 1e-300), 0.0)
 
@@ -775,20 +797,33 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
     den = jnp.maximum(o - 1.0, 1.0)
     wgt = jnp.where(pos, 1.0, 0.0) / n_pos
 
-    def part(t_last, var_last):
-        sp_ = span_steps(t_last)
+    def part(t_last, var_last, rest_scale=1.0):
+        sp_ = span_steps(t_last, rest_scale)
         spp = jnp.maximum(sp_, 1.0)
         var_y = (var_t / spp + burst_var / (spp * spp) + var_slow + var_gap / (kk * spp)
                  + td * td * var_last / (spp * spp))
         return jnp.where(pos, sp_ / den, 0.0), var_y
 
-    (ratio_own, vy_own), (ratio_on, vy_on) = part(jnp.zeros_like(tail), jnp.zeros_like(tail)), part(t_on, var_on)
-    law = _node_quantile(qq, jnp.concatenate([wgt * (1.0 - p_on), wgt * p_on]),
-                         jnp.concatenate([ratio_own, ratio_on]), t_floor, jnp.maximum(td - t_floor, 0.0),
-                         jnp.concatenate([vy_own, vy_on]))
+    zero = jnp.zeros_like(tail)
+    if prefill_first:
+        # a prompt's own chain goes on after its step (another prompt arrived meanwhile) for a
+        # share q_rest of the prompts, whose rest is then the mean rest / q_rest: each part in two
+        q_r = jnp.clip(ch["q_rest"], 1e-6, 1.0)
+        parts_ = [part(zero, zero, 0.0), part(zero, zero, 1.0 / q_r), part(t_on, var_on, 0.0),
+                  part(t_on, var_on, 1.0 / q_r)]
+        wts = [wgt * (1.0 - p_on) * (1.0 - q_r), wgt * (1.0 - p_on) * q_r, wgt * p_on * (1.0 - q_r),
+               wgt * p_on * q_r]
+    else:
+        parts_ = [part(zero, zero), part(t_on, var_on)]
+        wts = [wgt * (1.0 - p_on), wgt * p_on]
+    law = _node_quantile(qq, jnp.concatenate(wts), jnp.concatenate([r for r, _ in parts_]), t_floor,
+                         jnp.maximum(td - t_floor, 0.0), jnp.concatenate([v for _, v in parts_]))
     tpot_p = jnp.where(q > p0, law, 0.0)
     span_mean = jnp.mean(span)
     span_var = jnp.maximum(jnp.mean(span * span) - span_mean * span_mean, 0.0)
+    if prefill_first:  # the own chain's rest: none, or (a share q_rest) rest / q_rest
+        r_mean = e["pw"] * ch["rest"] / jnp.maximum(td, 1e-300)
+        span_var = span_var + r_mean * r_mean * (1.0 / jnp.clip(ch["q_rest"], 1e-6, 1.0) - 1.0)
     # the arrival waits for the window in progress (length-biased, of ka steps), its decision
     # step carries the prompts that arrived during it, a chunked prompt's later chunks wait a
     # window each, and the first token reaches the client at the window's end
@@ -1365,6 +1400,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
     # quantile cost 1.5x the kernel's time for no measured gain)
     e2e = ttft + (o1 - 1.0) * td
     var_dec = td * td * (o2 - o1 * o1) + (o2 - 2.0 * o1 + 1.0) * var_slow + (o1 - 1.0) * g["var_t"]
+    if prefill_first:  # and the chains of prompt steps in its O - 1 gaps, each its own spread
+        var_dec = var_dec + (o1 - 1.0) * jnp.maximum(var_gap_pf, 0.0)
     dec = (o1 - 1.0) * td
     e2e_rest = mean0 + w_q + dec  # one lognormal matched to the mixture's mean and variance
     var_e2e = var0 + var_dec + p_wait * (2.0 - p_wait) * cond_w * cond_w
@@ -1418,6 +1455,8 @@ def cb_point(lam, prompt_mean, prompt_cv, output_mean, output_cv, cap, max_batch
         e2e_rest = e2e_rest + w["extra"] + span - dec
         var_e2e = var_e2e - td * td * (o2 - o1 * o1) + td * td * w["span_var"]
         var_e2e = var_e2e + var0_k - var0  # E2E's first token is the TTFT above
+        if prefill_first:  # a chain a window, not a gap
+            var_e2e = var_e2e + (pre["n_w"] - (o1 - 1.0)) * jnp.maximum(var_gap_pf, 0.0)
         s_e, mu_e = _ln_shape(e2e_rest, var_e2e)
         e2e_p = shift + jnp.where(e2e_rest > 0.0, jnp.exp(mu_e + s_e * z), 0.0)
         e2e = ttft_k + span
