@@ -481,8 +481,9 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     its expected time ``time``, the expected sum of its steps' squared durations ``d2`` (for
     the residual of the step in progress), a prompt's mean ``rest`` of its chain after its
     own link (each link weighted by the prompts it carries) and the share ``q_rest`` of prompts
-    that have a rest (another link follows theirs); and ``full``, the share of the prompts arriving during a chain that
-    find the slots full at its end (a chain the slots cut) and wait for the next window."""
+    that have a rest (another link follows theirs); and ``full``, the share of the prompts
+    arriving during a chain that find the slots full at its end (a chain the slots cut) and
+    wait for the next window."""
     var_p = (p1 * pcv) ** 2
     m = lam * w  # the count at a decision: mean and variance (Poisson after a window)
     v = m
@@ -585,9 +586,11 @@ def _pf_chain(lam, w, tf, a_tok, p1, pcv, bud, t_max):
     m0 = lam * w
     rest_tr = safe_div(m0 * jnp.maximum(t_tr - d_first, 0.0) + lam * t_tr * t_tr / 2.0, m0 + lam * t_tr,
                        t_tr > 0.0, 0.0)
-    # a prompt's rest of its chain after its own step: the natural chain's, the merged step's
-    # whole (a slot-bound engine's prompts queue for it; without it seed 261's point 31, at
-    # load 0.90, puts E2E 20% low) and the truncated chain's
+    # a prompt's rest of its chain after its own step: the natural chain's (where the slots cut
+    # it, at most the truncated chain's: seed 281's point 94, a natural chain twice the bound,
+    # had its mean TPOT 61% high with the natural rest), the merged step's whole (a slot-bound
+    # engine's prompts queue for it; without it seed 261's point 31, at load 0.90, puts E2E 20%
+    # low) and the truncated chain's
     rest_nat = jnp.where(cut < 1.0, jnp.minimum(cut * rest, rest_tr), rest)
     rest_all = cut * rest_nat + (1.0 - cut) * wgt * t1 + tr * rest_tr
     return dict(n=cut * n * cut + (1.0 - cut) * wgt * n1 + tr * cut * n,
