@@ -413,8 +413,8 @@ class Calibration:
 
 def light_run(path: Path) -> tuple[Any, Benchmark]:
     """The lightest run of a result file (its fewest clients, or the least running count of an
-    open loop) and the benchmark that
-    simulates it: its completed requests (at most `CAL_PROMPTS`) at its load."""
+    open loop) and the benchmark that simulates it: its completed requests (at most
+    `CAL_PROMPTS`) at its load."""
     from sweep.grid import bench_results
 
     runs = bench_results.read_file(path)

@@ -826,7 +826,7 @@ def _windows(km, lam, p1, o1, ocv, td, g, pf, tt, tc, tf, q, tpot_law, point, pr
     span_var = jnp.maximum(jnp.mean(span * span) - span_mean * span_mean, 0.0)
     if prefill_first:  # the own chain's rest: none, or (a share q_rest) rest / q_rest
         r_mean = e["pw"] * ch["rest"] / jnp.maximum(td, 1e-300)
-        span_var = span_var + r_mean * r_mean * (1.0 / jnp.clip(ch["q_rest"], 1e-6, 1.0) - 1.0)
+        span_var = span_var + r_mean * r_mean * (1.0 / q_r - 1.0)
     # the arrival waits for the window in progress (length-biased, of ka steps), its decision
     # step carries the prompts that arrived during it, a chunked prompt's later chunks wait a
     # window each, and the first token reaches the client at the window's end
