@@ -44,6 +44,13 @@ the run's load.
     .venv/bin/python benchmarks/load_accuracy.py [--smoke] [--replications N] [--no-simulate]
     .venv/bin/python benchmarks/load_accuracy.py --data tests/data/load_measurements_dli.csv --no-simulate
 
+Ablations (the results file gets the suffix ``_ablation``): ``--scheduler-policy P`` runs
+every engine under policy P instead of its own (its KV admission kept), ``--prompts-per-client
+N`` sends N requests a client where a closed loop's source states no prompt count
+(``--measurement-interval MS`` measures such a loop in GenAI-Perf's time windows instead), and
+``--setups N --setup-seed S`` keeps N setups drawn at random with all their figures (the
+engine's per-sequence cost then comes from the drawn setups alone).
+
 (``--smoke``: three figures, one of each kind, tiny runs, nothing written: the test suite's
 check; with ``--data``, the file's first run.) The full run writes
 benchmarks/results/load_accuracy.csv (one row per figure; with ``--data``,
@@ -59,6 +66,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import random
 import re
 import sys
 from collections.abc import Callable
@@ -75,7 +83,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import sweep
-from sweep.cli.predict import CAL_ITERATIONS, Benchmark, calibration_update, config_from_row, simulate
+from sweep.catalog import load_catalog
+from sweep.cli.predict import (
+    CAL_ITERATIONS,
+    WINDOW_STRETCH,
+    Benchmark,
+    calibration_update,
+    config_from_row,
+    simulate,
+)
 
 DATA = ROOT / "tests" / "data" / "load_measurements.csv"
 RESULTS = ROOT / "benchmarks" / "results" / "load_accuracy.csv"
@@ -105,9 +121,16 @@ ENGINES = {"sglang": ("prefill_first", "on_demand"), "vllm": ("prefill_first", "
 ENGINE_VERSIONS = {("tensorrt-llm", "NIM (TensorRT-LLM backend; version not stated)"): ("prefill_first", "reserve")}
 
 
+#: An ablation (`--scheduler-policy`): every engine simulated, and evaluated as run, under this
+#: policy instead of its own (its KV admission kept); None: each engine's own.
+POLICY_OVERRIDE: str | None = None
+
+
 def scheduler_of(row: dict[str, str]) -> tuple[str, str]:
-    """(scheduler policy, KV admission) of the engine as the row's source ran it."""
-    return ENGINE_VERSIONS.get((row["engine"], row["engine_version"]), ENGINES[row["engine"]])
+    """(scheduler policy, KV admission) of the engine as the row's source ran it (the policy
+    `POLICY_OVERRIDE`'s where an ablation sets one)."""
+    policy, kv = ENGINE_VERSIONS.get((row["engine"], row["engine_version"]), ENGINES[row["engine"]])
+    return POLICY_OVERRIDE or policy, kv
 #: figure -> (the simulated benchmark's figure, scale to the row's unit)
 SIM_FIGURES = {"ttft_p50_ms": ("ttft_q0.5", 1e3), "tpot_p50_ms": ("tpot_q0.5", 1e3), "itl_p50_ms": ("itl_q0.5", 1e3),
                "e2e_p50_ms": ("e2e_q0.5", 1e3), "ttft_mean_ms": ("ttft_mean", 1e3),
@@ -201,16 +224,26 @@ def scheduler_steps(row: dict[str, str]) -> int:
     return int(m.group(1)) if m else 1
 
 
+#: An ablation (`--measurement-interval`): a closed loop whose source states no prompt count is
+#: measured in GenAI-Perf's time windows of this many seconds (1.2 x the interval) instead of
+#: `CLOSED_PROMPTS_PER_CLIENT` requests a client; None: by prompt count.
+WINDOW_S: float | None = None
+
+
 def run_of(row: dict[str, str]) -> Benchmark:
     """The benchmark run a row was measured in (prompts, rate, concurrency)."""
     conc = int(row["concurrency"]) if row["workload"] == "closed" else None
     n = (int(row["num_prompts"]) if row["num_prompts"].strip()
          else max(CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT * (conc or 0)))
     rate = math.inf if row["workload"] == "closed" else _num(row["request_rate_rps"])
+    if WINDOW_S is not None and conc is not None and not row["num_prompts"].strip():
+        return Benchmark(max(conc, 1), rate, conc, window_s=WINDOW_S)
     return Benchmark(min(n, MAX_PROMPTS), rate, conc)
 
 
 _SIMULATED: dict[tuple, dict[str, tuple[float, float]]] = {}
+#: The catalog the simulated runs' compute-bound step line reads (`sweep.cli.predict.compute_line_of`).
+CATALOG = load_catalog()
 
 
 def simulate_run(row: dict[str, str], eta: dict[str, float] | None = None,
@@ -229,7 +262,7 @@ def simulate_run(row: dict[str, str], eta: dict[str, float] | None = None,
             rate = bench.request_rate if math.isfinite(bench.request_rate) else 0.95 * p.at(1.0)["capacity_rps"]
             pt = p.at(rate)
         policy, kv = scheduler_of(row)
-        cfg = replace(config_from_row(pt, 16.0, row["id"]), scheduler_policy=policy,
+        cfg = replace(config_from_row(pt, 16.0, row["id"], CATALOG), scheduler_policy=policy,
                       scheduler_steps=scheduler_steps(row), kv_admission=kv)
         _SIMULATED[key] = simulate(cfg, bench, replications=replications, seed=0)
     return _SIMULATED[key]
@@ -406,6 +439,7 @@ def _cell(v: float | None, measured: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    global CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS, POLICY_OVERRIDE, WINDOW_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="three figures, nothing written (the test suite's check)")
     ap.add_argument("--replications", type=int, default=REPLICATIONS,
@@ -415,17 +449,44 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--calibrate", choices=("tpot+ttft", "tpot"), default="tpot+ttft",
                     help="what the light-load run calibrates: eta_bw from its TPOT and the request latency from its "
                          "TTFT (default), or eta_bw alone")
+    ab = ap.add_argument_group("ablations (the results file gets the suffix _ablation)")
+    ab.add_argument("--scheduler-policy", choices=("chunked", "prefill_first"), default=None,
+                    help="simulate and evaluate as run every engine under this policy instead of its own")
+    ab.add_argument("--prompts-per-client", type=int, default=CLOSED_PROMPTS_PER_CLIENT, metavar="N",
+                    help="requests a client of a closed loop whose source states no prompt count (default "
+                         f"{CLOSED_PROMPTS_PER_CLIENT})")
+    ab.add_argument("--measurement-interval", type=float, default=None, metavar="MS",
+                    help="measure a closed loop whose source states no prompt count in GenAI-Perf's time windows "
+                         "(1.2 x MS each, from the first request) instead of by requests a client")
+    ab.add_argument("--setups", type=int, default=None, metavar="N",
+                    help="N setups drawn at random (--setup-seed) with all their figures, not every setup")
+    ab.add_argument("--setup-seed", type=int, default=0, metavar="S", help="the draw of --setups (default 0)")
     args = ap.parse_args(argv)
+    ablation = (args.scheduler_policy is not None or args.setups is not None or args.measurement_interval is not None
+                or args.prompts_per_client != CLOSED_PROMPTS_PER_CLIENT)
+    for flag, n in (("--prompts-per-client", args.prompts_per_client), ("--setups", args.setups)):
+        if n is not None and n < 1:
+            ap.error(f"{flag} {n}: takes a count >= 1")
+    if args.measurement_interval is not None and not (math.isfinite(args.measurement_interval)
+                                                      and args.measurement_interval > 0):
+        ap.error(f"--measurement-interval {args.measurement_interval}: takes a finite number of ms > 0, e.g. 10000")
+    POLICY_OVERRIDE, CLOSED_PROMPTS_PER_CLIENT = args.scheduler_policy, args.prompts_per_client
+    WINDOW_S = None if args.measurement_interval is None else args.measurement_interval * 1e-3 * WINDOW_STRETCH
     keys = {k: v for k, v in CALIBRATES.items() if args.calibrate == "tpot+ttft" or k == "tpot"}
     results_path = RESULTS if args.data == DATA else RESULTS.with_name(
         f"load_accuracy_{args.data.stem.removeprefix('load_measurements_')}.csv")
     if args.calibrate == "tpot":
         results_path = results_path.with_name(results_path.stem + "_tpot.csv")
+    if ablation:
+        results_path = results_path.with_name(results_path.stem + "_ablation.csv")
     reps = 2 if args.smoke else args.replications
     if args.smoke:  # tiny runs: the check is that the script works, not its figures
-        global CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS
         CLOSED_MIN_PROMPTS, CLOSED_PROMPTS_PER_CLIENT, MAX_PROMPTS = 20, 1, 60
     rows = read_rows(args.data)
+    if args.setups is not None:
+        setups = sorted({setup_of(r) for r in rows})
+        drawn = set(random.Random(args.setup_seed).sample(setups, min(args.setups, len(setups))))
+        rows = [r for r in rows if setup_of(r) in drawn]
     if args.smoke:  # three figures of the default file, one of each kind; of another file, its first run's
         rows = ([r for r in rows if r["id"] in SMOKE_IDS] if args.data == DATA
                 else [r for r in rows if _run_id(r) == _run_id(rows[0])])

@@ -10,6 +10,7 @@ here depends on time: the speed figures are the scripts' business, not the tests
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 import subprocess
@@ -287,6 +288,65 @@ def test_load_accuracy_second_set_smoke(capsys):
         assert np.isfinite(row["predicted"]) and row["predicted"] > 0
         assert np.isfinite(row["simulated"]) and row["simulated"] > 0
     assert "all predicted figures: 4 of 4" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_load_accuracy_ablation_smoke(capsys):
+    """The ablation options (docs/accuracy-load.md, "A second, larger set"): --setups draws
+    whole setups at random, --scheduler-policy runs every engine under one policy (the older
+    NIM's own is prefill_first), --prompts-per-client sets a closed loop's requests a client;
+    the smoke run predicts the first drawn run's four figures and writes nothing."""
+    before = _listing()
+    data = BENCH.parent / "tests" / "data" / "load_measurements_dli.csv"
+    la = _load(BENCH / "load_accuracy.py")
+    rows = la.read_rows(data)
+    import random
+    drawn = set(random.Random(5).sample(sorted({la.setup_of(r) for r in rows}), 2))
+    out = la.main(["--smoke", "--data", str(data), "--setups", "2", "--setup-seed", "5",
+                   "--scheduler-policy", "chunked", "--prompts-per-client", "2"])
+    assert _listing() == before
+    assert out["n"] == 4 and {la.setup_of(r) for r in rows if r["id"] in {x["id"] for x in out["rows"]}} <= drawn
+    assert la.POLICY_OVERRIDE == "chunked" and la.scheduler_of(rows[0]) == ("chunked", "reserve")
+    for row in out["rows"]:
+        assert np.isfinite(row["simulated"]) and row["simulated"] > 0
+    capsys.readouterr()
+
+
+def test_load_accuracy_policy_ablation_keeps_the_kv_admission(monkeypatch):
+    """`scheduler_of`: each engine's own policy and KV admission (the older NIM of the second
+    set: prefill_first, reserve; SGLang 0.3: prefill_first, on demand), and under an ablation's
+    policy the same admission with that policy."""
+    la = _load(BENCH / "load_accuracy.py")
+    nim = {"engine": "tensorrt-llm", "engine_version": "NIM (TensorRT-LLM backend; version not stated)"}
+    sgl = {"engine": "sglang", "engine_version": "v0.3.0"}
+    assert la.scheduler_of(nim) == ("prefill_first", "reserve")
+    assert la.scheduler_of(sgl) == ("prefill_first", "on_demand")
+    monkeypatch.setattr(la, "POLICY_OVERRIDE", "chunked")
+    assert la.scheduler_of(nim) == ("chunked", "reserve")
+    assert la.scheduler_of(sgl) == ("chunked", "on_demand")
+
+
+def test_load_accuracy_windows_ablation_measures_unstated_closed_loops_in_windows(monkeypatch):
+    """`run_of` under `--measurement-interval` (WINDOW_S): a closed loop whose source states no
+    prompt count is measured in GenAI-Perf's windows (its concurrency as the first guess at the
+    prompts); by default, `CLOSED_PROMPTS_PER_CLIENT` requests a client (at least
+    `CLOSED_MIN_PROMPTS`); an open loop keeps its stated prompts either way."""
+    la = _load(BENCH / "load_accuracy.py")
+    closed = {"workload": "closed", "concurrency": "25", "num_prompts": "", "request_rate_rps": ""}
+    opened = {"workload": "open", "concurrency": "", "num_prompts": "1200", "request_rate_rps": "4"}
+    assert la.run_of(closed) == la.Benchmark(125, math.inf, 25)
+    monkeypatch.setattr(la, "WINDOW_S", 12.0)
+    assert la.run_of(closed) == la.Benchmark(25, math.inf, 25, window_s=12.0)
+    assert la.run_of(opened) == la.Benchmark(1200, 4.0, None)
+
+
+@pytest.mark.parametrize("argv", [["--setups", "0"], ["--prompts-per-client", "0"], ["--scheduler-policy", "fcfs"],
+                                  ["--measurement-interval", "0"]])
+def test_load_accuracy_bad_ablation_is_one_line_and_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _load(BENCH / "load_accuracy.py").main(argv)
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err.strip().splitlines()[-1]  # the error names the flag
 
 
 def test_load_accuracy_engine_cost_comes_from_the_engines_other_setups():

@@ -82,6 +82,7 @@ def test_from_flags_open_and_closed(capsys: pytest.CaptureFixture[str]) -> None:
 def test_from_a_run_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A finished run's point: its row's coefficients, and the printed figures are `simulate`'s
     and `analytic`'s for that configuration."""
+    from sweep.catalog import load_catalog
     from sweep.cli.answers import RunFolder, run_grid_spec
     from sweep.cli.deploy import _row
 
@@ -113,7 +114,8 @@ kv_allocation = "paged"
     text = capsys.readouterr().out
     assert "batch_size 32" in text
     spec = run_grid_spec(out, None)
-    cfg = config_from_row(_row(RunFolder.open(out, {}), spec, 1), 16.0, "test")
+    cfg = config_from_row(_row(RunFolder.open(out, {}), spec, 1), 16.0, "test", load_catalog())
+    assert cfg.t_token_compute > 0.0  # a roofline point: the simulated run's compute-bound step line
     bench = Benchmark(80, 3.0, None)
     sim = simulate(cfg, bench, 3, 4)
     model, basis = analytic(cfg, bench)

@@ -106,6 +106,11 @@ class BenchConfig:
     #: the server's fixed latency per request outside the steps (s; the grid's request_latency_ms):
     #: on every TTFT and E2E, and in a closed loop part of each client's cycle
     request_latency: float = 0.0
+    #: the step's compute-bound line (s; `roofline.compute_line`): the simulated run's step costs
+    #: the larger of t_fixed + t_token n_tok + t_ctx n_ctx and t_fixed_compute + t_token_compute
+    #: n_tok + t_ctx n_ctx; 0, 0: the first line alone (a point without a roofline)
+    t_fixed_compute: float = 0.0
+    t_token_compute: float = 0.0
 
     def kwargs(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("prompt_mean", "prompt_cv", "output_mean", "output_cv", "cap",
@@ -123,8 +128,27 @@ def _num(row: Mapping[str, Any], key: str, source: str, *, none: float | None = 
     return float(v)
 
 
-def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str) -> BenchConfig:
-    """The configuration of a continuous-serving point's columns (NULL budget or KV: unbounded)."""
+def compute_line_of(row: Mapping[str, Any], catalog: Any) -> tuple[float, float]:
+    """The point's compute-bound step line (`roofline.compute_line`, seconds) from its model,
+    GPU, tensor-parallel degree, weight bytes and `eta_flops` and the catalog's figures (the
+    prompt step's overhead from the efficiency table's cell); (0, 0) where the point has no
+    roofline (given step coefficients: no `eta_flops`)."""
+    from sweep.models.base import efficiency_figures, gpu_figures
+    from sweep.models.shared.roofline import compute_line
+
+    if row.get("eta_flops") is None or row.get("model") is None or row.get("gpu") is None:
+        return 0.0, 0.0
+    m, g = catalog.model(row["model"]), catalog.gpu(row["gpu"])
+    tp = float(row["gpus_per_replica"])
+    fig = {**gpu_figures(g), **efficiency_figures(m, g, tp)}
+    fp8 = float(row["weight_bytes_per_param"]) <= 1.0 and fig["fp8_flops"] > 0
+    return compute_line(m.active_params, m.n_layers, m.hidden, tp, fig["fp8_flops"] if fp8 else fig["flops"],
+                        float(row["eta_flops"]), fig["link_bw"], fig["alpha"], fig["gpu_t_overhead"])
+
+
+def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str, catalog: Any = None) -> BenchConfig:
+    """The configuration of a continuous-serving point's columns (NULL budget or KV: unbounded);
+    with `catalog`, the step's compute-bound line too (`compute_line_of`)."""
     f = {k: _num(row, k, source) for k in ("prompt_tokens", "output_tokens", "batch_size", "t_step_fixed_ms",
                                            "t_token_ms", "t_ctx_ms")}
     kv = _num(row, "kv_capacity_tokens", source, none=math.inf)
@@ -134,13 +158,15 @@ def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str) ->
     keys = ("model", "gpu", "gpus_per_replica", "batch_size", "max_batched_tokens")
     label = ", ".join(f"{k} {row[k]:g}" if isinstance(row[k], float) else f"{k} {row[k]}"
                       for k in keys if row.get(k) is not None)
+    t_fixed_c, t_token_c = compute_line_of(row, catalog) if catalog is not None else (0.0, 0.0)
     return BenchConfig(
         prompt_mean=f["prompt_tokens"], prompt_cv=_num(row, "prompt_cv", source, none=0.0),
         output_mean=f["output_tokens"], output_cv=_num(row, "output_cv", source, none=0.0), cap=f["batch_size"],
         max_batched_tokens=_num(row, "max_batched_tokens", source, none=math.inf), kv_capacity_tokens=kv,
         block_tokens=block_tokens, t_fixed=f["t_step_fixed_ms"] * 1e-3, t_token=f["t_token_ms"] * 1e-3,
         t_ctx=f["t_ctx_ms"] * 1e-3, service_cv=_num(row, "service_cv", source, none=0.0), label=label,
-        request_latency=_num(row, "request_latency_ms", source, none=0.0) * 1e-3)
+        request_latency=_num(row, "request_latency_ms", source, none=0.0) * 1e-3,
+        t_fixed_compute=t_fixed_c, t_token_compute=t_token_c)
 
 
 def _block(spec: Any) -> float:
@@ -156,14 +182,17 @@ def config_from_run(run_dir: Path, point: int, catalog: Any) -> BenchConfig:
     if not 0 <= point < spec.n_points:
         raise PredictBenchmarkError(str(run_dir), "--point", point,
                                     f"must lie in [0, {spec.n_points - 1}] (the run's point_id range)")
-    return config_from_row(_row(RunFolder.open(run_dir, {}), spec, point), _block(spec), str(run_dir))
+    from sweep.catalog import load_catalog
+
+    return config_from_row(_row(RunFolder.open(run_dir, {}), spec, point), _block(spec), str(run_dir),
+                           catalog if catalog is not None else load_catalog())
 
 
 def config_from_flags(args: argparse.Namespace, catalog: Any, rate_rps: float) -> BenchConfig:
     """A one-point continuous grid from the flags (vLLM's defaults where a flag is absent),
     evaluated at `rate_rps` (the step coefficients of a roofline are linearised at the load)."""
     row, block = flags_row(args, catalog, rate_rps)
-    return config_from_row(row, block, "sweep predict-benchmark")
+    return config_from_row(row, block, "sweep predict-benchmark", catalog)
 
 
 def flags_row(args: argparse.Namespace, catalog: Any, rate_rps: float) -> tuple[Mapping[str, Any], float]:
@@ -280,7 +309,9 @@ def _reference_run(cfg: BenchConfig, bench: Benchmark, n: int, settings: Any, se
                             block_tokens=int(cfg.block_tokens), t_fixed=cfg.t_fixed, t_token=cfg.t_token,
                             t_ctx=cfg.t_ctx, service_cv=cfg.service_cv, z=z, clients=bench.max_concurrency,
                             think_s=think, scheduler_policy=cfg.scheduler_policy,
-                            scheduler_steps=cfg.scheduler_steps, kv_admission=cfg.kv_admission)
+                            scheduler_steps=cfg.scheduler_steps, kv_admission=cfg.kv_admission,
+                            compute_line=((cfg.t_fixed_compute, cfg.t_token_compute) if cfg.t_token_compute > 0.0
+                                          else None))
             return res, p, o
         except IndexError:
             if z is None:
@@ -563,6 +594,9 @@ def render(cfg: BenchConfig, bench: Benchmark, sim: Mapping[str, tuple[float, fl
            f"  per step: {cfg.t_fixed * 1e3:.4g} ms + {cfg.t_token * 1e3:.4g} ms/token + {cfg.t_ctx * 1e3:.4g} "
            f"ms/cached token; KV capacity {cfg.kv_capacity_tokens:,.0f} tokens; lengths {cfg.prompt_mean:g} "
            f"(cv {cfg.prompt_cv:g}) in, {cfg.output_mean:g} (cv {cfg.output_cv:g}) out",
+           *([f"  compute-bound: {cfg.t_fixed_compute * 1e3:.4g} ms + {cfg.t_token_compute * 1e3:.4g} ms/token (+ the "
+              "same cached-token term); the simulated run's step takes the larger of the two lines"]
+             if cfg.t_token_compute > 0.0 else []),
            f"  engine: scheduler_policy {cfg.scheduler_policy}, {cfg.scheduler_steps} step(s) a scheduling decision, "
            f"KV {cfg.kv_admission.replace('_', '-')}"
            + (f"; request latency outside the steps {cfg.request_latency * 1e3:g} ms"

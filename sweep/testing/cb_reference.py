@@ -31,7 +31,8 @@ Rules (SPEC 10, "Scheduler"), as implemented below
    frees its reservation. With ``O = 1`` a sequence leaves at the end of its last
    prefill step.
 
-Step time: ``(t_fixed + t_token n_tok + t_ctx n_ctx) * exp(mu + sigma z[k])`` with
+Step time: ``(t_fixed + t_token n_tok + t_ctx n_ctx) * exp(mu + sigma z[k])`` (with
+``compute_line``, the larger of that line and its compute-bound twin, before the noise) with
 ``sigma^2 = ln(1 + cv^2)``, ``mu = -sigma^2 / 2`` (lognormal, mean 1, CV ``service_cv``)
 and ``z[k]`` the k-th pre-drawn standard normal, ``k`` counting steps from 0.
 
@@ -173,7 +174,7 @@ def simulate(
     arrivals, prompt, output, *, cap, max_batched_tokens=math.inf, kv_capacity=math.inf,
     block_tokens=1, queue_capacity=math.inf, t_fixed, t_token, t_ctx=0.0, service_cv=0.0,
     z=None, vllm_admission=False, scheduler_policy="chunked", scheduler_steps=1, kv_admission="reserve",
-    clients=None, think_s=None, cached=False,
+    clients=None, think_s=None, cached=False, compute_line=None,
 ) -> Result:
     """Run one replication. ``arrivals`` sorted seconds; ``prompt``/``output`` integers
     >= 1; ``z`` standard normals, one per step (needed only when ``service_cv > 0``).
@@ -192,7 +193,10 @@ def simulate(
     sent at its predecessor's finish waits for the step that follows. ``arrivals`` are then the earliest
     send times (all 0: a pure closed loop; Poisson times: `--request-rate` under a
     concurrency limit), and ``Result.arrival_s`` the send times. ``cached``: prompts already
-    cached (module docstring; every output >= 2, reserve admission only)."""
+    cached (module docstring; every output >= 2, reserve admission only). ``compute_line =
+    (t_fixed_c, t_token_c)``: a step costs the larger of its line and t_fixed_c + t_token_c
+    n_tok + t_ctx n_ctx (the step's compute-bound regime, `roofline.compute_line`; what
+    `sweep predict-benchmark` simulates), before the noise; None: the line alone."""
     if cached and (kv_admission != "reserve" or any(int(x) < 2 for x in output)):
         raise ValueError("cached prompts need kv_admission = 'reserve' and every output >= 2")
     if scheduler_policy not in POLICIES or kv_admission not in KV_ADMISSIONS or int(scheduler_steps) < 1:
@@ -371,7 +375,10 @@ def simulate(
                     and (q in dec or q.req in chunk or q.prefilled < q.target)]
         n_ctx = sum(q.need(chunk.get(q.req, 0)) for q in stepping)
         mult = math.exp(mu + sig * z[k]) if service_cv > 0.0 else 1.0
-        dur = (t_fixed + t_token * n_tok + t_ctx * n_ctx) * mult
+        dur = t_fixed + t_token * n_tok + t_ctx * n_ctx
+        if compute_line is not None:  # the step's compute-bound line: the larger of the two
+            dur = max(dur, compute_line[0] + compute_line[1] * n_tok + t_ctx * n_ctx)
+        dur *= mult
         end = s + dur
         res.step_start.append(s)
         res.step_dur.append(dur)
