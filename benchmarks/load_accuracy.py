@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import math
 import random
 import re
@@ -242,8 +243,10 @@ def run_of(row: dict[str, str]) -> Benchmark:
 
 
 _SIMULATED: dict[tuple, dict[str, tuple[float, float]]] = {}
-#: The catalog the simulated runs' compute-bound step line reads (`sweep.cli.predict.compute_line_of`).
-CATALOG = load_catalog()
+@functools.cache
+def _catalog() -> Any:
+    """The catalog the simulated runs' compute-bound step line reads (`sweep.cli.predict.compute_line_of`)."""
+    return load_catalog()
 
 
 def simulate_run(row: dict[str, str], eta: dict[str, float] | None = None,
@@ -262,7 +265,7 @@ def simulate_run(row: dict[str, str], eta: dict[str, float] | None = None,
             rate = bench.request_rate if math.isfinite(bench.request_rate) else 0.95 * p.at(1.0)["capacity_rps"]
             pt = p.at(rate)
         policy, kv = scheduler_of(row)
-        cfg = replace(config_from_row(pt, 16.0, row["id"], CATALOG), scheduler_policy=policy,
+        cfg = replace(config_from_row(pt, 16.0, row["id"], _catalog()), scheduler_policy=policy,
                       scheduler_steps=scheduler_steps(row), kv_admission=kv)
         _SIMULATED[key] = simulate(cfg, bench, replications=replications, seed=0)
     return _SIMULATED[key]

@@ -129,21 +129,21 @@ def _num(row: Mapping[str, Any], key: str, source: str, *, none: float | None = 
 
 
 def compute_line_of(row: Mapping[str, Any], catalog: Any) -> tuple[float, float]:
-    """The point's compute-bound step line (`roofline.compute_line`, seconds) from its model,
-    GPU, tensor-parallel degree, weight bytes and `eta_flops` and the catalog's figures (the
-    prompt step's overhead from the efficiency table's cell); (0, 0) where the point has no
-    roofline (given step coefficients: no `eta_flops`)."""
-    from sweep.models.base import efficiency_figures, gpu_figures
-    from sweep.models.shared.roofline import compute_line
+    """The point's compute-bound step line (`roofline.compute_line`, seconds): the replica's
+    `roofline.StepParams` from its model, GPU, tensor-parallel degree, weight bytes and
+    `eta_flops` with the catalog's figures and the efficiency table's cell (as the grid builds
+    them); (0, 0) where the point has no roofline (given step coefficients: no `eta_flops`)."""
+    from sweep.models.base import efficiency_figures, gpu_figures, model_figures
+    from sweep.models.shared.roofline import compute_line, replica_params
 
     if row.get("eta_flops") is None or row.get("model") is None or row.get("gpu") is None:
         return 0.0, 0.0
     m, g = catalog.model(row["model"]), catalog.gpu(row["gpu"])
     tp = float(row["gpus_per_replica"])
-    fig = {**gpu_figures(g), **efficiency_figures(m, g, tp)}
-    fp8 = float(row["weight_bytes_per_param"]) <= 1.0 and fig["fp8_flops"] > 0
-    return compute_line(m.active_params, m.n_layers, m.hidden, tp, fig["fp8_flops"] if fp8 else fig["flops"],
-                        float(row["eta_flops"]), fig["link_bw"], fig["alpha"], fig["gpu_t_overhead"])
+    x = {**model_figures(m), **gpu_figures(g), **efficiency_figures(m, g, tp), "gpus_per_replica": tp,
+         "weight_bytes_per_param": float(row["weight_bytes_per_param"])}
+    t_fixed, t_token = compute_line(replica_params(x, x["gpu_eta_bw"], float(row["eta_flops"])))
+    return float(t_fixed), float(t_token)
 
 
 def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str, catalog: Any = None) -> BenchConfig:

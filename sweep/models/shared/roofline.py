@@ -336,24 +336,23 @@ def step_line(p: StepParams, prompt_tokens, output_tokens, budget, kv_bytes_per_
     return line_at(p, 1.0, prompt_tokens, output_tokens, budget, kv_bytes_per_token, attn_width, n_layers)
 
 
-def compute_line(active_params: float, n_layers: float, hidden: float, gpus: float, flops: float, eta_flops: float,
-                 link_bw: float, alpha: float, t_overhead: float) -> tuple[float, float]:
+def compute_line(p: StepParams) -> tuple[Real, Real]:
     """(t_fixed, t_token) seconds of the refined step's compute-bound regime as a line: a
     step of n_tok tokens costs at least t_fixed + t_token n_tok, t_token being one token's
     GEMMs, 2 active_params / (g flops eta_flops), plus its share of the tensor-parallel
-    all-reduces, COLLECTIVES_PER_LAYER n_layers 2 (g - 1) / g hidden ACT_BYTES / link_bw, and
+    all-reduces, collectives_per_layer n_layers 2 (g - 1) / g hidden act_bytes / link_bw, and
     t_fixed the prompt-carrying step's overhead plus the all-reduces' latencies (`step_time`'s
-    terms without the memory stream and the attention FLOPs). The secant of `line_at` is exact
-    for one prompt chunk beside the decodes; a step that carries many prompts (a burst, a
-    prompt run under prefill_first) is compute-bound beyond it, where the secant's slope, drawn
-    through a step the weights' stream may still bound, prices its tokens below their
-    compute. Host-side floats: `sweep predict-benchmark`'s simulated run takes the larger of
+    terms without the memory stream, the attention FLOPs and the per-sequence cost). The
+    secant of `line_at` is exact for one prompt chunk beside the decodes; a step that carries
+    many prompts (a burst, a prompt run under prefill_first) is compute-bound beyond it, where
+    the secant's slope, drawn through a step the weights' stream may still bound, prices its
+    tokens below their compute. `sweep predict-benchmark`'s simulated run takes the larger of
     the two lines (docs/deploy.md)."""
-    tp = gpus > 1.0
-    t_token = 2.0 * active_params / (gpus * flops * eta_flops)
-    if tp:
-        t_token += COLLECTIVES_PER_LAYER * n_layers * 2.0 * (gpus - 1.0) / gpus * hidden * ACT_BYTES / link_bw
-    return t_overhead + (COLLECTIVES_PER_LAYER * n_layers * alpha if tp else 0.0), t_token
+    g = p.gpus
+    ring = jnp.where(g > 1, p.collectives_per_layer * p.n_layers * 2.0 * (g - 1.0) / g * p.hidden * p.act_bytes
+                     / p.link_bw, 0.0)
+    t_token = 2.0 * p.active_params / (g * p.flops * p.eta_flops) + ring
+    return p.t_overhead + jnp.where(g > 1, p.collectives_per_layer * p.n_layers * p.alpha, 0.0), t_token
 
 
 def operating_running(p: StepParams, lam, prompt_tokens, output_tokens, budget, cap, kv_capacity_tokens,
