@@ -243,6 +243,8 @@ def run_of(row: dict[str, str]) -> Benchmark:
 
 
 _SIMULATED: dict[tuple, dict[str, tuple[float, float]]] = {}
+
+
 @functools.cache
 def _catalog() -> Any:
     """The catalog the simulated runs' compute-bound step line reads (`sweep.cli.predict.compute_line_of`)."""

@@ -146,9 +146,9 @@ def compute_line_of(row: Mapping[str, Any], catalog: Any) -> tuple[float, float]
     return float(t_fixed), float(t_token)
 
 
-def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str, catalog: Any = None) -> BenchConfig:
-    """The configuration of a continuous-serving point's columns (NULL budget or KV: unbounded);
-    with `catalog`, the step's compute-bound line too (`compute_line_of`)."""
+def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str, catalog: Any) -> BenchConfig:
+    """The configuration of a continuous-serving point's columns (NULL budget or KV: unbounded),
+    with the step's compute-bound line from `catalog`'s figures (`compute_line_of`)."""
     f = {k: _num(row, k, source) for k in ("prompt_tokens", "output_tokens", "batch_size", "t_step_fixed_ms",
                                            "t_token_ms", "t_ctx_ms")}
     kv = _num(row, "kv_capacity_tokens", source, none=math.inf)
@@ -158,7 +158,7 @@ def config_from_row(row: Mapping[str, Any], block_tokens: float, source: str, ca
     keys = ("model", "gpu", "gpus_per_replica", "batch_size", "max_batched_tokens")
     label = ", ".join(f"{k} {row[k]:g}" if isinstance(row[k], float) else f"{k} {row[k]}"
                       for k in keys if row.get(k) is not None)
-    t_fixed_c, t_token_c = compute_line_of(row, catalog) if catalog is not None else (0.0, 0.0)
+    t_fixed_c, t_token_c = compute_line_of(row, catalog)
     return BenchConfig(
         prompt_mean=f["prompt_tokens"], prompt_cv=_num(row, "prompt_cv", source, none=0.0),
         output_mean=f["output_tokens"], output_cv=_num(row, "output_cv", source, none=0.0), cap=f["batch_size"],
